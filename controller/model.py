@@ -1,0 +1,123 @@
+"""The controller's domain vocabulary: samples in, decisions and ledger records out."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """What one worker telemetry document says about one queue's downstream calls.
+
+    ``event_time`` is the document's ``_aws.Timestamp`` (epoch seconds). ``invocation_ms`` lets
+    the controller place the invocation's start (and so judge it against the last change) and
+    estimate the concurrency really in use.
+    """
+
+    queue: str
+    event_time: float
+    requests: int = 0
+    ok: int = 0
+    throttled: int = 0
+    server_errors: int = 0
+    overloaded: int | None = None
+    client_errors: int = 0
+    latency_ms_sum: float = 0.0
+    latency_count: int = 0
+    retry_after_s: float = 0.0
+    invocation_ms: float | None = None
+    downstream: str | None = None
+
+    @property
+    def pressure(self) -> int:
+        """Calls that say "slow down": 429s, plus 503s (all 5xx when 503s are not broken out)."""
+        overload = self.server_errors if self.overloaded is None else self.overloaded
+        return self.throttled + overload
+
+    @property
+    def started_at(self) -> float:
+        """When the invocation began; the emission time when its duration is unknown."""
+        if self.invocation_ms is None:
+            return self.event_time
+        return self.event_time - self.invocation_ms / 1000.0
+
+
+class Action(StrEnum):
+    MULTIPLICATIVE_DECREASE = "MULTIPLICATIVE_DECREASE"
+    ADDITIVE_INCREASE = "ADDITIVE_INCREASE"
+    HOLD = "HOLD"
+    PAUSE = "PAUSE"
+    RESUME = "RESUME"
+
+
+class QueueStateName(StrEnum):
+    HEALTHY = "HEALTHY"
+    THROTTLED = "THROTTLED"
+    CRITICAL_BACKOFF = "CRITICAL_BACKOFF"
+    RECOVERING = "RECOVERING"
+
+
+class Mode(StrEnum):
+    ACTIVE = "ACTIVE"
+    DRY_RUN = "DRY_RUN"
+    PINNED = "PINNED"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueConfig:
+    """A registered (managed) mapping. Only queues with a config are ever actuated."""
+
+    queue: str
+    esm_uuid: str
+    mode: Mode = Mode.ACTIVE
+    pinned_concurrency: int | None = None
+    overrides: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueState:
+    """The ledger's STATE#CURRENT item.
+
+    Fields after ``version`` are the policy's memory: they persist across cold starts and are
+    stored in the ledger's ``Memory`` map, so an algorithm that needs a new one adds a field here.
+    """
+
+    queue: str
+    esm_uuid: str
+    state: QueueStateName
+    concurrency: int
+    previous_concurrency: int
+    consecutive_breaches: int = 0
+    last_action: Action = Action.HOLD
+    last_reason: str = ""
+    last_evaluated_at: float = 0.0
+    version: int = 0
+    last_change_at: float = 0.0
+    hold_until: float = 0.0
+    enabled: bool = True
+
+    def evolve(self, **changes: object) -> QueueState:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One verdict for one queue, with the state to record if it is carried out."""
+
+    queue: str
+    action: Action
+    previous: int
+    target: int
+    state: QueueStateName
+    reason: str
+    pressure_rate: float
+    success_rate: float
+    new_state: QueueState
+    previous_enabled: bool = True
+    enabled: bool = True
+
+    @property
+    def changes_mapping(self) -> bool:
+        return self.target != self.previous or self.enabled != self.previous_enabled

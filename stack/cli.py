@@ -1,0 +1,58 @@
+"""The `queuemesh` command line.
+
+Each command lives in its own module exposing ``register(subparsers)``; the module sets
+``func`` (``(argparse.Namespace) -> int``) as the parser default. Modules are imported when the
+parser is built, and keep heavy imports inside their ``func`` so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+from stack.errors import CliError
+
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus an error; a bad argument deserves a single line."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="queuemesh",
+        description="Adaptive MaximumConcurrency for SQS -> Lambda workers.",
+    )
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=OneLineParser
+    )
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args))
+    except CliError as error:
+        print(f"queuemesh {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"queuemesh {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
