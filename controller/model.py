@@ -121,3 +121,27 @@ class Decision:
     @property
     def changes_mapping(self) -> bool:
         return self.target != self.previous or self.enabled != self.previous_enabled
+
+
+class AuditEvent(StrEnum):
+    TRANSITION = "TRANSITION"
+    DRIFT_DETECTED = "DRIFT_DETECTED"
+    ACTUATION_FAILED = "ACTUATION_FAILED"
+    MANUAL_EVALUATION = "MANUAL_EVALUATION"
+    OPERATOR = "OPERATOR"
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One ledger AUDIT# item: what changed for a queue, when and why."""
+
+    queue: str
+    timestamp: float
+    event_type: AuditEvent
+    previous_value: int
+    new_value: int
+    action: str
+    reason: str
+    error_rate: float = 0.0
+    success_rate: float = 1.0
+    control_loop_latency_ms: float = 0.0

@@ -1,0 +1,74 @@
+"""The controller's two ports. Adapters: DynamoDB / Lambda for AWS, in-memory twins for the
+simulator, replay and unit tests. Only adapters import boto3."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+from controller.model import AuditEntry, QueueConfig, QueueState
+
+
+class LedgerError(Exception):
+    """The ledger could not be read or written (the cause is chained)."""
+
+
+class VersionConflict(LedgerError):
+    """Another writer changed the queue's state first; re-read and decide again."""
+
+
+class ActuationError(Exception):
+    """A mapping could not be read or updated within the retries and time allowed."""
+
+
+class MappingNotFound(ActuationError):
+    """The event source mapping does not exist."""
+
+
+class Ledger(Protocol):
+    def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
+        """Configs of those queues that are registered; unregistered ones are absent."""
+        ...
+
+    def list_configs(self) -> list[QueueConfig]: ...
+
+    def put_config(self, config: QueueConfig) -> None: ...
+
+    def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]: ...
+
+    def list_states(self) -> list[QueueState]: ...
+
+    def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
+        """Write ``state`` and ``audit`` together, or neither.
+
+        The write is conditional: the stored version must equal ``state.version`` (0: no state
+        item yet). The stored state carries ``version + 1`` and is returned. Raises
+        ``VersionConflict`` when another writer got there first.
+        """
+        ...
+
+    def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
+        """The queue's audit entries, oldest first, from ``since`` (epoch seconds) on."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class MappingView:
+    uuid: str
+    max_concurrency: int | None
+    enabled: bool
+    state: str
+    event_source_arn: str
+    batch_size: int
+
+
+class Actuator(Protocol):
+    def read(self, uuid: str, deadline: float) -> MappingView:
+        """The mapping as Lambda reports it. ``deadline`` is a ``time.monotonic()`` value by
+        which every retry must be over."""
+        ...
+
+    def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
+        """Set ``ScalingConfig.MaximumConcurrency`` and ``Enabled``; returns the mapping after."""
+        ...
