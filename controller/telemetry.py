@@ -1,0 +1,516 @@
+"""Worker telemetry in, samples out: Kinesis -> CloudWatch Logs subscription -> EMF -> Sample.
+
+The path of one Kinesis record: base64 (Lambda's event encoding) -> KPL deaggregation when the
+record carries the KPL magic -> gzip -> a CloudWatch Logs subscription payload (``messageType``
+``DATA_MESSAGE`` or ``CONTROL_MESSAGE``, ``logEvents[]``) -> one EMF document per log event ->
+at most one :class:`~controller.model.Sample` per document.
+
+Nothing on the stream is trusted. Whatever cannot be read is skipped and counted under a
+:class:`SkipReason` in a ``Counter``; decoding never raises and never turns a bad input into a
+sample, so one poison record cannot stall a shard. This is the controller's hot path: see
+``queuemesh bench decode`` for its cost against the bare base64 + gunzip + JSON floor.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import zlib
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from controller.model import Sample
+
+DEFAULT_NAMESPACE: Final = "QueueMesh"
+
+# Upper bound for any one count, latency or duration value of a document (and for a count's
+# array sum). A worker invocation makes far fewer calls and Lambda runs at most 900,000 ms;
+# anything larger is a broken or hostile producer, not evidence.
+MAX_VALUE: Final = 1_000_000
+# CloudWatch Logs sends at most ~1 MB of log events per payload; a record that inflates past this
+# is a decompression bomb, not telemetry.
+MAX_PAYLOAD_BYTES: Final = 8 * 1024 * 1024
+# Epoch milliseconds later than this (year 5138) are not a timestamp.
+MAX_TIMESTAMP_MS: Final = 1e14
+
+KPL_MAGIC: Final = b"\xf3\x89\x9a\xc2"
+_GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
+# Cheap test before parsing: an EMF document has an ``_aws`` member, a plain log line has not.
+_EMF_MARKER: Final = '"_aws"'
+
+COUNT_MEMBERS: Final = (
+    "Downstream2xx",
+    "Downstream429",
+    "Downstream5xx",
+    "Downstream4xx",
+)
+TELEMETRY_MEMBERS: Final = (
+    "DownstreamRequests",
+    *COUNT_MEMBERS,
+    "Downstream503",
+    "DownstreamLatency",
+    "RetryAfterSeconds",
+    "InvocationDurationMs",
+)
+
+
+class SkipReason(StrEnum):
+    """Why an input produced no sample. Record-level reasons count once per Kinesis (user)
+    record, event-level reasons once per log event."""
+
+    # record level
+    BAD_RECORD = "bad_record"
+    BAD_BASE64 = "bad_base64"
+    BAD_AGGREGATE = "bad_aggregate"
+    BAD_GZIP = "bad_gzip"
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    BAD_PAYLOAD = "bad_payload"
+    CONTROL_MESSAGE = "control_message"
+    UNKNOWN_MESSAGE_TYPE = "unknown_message_type"
+    # log event level
+    BAD_LOG_EVENT = "bad_log_event"
+    NOT_EMF = "not_emf"
+    BAD_JSON = "bad_json"
+    BAD_EMF = "bad_emf"
+    OTHER_NAMESPACE = "other_namespace"
+    MISSING_QUEUE = "missing_queue"
+    BAD_DIMENSION = "bad_dimension"
+    BAD_TIMESTAMP = "bad_timestamp"
+    BAD_VALUE = "bad_value"
+    NO_TELEMETRY = "no_telemetry"
+    INTERNAL_ERROR = "internal_error"
+
+
+class RecordStatus(StrEnum):
+    """What became of one Kinesis record. None of these asks for a retry: a record that
+    cannot be read now cannot be read later either."""
+
+    DECODED = "DECODED"  # yielded at least one sample
+    NO_SAMPLES = "NO_SAMPLES"  # readable, but nothing in it was QueueMesh telemetry
+    SKIPPED = "SKIPPED"  # unreadable as a whole (bad base64, gzip, payload, ...)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordOutcome:
+    sequence_number: str | None
+    status: RecordStatus
+    samples: int
+    log_events: int
+
+
+@dataclass(slots=True)
+class DecodeResult:
+    """Everything decoded from one batch, plus the bookkeeping to explain what was not.
+
+    ``records`` counts Kinesis records as delivered (a KPL-aggregated record counts once);
+    ``payload_bytes`` is their decoded (still compressed) size. Every record is fully processed
+    when decoding returns: ``outcomes`` says, per sequence number, what it gave.
+    """
+
+    samples: list[Sample] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+    records: int = 0
+    log_events: int = 0
+    payload_bytes: int = 0
+    outcomes: list[RecordOutcome] = field(default_factory=list)
+
+    @property
+    def decoded_sequence_numbers(self) -> list[str]:
+        return [o.sequence_number for o in self.outcomes if o.sequence_number is not None]
+
+
+def decode_kinesis_event(
+    event: Mapping[str, Any], *, namespace: str = DEFAULT_NAMESPACE
+) -> DecodeResult:
+    """Decode a Lambda Kinesis event (``{"Records": [{"kinesis": {"data": ...}}]}``)."""
+    result = DecodeResult()
+    records = event.get("Records") if isinstance(event, Mapping) else None
+    if not isinstance(records, list):
+        result.skipped[SkipReason.BAD_RECORD] += 1
+        return result
+    for record in records:
+        result.records += 1
+        sequence_number, raw = _record_bytes(record, result.skipped)
+        if raw is None:
+            result.outcomes.append(RecordOutcome(sequence_number, RecordStatus.SKIPPED, 0, 0))
+            continue
+        _decode_into(raw, sequence_number, namespace, result)
+    return result
+
+
+def decode_record_data(
+    data: bytes,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    sequence_number: str | None = None,
+    into: DecodeResult | None = None,
+) -> DecodeResult:
+    """Decode one Kinesis record's data as Kinesis holds it (before Lambda's base64).
+
+    Pass ``into`` to accumulate several records into one result (as replay does).
+    """
+    result = DecodeResult() if into is None else into
+    result.records += 1
+    if not isinstance(data, bytes | bytearray | memoryview):
+        result.skipped[SkipReason.BAD_RECORD] += 1
+        result.outcomes.append(RecordOutcome(sequence_number, RecordStatus.SKIPPED, 0, 0))
+        return result
+    _decode_into(bytes(data), sequence_number, namespace, result)
+    return result
+
+
+def samples_from_log_message(
+    message: str,
+    timestamp_ms: float | None,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+    skipped: Counter[str] | None = None,
+) -> list[Sample]:
+    """The samples in one log line (one EMF document): zero or one.
+
+    ``timestamp_ms`` is the log event's timestamp, used when the document has no
+    ``_aws.Timestamp``.
+    """
+    counter: Counter[str] = Counter() if skipped is None else skipped
+    if not isinstance(message, str):
+        counter[SkipReason.BAD_LOG_EVENT] += 1
+        return []
+    if _EMF_MARKER not in message:
+        counter[SkipReason.NOT_EMF] += 1
+        return []
+    try:
+        sample = _sample_from_message(message, timestamp_ms, namespace, counter)
+    except Exception:
+        counter[SkipReason.INTERNAL_ERROR] += 1
+        return []
+    return [] if sample is None else [sample]
+
+
+# --- records and payloads -------------------------------------------------------------------
+
+
+def _record_bytes(record: object, skipped: Counter[str]) -> tuple[str | None, bytes | None]:
+    if not isinstance(record, Mapping):
+        skipped[SkipReason.BAD_RECORD] += 1
+        return None, None
+    kinesis = record.get("kinesis")
+    if not isinstance(kinesis, Mapping):
+        skipped[SkipReason.BAD_RECORD] += 1
+        return None, None
+    sequence_number = kinesis.get("sequenceNumber")
+    if not isinstance(sequence_number, str):
+        sequence_number = None if sequence_number is None else str(sequence_number)
+    data = kinesis.get("data")
+    if not isinstance(data, str | bytes):
+        skipped[SkipReason.BAD_RECORD] += 1
+        return sequence_number, None
+    try:
+        return sequence_number, binascii.a2b_base64(data)
+    except (binascii.Error, ValueError):
+        skipped[SkipReason.BAD_BASE64] += 1
+        return sequence_number, None
+
+
+def _decode_into(
+    raw: bytes, sequence_number: str | None, namespace: str, result: DecodeResult
+) -> None:
+    result.payload_bytes += len(raw)
+    samples_before = len(result.samples)
+    events_before = result.log_events
+    readable = False
+    try:
+        if raw[:4] == KPL_MAGIC:
+            for user_data in _deaggregate(raw, sequence_number, result.skipped):
+                readable |= _decode_payload(user_data, namespace, result)
+        else:
+            readable = _decode_payload(raw, namespace, result)
+    except Exception:
+        result.skipped[SkipReason.INTERNAL_ERROR] += 1
+    produced = len(result.samples) - samples_before
+    if produced:
+        status = RecordStatus.DECODED
+    elif readable:
+        status = RecordStatus.NO_SAMPLES
+    else:
+        status = RecordStatus.SKIPPED
+    result.outcomes.append(
+        RecordOutcome(sequence_number, status, produced, result.log_events - events_before)
+    )
+
+
+def _deaggregate(raw: bytes, sequence_number: str | None, skipped: Counter[str]) -> list[bytes]:
+    # Imported on first use: it pulls in protobuf (cold start) and edits sys.path on import.
+    from aws_kinesis_agg import deaggregator
+
+    boto3_shaped = {
+        "SequenceNumber": sequence_number or "",
+        "PartitionKey": "",
+        "ApproximateArrivalTimestamp": 0,
+        "Data": raw,
+    }
+    user_records = list(deaggregator.iter_deaggregate_records(boto3_shaped, data_format="Boto3"))
+    # A record that fails its digest or protobuf parse comes back unchanged, not aggregated.
+    if not user_records or not user_records[0]["kinesis"].get("aggregated"):
+        skipped[SkipReason.BAD_AGGREGATE] += 1
+        return []
+    return [binascii.a2b_base64(r["kinesis"]["data"]) for r in user_records]
+
+
+def _decode_payload(compressed: bytes, namespace: str, result: DecodeResult) -> bool:
+    """Decode one CloudWatch Logs subscription payload; say whether it was readable."""
+    skipped = result.skipped
+    inflater = zlib.decompressobj(_GZIP_WBITS)
+    try:
+        text = inflater.decompress(compressed, MAX_PAYLOAD_BYTES)
+    except zlib.error:
+        skipped[SkipReason.BAD_GZIP] += 1
+        return False
+    if not inflater.eof:
+        skipped[
+            SkipReason.PAYLOAD_TOO_LARGE if inflater.unconsumed_tail else SkipReason.BAD_GZIP
+        ] += 1
+        return False
+    try:
+        payload = json.loads(text)
+    except (ValueError, RecursionError):
+        skipped[SkipReason.BAD_PAYLOAD] += 1
+        return False
+    if type(payload) is not dict:
+        skipped[SkipReason.BAD_PAYLOAD] += 1
+        return False
+    message_type = payload.get("messageType")
+    if message_type != "DATA_MESSAGE":
+        skipped[
+            SkipReason.CONTROL_MESSAGE
+            if message_type == "CONTROL_MESSAGE"
+            else SkipReason.UNKNOWN_MESSAGE_TYPE
+        ] += 1
+        return message_type == "CONTROL_MESSAGE"
+    log_events = payload.get("logEvents")
+    if type(log_events) is not list:
+        skipped[SkipReason.BAD_PAYLOAD] += 1
+        return False
+    result.log_events += len(log_events)
+    append = result.samples.append
+    for log_event in log_events:
+        if type(log_event) is not dict:
+            skipped[SkipReason.BAD_LOG_EVENT] += 1
+            continue
+        message = log_event.get("message")
+        if type(message) is not str:
+            skipped[SkipReason.BAD_LOG_EVENT] += 1
+            continue
+        if _EMF_MARKER not in message:
+            skipped[SkipReason.NOT_EMF] += 1
+            continue
+        timestamp = log_event.get("timestamp")
+        sample = _sample_from_message(
+            message, timestamp if type(timestamp) in (int, float) else None, namespace, skipped
+        )
+        if sample is not None:
+            append(sample)
+    return True
+
+
+# --- EMF documents --------------------------------------------------------------------------
+
+_MISSING: Final = object()
+
+
+def _sample_from_message(
+    message: str, timestamp_ms: float | None, namespace: str, skipped: Counter[str]
+) -> Sample | None:
+    """Parse a log line that passed the ``_aws`` prefilter."""
+    # EMF written to stdout is the bare JSON line; a line logged through `logging` carries a
+    # prefix (level, time, request id) before it, which is tolerated when whitespace ends it.
+    start = 0 if message[:1] == "{" else message.find("{")
+    if start < 0 or (start > 0 and message[start - 1] not in " \t"):
+        skipped[SkipReason.NOT_EMF] += 1
+        return None
+    try:
+        document = json.loads(message[start:] if start else message)
+    except (ValueError, RecursionError):
+        skipped[SkipReason.BAD_JSON] += 1
+        return None
+    if type(document) is not dict:
+        skipped[SkipReason.NOT_EMF] += 1
+        return None
+    return _sample_from_document(document, timestamp_ms, namespace, skipped)
+
+
+def _sample_from_document(
+    document: dict[str, Any], timestamp_ms: float | None, namespace: str, skipped: Counter[str]
+) -> Sample | None:
+    metadata = document.get("_aws")
+    if type(metadata) is not dict:
+        skipped[SkipReason.NOT_EMF] += 1
+        return None
+    directives = metadata.get("CloudWatchMetrics")
+    if type(directives) is not list:
+        skipped[SkipReason.BAD_EMF] += 1
+        return None
+    ours = False
+    for directive in directives:
+        if type(directive) is not dict or type(directive.get("Metrics")) is not list:
+            skipped[SkipReason.BAD_EMF] += 1
+            return None
+        if directive.get("Namespace") == namespace:
+            ours = True
+    if not ours:
+        skipped[SkipReason.OTHER_NAMESPACE] += 1
+        return None
+
+    queue = document.get("QueueName")
+    if type(queue) is not str or not queue:
+        skipped[SkipReason.MISSING_QUEUE] += 1
+        return None
+    downstream = document.get("Downstream")
+    if downstream is not None and type(downstream) is not str:
+        skipped[SkipReason.BAD_DIMENSION] += 1
+        return None
+
+    emitted_ms = metadata.get("Timestamp", _MISSING)
+    if emitted_ms is _MISSING:
+        emitted_ms = timestamp_ms
+    if type(emitted_ms) not in (int, float) or not 0 < emitted_ms < MAX_TIMESTAMP_MS:
+        skipped[SkipReason.BAD_TIMESTAMP] += 1
+        return None
+
+    get = document.get
+    ok = _count(get("Downstream2xx", 0))
+    throttled = _count(get("Downstream429", 0))
+    server_errors = _count(get("Downstream5xx", 0))
+    client_errors = _count(get("Downstream4xx", 0))
+    overloaded_value = get("Downstream503", _MISSING)
+    overloaded = None if overloaded_value is _MISSING else _count(overloaded_value)
+    requests_value = get("DownstreamRequests", _MISSING)
+    requests = None if requests_value is _MISSING else _count(requests_value)
+    latency = get("DownstreamLatency", _MISSING)
+    retry_after = get("RetryAfterSeconds", _MISSING)
+    duration = get("InvocationDurationMs", _MISSING)
+    if (
+        ok < 0
+        or throttled < 0
+        or server_errors < 0
+        or client_errors < 0
+        or (overloaded is not None and overloaded < 0)
+        or (requests is not None and requests < 0)
+    ):
+        skipped[SkipReason.BAD_VALUE] += 1
+        return None
+    if (
+        requests is None
+        and overloaded is None
+        and latency is _MISSING
+        and retry_after is _MISSING
+        and duration is _MISSING
+        and not any(name in document for name in COUNT_MEMBERS)
+    ):
+        skipped[SkipReason.NO_TELEMETRY] += 1
+        return None
+
+    latency_sum, latency_count = 0.0, 0
+    if latency is not _MISSING:
+        latency_sum, latency_count = _sum_and_count(latency)
+        if latency_count < 0:
+            skipped[SkipReason.BAD_VALUE] += 1
+            return None
+    retry_after_s = 0.0
+    if retry_after is not _MISSING:
+        retry_after_s = _largest(retry_after)
+        if retry_after_s < 0:
+            skipped[SkipReason.BAD_VALUE] += 1
+            return None
+    invocation_ms = None
+    if duration is not _MISSING:
+        # Several durations in one document (a per-flush document) are summed: the total is
+        # what the in-use concurrency estimate needs, and the start it implies is earlier,
+        # never later, than the real one, so the sample is never mistaken for a newer one.
+        invocation_ms, duration_count = _sum_and_count(duration)
+        if duration_count < 0 or invocation_ms > MAX_VALUE:
+            skipped[SkipReason.BAD_VALUE] += 1
+            return None
+
+    if overloaded is not None and overloaded > server_errors:
+        server_errors = overloaded  # 503s are 5xx: a worker reporting only 503s still has them
+    counted = ok + throttled + server_errors + client_errors
+    if requests is None or requests < counted:
+        requests = counted
+    if requests > MAX_VALUE:
+        skipped[SkipReason.BAD_VALUE] += 1
+        return None
+
+    return Sample(
+        queue=queue,
+        event_time=emitted_ms / 1000.0,
+        requests=requests,
+        ok=ok,
+        throttled=throttled,
+        server_errors=server_errors,
+        overloaded=overloaded,
+        client_errors=client_errors,
+        latency_ms_sum=latency_sum,
+        latency_count=latency_count,
+        retry_after_s=retry_after_s,
+        invocation_ms=invocation_ms,
+        downstream=downstream,
+    )
+
+
+def _count(value: Any) -> int:
+    """A count member (a number or an array of numbers, summed); -1 when it is not one."""
+    kind = type(value)
+    if kind is int:
+        return value if 0 <= value <= MAX_VALUE else -1
+    if kind is float:
+        return int(value) if 0.0 <= value <= MAX_VALUE and value.is_integer() else -1
+    if kind is list:
+        total = 0
+        for item in value:
+            count = _count(item) if type(item) is not list else -1
+            if count < 0:
+                return -1
+            total += count
+        return total if total <= MAX_VALUE else -1
+    return -1
+
+
+def _sum_and_count(value: Any) -> tuple[float, int]:
+    """Sum and number of a value or array of values; count -1 when it is not one."""
+    if type(value) is list:
+        total = 0.0
+        for item in value:
+            if type(item) not in (int, float) or not 0 <= item <= MAX_VALUE:
+                return 0.0, -1
+            total += item
+        return total, len(value)
+    if type(value) not in (int, float) or not 0 <= value <= MAX_VALUE:
+        return 0.0, -1
+    return float(value), 1
+
+
+def _largest(value: Any) -> float:
+    """Largest of a value or array of values; -1 when it is not one."""
+    largest = 0.0
+    for item in value if type(value) is list else (value,):
+        if type(item) not in (int, float) or not 0 <= item <= MAX_VALUE:
+            return -1.0
+        largest = max(largest, float(item))
+    return largest
+
+
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "MAX_VALUE",
+    "TELEMETRY_MEMBERS",
+    "DecodeResult",
+    "RecordOutcome",
+    "RecordStatus",
+    "SkipReason",
+    "decode_kinesis_event",
+    "decode_record_data",
+    "samples_from_log_message",
+]
