@@ -1,0 +1,379 @@
+"""The control loop: telemetry in, one plan for every queue, then its execution.
+
+Deciding is pure and happens for all queues before anything is written or actuated, so a
+batch's decisions never depend on the order the AWS calls happen to take. Execution claims each
+transition in the ledger with a conditional write, then moves the mapping; a display-only
+executor (``describe``) gives a dry run for free.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from controller.model import (
+    Action,
+    AuditEntry,
+    AuditEvent,
+    Decision,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+    Sample,
+)
+from controller.policy import ALGORITHMS, LimitAlgorithm, decide
+from controller.policy.aimd import Aimd, aimd_step
+from controller.ports import ActuationError, Actuator, Ledger, LedgerError, VersionConflict
+from controller.settings import PolicyParams
+from controller.window import QueueWindow
+
+# Time kept in hand for one step (read, claim, update) before the invocation's deadline.
+STEP_BUDGET_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    config: QueueConfig
+    decision: Decision
+    decided_from: QueueState
+    evidence_time: float | None
+    event_type: AuditEvent = AuditEvent.TRANSITION
+
+    @property
+    def actuates(self) -> bool:
+        return self.config.mode is Mode.ACTIVE and self.decision.changes_mapping
+
+    @property
+    def records(self) -> bool:
+        """Only transitions reach the ledger: a steady queue costs no writes."""
+        return self.decision.changes_mapping or self.decision.state != self.decided_from.state
+
+    @property
+    def base_version(self) -> int:
+        return self.decided_from.version
+
+
+@dataclass(slots=True)
+class Plan:
+    now: float
+    steps: list[Step] = field(default_factory=list)
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [step.decision for step in self.steps]
+
+    def describe(self) -> list[str]:
+        """The display-only executor: what would be done, one line per step."""
+        lines = []
+        for step in self.steps:
+            verb = "update" if step.actuates else "record" if step.records else "hold"
+            decision = step.decision
+            lines.append(
+                f"{verb} {decision.queue} ({step.config.esm_uuid}): {decision.previous} -> "
+                f"{decision.target} [{decision.action}] {decision.reason}"
+            )
+        return lines
+
+
+class Controller:
+    """Keeps windows and cached ledger state across batches of one warm container."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        actuator: Actuator,
+        params: PolicyParams,
+        *,
+        algorithm: LimitAlgorithm | None = None,
+        config_ttl_s: float = 60.0,
+        retention_s: float = 600.0,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.actuator = actuator
+        self.params = params
+        self.algorithm: LimitAlgorithm = algorithm or Aimd()
+        self.counters: Counter[str] = Counter()
+        self._config_ttl_s = config_ttl_s
+        self._retention_s = retention_s
+        self._monotonic = monotonic
+        self._windows: dict[str, QueueWindow] = {}
+        self._configs: dict[str, tuple[float, QueueConfig | None]] = {}
+        self._states: dict[str, QueueState] = {}
+        self._pending: set[str] = set()
+
+    @classmethod
+    def named(
+        cls, algorithm: str, ledger: Ledger, actuator: Actuator, params: PolicyParams
+    ) -> Controller:
+        return cls(ledger, actuator, params, algorithm=ALGORITHMS[algorithm]())
+
+    # -- telemetry ------------------------------------------------------------------------
+    def ingest(self, samples: Iterable[Sample], now: float) -> None:
+        """Window the samples of registered queues; the rest are counted and dropped."""
+        by_queue: dict[str, list[Sample]] = {}
+        for sample in samples:
+            by_queue.setdefault(sample.queue, []).append(sample)
+        configs = self.configs(by_queue, now)
+        for queue, queue_samples in by_queue.items():
+            if queue not in configs:
+                self.counters["samples_unregistered"] += len(queue_samples)
+                continue
+            window = self._windows.get(queue)
+            if window is None:
+                window = self._windows[queue] = QueueWindow(self._retention_s)
+            for sample in queue_samples:
+                if window.add(sample):
+                    self.counters["samples_windowed"] += 1
+                else:
+                    self.counters["samples_too_old"] += 1
+            self._pending.add(queue)
+
+    def configs(self, queues: Iterable[str], now: float) -> dict[str, QueueConfig]:
+        """Registered configs, cached for ``config_ttl_s`` so a batch costs no ledger reads."""
+        wanted = set(queues)
+        stale = [
+            q
+            for q in wanted
+            if q not in self._configs or now - self._configs[q][0] > self._config_ttl_s
+        ]
+        if stale:
+            fetched = self.ledger.get_configs(stale)
+            for queue in stale:
+                self._configs[queue] = (now, fetched.get(queue))
+        return {q: config for q in wanted if (config := self._configs[q][1]) is not None}
+
+    def window(self, queue: str) -> QueueWindow | None:
+        return self._windows.get(queue)
+
+    # -- deciding -------------------------------------------------------------------------
+    def plan(self, now: float) -> Plan:
+        """Decide every queue with new evidence; nothing is written or actuated here.
+
+        A ledger fault propagates with the pending queues kept, so a retried batch decides
+        them again.
+        """
+        queues = sorted(self._pending)
+        configs = self.configs(queues, now)
+        states = self.states(configs.values(), now)
+        self._pending.clear()
+        plan = Plan(now=now)
+        for queue in queues:
+            config, state = configs.get(queue), states.get(queue)
+            if config is None or state is None:
+                continue
+            window = self._windows[queue]
+            decision = decide(self.algorithm, state, config, window, now, self.params_for(config))
+            plan.steps.append(Step(config, decision, state, window.newest_event_time))
+        return plan
+
+    def evaluate(
+        self, queue: str, pressure_rate: float, success_rate: float, now: float, deadline: float
+    ) -> tuple[Decision, bool] | None:
+        """The operator's manual evaluation: the original rule once on the given rates, no
+        window, no settling. ``None`` for an unregistered queue; else the decision and whether
+        the mapping was updated."""
+        config = self.configs([queue], now).get(queue)
+        if config is None:
+            return None
+        state = self.states([config], now)[queue]
+        if config.mode is Mode.PINNED:
+            decision = decide(self.algorithm, state, config, QueueWindow(), now, self.params)
+        else:
+            decision = aimd_step(state, pressure_rate, success_rate, self.params_for(config), now)
+        step = Step(config, decision, state, None, AuditEvent.MANUAL_EVALUATION)
+        done = self.execute(Plan(now, [step]), deadline)
+        return (done[0] if done else decision), bool(done) and step.actuates
+
+    def params_for(self, config: QueueConfig) -> PolicyParams:
+        return self.params.with_overrides(config.overrides) if config.overrides else self.params
+
+    def states(self, configs: Iterable[QueueConfig], now: float) -> dict[str, QueueState]:
+        """Current state per queue: cached, else the ledger's, else learned from the mapping.
+
+        A mapping that cannot be read is left out (and counted) rather than blocking the rest.
+        """
+        configs = list(configs)
+        missing = [c.queue for c in configs if c.queue not in self._states]
+        if missing:
+            self._states.update(self.ledger.get_states(missing))
+        for config in configs:
+            if config.queue in self._states:
+                continue
+            try:
+                self._states[config.queue] = self._initial_state(config, now)
+            except ActuationError:
+                self.counters["mappings_unreadable"] += 1
+        return {c.queue: self._states[c.queue] for c in configs if c.queue in self._states}
+
+    def _initial_state(self, config: QueueConfig, now: float) -> QueueState:
+        """A queue never decided before starts from its mapping's actual setting."""
+        params = self.params_for(config)
+        view = self.actuator.read(config.esm_uuid, self._monotonic() + STEP_BUDGET_S)
+        concurrency = view.max_concurrency if view.max_concurrency is not None else params.cmax
+        return QueueState(
+            queue=config.queue,
+            esm_uuid=config.esm_uuid,
+            state=QueueStateName.HEALTHY,
+            concurrency=concurrency,
+            previous_concurrency=concurrency,
+            last_evaluated_at=now,
+            enabled=view.enabled,
+        )
+
+    # -- acting ---------------------------------------------------------------------------
+    def execute(self, plan: Plan, deadline: float = math.inf) -> list[Decision]:
+        """Carry out the plan; returns the decisions that took effect (HOLDs included).
+
+        Steps that would not fit before ``deadline`` are left undone and their queues decided
+        again with the next batch: nothing is recorded that was not done.
+        """
+        done: list[Decision] = []
+        for index, step in enumerate(plan.steps):
+            if step.records and self._monotonic() + STEP_BUDGET_S > deadline:
+                self.counters["steps_deferred"] += len(plan.steps) - index
+                self._pending.update(s.config.queue for s in plan.steps[index:])
+                break
+            try:
+                decision = self._run(step, plan.now, deadline)
+            except LedgerError:
+                self._pending.update(s.config.queue for s in plan.steps[index:])
+                raise
+            except ActuationError:
+                # The mapping could not even be read: try again with the next batch.
+                self.counters["actuation_failures"] += 1
+                self._pending.add(step.config.queue)
+                continue
+            if decision is not None:
+                done.append(decision)
+        return done
+
+    def run_batch(
+        self, samples: Iterable[Sample], now: float, deadline: float = math.inf
+    ) -> list[Decision]:
+        self.ingest(samples, now)
+        return self.execute(self.plan(now), deadline)
+
+    def forget_state(self, queue: str) -> None:
+        self._states.pop(queue, None)
+
+    def _run(self, step: Step, now: float, deadline: float) -> Decision | None:
+        decision, config = step.decision, step.config
+        if not step.records:
+            self._states[config.queue] = decision.new_state
+            return decision
+        if step.actuates:
+            view = self.actuator.read(config.esm_uuid, deadline)
+            if (
+                view.max_concurrency != decision.previous
+                or view.enabled != decision.previous_enabled
+            ):
+                self._adopt_drift(step, view.max_concurrency, view.enabled, now)
+                return None
+        audit = self._audit(step, now)
+        try:
+            committed = self.ledger.commit(
+                decision.new_state.evolve(version=step.base_version), audit
+            )
+        except VersionConflict:
+            # Another invocation moved this queue first: re-read and judge afresh next batch.
+            self.counters["version_conflicts"] += 1
+            self.forget_state(config.queue)
+            self._pending.add(config.queue)
+            return None
+        self._states[config.queue] = committed
+        if not step.actuates:
+            return decision
+        try:
+            self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, deadline)
+        except ActuationError as error:
+            self._revert(step, committed, now, error)
+            return None
+        self.counters["esm_updates"] += 1
+        return decision
+
+    def _audit(self, step: Step, now: float) -> AuditEntry:
+        decision = step.decision
+        dry_run = step.config.mode is Mode.DRY_RUN and decision.changes_mapping
+        latency_ms = (
+            0.0 if step.evidence_time is None else max(0.0, now - step.evidence_time) * 1000
+        )
+        return AuditEntry(
+            queue=decision.queue,
+            timestamp=now,
+            event_type=step.event_type,
+            previous_value=decision.previous,
+            new_value=decision.target,
+            action=decision.action.value,
+            reason=f"[dry-run] {decision.reason}" if dry_run else decision.reason,
+            error_rate=decision.pressure_rate,
+            success_rate=decision.success_rate,
+            control_loop_latency_ms=latency_ms,
+        )
+
+    def _adopt_drift(self, step: Step, actual: int | None, enabled: bool, now: float) -> None:
+        """Documented rule: an operator's change to the mapping wins. The controller adopts the
+        actual value, records the drift, and judges fresh evidence under it before acting."""
+        decision = step.decision
+        value = decision.previous if actual is None else actual
+        reason = (
+            f"Drift: mapping is at {value} (enabled={enabled}) but the ledger said "
+            f"{decision.previous}; adopting the mapping's value."
+        )
+        previous = self._states[step.config.queue]
+        state = previous.evolve(
+            concurrency=value,
+            previous_concurrency=decision.previous,
+            enabled=enabled,
+            last_action=Action.HOLD,
+            last_reason=reason,
+            last_evaluated_at=now,
+            last_change_at=now,
+            version=step.base_version,
+        )
+        audit = AuditEntry(
+            queue=decision.queue,
+            timestamp=now,
+            event_type=AuditEvent.DRIFT_DETECTED,
+            previous_value=decision.previous,
+            new_value=value,
+            action=Action.HOLD.value,
+            reason=reason,
+        )
+        self.counters["drift_detected"] += 1
+        try:
+            self._states[step.config.queue] = self.ledger.commit(state, audit)
+        except VersionConflict:
+            self.counters["version_conflicts"] += 1
+            self.forget_state(step.config.queue)
+
+    def _revert(self, step: Step, committed: QueueState, now: float, error: ActuationError) -> None:
+        """The claim stands in the ledger but the mapping did not move: put the ledger back."""
+        decision = step.decision
+        reason = f"Actuation failed ({error}); mapping stays at {decision.previous}."
+        state = committed.evolve(
+            concurrency=decision.previous,
+            previous_concurrency=decision.previous,
+            enabled=decision.previous_enabled,
+            last_reason=reason,
+        )
+        audit = AuditEntry(
+            queue=decision.queue,
+            timestamp=now,
+            event_type=AuditEvent.ACTUATION_FAILED,
+            previous_value=decision.target,
+            new_value=decision.previous,
+            action=Action.HOLD.value,
+            reason=reason,
+        )
+        self.counters["actuation_failures"] += 1
+        self._pending.add(decision.queue)
+        try:
+            self._states[decision.queue] = self.ledger.commit(state, audit)
+        except VersionConflict:
+            self.counters["version_conflicts"] += 1
+            self.forget_state(decision.queue)

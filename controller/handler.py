@@ -1,0 +1,45 @@
+"""Lambda entry point: wiring only. The application is built once per container."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from controller.actuator import LambdaActuator
+from controller.app import ControllerApp
+from controller.engine import Controller
+from controller.ledger import DynamoLedger
+from controller.policy import ALGORITHMS
+from controller.settings import PolicyParams
+
+logger = Logger(service="queuemesh-controller")
+_app: ControllerApp | None = None
+
+
+def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
+    env = dict(os.environ) if environ is None else environ
+    table = env.get("QUEUEMESH_TABLE")
+    if not table:
+        raise RuntimeError("QUEUEMESH_TABLE is not set: name the ledger's DynamoDB table")
+    algorithm_name = env.get("QUEUEMESH_ALGORITHM", "aimd")
+    if algorithm_name not in ALGORITHMS:
+        raise RuntimeError(
+            f"QUEUEMESH_ALGORITHM={algorithm_name!r} is unknown; choose one of {sorted(ALGORITHMS)}"
+        )
+    controller = Controller(
+        DynamoLedger(table),
+        LambdaActuator(),
+        PolicyParams.from_env(env),
+        algorithm=ALGORITHMS[algorithm_name](),
+    )
+    return ControllerApp(controller, logger=logger)
+
+
+@logger.inject_lambda_context
+def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    global _app
+    if _app is None:
+        _app = build_app()
+    return _app.handle(event, context)
