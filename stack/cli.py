@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from stack.errors import CliError
 
-COMMAND_MODULES: tuple[str, ...] = ()
+COMMAND_MODULES: tuple[str, ...] = ("load.record",)
 
 
 class OneLineParser(argparse.ArgumentParser):

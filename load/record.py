@@ -1,0 +1,463 @@
+"""`queuemesh record`: copy a Kinesis stream's records to a recording (JSON Lines).
+
+Every shard is read with its own iterator; records are written in arrival order across shards
+(see ``ArrivalMerger``). Polling stays within Kinesis' limits and leaves room for the
+controller's own event source mapping on the same stream: each shard is read at most once per
+second when caught up, five times per second while catching up (the per-shard limit), and
+``ProvisionedThroughputExceededException`` backs the shard off exponentially.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import heapq
+import json
+import math
+import random
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from stack.errors import CliError
+
+IDLE_POLL_S = 1.0
+CATCH_UP_POLL_S = 0.2
+SHARD_REFRESH_S = 10.0
+THROTTLE_BACKOFF_BASE_S = 0.5
+THROTTLE_BACKOFF_CAP_S = 16.0
+MAX_CONSECUTIVE_THROTTLES = 10
+GET_RECORDS_LIMIT = 10_000
+# A record another shard delivers may carry an arrival time a little before "now" on this
+# machine's clock (clock skew, Kinesis' own approximation): a caught-up shard promises only
+# records that arrive after now minus this margin.
+CLOCK_SKEW_MARGIN_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One Kinesis record as read, in the recording's terms."""
+
+    arrival: float
+    shard: str
+    sequence: str
+    partition_key: str
+    data: bytes
+
+    def order_key(self) -> tuple[float, str, int]:
+        # Sequence numbers are decimal strings of different lengths: compare them as integers.
+        return (self.arrival, self.shard, int(self.sequence))
+
+    def to_line(self) -> str:
+        return json.dumps(
+            {
+                "arrival": self.arrival,
+                "shard": self.shard,
+                "sequence": self.sequence,
+                "partition_key": self.partition_key,
+                "data": base64.b64encode(self.data).decode("ascii"),
+            },
+            separators=(",", ":"),
+        )
+
+
+class ArrivalMerger:
+    """Merges per-shard record sequences into one sequence in arrival order.
+
+    Each shard delivers its records in order; a shard's *horizon* is a time before which it
+    will deliver nothing more (its last record's arrival, or "now minus a margin" once it has
+    caught up with the stream's tip). Records up to the smallest horizon of the open shards
+    are safe to release: nothing earlier can still come.
+    """
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[tuple[float, str, int], StreamRecord]] = []
+        self._horizons: dict[str, float] = {}
+
+    def open_shard(self, shard: str) -> None:
+        self._horizons.setdefault(shard, -math.inf)
+
+    def close_shard(self, shard: str) -> None:
+        self._horizons.pop(shard, None)
+
+    def add(self, shard: str, records: Iterable[StreamRecord]) -> None:
+        for record in records:
+            heapq.heappush(self._heap, (record.order_key(), record))
+            self.advance(shard, record.arrival)
+
+    def advance(self, shard: str, horizon: float) -> None:
+        if shard in self._horizons:
+            self._horizons[shard] = max(self._horizons[shard], horizon)
+
+    def release(self) -> list[StreamRecord]:
+        """The buffered records no open shard can precede any more, oldest first."""
+        limit = min(self._horizons.values(), default=math.inf)
+        released: list[StreamRecord] = []
+        # Strictly before: a shard at its horizon may still deliver another record of that
+        # very arrival time, which could sort before one released now.
+        while self._heap and self._heap[0][0][0] < limit:
+            released.append(heapq.heappop(self._heap)[1])
+        return released
+
+    def drain(self) -> list[StreamRecord]:
+        """Everything still buffered, oldest first (the recording is ending)."""
+        drained = [entry[1] for entry in sorted(self._heap)]
+        self._heap.clear()
+        return drained
+
+    @property
+    def buffered(self) -> int:
+        return len(self._heap)
+
+
+@dataclass(slots=True)
+class ShardCursor:
+    shard: str
+    iterator: str | None = None
+    start_type: str = "LATEST"
+    last_sequence: str | None = None
+    next_poll: float = 0.0
+    throttles: int = 0
+    closed: bool = False
+    records: int = 0
+    bytes: int = 0
+
+
+@dataclass(slots=True)
+class RecordingTotals:
+    records: int = 0
+    bytes: int = 0
+    per_shard: dict[str, list[int]] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+    stopped_by: str = ""
+
+    def line(self) -> str:
+        shards = ", ".join(
+            f"{shard}: {count:,} rec / {_size(size)}"
+            for shard, (count, size) in sorted(self.per_shard.items())
+        )
+        return f"{self.records:,} records, {_size(self.bytes)} in {self.elapsed_s:.1f} s" + (
+            f" [{shards}]" if shards else ""
+        )
+
+
+def _size(size: int) -> str:
+    if size < 1024:
+        return f"{size} B"
+    if size < 1024 * 1024:
+        return f"{size / 1024:.1f} KB"
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+class Progress:
+    """The progress line on stderr: rewritten in place on a terminal, else every few seconds."""
+
+    def __init__(self, stream: IO[str], enabled: bool, clock: Callable[[], float]) -> None:
+        self._stream = stream
+        self._enabled = enabled
+        self._clock = clock
+        self._tty = enabled and stream.isatty()
+        self._interval = 0.25 if self._tty else 10.0
+        self._last = -math.inf
+
+    def update(self, totals: RecordingTotals, force: bool = False) -> None:
+        if not self._enabled:
+            return
+        now = self._clock()
+        if not force and now - self._last < self._interval:
+            return
+        self._last = now
+        if self._tty:
+            self._stream.write("\r\x1b[K" + totals.line())
+        else:
+            self._stream.write(totals.line() + "\n")
+        self._stream.flush()
+
+    def finish(self, totals: RecordingTotals, out: str) -> None:
+        if self._tty:
+            self._stream.write("\r\x1b[K")
+        self._stream.write(f"recorded {totals.line()} to {out} ({totals.stopped_by})\n")
+        self._stream.flush()
+
+
+class Recorder:
+    """Reads every shard of one stream until stopped, writing the recording as it goes.
+
+    ``run`` returns when ``duration_s`` has passed, ``max_records`` were written, every shard is
+    closed, or a ``KeyboardInterrupt`` arrives; in each case what was read is written and
+    flushed before it returns.
+    """
+
+    def __init__(
+        self,
+        kinesis: Any,
+        stream: str,
+        out: IO[str],
+        *,
+        from_start: bool = False,
+        duration_s: float | None = None,
+        max_records: int | None = None,
+        progress: Progress | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._kinesis = kinesis
+        self._stream = stream
+        self._out = out
+        self._from_start = from_start
+        self._duration_s = duration_s
+        self._max_records = max_records
+        self._progress = progress
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._cursors: dict[str, ShardCursor] = {}
+        self._merger = ArrivalMerger()
+        self.totals = RecordingTotals()
+
+    def run(self) -> RecordingTotals:
+        started = self._clock()
+        end = math.inf if self._duration_s is None else started + self._duration_s
+        try:
+            self._discover_shards(initial=True)
+            self.totals.stopped_by = self._loop(end)
+        except KeyboardInterrupt:
+            self.totals.stopped_by = "interrupted"
+        finally:
+            self._write(self._merger.drain())
+            self._out.flush()
+            self.totals.elapsed_s = self._clock() - started
+        return self.totals
+
+    def _loop(self, end: float) -> str:
+        next_refresh = self._clock() + SHARD_REFRESH_S
+        while True:
+            now = self._clock()
+            if now >= end:
+                return "duration reached"
+            if self._max_records is not None and self._written_or_buffered() >= self._max_records:
+                return "record limit reached"
+            if now >= next_refresh:
+                self._discover_shards(initial=False)
+                next_refresh = now + SHARD_REFRESH_S
+            open_cursors = [cursor for cursor in self._cursors.values() if not cursor.closed]
+            if not open_cursors:
+                return "every shard is closed"
+            cursor = min(open_cursors, key=lambda candidate: candidate.next_poll)
+            wait = min(cursor.next_poll, end, next_refresh) - now
+            if wait > 0:
+                self._sleep(wait)
+                continue
+            self._poll(cursor)
+            self._write(self._merger.release())
+            if self._progress is not None:
+                self._progress.update(self.totals)
+
+    def _written_or_buffered(self) -> int:
+        return self.totals.records + self._merger.buffered
+
+    def _discover_shards(self, initial: bool) -> None:
+        shards: list[str] = []
+        params: dict[str, Any] = {"StreamName": self._stream}
+        while True:
+            try:
+                page = self._kinesis.list_shards(**params)
+            except Exception as error:
+                if _code(error) == "ResourceNotFoundException":
+                    raise CliError(f"stream {self._stream!r} not found (deleted?)") from error
+                raise
+            shards.extend(shard["ShardId"] for shard in page.get("Shards", []))
+            token = page.get("NextToken")
+            if not token:
+                break
+            params = {"NextToken": token}
+        for shard in shards:
+            if shard in self._cursors:
+                continue
+            # Shards born after the recording began (a reshard) are read from their start.
+            start_type = "TRIM_HORIZON" if self._from_start or not initial else "LATEST"
+            self._cursors[shard] = ShardCursor(shard=shard, start_type=start_type)
+            self._merger.open_shard(shard)
+            self.totals.per_shard.setdefault(shard, [0, 0])
+
+    def _iterator(self, cursor: ShardCursor) -> str:
+        if cursor.iterator is None:
+            params: dict[str, Any] = {"StreamName": self._stream, "ShardId": cursor.shard}
+            if cursor.last_sequence is not None:
+                params |= {
+                    "ShardIteratorType": "AFTER_SEQUENCE_NUMBER",
+                    "StartingSequenceNumber": cursor.last_sequence,
+                }
+            else:
+                params["ShardIteratorType"] = cursor.start_type
+            cursor.iterator = str(self._kinesis.get_shard_iterator(**params)["ShardIterator"])
+        return cursor.iterator
+
+    def _poll(self, cursor: ShardCursor) -> None:
+        asked_at = self._wall_clock()
+        try:
+            response = self._kinesis.get_records(
+                ShardIterator=self._iterator(cursor), Limit=GET_RECORDS_LIMIT
+            )
+        except Exception as error:
+            self._poll_failed(cursor, error)
+            return
+        cursor.throttles = 0
+        records = [self._record(cursor.shard, raw) for raw in response.get("Records", [])]
+        if records:
+            cursor.last_sequence = records[-1].sequence
+        self._merger.add(cursor.shard, records)
+        behind = int(response.get("MillisBehindLatest") or 0)
+        if behind == 0:
+            self._merger.advance(cursor.shard, asked_at - CLOCK_SKEW_MARGIN_S)
+        cursor.iterator = response.get("NextShardIterator")
+        if cursor.iterator is None:
+            # A closed shard (after a reshard) that has been read to its end.
+            cursor.closed = True
+            self._merger.close_shard(cursor.shard)
+        pause = CATCH_UP_POLL_S if records and behind > 0 else IDLE_POLL_S
+        cursor.next_poll = self._clock() + pause
+
+    def _poll_failed(self, cursor: ShardCursor, error: Exception) -> None:
+        code = _code(error)
+        if code == "ExpiredIteratorException":
+            cursor.iterator = None
+            cursor.next_poll = self._clock()
+            return
+        if code not in {"ProvisionedThroughputExceededException", "LimitExceededException"}:
+            raise error
+        cursor.throttles += 1
+        if cursor.throttles > MAX_CONSECUTIVE_THROTTLES:
+            raise CliError(
+                f"shard {cursor.shard} stayed throttled for {MAX_CONSECUTIVE_THROTTLES} "
+                "consecutive reads; another consumer is using the stream's read capacity"
+            ) from error
+        ceiling = min(THROTTLE_BACKOFF_CAP_S, THROTTLE_BACKOFF_BASE_S * 2 ** (cursor.throttles - 1))
+        cursor.next_poll = self._clock() + ceiling / 2 + self._rng.uniform(0, ceiling / 2)
+
+    def _record(self, shard: str, raw: dict[str, Any]) -> StreamRecord:
+        arrival = raw["ApproximateArrivalTimestamp"]
+        return StreamRecord(
+            arrival=arrival.timestamp() if hasattr(arrival, "timestamp") else float(arrival),
+            shard=shard,
+            sequence=str(raw["SequenceNumber"]),
+            partition_key=str(raw.get("PartitionKey", "")),
+            data=bytes(raw["Data"]),
+        )
+
+    def _write(self, records: list[StreamRecord]) -> None:
+        if self._max_records is not None:
+            records = records[: max(0, self._max_records - self.totals.records)]
+        if not records:
+            return
+        for record in records:
+            self._out.write(record.to_line() + "\n")
+            self.totals.records += 1
+            self.totals.bytes += len(record.data)
+            counts = self.totals.per_shard.setdefault(record.shard, [0, 0])
+            counts[0] += 1
+            counts[1] += len(record.data)
+        # Flushed as written, so a killed recorder leaves every released record on disk.
+        self._out.flush()
+
+
+def _code(error: BaseException) -> str:
+    response = getattr(error, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from stack.aws import add_target_arguments
+
+    parser = subparsers.add_parser(
+        "record",
+        help="record a Kinesis telemetry stream to a JSON Lines file",
+        description=(
+            "Read every shard of a Kinesis stream and write its records, in arrival order, "
+            "as JSON Lines (the recording format `queuemesh replay` reads). Stops after "
+            "--duration, --max-records, or on Ctrl-C; what was read is always kept."
+        ),
+    )
+    parser.add_argument("--stream", required=True, help="Kinesis stream name")
+    parser.add_argument("--out", required=True, help="recording file to write (JSON Lines)")
+    parser.add_argument(
+        "--duration", type=_positive_seconds, help="stop after this many seconds (default: Ctrl-C)"
+    )
+    parser.add_argument(
+        "--from-start",
+        action="store_true",
+        help="start at the oldest record the stream holds (TRIM_HORIZON); default: new records "
+        "only (LATEST)",
+    )
+    parser.add_argument("--max-records", type=_positive_int, help="stop after this many records")
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+    add_target_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _positive_seconds(raw: str) -> float:
+    try:
+        value = float(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {raw!r}") from error
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {raw!r}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from stack.aws import AwsTarget, aws_errors
+
+    target = AwsTarget.from_args(args)
+    with aws_errors(target):
+        kinesis = target.client("kinesis")
+        _check_stream(kinesis, args.stream, target.describe())
+        try:
+            out = open(args.out, "w", encoding="utf-8")  # noqa: SIM115 - closed in finally
+        except OSError as error:
+            raise CliError(f"cannot write {args.out}: {error.strerror}") from error
+        try:
+            recorder = Recorder(
+                kinesis,
+                args.stream,
+                out,
+                from_start=args.from_start,
+                duration_s=args.duration,
+                max_records=args.max_records,
+                progress=Progress(sys.stderr, not args.quiet, time.monotonic),
+            )
+            totals = recorder.run()
+        finally:
+            out.close()
+    if not args.quiet:
+        Progress(sys.stderr, True, time.monotonic).finish(totals, args.out)
+    return 0
+
+
+def _check_stream(kinesis: Any, stream: str, where: str) -> None:
+    try:
+        kinesis.describe_stream_summary(StreamName=stream)
+    except Exception as error:
+        if _code(error) == "ResourceNotFoundException":
+            raise CliError(
+                f"stream {stream!r} not found at {where}; check --stream, --region and "
+                "--endpoint-url"
+            ) from error
+        raise
