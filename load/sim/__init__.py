@@ -1,0 +1,2 @@
+"""The QueueMesh simulator: scenarios, a discrete-event model of SQS -> Lambda -> downstream,
+and the policies it compares."""

@@ -1,0 +1,473 @@
+"""The discrete-event simulation: SQS, the Lambda SQS poller, workers, downstreams, telemetry.
+
+Virtual time in seconds from the scenario's start; the controller sees ``SIM_EPOCH + t``. One
+event per downstream call, so calls from every invocation and queue meet each downstream's
+per-second capacity in time order. Everything random draws from generators seeded by the
+scenario's seed, one per purpose, so the same scenario and seed give the same run.
+
+What is modelled (AWS's documented behaviour where there is one):
+- SQS standard queue: a receive takes visible messages in no particular order (uniformly at
+  random here); a received message is invisible for the visibility timeout; a message whose
+  receive count has reached ``max_receive_count`` moves to the dead-letter queue instead of
+  being delivered again.
+- The poller: starts at 5 concurrent batches, adds up to 5 per second while messages wait,
+  never above ``MaximumConcurrency``; when the cap drops, running invocations finish and no new
+  one starts above it; ``Enabled=false`` stops new polls (re-enabling starts again from 5);
+  with the queue empty it scales down to what is running.
+- A worker invocation: the poller's overhead, then one downstream call per message, in turn;
+  a call answered 429 or 5xx fails its message (a partial batch response), which returns after
+  the visibility timeout; one telemetry sample per invocation.
+- A downstream: answers 429 to the calls above its capacity in each second; optionally answers
+  a share of the others with a 500 that is not overload (noise); a 429 takes as long as a 200.
+- Telemetry: each sample reaches Kinesis after a uniform random delay in
+  ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
+  window, and the controller also runs on a schedule (with no records) so a paused mapping is
+  still looked at.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller.model import Sample
+from load.sim.scenario import QueueSpec, Scenario, Schedule, value_at
+
+# 2026-01-01T00:00:00Z: virtual time 0, as epoch seconds, for the controller and recordings.
+SIM_EPOCH = 1_767_225_600.0
+POLLER_START = 5
+POLLER_STEP_PER_S = 5
+ARRIVAL_STEP_S = 0.1
+
+_CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL = range(6)
+
+
+@dataclass(frozen=True, slots=True)
+class MappingSetting:
+    """What the simulated poller reads from a queue's event source mapping."""
+
+    max_concurrency: int
+    enabled: bool = True
+
+
+class SimPolicy(Protocol):
+    """Something that sets each queue's mapping from telemetry batches."""
+
+    name: str
+
+    def start(self, scenario: Scenario) -> None:
+        """Attach to the scenario's mappings (called once, before time 0)."""
+        ...
+
+    def on_batch(self, samples: Sequence[Sample], now: float) -> None:
+        """One controller invocation at epoch time ``now``; ``samples`` may be empty."""
+        ...
+
+    def mappings(self) -> Mapping[str, MappingSetting]: ...
+
+    def esm_updates(self) -> Mapping[str, int]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryDelivery:
+    """One sample as the controller's Kinesis stream receives it (virtual seconds)."""
+
+    arrival: float
+    sample: Sample
+
+
+@dataclass(slots=True)
+class QueueTrace:
+    """What happened to one queue; per-second series are indexed by whole virtual seconds."""
+
+    name: str
+    downstream: str
+    messages_total: int = 0
+    messages_done: int = 0
+    dlq_messages: int = 0
+    calls_total: int = 0
+    calls_rejected: int = 0
+    calls_noise: int = 0
+    last_done_at: float | None = None
+    pending_at_end: int = 0
+    calls_per_s: list[int] = field(default_factory=list)
+    rejected_per_s: list[int] = field(default_factory=list)
+    ok_per_s: list[int] = field(default_factory=list)
+    cap_per_s: list[int] = field(default_factory=list)
+    running_per_s: list[int] = field(default_factory=list)
+    enabled_per_s: list[bool] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SimResult:
+    scenario: Scenario
+    policy: str
+    seed: int
+    ended_at: float
+    queues: dict[str, QueueTrace]
+    esm_updates: dict[str, int]
+    telemetry: list[TelemetryDelivery]
+
+
+class _Downstream:
+    __slots__ = ("capacity", "latency_s", "noise", "noise_rng", "second", "used")
+
+    def __init__(self, capacity: list[float], latency_s: float, noise: list[float], seed: str):
+        self.capacity = capacity
+        self.latency_s = latency_s
+        self.noise = noise
+        self.noise_rng = random.Random(seed)
+        self.second = -1
+        self.used = 0
+
+    def answer(self, now: float) -> int:
+        """The status code of a call made at ``now``."""
+        second = int(now)
+        if second != self.second:
+            self.second = second
+            self.used = 0
+        index = min(second, len(self.capacity) - 1)
+        if self.used >= self.capacity[index]:
+            return 429
+        self.used += 1
+        noise = self.noise[index]
+        if noise > 0.0 and self.noise_rng.random() < noise:
+            return 500
+        return 200
+
+
+class _Queue:
+    __slots__ = (
+        "arrivals",
+        "downstream",
+        "enabled",
+        "fresh",
+        "in_flight",
+        "in_flight_messages",
+        "level",
+        "limit",
+        "max_concurrency",
+        "pending_returns",
+        "pick_rng",
+        "retry",
+        "spec",
+        "trace",
+    )
+
+    def __init__(self, spec: QueueSpec, downstream: _Downstream, seed: str) -> None:
+        self.spec = spec
+        self.downstream = downstream
+        self.trace = QueueTrace(name=spec.name, downstream=spec.downstream)
+        self.fresh = 0
+        self.retry: list[int] = []
+        self.in_flight = 0
+        self.in_flight_messages = 0
+        self.pending_returns = 0
+        self.max_concurrency = spec.max_concurrency
+        self.enabled = True
+        self.level = min(POLLER_START, spec.max_concurrency)
+        self.limit = self.level
+        self.pick_rng = random.Random(seed)
+        self.arrivals = 0
+
+    def set_mapping(self, setting: MappingSetting) -> None:
+        if setting.enabled and not self.enabled:
+            self.level = POLLER_START
+        self.enabled = setting.enabled
+        self.max_concurrency = setting.max_concurrency
+        self.level = min(self.level, self.max_concurrency)
+        self._refresh_limit()
+
+    def scale(self) -> None:
+        """The poller's once-a-second scaling step."""
+        if not self.enabled:
+            return
+        if self.fresh or self.retry:
+            self.level = min(self.max_concurrency, self.level + POLLER_STEP_PER_S)
+        else:
+            self.level = max(min(POLLER_START, self.max_concurrency), self.in_flight)
+        self._refresh_limit()
+
+    def _refresh_limit(self) -> None:
+        self.limit = min(self.level, self.max_concurrency) if self.enabled else 0
+
+    def receive(self) -> list[int]:
+        """Up to one batch of visible messages (their receive counts, after this receive)."""
+        batch: list[int] = []
+        spec = self.spec
+        retry = self.retry
+        rng = self.pick_rng
+        while len(batch) < spec.batch_size and (self.fresh or retry):
+            if retry and (not self.fresh or rng.random() * (self.fresh + len(retry)) < len(retry)):
+                index = rng.randrange(len(retry))
+                retry[index], retry[-1] = retry[-1], retry[index]
+                count = retry.pop()
+                if count >= spec.max_receive_count:
+                    self.trace.dlq_messages += 1
+                    continue
+            else:
+                self.fresh -= 1
+                count = 0
+            batch.append(count + 1)
+        return batch
+
+
+class _Invocation:
+    __slots__ = ("failed", "messages", "next_call", "noise", "ok", "queue", "rejected", "started")
+
+    def __init__(self, queue: _Queue, messages: list[int], started: float) -> None:
+        self.queue = queue
+        self.messages = messages
+        self.started = started
+        self.next_call = 0
+        self.ok = 0
+        self.rejected = 0
+        self.noise = 0
+        self.failed: list[int] = []
+
+
+def arrived_by(backlog: int, arrivals: Schedule, t: float) -> int:
+    """Messages that have entered a queue by time ``t`` (the backlog is there at 0)."""
+    total = 0.0
+    for index, (start, rate) in enumerate(arrivals):
+        if start >= t:
+            break
+        end = arrivals[index + 1][0] if index + 1 < len(arrivals) else math.inf
+        total += rate * (min(t, end) - start)
+    return backlog + math.floor(total + 1e-9)
+
+
+def arrivals_end(arrivals: Schedule, duration_s: float) -> float:
+    """When a queue's last arrival happens (0 when only the backlog arrives)."""
+    end = 0.0
+    for index, (_start, rate) in enumerate(arrivals):
+        if rate > 0:
+            next_start = arrivals[index + 1][0] if index + 1 < len(arrivals) else duration_s
+            end = max(end, min(next_start, duration_s))
+    return end
+
+
+def simulate(
+    scenario: Scenario,
+    policy: SimPolicy,
+    *,
+    seed: int | None = None,
+) -> SimResult:
+    """Run ``scenario`` under ``policy``; ``seed`` overrides the scenario's."""
+    return _Run(scenario, policy, scenario.seed if seed is None else seed).run()
+
+
+class _Run:
+    def __init__(self, scenario: Scenario, policy: SimPolicy, seed: int) -> None:
+        self.scenario = scenario
+        self.policy = policy
+        self.seed = seed
+        seconds = math.ceil(scenario.duration_s) + 1
+        self.seconds = seconds
+        self.downstreams = {
+            spec.name: _Downstream(
+                [value_at(spec.capacity_rps, s) for s in range(seconds)],
+                spec.latency_ms / 1000.0,
+                [value_at(spec.noise_5xx_rate, s) for s in range(seconds)],
+                f"{seed}:noise:{spec.name}",
+            )
+            for spec in scenario.downstreams
+        }
+        self.queues = [
+            _Queue(spec, self.downstreams[spec.downstream], f"{seed}:sqs:{spec.name}")
+            for spec in scenario.queues
+        ]
+        for queue in self.queues:
+            trace = queue.trace
+            trace.calls_per_s = [0] * seconds
+            trace.rejected_per_s = [0] * seconds
+            trace.ok_per_s = [0] * seconds
+        self.delay_rng = random.Random(f"{seed}:telemetry")
+        self.events: list[tuple[float, int, int, object]] = []
+        self.sequence = 0
+        self.in_transit: list[tuple[float, int, Sample]] = []
+        self.deliveries: list[TelemetryDelivery] = []
+        self.arrivals_over = max(
+            (arrivals_end(spec.arrivals_rps, scenario.duration_s) for spec in scenario.queues),
+            default=0.0,
+        )
+        self.last_controller_run = 0.0
+
+    def push(self, time: float, kind: int, payload: object) -> None:
+        self.sequence += 1
+        heapq.heappush(self.events, (time, self.sequence, kind, payload))
+
+    def run(self) -> SimResult:
+        scenario = self.scenario
+        self.policy.start(scenario)
+        self.apply_mappings()
+        self.push(0.0, _ARRIVALS, 0)
+        self.push(0.0, _SECOND, 0)
+        self.push(scenario.kinesis_batch_window_s, _CONTROL, 1)
+        duration = scenario.duration_s
+        events = self.events
+        pop = heapq.heappop
+        now = 0.0
+        while events:
+            now, _, kind, payload = pop(events)
+            if now > duration:
+                now = duration
+                break
+            if kind == _CALL:
+                self.call(now, payload)  # type: ignore[arg-type]
+            elif kind == _END:
+                self.end(now, payload)  # type: ignore[arg-type]
+            elif kind == _RETURN:
+                self.returned(now, payload)  # type: ignore[arg-type]
+            elif kind == _ARRIVALS:
+                self.arrive(now, payload)  # type: ignore[arg-type]
+            elif kind == _SECOND:
+                if self.second(now, payload):  # type: ignore[arg-type]
+                    break
+            else:
+                self.control(now, payload)  # type: ignore[arg-type]
+        for queue in self.queues:
+            queue.trace.pending_at_end = (
+                queue.fresh + len(queue.retry) + queue.pending_returns + queue.in_flight_messages
+            )
+        return SimResult(
+            scenario=scenario,
+            policy=self.policy.name,
+            seed=self.seed,
+            ended_at=now,
+            queues={queue.spec.name: queue.trace for queue in self.queues},
+            esm_updates=dict(self.policy.esm_updates()),
+            telemetry=self.deliveries,
+        )
+
+    def apply_mappings(self) -> None:
+        settings = self.policy.mappings()
+        for queue in self.queues:
+            queue.set_mapping(settings[queue.spec.name])
+
+    def dispatch(self, queue: _Queue, now: float) -> None:
+        while queue.in_flight < queue.limit and (queue.fresh or queue.retry):
+            messages = queue.receive()
+            if not messages:
+                return
+            queue.in_flight += 1
+            queue.in_flight_messages += len(messages)
+            invocation = _Invocation(queue, messages, now)
+            self.push(now + queue.spec.invocation_overhead_ms / 1000.0, _CALL, invocation)
+
+    def call(self, now: float, invocation: _Invocation) -> None:
+        queue = invocation.queue
+        downstream = queue.downstream
+        status = downstream.answer(now)
+        trace = queue.trace
+        second = int(now)
+        trace.calls_total += 1
+        trace.calls_per_s[second] += 1
+        if status == 200:
+            invocation.ok += 1
+            trace.ok_per_s[second] += 1
+        else:
+            invocation.failed.append(invocation.messages[invocation.next_call])
+            if status == 429:
+                invocation.rejected += 1
+                trace.calls_rejected += 1
+                trace.rejected_per_s[second] += 1
+            else:
+                invocation.noise += 1
+                trace.calls_noise += 1
+        invocation.next_call += 1
+        answered = now + downstream.latency_s
+        if invocation.next_call < len(invocation.messages):
+            self.push(answered, _CALL, invocation)
+        else:
+            self.push(answered, _END, invocation)
+
+    def end(self, now: float, invocation: _Invocation) -> None:
+        queue = invocation.queue
+        trace = queue.trace
+        queue.in_flight -= 1
+        queue.in_flight_messages -= len(invocation.messages)
+        if invocation.ok:
+            trace.messages_done += invocation.ok
+            trace.last_done_at = now
+        if invocation.failed:
+            queue.pending_returns += len(invocation.failed)
+            returns_at = max(now, invocation.started + queue.spec.visibility_timeout_s)
+            self.push(returns_at, _RETURN, (queue, invocation.failed))
+        calls = len(invocation.messages)
+        busy_ms = calls * queue.downstream.latency_s * 1000.0
+        sample = Sample(
+            queue=queue.spec.name,
+            event_time=SIM_EPOCH + now,
+            requests=calls,
+            ok=invocation.ok,
+            throttled=invocation.rejected,
+            server_errors=invocation.noise,
+            overloaded=0,
+            latency_ms_sum=busy_ms,
+            latency_count=calls,
+            invocation_ms=busy_ms,
+            downstream=queue.spec.downstream,
+        )
+        low, high = self.scenario.telemetry_delay_s
+        arrival = now + self.delay_rng.uniform(low, high)
+        self.sequence += 1
+        heapq.heappush(self.in_transit, (arrival, self.sequence, sample))
+        self.dispatch(queue, now)
+
+    def returned(self, now: float, payload: tuple[_Queue, list[int]]) -> None:
+        queue, counts = payload
+        queue.pending_returns -= len(counts)
+        queue.retry.extend(counts)
+        self.dispatch(queue, now)
+
+    def arrive(self, now: float, step: int) -> None:
+        for queue in self.queues:
+            spec = queue.spec
+            total = arrived_by(spec.backlog, spec.arrivals_rps, now)
+            if total > queue.arrivals:
+                queue.fresh += total - queue.arrivals
+                queue.trace.messages_total = total
+                queue.arrivals = total
+                self.dispatch(queue, now)
+        if now < self.arrivals_over:
+            next_step = step + 1
+            self.push(next_step * ARRIVAL_STEP_S, _ARRIVALS, next_step)
+
+    def second(self, now: float, second: int) -> bool:
+        """The once-a-second housekeeping; ``True`` when nothing is left to happen."""
+        finished = now > self.arrivals_over
+        for queue in self.queues:
+            queue.scale()
+            trace = queue.trace
+            trace.cap_per_s.append(queue.max_concurrency)
+            trace.running_per_s.append(queue.in_flight)
+            trace.enabled_per_s.append(queue.enabled)
+            self.dispatch(queue, now)
+            if queue.fresh or queue.retry or queue.in_flight or queue.pending_returns:
+                finished = False
+        if finished:
+            return True
+        self.push(float(second + 1), _SECOND, second + 1)
+        return False
+
+    def control(self, now: float, tick: int) -> None:
+        batch: list[Sample] = []
+        in_transit = self.in_transit
+        while in_transit and in_transit[0][0] <= now:
+            arrival, _, sample = heapq.heappop(in_transit)
+            delivery = TelemetryDelivery(arrival, sample)
+            self.deliveries.append(delivery)
+            batch.append(sample)
+        scheduled = now - self.last_controller_run >= self.scenario.controller_schedule_s - 1e-9
+        if batch or scheduled:
+            self.last_controller_run = now
+            self.policy.on_batch(batch, SIM_EPOCH + now)
+            self.apply_mappings()
+            for queue in self.queues:
+                self.dispatch(queue, now)
+        self.push((tick + 1) * self.scenario.kinesis_batch_window_s, _CONTROL, tick + 1)

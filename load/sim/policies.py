@@ -1,0 +1,181 @@
+"""The policies the simulator compares: none, the original rule, and the real controller."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+
+from controller.actuator import InMemoryActuator
+from controller.engine import Controller
+from controller.ledger import InMemoryLedger
+from controller.model import QueueConfig, QueueState, QueueStateName, Sample
+from controller.policy import ALGORITHMS, aimd_step
+from controller.settings import PolicyParams
+from load.sim.engine import MappingSetting, SimPolicy
+from load.sim.scenario import Scenario
+
+
+def queue_params(base: PolicyParams, max_concurrency: int, min_concurrency: int) -> PolicyParams:
+    return base.with_overrides({"cmax": max_concurrency, "cmin": min_concurrency})
+
+
+class StaticPolicy:
+    """No controller: every mapping stays at its maximum concurrency."""
+
+    name = "static"
+
+    def __init__(self) -> None:
+        self._mappings: dict[str, MappingSetting] = {}
+
+    def start(self, scenario: Scenario) -> None:
+        self._mappings = {
+            spec.name: MappingSetting(spec.max_concurrency) for spec in scenario.queues
+        }
+
+    def on_batch(self, samples: Sequence[Sample], now: float) -> None:
+        return None
+
+    def mappings(self) -> Mapping[str, MappingSetting]:
+        return self._mappings
+
+    def esm_updates(self) -> Mapping[str, int]:
+        return dict.fromkeys(self._mappings, 0)
+
+
+class SeedPolicy:
+    """The original QueueMesh rule: every telemetry batch judged alone with ``aimd_step``.
+
+    No window, no settling, no minimum evidence: a queue's calls in one Kinesis batch give its
+    pressure and success rates, and the rule is applied to them at once.
+    """
+
+    name = "seed"
+
+    def __init__(self, params: PolicyParams | None = None) -> None:
+        self._base = params or PolicyParams()
+        self._params: dict[str, PolicyParams] = {}
+        self._states: dict[str, QueueState] = {}
+        self._updates: dict[str, int] = {}
+
+    def start(self, scenario: Scenario) -> None:
+        for spec in scenario.queues:
+            params = queue_params(self._base, spec.max_concurrency, spec.min_concurrency)
+            self._params[spec.name] = params
+            self._states[spec.name] = QueueState(
+                queue=spec.name,
+                esm_uuid=f"esm-{spec.name}",
+                state=QueueStateName.HEALTHY,
+                concurrency=spec.max_concurrency,
+                previous_concurrency=spec.max_concurrency,
+            )
+            self._updates[spec.name] = 0
+
+    def on_batch(self, samples: Sequence[Sample], now: float) -> None:
+        requests: dict[str, int] = defaultdict(int)
+        pressure: dict[str, int] = defaultdict(int)
+        ok: dict[str, int] = defaultdict(int)
+        for sample in samples:
+            requests[sample.queue] += sample.requests
+            pressure[sample.queue] += sample.pressure
+            ok[sample.queue] += sample.ok
+        for queue, calls in requests.items():
+            state = self._states.get(queue)
+            if state is None or calls == 0:
+                continue
+            decision = aimd_step(
+                state, pressure[queue] / calls, ok[queue] / calls, self._params[queue], now
+            )
+            if decision.changes_mapping:
+                self._updates[queue] += 1
+            self._states[queue] = decision.new_state
+
+    def mappings(self) -> Mapping[str, MappingSetting]:
+        return {
+            queue: MappingSetting(state.concurrency, state.enabled)
+            for queue, state in self._states.items()
+        }
+
+    def esm_updates(self) -> Mapping[str, int]:
+        return self._updates
+
+
+class QueueMeshPolicy:
+    """The real controller core: ``Controller`` with the in-memory ledger and actuator.
+
+    The same windows, guards and algorithm the Lambda runs; each simulated Kinesis batch is one
+    ``run_batch``. The simulated poller follows the in-memory mappings.
+    """
+
+    name = "queuemesh"
+
+    def __init__(self, params: PolicyParams | None = None, algorithm: str | None = None) -> None:
+        self._params = params or PolicyParams()
+        self._algorithm = algorithm
+        self._uuids: dict[str, str] = {}
+        self._now = 0.0
+        self._actuator = InMemoryActuator(clock=lambda: self._now)
+        self._ledger = InMemoryLedger(suffix=_counter_suffix())
+        self._controller: Controller | None = None
+
+    @property
+    def controller(self) -> Controller:
+        if self._controller is None:
+            raise RuntimeError("the policy is not attached to a scenario yet (call start)")
+        return self._controller
+
+    @property
+    def ledger(self) -> InMemoryLedger:
+        return self._ledger
+
+    def start(self, scenario: Scenario) -> None:
+        for spec in scenario.queues:
+            uuid = f"esm-{spec.name}"
+            self._uuids[spec.name] = uuid
+            self._actuator.add_mapping(
+                uuid,
+                spec.max_concurrency,
+                event_source_arn=f"arn:aws:sqs:us-east-1:000000000000:{spec.name}",
+                batch_size=spec.batch_size,
+            )
+            self._ledger.put_config(
+                QueueConfig(
+                    queue=spec.name,
+                    esm_uuid=uuid,
+                    overrides={"cmax": spec.max_concurrency, "cmin": spec.min_concurrency},
+                )
+            )
+        algorithm = None if self._algorithm is None else ALGORITHMS[self._algorithm]()
+        self._controller = Controller(
+            self._ledger, self._actuator, self._params, algorithm=algorithm, monotonic=lambda: 0.0
+        )
+
+    def on_batch(self, samples: Sequence[Sample], now: float) -> None:
+        self._now = now
+        self.controller.run_batch(samples, now, math.inf)
+
+    def mappings(self) -> Mapping[str, MappingSetting]:
+        settings = {}
+        for queue, uuid in self._uuids.items():
+            view = self._actuator.read(uuid, math.inf)
+            cap = view.max_concurrency if view.max_concurrency is not None else 1000
+            settings[queue] = MappingSetting(cap, view.enabled)
+        return settings
+
+    def esm_updates(self) -> Mapping[str, int]:
+        per_uuid = Counter(call.uuid for call in self._actuator.calls)
+        return {queue: per_uuid[uuid] for queue, uuid in self._uuids.items()}
+
+
+def _counter_suffix() -> Callable[[], str]:
+    """Audit key suffixes from a counter, so a simulated ledger is the same run after run."""
+    numbers = itertools.count()
+    return lambda: f"{next(numbers):08d}"
+
+
+POLICIES: dict[str, Callable[[], SimPolicy]] = {
+    StaticPolicy.name: StaticPolicy,
+    SeedPolicy.name: SeedPolicy,
+    QueueMeshPolicy.name: QueueMeshPolicy,
+}

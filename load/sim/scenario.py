@@ -1,0 +1,411 @@
+"""Scenario files: the simulator's input, read and checked once, with one-line errors.
+
+A scenario is JSON (see ARCHITECTURE.md, "Scenario files"): times in seconds from the start,
+schedules as ``[[t, value], ...]`` steps. Keys beyond the contract's are optional and keep their
+meaning everywhere: ``description``, ``kinesis_batch_window_s``, ``controller_schedule_s`` (the
+scenario-level ones), ``noise_5xx_rate`` (per downstream) and ``invocation_overhead_ms`` (per
+queue).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Schedule = tuple[tuple[float, float], ...]
+
+SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
+
+# Between one invocation's end and the next one's first call in the same poller slot: the
+# poller's delete and receive round trips plus Lambda's invoke overhead.
+DEFAULT_INVOCATION_OVERHEAD_MS = 30.0
+DEFAULT_KINESIS_BATCH_WINDOW_S = 1.0
+# The controller also runs on a schedule (as an EventBridge rule would invoke it), so a paused
+# mapping, which emits no telemetry, is still looked at.
+DEFAULT_CONTROLLER_SCHEDULE_S = 5.0
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be simulated; the message names the key and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class DownstreamSpec:
+    name: str
+    capacity_rps: Schedule
+    latency_ms: float
+    noise_5xx_rate: Schedule = ((0.0, 0.0),)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSpec:
+    name: str
+    downstream: str
+    backlog: int
+    arrivals_rps: Schedule
+    batch_size: int
+    visibility_timeout_s: float
+    max_receive_count: int
+    max_concurrency: int
+    min_concurrency: int
+    invocation_overhead_ms: float = DEFAULT_INVOCATION_OVERHEAD_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    duration_s: float
+    seed: int
+    telemetry_delay_s: tuple[float, float]
+    downstreams: tuple[DownstreamSpec, ...]
+    queues: tuple[QueueSpec, ...]
+    description: str = ""
+    kinesis_batch_window_s: float = DEFAULT_KINESIS_BATCH_WINDOW_S
+    controller_schedule_s: float = DEFAULT_CONTROLLER_SCHEDULE_S
+
+    def downstream(self, name: str) -> DownstreamSpec:
+        return next(spec for spec in self.downstreams if spec.name == name)
+
+    def with_seed(self, seed: int) -> Scenario:
+        return Scenario(
+            name=self.name,
+            duration_s=self.duration_s,
+            seed=seed,
+            telemetry_delay_s=self.telemetry_delay_s,
+            downstreams=self.downstreams,
+            queues=self.queues,
+            description=self.description,
+            kinesis_batch_window_s=self.kinesis_batch_window_s,
+            controller_schedule_s=self.controller_schedule_s,
+        )
+
+
+def value_at(schedule: Schedule, t: float) -> float:
+    """The step schedule's value at time ``t`` (the last step at or before ``t``)."""
+    value = schedule[0][1]
+    for start, step_value in schedule:
+        if start > t:
+            break
+        value = step_value
+    return value
+
+
+def shipped_scenarios() -> list[str]:
+    """Names of the scenarios shipped in ``load/scenarios``, sorted."""
+    return sorted(path.stem for path in SCENARIO_DIR.glob("*.json"))
+
+
+def load_scenario(name_or_file: str) -> Scenario:
+    """A shipped scenario by name (``capacity-drop``) or a scenario file by path."""
+    path = Path(name_or_file)
+    if path.suffix == ".json" or path.exists():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise ScenarioError(
+                f"scenario {name_or_file}: cannot read it ({error.strerror or error})"
+            ) from error
+        return parse_scenario(text, source=path.name)
+    if name_or_file not in shipped_scenarios():
+        raise ScenarioError(
+            f"unknown scenario {name_or_file!r}; shipped: {', '.join(shipped_scenarios())} "
+            "(or pass a path to a .json file)"
+        )
+    shipped = SCENARIO_DIR / f"{name_or_file}.json"
+    return parse_scenario(shipped.read_text(encoding="utf-8"), source=shipped.name)
+
+
+def parse_scenario(text: str, source: str) -> Scenario:
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ScenarioError(
+            f"scenario {source}: not valid JSON ({error.msg} at line {error.lineno} "
+            f"column {error.colno})"
+        ) from error
+    return _Reader(source).scenario(document)
+
+
+_SCENARIO_KEYS = {
+    "name",
+    "description",
+    "duration_s",
+    "seed",
+    "telemetry_delay_s",
+    "kinesis_batch_window_s",
+    "controller_schedule_s",
+    "downstreams",
+    "queues",
+}
+_DOWNSTREAM_KEYS = {"name", "capacity_rps", "latency_ms", "noise_5xx_rate"}
+_QUEUE_KEYS = {
+    "name",
+    "downstream",
+    "backlog",
+    "arrivals_rps",
+    "batch_size",
+    "visibility_timeout_s",
+    "max_receive_count",
+    "max_concurrency",
+    "min_concurrency",
+    "invocation_overhead_ms",
+}
+_MISSING = object()
+
+
+def _is_number(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(float(value))
+    )
+
+
+def _is_integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+class _Reader:
+    """Walks the document; every complaint names the key's path (``queues[0].batch_size``)."""
+
+    def __init__(self, source: str) -> None:
+        self._source = source
+
+    def fail(self, key: str, expectation: str, value: object = _MISSING) -> ScenarioError:
+        got = "" if value is _MISSING else f", got {json.dumps(value)}"
+        return ScenarioError(f"scenario {self._source}: {key} {expectation}{got}")
+
+    def scenario(self, document: object) -> Scenario:
+        if not isinstance(document, dict):
+            raise ScenarioError(f"scenario {self._source}: must be a JSON object")
+        self._known_keys(document, _SCENARIO_KEYS, "")
+        name = self._text(document, "name", "")
+        duration = self._number(document, "duration_s", "", lambda v: v > 0, "a number > 0")
+        seed = self._integer(document, "seed", "", 0, default=0)
+        delay = self._delay(document.get("telemetry_delay_s", _MISSING))
+        window = self._number(
+            document,
+            "kinesis_batch_window_s",
+            "",
+            lambda v: 0 < v <= 300,
+            "a number in (0, 300]",
+            default=DEFAULT_KINESIS_BATCH_WINDOW_S,
+        )
+        schedule = self._number(
+            document,
+            "controller_schedule_s",
+            "",
+            lambda v: v > 0,
+            "a number > 0",
+            default=DEFAULT_CONTROLLER_SCHEDULE_S,
+        )
+        description = document.get("description", "")
+        if not isinstance(description, str):
+            raise self.fail("description", "must be a string", description)
+        downstreams = tuple(
+            self._downstream(item, f"downstreams[{index}]")
+            for index, item in enumerate(self._list(document, "downstreams"))
+        )
+        self._unique([spec.name for spec in downstreams], "downstreams")
+        known = {spec.name for spec in downstreams}
+        queues = tuple(
+            self._queue(item, f"queues[{index}]", known)
+            for index, item in enumerate(self._list(document, "queues"))
+        )
+        self._unique([spec.name for spec in queues], "queues")
+        return Scenario(
+            name=name,
+            duration_s=float(duration),
+            seed=seed,
+            telemetry_delay_s=delay,
+            downstreams=downstreams,
+            queues=queues,
+            description=description,
+            kinesis_batch_window_s=float(window),
+            controller_schedule_s=float(schedule),
+        )
+
+    def _downstream(self, item: object, path: str) -> DownstreamSpec:
+        if not isinstance(item, dict):
+            raise self.fail(path, "must be an object", item)
+        self._known_keys(item, _DOWNSTREAM_KEYS, path)
+        noise = item.get("noise_5xx_rate", 0.0)
+        return DownstreamSpec(
+            name=self._text(item, "name", path),
+            capacity_rps=self._schedule(item, "capacity_rps", path, "a number >= 0", 0.0),
+            latency_ms=float(
+                self._number(item, "latency_ms", path, lambda v: v > 0, "a number > 0")
+            ),
+            noise_5xx_rate=self._schedule(
+                {"noise_5xx_rate": [[0, noise]] if _is_number(noise) else noise},
+                "noise_5xx_rate",
+                path,
+                "a number in [0, 1]",
+                0.0,
+                upper=1.0,
+            ),
+        )
+
+    def _queue(self, item: object, path: str, downstreams: set[str]) -> QueueSpec:
+        if not isinstance(item, dict):
+            raise self.fail(path, "must be an object", item)
+        self._known_keys(item, _QUEUE_KEYS, path)
+        downstream = self._text(item, "downstream", path)
+        if downstream not in downstreams:
+            raise self.fail(
+                f"{path}.downstream",
+                f"must name one of the downstreams ({', '.join(sorted(downstreams))})",
+                downstream,
+            )
+        arrivals = item.get("arrivals_rps", [[0, 0]])
+        max_concurrency = self._integer(item, "max_concurrency", path, 2, upper=1000)
+        return QueueSpec(
+            name=self._text(item, "name", path),
+            downstream=downstream,
+            backlog=self._integer(item, "backlog", path, 0, default=0),
+            arrivals_rps=self._schedule(
+                {"arrivals_rps": arrivals}, "arrivals_rps", path, "a number >= 0", 0.0
+            ),
+            batch_size=self._integer(item, "batch_size", path, 1),
+            visibility_timeout_s=float(
+                self._number(item, "visibility_timeout_s", path, lambda v: v > 0, "a number > 0")
+            ),
+            max_receive_count=self._integer(item, "max_receive_count", path, 1, upper=1000),
+            max_concurrency=max_concurrency,
+            min_concurrency=self._integer(
+                item, "min_concurrency", path, 2, upper=max_concurrency, default=2
+            ),
+            invocation_overhead_ms=float(
+                self._number(
+                    item,
+                    "invocation_overhead_ms",
+                    path,
+                    lambda v: v >= 0,
+                    "a number >= 0",
+                    default=DEFAULT_INVOCATION_OVERHEAD_MS,
+                )
+            ),
+        )
+
+    def _known_keys(self, item: Mapping[str, Any], known: set[str], path: str) -> None:
+        for key in item:
+            if key not in known:
+                where = f"{path}.{key}" if path else str(key)
+                raise self.fail(where, f"is not a known key (known: {', '.join(sorted(known))})")
+
+    def _unique(self, names: Sequence[str], path: str) -> None:
+        seen: set[str] = set()
+        for index, name in enumerate(names):
+            if name in seen:
+                raise self.fail(f"{path}[{index}].name", "must be unique", name)
+            seen.add(name)
+
+    def _list(self, item: Mapping[str, Any], key: str) -> list[object]:
+        value = item.get(key, _MISSING)
+        if value is _MISSING:
+            raise self.fail(key, "is required (a non-empty list)")
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, "must be a non-empty list", value)
+        return value
+
+    def _text(self, item: Mapping[str, Any], key: str, path: str) -> str:
+        where = f"{path}.{key}" if path else key
+        value = item.get(key, _MISSING)
+        if value is _MISSING:
+            raise self.fail(where, "is required (a non-empty string)")
+        if not isinstance(value, str) or not value.strip():
+            raise self.fail(where, "must be a non-empty string", value)
+        return value
+
+    def _number(
+        self,
+        item: Mapping[str, Any],
+        key: str,
+        path: str,
+        accept: Callable[[float], bool],
+        expectation: str,
+        default: float | None = None,
+    ) -> float:
+        where = f"{path}.{key}" if path else key
+        value = item.get(key, _MISSING)
+        if value is _MISSING:
+            if default is None:
+                raise self.fail(where, f"is required ({expectation})")
+            return default
+        if not _is_number(value) or not accept(float(value)):
+            raise self.fail(where, f"must be {expectation}", value)
+        return float(value)
+
+    def _integer(
+        self,
+        item: Mapping[str, Any],
+        key: str,
+        path: str,
+        lower: int,
+        upper: int | None = None,
+        default: int | None = None,
+    ) -> int:
+        where = f"{path}.{key}" if path else key
+        expectation = (
+            f"an integer >= {lower}" if upper is None else f"an integer in [{lower}, {upper}]"
+        )
+        value = item.get(key, _MISSING)
+        if value is _MISSING:
+            if default is None:
+                raise self.fail(where, f"is required ({expectation})")
+            return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not _is_integer(value) or value < lower or (upper is not None and value > upper):
+            raise self.fail(where, f"must be {expectation}", value)
+        return int(value)
+
+    def _delay(self, value: object) -> tuple[float, float]:
+        shape = "[lo, hi] seconds with 0 <= lo <= hi"
+        if value is _MISSING:
+            raise self.fail("telemetry_delay_s", f"is required ({shape})")
+        if (
+            not isinstance(value, list)
+            or len(value) != 2
+            or not all(_is_number(bound) for bound in value)
+            or not 0 <= value[0] <= value[1]
+        ):
+            raise self.fail("telemetry_delay_s", f"must be {shape}", value)
+        return float(value[0]), float(value[1])
+
+    def _schedule(
+        self,
+        item: Mapping[str, Any],
+        key: str,
+        path: str,
+        value_expectation: str,
+        lower: float,
+        upper: float = math.inf,
+    ) -> Schedule:
+        where = f"{path}.{key}" if path else key
+        value = item.get(key, _MISSING)
+        shape = "a list of [t, value] steps starting at t=0"
+        if value is _MISSING:
+            raise self.fail(where, f"is required ({shape})")
+        if not isinstance(value, list) or not value:
+            raise self.fail(where, f"must be {shape}", value)
+        steps: list[tuple[float, float]] = []
+        for index, step in enumerate(value):
+            step_path = f"{where}[{index}]"
+            if not isinstance(step, list) or len(step) != 2:
+                raise self.fail(step_path, "must be a [t, value] pair", step)
+            start, step_value = step
+            if not _is_number(start) or start < 0:
+                raise self.fail(f"{step_path}[0]", "must be a time in seconds >= 0", start)
+            if index == 0 and start != 0:
+                raise self.fail(f"{step_path}[0]", "must be 0 (a schedule starts at t=0)", start)
+            if steps and start <= steps[-1][0]:
+                raise self.fail(f"{step_path}[0]", "must be later than the step before it", start)
+            if not _is_number(step_value) or not lower <= step_value <= upper:
+                raise self.fail(f"{step_path}[1]", f"must be {value_expectation}", step_value)
+            steps.append((float(start), float(step_value)))
+        return tuple(steps)
