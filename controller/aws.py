@@ -1,0 +1,187 @@
+"""The one place that owns AWS call policy: backoff with full jitter, deadlines and pacing.
+
+Adapters build their boto3 clients with botocore's own retries turned off (``client``) and
+route every call through ``PacedCaller``, so how often and how long QueueMesh retries is
+decided here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+
+
+def client(service: str, **config: Any) -> Any:
+    """A boto3 client whose retries are left to the caller (``PacedCaller``).
+
+    The endpoint, region and credentials come from the environment (``AWS_ENDPOINT_URL``
+    included), as for any boto3 client. Short timeouts keep one attempt well inside a deadline.
+    """
+    settings: dict[str, Any] = {
+        "retries": {"mode": "standard", "total_max_attempts": 1},
+        "connect_timeout": 3,
+        "read_timeout": 10,
+    }
+    settings.update(config)
+    return boto3.client(service, config=Config(**settings))
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff with full jitter: attempt ``n`` waits ``uniform(0, ceiling(n))``."""
+
+    base_s: float = 0.1
+    cap_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.base_s <= self.cap_s:
+            raise ValueError("backoff needs 0 < base_s <= cap_s")
+
+    def ceiling(self, attempt: int) -> float:
+        # min() first keeps 2**attempt from overflowing a float on absurd attempt counts.
+        return min(self.cap_s, self.base_s * 2 ** min(attempt, 64))
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        return rng.uniform(0.0, self.ceiling(attempt))
+
+
+class TokenBucket:
+    """Paces calls to ``rate_per_s`` with bursts of at most ``burst``; safe across threads.
+
+    A caller reserves a token (the count may go negative: a queue of reservations), then sleeps
+    outside the lock until its token is due, so waiters do not hold each other up beyond the
+    pacing itself.
+    """
+
+    def __init__(
+        self,
+        rate_per_s: float,
+        burst: int = 2,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
+    ) -> None:
+        if rate_per_s <= 0 or burst < 1:
+            raise ValueError("a token bucket needs rate_per_s > 0 and burst >= 1")
+        self.rate_per_s = rate_per_s
+        self.burst = burst
+        self._clock = clock
+        self._sleep = sleep
+        self._lock = threading.Lock()
+        self._tokens = float(burst)
+        self._updated = clock()
+
+    def acquire(self, deadline: float) -> bool:
+        """Wait for a token; ``False`` (no token taken) unless it comes before ``deadline``."""
+        with self._lock:
+            now = self._clock()
+            elapsed = max(0.0, now - self._updated)
+            self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate_per_s)
+            self._updated = now
+            wait = max(0.0, (1.0 - self._tokens) / self.rate_per_s)
+            if now + wait >= deadline:
+                return False
+            self._tokens -= 1.0
+        if wait > 0:
+            self._sleep(wait)
+        return True
+
+
+class CallAbandoned(Exception):
+    """A call failed for good: not retryable, out of attempts, or out of time.
+
+    ``code`` is the AWS error code when the service answered (``None`` for connection errors or
+    when no attempt could be made); the last error is chained as ``__cause__``.
+    """
+
+    def __init__(self, operation: str, attempts: int, code: str | None, why: str) -> None:
+        super().__init__(f"{operation} failed after {attempts} attempt(s): {why}")
+        self.operation = operation
+        self.attempts = attempts
+        self.code = code
+
+
+def error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def _status(error: ClientError) -> int:
+    metadata: Mapping[str, Any] = error.response.get("ResponseMetadata", {})
+    return int(metadata.get("HTTPStatusCode") or 0)
+
+
+class PacedCaller:
+    """Calls one client's operations paced by a token bucket and retried within a deadline.
+
+    Retried: the error codes in ``retryable``, any 5xx answer, and connection errors. Every
+    other error is final at once. A retry happens only if its backoff sleep and its token both
+    fit before the deadline; ``max_attempts`` bounds the loop whatever the clock does.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        retryable: Collection[str],
+        backoff: Backoff | None = None,
+        bucket: TokenBucket | None = None,
+        max_attempts: int = 8,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        self.client = client
+        self.retryable = frozenset(retryable)
+        self.backoff = backoff or Backoff()
+        self.bucket = bucket
+        self.max_attempts = max_attempts
+        self._clock = clock
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    def call(self, operation: str, deadline: float, **params: Any) -> dict[str, Any]:
+        method = getattr(self.client, operation)
+        attempts = 0
+        while True:
+            if self.bucket is not None and not self.bucket.acquire(deadline):
+                raise CallAbandoned(
+                    operation, attempts, None, "no request slot (pacing) before the deadline"
+                )
+            if self._clock() >= deadline:
+                raise CallAbandoned(operation, attempts, None, "deadline passed")
+            attempts += 1
+            try:
+                result: dict[str, Any] = method(**params)
+                return result
+            except ClientError as error:
+                code = error_code(error)
+                if code not in self.retryable and _status(error) < 500:
+                    raise CallAbandoned(operation, attempts, code, str(error)) from error
+                self._pause_or_give_up(operation, attempts, code, deadline, error)
+            except (BotoConnectionError, HTTPClientError) as error:
+                self._pause_or_give_up(operation, attempts, None, deadline, error)
+
+    def _pause_or_give_up(
+        self, operation: str, attempts: int, code: str | None, deadline: float, error: Exception
+    ) -> None:
+        if attempts >= self.max_attempts:
+            raise CallAbandoned(operation, attempts, code, f"out of attempts: {error}") from error
+        pause = self.backoff.delay(attempts - 1, self._rng)
+        if self._clock() + pause >= deadline:
+            raise CallAbandoned(
+                operation, attempts, code, f"next attempt would pass the deadline: {error}"
+            ) from error
+        self._sleep(pause)

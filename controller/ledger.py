@@ -1,0 +1,477 @@
+"""The ledger: queue state, audit trail and configuration in one DynamoDB table, and its twin.
+
+Both implementations store the same items (``encode_*`` / ``decode_*`` below, plain Python
+values with numbers as ``Decimal``), so they round-trip, order and compare identically; the
+twin only replaces DynamoDB's conditional transaction with a lock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import random
+import threading
+import time
+import typing
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import boto3
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import BotoCoreError, ClientError
+
+from controller.aws import Backoff, Sleep, error_code
+from controller.model import (
+    Action,
+    AuditEntry,
+    AuditEvent,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+)
+from controller.ports import LedgerError, VersionConflict
+
+Item = dict[str, Any]
+
+STATE_SK = "STATE#CURRENT"
+CONFIG_SK = "CONFIG"
+AUDIT_PREFIX = "AUDIT#"
+# Sorts after every timestamp, so AUDIT#<since>..AUDIT#~ spans all later entries.
+AUDIT_END = AUDIT_PREFIX + "~"
+DEFAULT_RETENTION_S = 30 * 24 * 3600
+BATCH_GET_LIMIT = 100
+BATCH_GET_ROUNDS = 8
+
+# QueueState fields after ``version`` are policy memory, stored generically in ``Memory``.
+_STATE_FIELDS = [f.name for f in dataclasses.fields(QueueState)]
+MEMORY_FIELDS = tuple(_STATE_FIELDS[_STATE_FIELDS.index("version") + 1 :])
+_STATE_TYPES = typing.get_type_hints(QueueState)
+
+
+def queue_key(queue: str) -> str:
+    return f"QUEUE#{queue}"
+
+
+def _queue_of(item: Mapping[str, Any]) -> str:
+    return str(item["PK"]).removeprefix("QUEUE#")
+
+
+def iso_utc(epoch_s: float, timespec: str = "microseconds") -> str:
+    stamp = datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec=timespec)
+    return stamp.replace("+00:00", "Z")
+
+
+def epoch_of(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def to_number(value: float) -> Decimal:
+    if not math.isfinite(value):
+        raise LedgerError(f"cannot store non-finite number {value!r}")
+    # repr round-trips a float exactly; Decimal(float) would carry binary noise.
+    return Decimal(repr(float(value)))
+
+
+def _to_attribute(value: object) -> object:
+    if isinstance(value, bool | str) or value is None:
+        return value
+    if isinstance(value, int):
+        return Decimal(value)
+    if isinstance(value, float):
+        return to_number(value)
+    raise LedgerError(f"cannot store policy memory value {value!r} ({type(value).__name__})")
+
+
+def _from_attribute(value: object, annotation: object) -> object:
+    if isinstance(value, Decimal):
+        return int(value) if annotation is int else float(value)
+    return value
+
+
+def encode_state(state: QueueState, version: int) -> Item:
+    return {
+        "PK": queue_key(state.queue),
+        "SK": STATE_SK,
+        "CurrentState": str(state.state),
+        "CurrentMaxConcurrency": Decimal(state.concurrency),
+        "PreviousMaxConcurrency": Decimal(state.previous_concurrency),
+        "ConsecutiveBreaches": Decimal(state.consecutive_breaches),
+        "LastAction": str(state.last_action),
+        "LastReason": state.last_reason,
+        "TargetEsmUuid": state.esm_uuid,
+        "LastEvaluatedTimestamp": iso_utc(state.last_evaluated_at),
+        "Version": Decimal(version),
+        "Memory": {name: _to_attribute(getattr(state, name)) for name in MEMORY_FIELDS},
+    }
+
+
+def decode_state(item: Mapping[str, Any]) -> QueueState:
+    memory: Mapping[str, Any] = item.get("Memory") or {}
+    # Unknown memory keys (a field since removed) are dropped; missing ones take the default.
+    remembered = {
+        name: _from_attribute(memory[name], _STATE_TYPES[name])
+        for name in MEMORY_FIELDS
+        if name in memory
+    }
+    return QueueState(
+        queue=_queue_of(item),
+        esm_uuid=str(item.get("TargetEsmUuid", "")),
+        state=QueueStateName(item["CurrentState"]),
+        concurrency=int(item["CurrentMaxConcurrency"]),
+        previous_concurrency=int(item["PreviousMaxConcurrency"]),
+        consecutive_breaches=int(item.get("ConsecutiveBreaches", 0)),
+        last_action=Action(item.get("LastAction", Action.HOLD)),
+        last_reason=str(item.get("LastReason", "")),
+        last_evaluated_at=epoch_of(item["LastEvaluatedTimestamp"]),
+        version=int(item["Version"]),
+        **remembered,  # type: ignore[arg-type]
+    )
+
+
+def audit_sort_key(timestamp: float, suffix: str) -> str:
+    return f"{AUDIT_PREFIX}{iso_utc(timestamp, 'milliseconds')}#{suffix}"
+
+
+def encode_audit(audit: AuditEntry, suffix: str, retention_s: int) -> Item:
+    return {
+        "PK": queue_key(audit.queue),
+        "SK": audit_sort_key(audit.timestamp, suffix),
+        "EventType": str(audit.event_type),
+        "PreviousValue": Decimal(audit.previous_value),
+        "NewValue": Decimal(audit.new_value),
+        "Action": audit.action,
+        "Reason": audit.reason,
+        "ErrorRate": to_number(audit.error_rate),
+        "SuccessRate": to_number(audit.success_rate),
+        "ControlLoopLatencyMs": to_number(audit.control_loop_latency_ms),
+        "Timestamp": iso_utc(audit.timestamp),
+        "ExpiresAt": Decimal(math.ceil(audit.timestamp + retention_s)),
+    }
+
+
+def decode_audit(item: Mapping[str, Any]) -> AuditEntry:
+    return AuditEntry(
+        queue=_queue_of(item),
+        timestamp=epoch_of(item["Timestamp"]),
+        event_type=AuditEvent(item["EventType"]),
+        previous_value=int(item["PreviousValue"]),
+        new_value=int(item["NewValue"]),
+        action=str(item["Action"]),
+        reason=str(item.get("Reason", "")),
+        error_rate=float(item.get("ErrorRate", 0)),
+        success_rate=float(item.get("SuccessRate", 1)),
+        control_loop_latency_ms=float(item.get("ControlLoopLatencyMs", 0)),
+    )
+
+
+def encode_config(config: QueueConfig) -> Item:
+    item: Item = {
+        "PK": queue_key(config.queue),
+        "SK": CONFIG_SK,
+        "EsmUuid": config.esm_uuid,
+        "Mode": str(config.mode),
+        "Overrides": {name: to_number(value) for name, value in config.overrides.items()},
+    }
+    if config.pinned_concurrency is not None:
+        item["PinnedConcurrency"] = Decimal(config.pinned_concurrency)
+    return item
+
+
+def decode_config(item: Mapping[str, Any]) -> QueueConfig:
+    pinned = item.get("PinnedConcurrency")
+    overrides: Mapping[str, Any] = item.get("Overrides") or {}
+    return QueueConfig(
+        queue=_queue_of(item),
+        esm_uuid=str(item["EsmUuid"]),
+        mode=Mode(item.get("Mode", Mode.ACTIVE)),
+        pinned_concurrency=None if pinned is None else int(pinned),
+        overrides={name: float(value) for name, value in overrides.items()},
+    )
+
+
+def _check_commit(state: QueueState, audit: AuditEntry) -> None:
+    if state.queue != audit.queue:
+        raise ValueError(f"audit for {audit.queue!r} committed with state of {state.queue!r}")
+    if state.version < 0:
+        raise ValueError(f"state version must not be negative, got {state.version}")
+
+
+def _random_suffix() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def _unique(queues: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(queues))
+
+
+class DynamoLedger:
+    """The ledger on one DynamoDB table (keys ``PK``/``SK``, TTL attribute ``ExpiresAt``).
+
+    ``client`` is a boto3 DynamoDB client (or resource); one is made from the environment
+    (``AWS_ENDPOINT_URL`` honoured) when omitted. botocore's own retries stay on here: every
+    DynamoDB call is idempotent or conditional, and only BatchGetItem's unprocessed keys need
+    more (bounded rounds with full-jitter backoff).
+    """
+
+    def __init__(
+        self,
+        table_name: str,
+        client: Any = None,
+        *,
+        retention_s: int = DEFAULT_RETENTION_S,
+        suffix: Callable[[], str] = _random_suffix,
+        sleep: Sleep = time.sleep,
+        rng: random.Random | None = None,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if client is None:
+            client = boto3.client("dynamodb")
+        self._client = client.meta.client if hasattr(client, "Table") else client
+        self.table_name = table_name
+        self.retention_s = retention_s
+        self._suffix = suffix
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._backoff = backoff or Backoff(base_s=0.05, cap_s=1.0)
+        self._serializer = TypeSerializer()
+        self._deserializer = TypeDeserializer()
+
+    def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
+        _check_commit(state, audit)
+        stored = state.evolve(version=state.version + 1)
+        state_put: dict[str, Any] = {
+            "TableName": self.table_name,
+            "Item": self._wire(encode_state(stored, stored.version)),
+        }
+        if state.version == 0:
+            state_put["ConditionExpression"] = "attribute_not_exists(PK)"
+        else:
+            state_put["ConditionExpression"] = "Version = :expected"
+            state_put["ExpressionAttributeValues"] = {":expected": {"N": str(state.version)}}
+        audit_put = {
+            "TableName": self.table_name,
+            "Item": self._wire(encode_audit(audit, self._suffix(), self.retention_s)),
+            "ConditionExpression": "attribute_not_exists(SK)",
+        }
+        try:
+            self._client.transact_write_items(
+                TransactItems=[{"Put": state_put}, {"Put": audit_put}]
+            )
+        except ClientError as error:
+            if _state_condition_failed(error):
+                raise VersionConflict(
+                    f"queue {state.queue}: state is no longer at version {state.version}"
+                ) from error
+            raise LedgerError(f"queue {state.queue}: commit failed: {error}") from error
+        return stored
+
+    def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
+        items = self._batch_get(_unique(queues), CONFIG_SK)
+        return {_queue_of(item): decode_config(item) for item in items}
+
+    def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]:
+        items = self._batch_get(_unique(queues), STATE_SK)
+        return {_queue_of(item): decode_state(item) for item in items}
+
+    def list_configs(self) -> list[QueueConfig]:
+        return sorted(
+            (decode_config(item) for item in self._scan(CONFIG_SK)), key=lambda c: c.queue
+        )
+
+    def list_states(self) -> list[QueueState]:
+        return sorted((decode_state(item) for item in self._scan(STATE_SK)), key=lambda s: s.queue)
+
+    def put_config(self, config: QueueConfig) -> None:
+        self._guarded(
+            f"put config of {config.queue}",
+            lambda: self._client.put_item(
+                TableName=self.table_name, Item=self._wire(encode_config(config))
+            ),
+        )
+
+    def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
+        low = AUDIT_PREFIX if since is None else AUDIT_PREFIX + iso_utc(since, "milliseconds")
+        pages = self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
+            ExpressionAttributeValues={
+                ":pk": {"S": queue_key(queue)},
+                ":low": {"S": low},
+                ":high": {"S": AUDIT_END},
+            },
+            ConsistentRead=True,
+        )
+        items = self._guarded(f"audit trail of {queue}", lambda: list(self._items(pages)))
+        return _since([decode_audit(item) for item in items], since)
+
+    def audit_items(self, queue: str) -> list[Item]:
+        """The raw audit items of a queue in sort-key order (tests and tooling)."""
+        pages = self._client.get_paginator("query").paginate(
+            TableName=self.table_name,
+            KeyConditionExpression="PK = :pk AND begins_with(SK, :audit)",
+            ExpressionAttributeValues={
+                ":pk": {"S": queue_key(queue)},
+                ":audit": {"S": AUDIT_PREFIX},
+            },
+            ConsistentRead=True,
+        )
+        items: list[Item] = self._guarded(
+            f"audit items of {queue}", lambda: list(self._items(pages))
+        )
+        return items
+
+    def _batch_get(self, queues: list[str], sort_key: str) -> list[Item]:
+        found: list[Item] = []
+        for start in range(0, len(queues), BATCH_GET_LIMIT):
+            chunk = queues[start : start + BATCH_GET_LIMIT]
+            keys = [{"PK": {"S": queue_key(q)}, "SK": {"S": sort_key}} for q in chunk]
+            found.extend(self._batch_get_chunk(keys))
+        return found
+
+    def _batch_get_chunk(self, keys: list[dict[str, Any]]) -> list[Item]:
+        found: list[Item] = []
+        request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
+        for round_number in range(BATCH_GET_ROUNDS):
+            response = self._guarded("batch get", self._client.batch_get_item, RequestItems=request)
+            found.extend(self._plain(raw) for raw in response["Responses"].get(self.table_name, []))
+            request = response.get("UnprocessedKeys") or {}
+            if not request:
+                return found
+            if round_number + 1 < BATCH_GET_ROUNDS:
+                self._sleep(self._backoff.delay(round_number, self._rng))
+        raise LedgerError(
+            f"batch get: keys still unprocessed after {BATCH_GET_ROUNDS} rounds (throttled?)"
+        )
+
+    def _scan(self, sort_key: str) -> list[Item]:
+        pages = self._client.get_paginator("scan").paginate(
+            TableName=self.table_name,
+            FilterExpression="SK = :sk",
+            ExpressionAttributeValues={":sk": {"S": sort_key}},
+            ConsistentRead=True,
+        )
+        return self._guarded(f"scan for {sort_key}", lambda: list(self._items(pages)))
+
+    def _items(self, pages: Iterable[Mapping[str, Any]]) -> Iterator[Item]:
+        for page in pages:
+            for raw in page.get("Items", []):
+                yield self._plain(raw)
+
+    def _wire(self, item: Item) -> dict[str, Any]:
+        return {name: self._serializer.serialize(value) for name, value in item.items()}
+
+    def _plain(self, raw: Mapping[str, Any]) -> Item:
+        return {name: self._deserializer.deserialize(value) for name, value in raw.items()}
+
+    @staticmethod
+    def _guarded(what: str, operation: Callable[..., Any], **params: Any) -> Any:
+        try:
+            return operation(**params)
+        except (ClientError, BotoCoreError) as error:
+            raise LedgerError(f"{what} failed: {error}") from error
+
+
+def _state_condition_failed(error: ClientError) -> bool:
+    """True when a TransactWriteItems was cancelled by the state item's (first) condition."""
+    if error_code(error) != "TransactionCanceledException":
+        return False
+    reasons = error.response.get("CancellationReasons") or []
+    if reasons:
+        return bool(reasons[0].get("Code") == "ConditionalCheckFailed")
+    # Some endpoints only name the reasons in the message, in item order.
+    message = str(error.response.get("Error", {}).get("Message", ""))
+    listed = message.rpartition("[")[2].split(",")
+    return bool(listed) and listed[0].strip() == "ConditionalCheckFailed"
+
+
+def _since(entries: list[AuditEntry], since: float | None) -> list[AuditEntry]:
+    # The sort key has millisecond precision; the exact bound is applied here.
+    if since is None:
+        return entries
+    return [entry for entry in entries if entry.timestamp >= since]
+
+
+class InMemoryLedger:
+    """The twin of ``DynamoLedger``: the same items in a dict, the same conditions, a lock."""
+
+    def __init__(
+        self,
+        *,
+        retention_s: int = DEFAULT_RETENTION_S,
+        suffix: Callable[[], str] = _random_suffix,
+    ) -> None:
+        self.retention_s = retention_s
+        self._suffix = suffix
+        self._lock = threading.Lock()
+        self._items: dict[tuple[str, str], Item] = {}
+
+    def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
+        _check_commit(state, audit)
+        stored = state.evolve(version=state.version + 1)
+        state_item = encode_state(stored, stored.version)
+        audit_item = encode_audit(audit, self._suffix(), self.retention_s)
+        state_key = (state_item["PK"], state_item["SK"])
+        audit_key = (audit_item["PK"], audit_item["SK"])
+        with self._lock:
+            current = self._items.get(state_key)
+            current_version = 0 if current is None else int(current["Version"])
+            if current_version != state.version:
+                raise VersionConflict(
+                    f"queue {state.queue}: state is no longer at version {state.version}"
+                )
+            if audit_key in self._items:
+                raise LedgerError(f"queue {state.queue}: audit item {audit_key[1]} exists")
+            self._items[state_key] = state_item
+            self._items[audit_key] = audit_item
+        return decode_state(state_item)
+
+    def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
+        return {_queue_of(item): decode_config(item) for item in self._get(queues, CONFIG_SK)}
+
+    def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]:
+        return {_queue_of(item): decode_state(item) for item in self._get(queues, STATE_SK)}
+
+    def list_configs(self) -> list[QueueConfig]:
+        return [decode_config(item) for item in self._with_sort_key(CONFIG_SK)]
+
+    def list_states(self) -> list[QueueState]:
+        return [decode_state(item) for item in self._with_sort_key(STATE_SK)]
+
+    def put_config(self, config: QueueConfig) -> None:
+        item = encode_config(config)
+        with self._lock:
+            self._items[(item["PK"], item["SK"])] = item
+
+    def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
+        pk = queue_key(queue)
+        low = AUDIT_PREFIX if since is None else AUDIT_PREFIX + iso_utc(since, "milliseconds")
+        with self._lock:
+            items = sorted(
+                (sk, item)
+                for (item_pk, sk), item in self._items.items()
+                if item_pk == pk and low <= sk <= AUDIT_END
+            )
+        return _since([decode_audit(item) for _, item in items], since)
+
+    def audit_items(self, queue: str) -> list[Item]:
+        """The raw audit items of a queue in sort-key order (tests and tooling)."""
+        pk = queue_key(queue)
+        with self._lock:
+            return [
+                dict(item)
+                for (item_pk, sk), item in sorted(self._items.items())
+                if item_pk == pk and sk.startswith(AUDIT_PREFIX)
+            ]
+
+    def _get(self, queues: Iterable[str], sort_key: str) -> list[Item]:
+        with self._lock:
+            found = (self._items.get((queue_key(q), sort_key)) for q in _unique(queues))
+            return [item for item in found if item is not None]
+
+    def _with_sort_key(self, sort_key: str) -> list[Item]:
+        with self._lock:
+            return [item for (_, sk), item in sorted(self._items.items()) if sk == sort_key]

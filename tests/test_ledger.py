@@ -1,0 +1,468 @@
+"""The ledger contract, run against DynamoDB (moto's server) and against the in-memory twin."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import random
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from moto.server import ThreadedMotoServer
+
+from controller.ledger import (
+    BATCH_GET_LIMIT,
+    DEFAULT_RETENTION_S,
+    DynamoLedger,
+    InMemoryLedger,
+    decode_state,
+    encode_state,
+)
+from controller.model import (
+    Action,
+    AuditEntry,
+    AuditEvent,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+)
+from controller.ports import LedgerError, VersionConflict
+
+T0 = 1_790_000_000.0  # a fixed instant: 2026-09-21
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def dynamodb_client(endpoint: str) -> Any:
+    return boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+_tables = itertools.count()
+
+
+def create_table(client: Any) -> str:
+    name = f"ledger-{next(_tables)}"
+    client.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+@pytest.fixture(params=["dynamodb", "in-memory"])
+def ledger(request: pytest.FixtureRequest) -> DynamoLedger | InMemoryLedger:
+    if request.param == "in-memory":
+        return InMemoryLedger()
+    client = dynamodb_client(request.getfixturevalue("moto_endpoint"))
+    return DynamoLedger(create_table(client), client)
+
+
+def fresh_state(queue: str = "orders", **changes: Any) -> QueueState:
+    base = QueueState(
+        queue=queue,
+        esm_uuid="esm-1",
+        state=QueueStateName.HEALTHY,
+        concurrency=100,
+        previous_concurrency=100,
+    )
+    return base.evolve(**changes)
+
+
+def audit(queue: str = "orders", at: float = T0, new: int = 50, **changes: Any) -> AuditEntry:
+    entry = AuditEntry(
+        queue=queue,
+        timestamp=at,
+        event_type=AuditEvent.TRANSITION,
+        previous_value=100,
+        new_value=new,
+        action=str(Action.MULTIPLICATIVE_DECREASE),
+        reason="pressure 0.20 >= T1 0.05",
+        error_rate=0.2,
+        success_rate=0.8,
+        control_loop_latency_ms=12.5,
+    )
+    return dataclasses.replace(entry, **changes)
+
+
+def test_commit_round_trips_state_with_memory(ledger: DynamoLedger | InMemoryLedger) -> None:
+    state = fresh_state(
+        state=QueueStateName.THROTTLED,
+        concurrency=50,
+        consecutive_breaches=1,
+        last_action=Action.MULTIPLICATIVE_DECREASE,
+        last_reason="pressure 0.20 >= T1 0.05",
+        last_evaluated_at=T0 + 0.25,
+        last_change_at=T0 + 0.125,
+        hold_until=T0 + 30.5,
+        enabled=False,
+    )
+
+    stored = ledger.commit(state, audit())
+
+    assert stored == state.evolve(version=1)
+    assert ledger.get_states(["orders", "absent"]) == {"orders": stored}
+    assert ledger.list_states() == [stored]
+
+
+def test_commit_writes_the_audit_entry(ledger: DynamoLedger | InMemoryLedger) -> None:
+    entry = audit()
+
+    ledger.commit(fresh_state(concurrency=50), entry)
+
+    assert ledger.audit_trail("orders") == [entry]
+    assert ledger.audit_trail("other") == []
+
+
+def test_audit_item_carries_ttl_and_sort_key(ledger: DynamoLedger | InMemoryLedger) -> None:
+    ledger.commit(fresh_state(), audit(at=T0 + 0.5))
+
+    (item,) = ledger.audit_items("orders")
+
+    assert item["ExpiresAt"] == Decimal(int(T0) + DEFAULT_RETENTION_S + 1)
+    assert item["SK"].startswith("AUDIT#2026-09-21T")
+    assert item["SK"].split("#")[1].endswith(".500Z")
+    assert len(item["SK"].split("#")[2]) > 0
+    assert item["Timestamp"].endswith("Z")
+    assert item["EventType"] == "TRANSITION"
+    assert item["ErrorRate"] == Decimal("0.2")
+
+
+def test_retention_is_a_constructor_parameter(moto_endpoint: str) -> None:
+    client = dynamodb_client(moto_endpoint)
+    for ledger in (
+        InMemoryLedger(retention_s=3600),
+        DynamoLedger(create_table(client), client, retention_s=3600),
+    ):
+        ledger.commit(fresh_state(), audit(at=T0))
+        assert ledger.audit_items("orders")[0]["ExpiresAt"] == Decimal(int(T0) + 3600)
+
+
+def test_versions_increase_with_each_commit(ledger: DynamoLedger | InMemoryLedger) -> None:
+    first = ledger.commit(fresh_state(), audit(at=T0))
+    second = ledger.commit(first.evolve(concurrency=50), audit(at=T0 + 1))
+
+    assert (first.version, second.version) == (1, 2)
+    assert ledger.get_states(["orders"])["orders"].concurrency == 50
+
+
+def test_racing_writers_one_wins_and_the_loser_commits_on_top(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    ledger.commit(fresh_state(), audit(at=T0, new=100))
+    seen_by_a = ledger.get_states(["orders"])["orders"]
+    seen_by_b = ledger.get_states(["orders"])["orders"]
+
+    ledger.commit(seen_by_a.evolve(concurrency=50), audit(at=T0 + 1, new=50))
+    with pytest.raises(VersionConflict):
+        ledger.commit(seen_by_b.evolve(concurrency=40), audit(at=T0 + 2, new=40))
+    reread = ledger.get_states(["orders"])["orders"]
+    final = ledger.commit(reread.evolve(concurrency=25), audit(at=T0 + 3, new=25))
+
+    assert reread.concurrency == 50
+    assert final.version == 3
+    assert [entry.new_value for entry in ledger.audit_trail("orders")] == [100, 50, 25]
+
+
+def test_a_failed_condition_writes_no_audit(ledger: DynamoLedger | InMemoryLedger) -> None:
+    ledger.commit(fresh_state(), audit(at=T0))
+
+    with pytest.raises(VersionConflict):
+        ledger.commit(fresh_state(), audit(at=T0 + 1))  # version 0: "no state yet", but there is
+    with pytest.raises(VersionConflict):
+        ledger.commit(fresh_state(version=7), audit(at=T0 + 2))
+
+    assert len(ledger.audit_trail("orders")) == 1
+    assert ledger.get_states(["orders"])["orders"].version == 1
+
+
+def test_commit_of_unknown_state_at_a_version_conflicts(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    with pytest.raises(VersionConflict):
+        ledger.commit(fresh_state(version=3), audit())
+    assert ledger.get_states(["orders"]) == {}
+    assert ledger.audit_trail("orders") == []
+
+
+def test_audit_trail_is_oldest_first_and_honours_since(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    # Timestamps exact in binary and in microseconds; two fall in the same millisecond as since.
+    times = [T0 + 5.0, T0, T0 + 2.015625, T0 + 2.03125, T0 + 9]
+    state = fresh_state()
+    for at in times:
+        state = ledger.commit(state, audit(at=at))
+
+    assert [e.timestamp for e in ledger.audit_trail("orders")] == sorted(times)
+    assert [e.timestamp for e in ledger.audit_trail("orders", since=T0 + 2.0157)] == [
+        T0 + 2.03125,
+        T0 + 5.0,
+        T0 + 9,
+    ]
+    assert ledger.audit_trail("orders", since=T0 + 10) == []
+
+
+def test_audit_trail_pages_through_many_entries(ledger: DynamoLedger | InMemoryLedger) -> None:
+    state = fresh_state()
+    reason = "x" * 100_000  # 12 items of 100 KB need two of DynamoDB's 1 MB pages
+    for i in range(12):
+        state = ledger.commit(state, audit(at=T0 + i, reason=reason))
+
+    trail = ledger.audit_trail("orders")
+
+    assert [e.timestamp for e in trail] == [T0 + i for i in range(12)]
+    assert all(e.reason == reason for e in trail)
+
+
+def test_configs_round_trip_and_unregistered_queues_are_absent(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    active = QueueConfig(queue="orders", esm_uuid="esm-1", overrides={"t1": 0.1, "cmax": 50})
+    pinned = QueueConfig(queue="refunds", esm_uuid="esm-2", mode=Mode.PINNED, pinned_concurrency=7)
+    ledger.put_config(active)
+    ledger.put_config(pinned)
+
+    assert ledger.get_configs(["orders", "refunds", "ghost"]) == {
+        "orders": active,
+        "refunds": pinned,
+    }
+    assert ledger.list_configs() == [active, pinned]
+    assert ledger.list_states() == []
+
+
+def test_put_config_replaces_the_previous_config(ledger: DynamoLedger | InMemoryLedger) -> None:
+    ledger.put_config(QueueConfig(queue="orders", esm_uuid="esm-1", overrides={"t1": 0.1}))
+    replacement = QueueConfig(queue="orders", esm_uuid="esm-9", mode=Mode.DRY_RUN)
+    ledger.put_config(replacement)
+
+    assert ledger.list_configs() == [replacement]
+
+
+def test_get_configs_beyond_one_batch(ledger: DynamoLedger | InMemoryLedger) -> None:
+    queues = [f"q{i:03}" for i in range(BATCH_GET_LIMIT * 2 + 37)]
+    registered = queues[::2]
+    for queue in registered:
+        ledger.put_config(QueueConfig(queue=queue, esm_uuid=f"esm-{queue}"))
+
+    found = ledger.get_configs(queues + queues[:5])  # duplicates are fine
+
+    assert sorted(found) == registered
+    assert found["q100"].esm_uuid == "esm-q100"
+
+
+def test_state_and_config_of_a_queue_are_separate_items(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    ledger.put_config(QueueConfig(queue="orders", esm_uuid="esm-1"))
+    ledger.commit(fresh_state(), audit())
+
+    assert [c.queue for c in ledger.list_configs()] == ["orders"]
+    assert [s.queue for s in ledger.list_states()] == ["orders"]
+
+
+def test_commit_rejects_an_audit_of_another_queue(ledger: DynamoLedger | InMemoryLedger) -> None:
+    with pytest.raises(ValueError, match="refunds"):
+        ledger.commit(fresh_state(), audit(queue="refunds"))
+
+
+def test_in_memory_ledger_is_safe_across_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    ledger = InMemoryLedger()
+    ledger.commit(fresh_state(), audit(at=T0))
+
+    def bump(worker: int) -> int:
+        conflicts = 0
+        for step in range(50):
+            while True:
+                current = ledger.get_states(["orders"])["orders"]
+                try:
+                    ledger.commit(current, audit(at=T0 + worker + step / 100))
+                    break
+                except VersionConflict:
+                    conflicts += 1
+        return conflicts
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(bump, range(4)))
+
+    assert ledger.get_states(["orders"])["orders"].version == 1 + 4 * 50
+    assert len(ledger.audit_trail("orders")) == 1 + 4 * 50
+
+
+# DynamoDB-only paths: error translation and unprocessed keys, through botocore's Stubber.
+
+
+def stubbed_ledger() -> tuple[DynamoLedger, Stubber, list[float]]:
+    client = boto3.client(
+        "dynamodb",
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    sleeps: list[float] = []
+    ledger = DynamoLedger("t", client, sleep=sleeps.append, rng=random.Random(1))
+    return ledger, Stubber(client), sleeps
+
+
+def config_item(queue: str) -> dict[str, Any]:
+    return {
+        "PK": {"S": f"QUEUE#{queue}"},
+        "SK": {"S": "CONFIG"},
+        "EsmUuid": {"S": f"esm-{queue}"},
+        "Mode": {"S": "ACTIVE"},
+    }
+
+
+def test_unprocessed_keys_are_fetched_again() -> None:
+    ledger, stubber, sleeps = stubbed_ledger()
+    b_key = {"PK": {"S": "QUEUE#b"}, "SK": {"S": "CONFIG"}}
+    stubber.add_response(
+        "batch_get_item",
+        {
+            "Responses": {"t": [config_item("a")]},
+            "UnprocessedKeys": {"t": {"Keys": [b_key], "ConsistentRead": True}},
+        },
+    )
+    stubber.add_response(
+        "batch_get_item",
+        {"Responses": {"t": [config_item("b")]}},
+        {"RequestItems": {"t": {"Keys": [b_key], "ConsistentRead": True}}},
+    )
+
+    with stubber:
+        configs = ledger.get_configs(["a", "b"])
+
+    assert sorted(configs) == ["a", "b"]
+    assert len(sleeps) == 1
+    stubber.assert_no_pending_responses()
+
+
+def test_keys_left_unprocessed_for_good_are_an_error() -> None:
+    ledger, stubber, sleeps = stubbed_ledger()
+    a_key = {"PK": {"S": "QUEUE#a"}, "SK": {"S": "CONFIG"}}
+    for _ in range(8):
+        stubber.add_response(
+            "batch_get_item",
+            {"Responses": {}, "UnprocessedKeys": {"t": {"Keys": [a_key]}}},
+        )
+
+    with stubber, pytest.raises(LedgerError, match="unprocessed"):
+        ledger.get_configs(["a"])
+    assert len(sleeps) == 7
+
+
+def test_other_transaction_failures_are_ledger_errors_with_cause() -> None:
+    ledger, stubber, _ = stubbed_ledger()
+    stubber.add_client_error(
+        "transact_write_items",
+        service_error_code="TransactionCanceledException",
+        service_message="Transaction cancelled [None, ConditionalCheckFailed]",
+        response_meta={},
+    )
+    stubber.add_client_error(
+        "transact_write_items", service_error_code="ProvisionedThroughputExceededException"
+    )
+
+    with stubber:
+        for _ in range(2):
+            with pytest.raises(LedgerError) as caught:
+                ledger.commit(fresh_state(), audit())
+            assert not isinstance(caught.value, VersionConflict)
+            assert caught.value.__cause__ is not None
+
+
+def test_cancellation_named_only_in_the_message_is_a_conflict() -> None:
+    ledger, stubber, _ = stubbed_ledger()
+    stubber.add_client_error(
+        "transact_write_items",
+        service_error_code="TransactionCanceledException",
+        service_message="Transaction cancelled, please refer cancellation reasons "
+        "for specific reasons [ConditionalCheckFailed, None]",
+    )
+
+    with stubber, pytest.raises(VersionConflict):
+        ledger.commit(fresh_state(version=4), audit())
+
+
+# The Memory map is generic: any QueueState survives the item encoding.
+
+finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    concurrency=st.integers(2, 1000),
+    breaches=st.integers(0, 50),
+    reason=st.text(max_size=40),
+    last_change_at=finite,
+    hold_until=finite,
+    enabled=st.booleans(),
+    version=st.integers(1, 10**9),
+)
+def test_state_items_round_trip(
+    concurrency: int,
+    breaches: int,
+    reason: str,
+    last_change_at: float,
+    hold_until: float,
+    enabled: bool,
+    version: int,
+) -> None:
+    state = fresh_state(
+        concurrency=concurrency,
+        consecutive_breaches=breaches,
+        last_reason=reason,
+        last_change_at=last_change_at,
+        hold_until=hold_until,
+        enabled=enabled,
+        version=version,
+    )
+
+    item = encode_state(state, version)
+    decoded = decode_state(item)
+
+    assert decoded == state
+    assert item["Memory"]["enabled"] is enabled
+    assert isinstance(item["Memory"]["hold_until"], Decimal)
+
+
+def test_missing_memory_takes_defaults_and_unknown_memory_is_ignored() -> None:
+    item = encode_state(fresh_state(hold_until=T0), 1)
+    item["Memory"] = {"hold_until": Decimal("12.5"), "retired_field": "x"}
+
+    decoded = decode_state(item)
+
+    assert decoded.hold_until == 12.5
+    assert decoded.enabled is True
+    assert decoded.last_change_at == 0.0
