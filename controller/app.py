@@ -120,8 +120,9 @@ class ControllerApp:
                 "error": f"queue {queue!r} is not registered (no CONFIG item in the ledger)",
             }
         decision, esm_updated = result
+        now = self._clock()
         self._report(BatchOutcome(decisions=[decision]), [decision])
-        config = self.controller.configs([queue], self._clock())[queue]
+        config = self.controller.configs([queue], now)[queue]
         return {
             "statusCode": 200,
             "queue_id": queue,

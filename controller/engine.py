@@ -355,11 +355,8 @@ class Controller:
         """The claim stands in the ledger but the mapping did not move: put the ledger back."""
         decision = step.decision
         reason = f"Actuation failed ({error}); mapping stays at {decision.previous}."
-        state = committed.evolve(
-            concurrency=decision.previous,
-            previous_concurrency=decision.previous,
-            enabled=decision.previous_enabled,
-            last_reason=reason,
+        state = step.decided_from.evolve(
+            version=committed.version, last_reason=reason, last_evaluated_at=now
         )
         audit = AuditEntry(
             queue=decision.queue,

@@ -80,6 +80,10 @@ class QueueWindow:
     def newest_event_time(self) -> float | None:
         return self._newest_event_time
 
+    def __len__(self) -> int:
+        """Buckets held: what retention bounds."""
+        return len(self._buckets)
+
     def add(self, sample: Sample) -> bool:
         """Count ``sample``; ``False`` (and counted) when it is older than the retention."""
         newest = self._newest_event_time

@@ -1,0 +1,181 @@
+"""The controller application: Kinesis batches and manual evaluations, end to end on twins."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+
+import pytest
+
+from controller.actuator import InMemoryActuator
+from controller.app import ControllerApp
+from controller.engine import Controller
+from controller.ledger import InMemoryLedger
+from controller.model import QueueConfig
+from controller.ports import LedgerError
+from controller.settings import PolicyParams
+from tests.factories import config, kinesis_event, sample
+
+
+class FlakyLedger(InMemoryLedger):
+    """Fails config reads while ``down`` is set, like a throttled or unreachable table."""
+
+    down = False
+
+    def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
+        if self.down:
+            raise LedgerError("ProvisionedThroughputExceededException")
+        return super().get_configs(queues)
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def ledger() -> FlakyLedger:
+    ledger = FlakyLedger()
+    ledger.put_config(config("orders"))
+    return ledger
+
+
+@pytest.fixture
+def actuator() -> InMemoryActuator:
+    actuator = InMemoryActuator()
+    actuator.add_mapping("esm-orders", 100)
+    return actuator
+
+
+@pytest.fixture
+def emitted() -> list[str]:
+    return []
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock(110.0)
+
+
+@pytest.fixture
+def app(
+    ledger: FlakyLedger, actuator: InMemoryActuator, emitted: list[str], clock: Clock
+) -> ControllerApp:
+    controller = Controller(ledger, actuator, PolicyParams())
+    return ControllerApp(controller, clock=clock, emit=emitted.append)
+
+
+def storm_event(start: float = 100.0, first_sequence: int = 1) -> dict[str, object]:
+    samples = [sample(at=start + s + 0.9, ok=8, throttled=2) for s in range(10)]
+    return kinesis_event(samples, first_sequence=first_sequence)
+
+
+def test_manual_evaluation_gives_the_original_outcomes(
+    app: ControllerApp, actuator: InMemoryActuator
+) -> None:
+    outcomes = [
+        app.handle({"queue": "orders", "error_rate": e, "success_rate": s}, None)
+        for e, s in [(0.20, 0.80), (0.20, 0.80), (0.01, 0.99)]
+    ]
+    assert [
+        (o["previous_concurrency"], o["target_concurrency"], o["state"], o["action"])
+        for o in outcomes
+    ] == [
+        (100, 50, "THROTTLED", "MULTIPLICATIVE_DECREASE"),
+        (50, 25, "CRITICAL_BACKOFF", "MULTIPLICATIVE_DECREASE"),
+        (25, 30, "RECOVERING", "ADDITIVE_INCREASE"),
+    ]
+    first = outcomes[0]
+    assert first["statusCode"] == 200
+    assert (first["queue_id"], first["esm_uuid"], first["esm_updated"]) == (
+        "orders",
+        "esm-orders",
+        True,
+    )
+    assert first["reason"] == (
+        "HTTP 429 breach: Error rate 20.0% >= T1 (5.0%). Applied factor Beta=0.5. "
+        "Scaled from 100 -> 50."
+    )
+    assert first["execution_time_ms"] >= 0
+    assert actuator.read("esm-orders", 0).max_concurrency == 30
+
+
+@pytest.mark.parametrize(
+    ("event", "status"),
+    [
+        ({"queue": "orders", "error_rate": "lots", "success_rate": 0.5}, 400),
+        ({"queue": "orders", "error_rate": 1.5, "success_rate": 0.5}, 400),
+        ({"queue": "", "error_rate": 0.1, "success_rate": 0.5}, 400),
+        ({"queue": "nobody", "error_rate": 0.1, "success_rate": 0.5}, 404),
+    ],
+)
+def test_bad_manual_events_are_refused_clearly(
+    app: ControllerApp, actuator: InMemoryActuator, event: dict[str, object], status: int
+) -> None:
+    response = app.handle(event, None)
+    assert response["statusCode"] == status
+    assert response["error"]
+    assert actuator.calls == []
+
+
+def test_a_kinesis_batch_moves_the_mapping_and_emits_dashboard_metrics(
+    app: ControllerApp, actuator: InMemoryActuator, emitted: list[str]
+) -> None:
+    assert app.handle(storm_event(), None) == {"batchItemFailures": []}
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+    [document] = [json.loads(line) for line in emitted]
+    directive = document["_aws"]["CloudWatchMetrics"][0]
+    assert directive["Namespace"] == "QueueMeshController"
+    assert directive["Dimensions"] == [["QueueName"]]
+    assert (document["QueueName"], document["MaximumConcurrency"]) == ("orders", [50.0])
+    assert document["PressureRate"] == pytest.approx([20.0])
+
+
+def test_a_poison_record_is_skipped_and_never_blocks_the_shard(
+    app: ControllerApp, actuator: InMemoryActuator
+) -> None:
+    event = storm_event()
+    records = event["Records"]
+    assert isinstance(records, list)
+    records.insert(3, {**records[0], "kinesis": {**records[0]["kinesis"], "data": "!!not-b64"}})
+    records.insert(
+        5,
+        {
+            **records[0],
+            "kinesis": {
+                **records[0]["kinesis"],
+                "data": base64.b64encode(b"\x1f\x8b broken").decode(),
+            },
+        },
+    )
+    outcome = app.process_kinesis(event, deadline=1e12)
+    assert outcome.failed_sequence_numbers == []
+    assert sum(outcome.skipped.values()) >= 2
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+
+
+def test_a_ledger_fault_retries_the_batch_without_counting_it_twice(
+    app: ControllerApp, ledger: FlakyLedger, actuator: InMemoryActuator, clock: Clock
+) -> None:
+    ledger.down = True
+    first = storm_event(first_sequence=7)
+    assert app.handle(first, None) == {"batchItemFailures": [{"itemIdentifier": "7"}]}
+    assert actuator.calls == []
+    ledger.down = False
+    assert app.handle(first, None) == {"batchItemFailures": []}
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+    # Redelivered again (at-least-once): the warm windows already hold it, nothing moves.
+    clock.now = 140.0
+    outcome = app.process_kinesis(first, deadline=1e12)
+    assert outcome.redelivered == 10
+    assert outcome.samples == 0
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+
+
+def test_an_unknown_event_is_a_clear_error(app: ControllerApp) -> None:
+    with pytest.raises(ValueError, match="expected a Kinesis batch"):
+        app.handle({"hello": "world"}, None)

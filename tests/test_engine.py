@@ -1,0 +1,229 @@
+"""The control loop on the in-memory twins: decide all, then claim and actuate."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from controller.actuator import InMemoryActuator
+from controller.engine import Controller
+from controller.ledger import InMemoryLedger
+from controller.model import Action, AuditEvent, Mode, QueueStateName, Sample
+from controller.ports import ActuationError, MappingView
+from controller.settings import PolicyParams
+from tests.factories import config, sample
+
+
+def storm(start: float, seconds: int = 10, queue: str = "orders") -> list[Sample]:
+    return [
+        sample(queue, at=start + s + 0.9, ok=8, throttled=2, invocation_ms=500)
+        for s in range(seconds)
+    ]
+
+
+def healthy(start: float, seconds: int = 10, queue: str = "orders") -> list[Sample]:
+    return [sample(queue, at=start + s + 0.9, ok=10, invocation_ms=500) for s in range(seconds)]
+
+
+@pytest.fixture
+def ledger() -> InMemoryLedger:
+    ledger = InMemoryLedger()
+    ledger.put_config(config("orders"))
+    return ledger
+
+
+@pytest.fixture
+def actuator() -> InMemoryActuator:
+    actuator = InMemoryActuator()
+    actuator.add_mapping("esm-orders", 100)
+    return actuator
+
+
+@pytest.fixture
+def controller(ledger: InMemoryLedger, actuator: InMemoryActuator) -> Controller:
+    return Controller(ledger, actuator, PolicyParams())
+
+
+def test_a_storm_cuts_once_and_records_the_transition(
+    controller: Controller, ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    decisions = controller.run_batch(storm(100), now=110.0)
+    assert [(d.previous, d.target) for d in decisions] == [(100, 50)]
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+    state = ledger.get_states(["orders"])["orders"]
+    assert (state.concurrency, state.state, state.version) == (50, QueueStateName.THROTTLED, 1)
+    [audit] = ledger.audit_trail("orders")
+    assert (audit.previous_value, audit.new_value, audit.action) == (
+        50 * 2,
+        50,
+        "MULTIPLICATIVE_DECREASE",
+    )
+    assert audit.control_loop_latency_ms == pytest.approx(100.0)
+    # The lagging tail of the same storm (invocations begun before the cut) changes nothing.
+    late = [sample(at=111.0 + s, ok=0, throttled=10, invocation_ms=3000) for s in range(3)]
+    assert all(d.action is Action.HOLD for d in controller.run_batch(late, now=114.0))
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+
+
+def test_unregistered_queues_are_ignored_and_counted(
+    controller: Controller, actuator: InMemoryActuator
+) -> None:
+    assert controller.run_batch(storm(100, queue="stranger"), now=110.0) == []
+    assert controller.counters["samples_unregistered"] == 10
+    assert actuator.calls == []
+
+
+def test_a_steady_queue_writes_nothing(controller: Controller, ledger: InMemoryLedger) -> None:
+    for minute in range(30):
+        start = 100.0 + minute * 60
+        decisions = controller.run_batch(healthy(start, 60), now=start + 60)
+        assert [d.action for d in decisions] == [Action.HOLD]
+    assert ledger.get_states(["orders"]) == {}
+    assert ledger.audit_trail("orders") == []
+
+
+def test_an_operator_change_to_the_mapping_wins(
+    controller: Controller, ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    controller.run_batch(storm(100), now=110.0)
+    actuator.apply("esm-orders", 70, True, 0)  # someone, by hand
+    decisions = controller.run_batch(storm(113), now=124.0)
+    assert decisions == []
+    assert actuator.read("esm-orders", 0).max_concurrency == 70
+    state = ledger.get_states(["orders"])["orders"]
+    assert state.concurrency == 70
+    assert [a.event_type for a in ledger.audit_trail("orders")] == [
+        AuditEvent.TRANSITION,
+        AuditEvent.DRIFT_DETECTED,
+    ]
+    # Fresh evidence under the adopted value is judged from there.
+    [cut] = controller.run_batch(storm(127), now=138.0)
+    assert (cut.previous, cut.target) == (70, 35)
+
+
+def test_two_controllers_race_one_wins_the_other_rereads(
+    ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    first = Controller(ledger, actuator, PolicyParams())
+    second = Controller(ledger, actuator, PolicyParams())
+    first.ingest(storm(100), 110.0)
+    second.ingest(storm(100), 110.0)
+    first_plan, second_plan = first.plan(110.0), second.plan(110.0)
+    assert [d.target for d in first.execute(first_plan)] == [50]
+    # The loser's mapping read shows 50, not the 100 it decided from: it adopts, never halves
+    # again on the same evidence.
+    assert second.execute(second_plan) == []
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+    assert len([c for c in actuator.calls if c.uuid == "esm-orders"]) == 1
+
+
+class InterleavingActuator(InMemoryActuator):
+    """Runs ``between`` right after a read has seen the mapping: a rival acting in that gap."""
+
+    between: Callable[[], object] | None = None
+
+    def read(self, uuid: str, deadline: float) -> MappingView:
+        view = super().read(uuid, deadline)
+        if self.between is not None:
+            rival, self.between = self.between, None
+            rival()
+        return view
+
+
+def test_a_lost_conditional_write_is_counted_and_retried_from_fresh_state(
+    ledger: InMemoryLedger,
+) -> None:
+    actuator = InterleavingActuator()
+    actuator.add_mapping("esm-orders", 100)
+    rival = Controller(ledger, actuator, PolicyParams())
+    loser = Controller(ledger, actuator, PolicyParams())
+    rival.ingest(storm(100), 110.0)
+    loser.ingest(storm(100), 110.0)
+    rival_plan, loser_plan = rival.plan(110.0), loser.plan(110.0)
+    actuator.between = lambda: rival.execute(rival_plan)
+    assert loser.execute(loser_plan) == []
+    assert loser.counters["version_conflicts"] == 1
+    assert [call.value for call in actuator.calls] == [50]
+    [retry] = loser.run_batch(storm(113), now=124.0)
+    assert (retry.previous, retry.target) == (50, 25)
+
+
+def test_failed_actuation_puts_the_ledger_back_and_tries_again(
+    controller: Controller,
+    ledger: InMemoryLedger,
+    actuator: InMemoryActuator,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    controller.ingest(storm(100), 110.0)
+    plan = controller.plan(110.0)
+
+    def gives_up(uuid: str, value: int, enabled: bool, deadline: float) -> MappingView:
+        raise ActuationError("ResourceInUseException after 6 attempts")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(actuator, "apply", gives_up)
+        assert controller.execute(plan) == []
+        state = ledger.get_states(["orders"])["orders"]
+        assert state.concurrency == 100
+        assert [a.event_type for a in ledger.audit_trail("orders")] == [
+            AuditEvent.TRANSITION,
+            AuditEvent.ACTUATION_FAILED,
+        ]
+    [retry] = controller.execute(controller.plan(111.0))
+    assert (retry.previous, retry.target) == (100, 50)
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+
+
+def test_dry_run_records_but_never_actuates(
+    ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    ledger.put_config(config("orders", mode=Mode.DRY_RUN))
+    controller = Controller(ledger, actuator, PolicyParams())
+    [decision] = controller.run_batch(storm(100), now=110.0)
+    assert decision.target == 50
+    assert actuator.calls == []
+    [audit] = ledger.audit_trail("orders")
+    assert audit.reason.startswith("[dry-run] ")
+
+
+def test_steps_past_the_deadline_are_deferred_not_lost(actuator: InMemoryActuator) -> None:
+    ledger = InMemoryLedger()
+    for index in range(5):
+        ledger.put_config(config(f"q{index}"))
+        actuator.add_mapping(f"esm-q{index}", 100)
+    clock = [0.0]
+    controller = Controller(ledger, actuator, PolicyParams(), monotonic=lambda: clock[0])
+    samples = [s for index in range(5) for s in storm(100, queue=f"q{index}")]
+    controller.ingest(samples, 110.0)
+    plan = controller.plan(110.0)
+    assert controller.execute(plan, deadline=2.0) == []
+    assert controller.counters["steps_deferred"] == 5
+    done = controller.execute(controller.plan(111.0), deadline=100.0)
+    assert sorted(d.queue for d in done) == [f"q{index}" for index in range(5)]
+    assert all(actuator.read(f"esm-q{i}", 0).max_concurrency == 50 for i in range(5))
+
+
+def test_a_cold_start_restores_state_and_relearns_before_judging(
+    controller: Controller, ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    controller.run_batch(storm(100), now=110.0)
+    cold = Controller(ledger, actuator, PolicyParams())
+    [decision] = cold.run_batch(healthy(113, 1), now=114.0)
+    assert decision.action is Action.HOLD
+    assert decision.previous == 50
+    assert "Insufficient evidence" in decision.reason
+
+
+def test_manual_evaluation_follows_the_original_sequence(controller: Controller) -> None:
+    results = []
+    for error_rate, success_rate in [(0.2, 0.8), (0.2, 0.8), (0.01, 0.99)]:
+        outcome = controller.evaluate("orders", error_rate, success_rate, 500.0, 1e9)
+        assert outcome is not None
+        decision, updated = outcome
+        results.append((decision.target, decision.state, updated))
+    assert results == [
+        (50, QueueStateName.THROTTLED, True),
+        (25, QueueStateName.CRITICAL_BACKOFF, True),
+        (30, QueueStateName.RECOVERING, True),
+    ]
