@@ -1,0 +1,610 @@
+"""The embedded AWS: moto's server on loopback, with QueueMesh's template deployed onto it.
+
+``EmbeddedAws`` runs ``moto.server.ThreadedMotoServer`` in this process (127.0.0.1, a free
+port) and hands out real boto3 clients pointed at it. ``deploy`` puts the SAM template on it
+the way ``sam deploy`` would: the SAM transform runs offline (aws-sam-translator), function
+code is a small zip in the emulator's S3, and CloudFormation CreateStack builds the stack.
+What moto's CloudFormation drops is then created through the service APIs (the subscription
+filter, DynamoDB TTL), and moto's own pollers are detached so the local runtime is the only
+consumer of the queues and the stream, as Lambda's pollers are in AWS (see docs/demo.md).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+import logging
+import re
+import urllib.request
+import uuid
+import warnings
+import zipfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stack.errors import CliError
+
+REGION = "us-east-1"
+ACCOUNT = "123456789012"  # moto's default account
+LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+CODE_BUCKET = "queuemesh-local-code"
+DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
+
+# Types moto's CloudFormation does not create; deploy() makes them through the API instead.
+SUBSCRIPTION_FILTER = "AWS::Logs::SubscriptionFilter"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueBinding:
+    """One SQS queue consumed by a worker function through an event source mapping."""
+
+    name: str
+    url: str
+    arn: str
+    esm_uuid: str
+    function_name: str
+    dlq_url: str | None
+    dlq_arn: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """What the stack holds, by physical name, as the local runtime needs it."""
+
+    stack_name: str
+    queues: tuple[QueueBinding, ...]
+    controller_function: str
+    controller_esm_uuid: str
+    stream_name: str
+    stream_arn: str
+    table_name: str
+    worker_log_group: str
+    created_through_api: tuple[str, ...] = ()
+    not_created: tuple[str, ...] = ()
+    resources: Mapping[str, str] = field(default_factory=dict)
+
+    def queue(self, name: str) -> QueueBinding:
+        for binding in self.queues:
+            if binding.name == name:
+                return binding
+        raise KeyError(name)
+
+
+class EmbeddedAws:
+    """moto's server in this process, on 127.0.0.1. A context manager: stop() resets moto's
+    state and closes the port, so nothing of one run leaks into the next."""
+
+    def __init__(self, region: str = REGION) -> None:
+        self.region = region
+        self._server: Any = None
+        self._endpoint: str | None = None
+
+    def start(self) -> EmbeddedAws:
+        from moto.server import ThreadedMotoServer
+
+        # The server logs every request; the terminal belongs to the demo.
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)
+        # It also warns for each resource type its CloudFormation skips; deploy() reports them.
+        logging.getLogger("moto.cloudformation.parsing").setLevel(logging.ERROR)
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        self._server = server
+        self._endpoint = f"http://{host}:{port}"
+        # Lambda invocation would need Docker; the local runtime runs the code instead.
+        self._moto_api("config", {"lambda": {"use_docker": False}})
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        try:
+            self._moto_api("reset", None)
+        finally:
+            self._endpoint = None
+            server.stop()
+
+    def __enter__(self) -> EmbeddedAws:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def endpoint(self) -> str:
+        if self._endpoint is None:
+            raise RuntimeError("the embedded AWS is not running")
+        return self._endpoint
+
+    @property
+    def port(self) -> int:
+        return int(self.endpoint.rsplit(":", 1)[1])
+
+    def environment(self) -> dict[str, str]:
+        """What a process needs to talk to the emulator through boto3's own settings."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            **LOCAL_CREDENTIALS,
+        }
+
+    def client(self, service: str, **config: Any) -> Any:
+        import boto3
+        from botocore.config import Config
+
+        settings: dict[str, Any] = {"connect_timeout": 3, "read_timeout": 15}
+        settings.update(config)
+        return boto3.session.Session().client(
+            service,
+            region_name=self.region,
+            endpoint_url=self.endpoint,
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            config=Config(**settings),
+        )
+
+    def _moto_api(self, path: str, body: object) -> None:
+        data = b"" if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/{path}", data=data, method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as response:
+            response.read()
+
+    # -- deployment -------------------------------------------------------------------------
+
+    def deploy(
+        self,
+        template_path: Path = DEFAULT_TEMPLATE,
+        *,
+        stack_name: str | None = None,
+        parameters: Mapping[str, str] | None = None,
+    ) -> Deployment:
+        """Transform, package and create the stack, then finish what moto leaves out."""
+        template = load_template(template_path)
+        name = stack_name or f"queuemesh-local-{uuid.uuid4().hex[:8]}"
+        values = _parameter_values(template, parameters or {})
+        expanded = expand_language_extensions(template, values)
+        custom = _custom_resources(expanded)
+        for logical in custom:
+            del expanded["Resources"][logical]
+        transformed = sam_transform(_with_packaged_code(expanded), values, self.region)
+        self._upload_code()
+        cloudformation = self.client("cloudformation")
+        with warnings.catch_warnings():
+            # moto warns for each type it skips; deploy() reports them in the Deployment.
+            warnings.simplefilter("ignore")
+            cloudformation.create_stack(
+                StackName=name,
+                TemplateBody=json.dumps(_with_code_location(transformed)),
+                Parameters=[{"ParameterKey": k, "ParameterValue": v} for k, v in values.items()],
+                Capabilities=["CAPABILITY_IAM", "CAPABILITY_NAMED_IAM", "CAPABILITY_AUTO_EXPAND"],
+            )
+            stack = cloudformation.describe_stacks(StackName=name)["Stacks"][0]
+            if stack["StackStatus"] != "CREATE_COMPLETE":
+                raise CliError(
+                    f"the embedded AWS could not create the stack ({stack['StackStatus']}: "
+                    f"{stack.get('StackStatusReason', 'no reason given')}); check template.yaml"
+                )
+            listed = cloudformation.describe_stack_resources(StackName=name)["StackResources"]
+        physical = {
+            item["LogicalResourceId"]: item["PhysicalResourceId"]
+            for item in listed
+            if "LogicalResourceId" in item and "PhysicalResourceId" in item
+        }
+        resources = transformed.get("Resources", {})
+        resolver = _Resolver(self, resources, physical, values, name)
+        through_api = self._create_what_moto_drops(resources, physical, resolver)
+        not_created = tuple(
+            f"{logical} ({spec['Type']})"
+            for logical, spec in sorted({**resources, **custom}.items())
+            if logical not in physical and spec["Type"] != SUBSCRIPTION_FILTER
+        )
+        deployment = self._discover(name, physical, resources, resolver, through_api, not_created)
+        self.detach_moto_pollers()
+        return deployment
+
+    def _upload_code(self) -> None:
+        s3 = self.client("s3")
+        s3.create_bucket(Bucket=CODE_BUCKET)
+        s3.put_object(Bucket=CODE_BUCKET, Key=CODE_KEY, Body=placeholder_code_zip())
+
+    def _create_what_moto_drops(
+        self, resources: Mapping[str, Any], physical: Mapping[str, str], resolver: _Resolver
+    ) -> list[str]:
+        done: list[str] = []
+        logs = self.client("logs")
+        dynamodb = self.client("dynamodb")
+        for logical, spec in sorted(resources.items()):
+            properties = spec.get("Properties", {})
+            if spec["Type"] == SUBSCRIPTION_FILTER and logical not in physical:
+                group = resolver.resolve(properties["LogGroupName"])
+                logs.put_subscription_filter(
+                    logGroupName=group,
+                    filterName=str(properties.get("FilterName", logical)),
+                    filterPattern=str(resolver.resolve(properties.get("FilterPattern", ""))),
+                    destinationArn=resolver.resolve(properties["DestinationArn"]),
+                    **(
+                        {"roleArn": resolver.resolve(properties["RoleArn"])}
+                        if "RoleArn" in properties
+                        else {}
+                    ),
+                )
+                done.append(f"{logical} ({SUBSCRIPTION_FILTER} on {group})")
+            ttl = properties.get("TimeToLiveSpecification")
+            if spec["Type"] == "AWS::DynamoDB::Table" and ttl and ttl.get("Enabled"):
+                dynamodb.update_time_to_live(
+                    TableName=physical[logical],
+                    TimeToLiveSpecification={
+                        "Enabled": True,
+                        "AttributeName": str(ttl["AttributeName"]),
+                    },
+                )
+                done.append(f"{logical} TimeToLiveSpecification ({ttl['AttributeName']})")
+        return done
+
+    def _discover(
+        self,
+        stack_name: str,
+        physical: Mapping[str, str],
+        resources: Mapping[str, Any],
+        resolver: _Resolver,
+        through_api: list[str],
+        not_created: tuple[str, ...],
+    ) -> Deployment:
+        lambda_client = self.client("lambda")
+        sqs = self.client("sqs")
+        mappings = lambda_client.list_event_source_mappings()["EventSourceMappings"]
+        queue_mappings = [m for m in mappings if m["EventSourceArn"].startswith("arn:aws:sqs:")]
+        stream_mappings = [m for m in mappings if ":kinesis:" in m["EventSourceArn"]]
+        if not queue_mappings or len(stream_mappings) != 1:
+            raise CliError(
+                "the template must map at least one SQS queue to a worker function and one "
+                f"Kinesis stream to the controller; found {len(queue_mappings)} queue and "
+                f"{len(stream_mappings)} stream mappings"
+            )
+        queues = tuple(_queue_binding(sqs, mapping) for mapping in queue_mappings)
+        controller_esm = stream_mappings[0]
+        controller = _function_name(controller_esm["FunctionArn"])
+        stream_arn = controller_esm["EventSourceArn"]
+        environment = lambda_client.get_function_configuration(FunctionName=controller).get(
+            "Environment", {}
+        )
+        tables = [physical[k] for k, v in resources.items() if v["Type"] == "AWS::DynamoDB::Table"]
+        table = environment.get("Variables", {}).get("QUEUEMESH_TABLE") or (
+            tables[0] if len(tables) == 1 else None
+        )
+        if table is None:
+            raise CliError(
+                "cannot tell which DynamoDB table is the ledger: set QUEUEMESH_TABLE in the "
+                "controller function's environment in template.yaml"
+            )
+        worker_log_group = _log_group_of(queues[0].function_name, physical, resources, resolver)
+        through_api.extend(self._ensure_subscription(worker_log_group, stream_arn))
+        return Deployment(
+            stack_name=stack_name,
+            queues=queues,
+            controller_function=controller,
+            controller_esm_uuid=controller_esm["UUID"],
+            stream_name=stream_arn.rsplit("/", 1)[1],
+            stream_arn=stream_arn,
+            table_name=table,
+            worker_log_group=worker_log_group,
+            created_through_api=tuple(through_api),
+            not_created=not_created,
+            resources=dict(physical),
+        )
+
+    def _ensure_subscription(self, log_group: str, stream_arn: str) -> list[str]:
+        """The worker's telemetry must reach the stream; a template without its own filter
+        gets one (AWS creates /aws/lambda/<function> on first write; here it must exist)."""
+        logs = self.client("logs")
+        groups = logs.describe_log_groups(logGroupNamePrefix=log_group)["logGroups"]
+        created: list[str] = []
+        if not any(group["logGroupName"] == log_group for group in groups):
+            logs.create_log_group(logGroupName=log_group)
+            created.append(f"log group {log_group}")
+        if not logs.describe_subscription_filters(logGroupName=log_group)["subscriptionFilters"]:
+            logs.put_subscription_filter(
+                logGroupName=log_group,
+                filterName="queuemesh-telemetry",
+                filterPattern="",
+                destinationArn=stream_arn,
+            )
+            created.append(f"subscription filter {log_group} -> {stream_arn}")
+        return created
+
+    def detach_moto_pollers(self) -> None:
+        """Stop moto from consuming queues and streams itself.
+
+        moto runs an enabled SQS mapping's function the moment a message is sent (and a
+        Kinesis mapping's once per record). The mappings stay in the Lambda API, Enabled and
+        updatable; only moto's in-process shortcut is removed, leaving the local runtime as
+        the sole poller.
+        """
+        from moto.backends import get_backend
+
+        for account in get_backend("sqs").values():
+            for backend in account.values():
+                for queue in backend.queues.values():
+                    queue.lambda_event_source_mappings.clear()
+        for kinesis_account in get_backend("kinesis").values():
+            for kinesis in kinesis_account.values():
+                for stream in kinesis.streams.values():
+                    stream.lambda_event_source_mappings.clear()
+
+    def register_queue(self, deployment: Deployment, queue: str) -> None:
+        """Write the queue's CONFIG item: only registered mappings are ever actuated."""
+        from controller.ledger import DynamoLedger
+        from controller.model import QueueConfig
+
+        binding = deployment.queue(queue)
+        ledger = DynamoLedger(deployment.table_name, client=self.client("dynamodb"))
+        ledger.put_config(QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid))
+
+
+CODE_KEY = "queuemesh-functions.zip"
+
+
+def placeholder_code_zip() -> bytes:
+    """Lambda in moto needs a code package; the local runtime imports the real code from this
+    checkout, so the package only has to be a valid zip."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(
+            "README.txt", "Placeholder: the QueueMesh local runtime runs the code in-process.\n"
+        )
+    return buffer.getvalue()
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    from samtranslator.yaml_helper import yaml_parse
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CliError(
+            f"cannot read the SAM template {path} ({error.strerror}); pass --template FILE"
+        ) from error
+    template = yaml_parse(text)
+    if not isinstance(template, dict) or "Resources" not in template:
+        raise CliError(f"{path} is not a CloudFormation/SAM template (no Resources)")
+    return dict(template)
+
+
+def expand_language_extensions(
+    template: Mapping[str, Any], parameters: Mapping[str, str]
+) -> dict[str, Any]:
+    """The part of the AWS::LanguageExtensions transform the template uses: ``Fn::ForEach``
+    over a list parameter (or a literal list) in Resources. It runs before the SAM transform,
+    as in CloudFormation; other language extensions are left for the SAM transform to reject."""
+    expanded = copy.deepcopy(dict(template))
+    transforms = expanded.get("Transform")
+    if isinstance(transforms, list):
+        remaining = [name for name in transforms if name != "AWS::LanguageExtensions"]
+        expanded["Transform"] = remaining[0] if len(remaining) == 1 else remaining
+    resources: dict[str, Any] = {}
+    for logical, spec in expanded["Resources"].items():
+        if not logical.startswith("Fn::ForEach::"):
+            resources[logical] = spec
+            continue
+        variable, collection, body = spec
+        if isinstance(collection, dict) and "Ref" in collection:
+            raw = parameters.get(str(collection["Ref"]), "")
+            items = [item.strip() for item in raw.split(",") if item.strip()]
+        else:
+            items = [str(item) for item in collection]
+        for item in items:
+            for key, resource in body.items():
+                name = re.sub(r"[^A-Za-z0-9]", "", key.replace(f"&{{{variable}}}", item))
+                resources[name] = _substitute(resource, variable, item)
+    expanded["Resources"] = resources
+    return expanded
+
+
+def _substitute(value: Any, variable: str, item: str) -> Any:
+    if isinstance(value, dict):
+        if value == {"Ref": variable}:
+            return item
+        return {key: _substitute(inner, variable, item) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [_substitute(inner, variable, item) for inner in value]
+    if isinstance(value, str):
+        return value.replace(f"${{{variable}}}", item)
+    return value
+
+
+def _custom_resources(template: Mapping[str, Any]) -> dict[str, Any]:
+    """Custom resources backed by a Lambda function: moto would have to run the function's code
+    (in Docker) to create them, so they are left out and done through the API instead."""
+    return {
+        logical: spec
+        for logical, spec in template["Resources"].items()
+        if str(spec.get("Type", "")).startswith("Custom::")
+        or spec.get("Type") == "AWS::CloudFormation::CustomResource"
+    }
+
+
+def sam_transform(
+    template: Mapping[str, Any], parameters: Mapping[str, str], region: str = REGION
+) -> dict[str, Any]:
+    """The SAM transform, offline. Managed policies are not looked up (no IAM in the loop):
+    moto does not enforce IAM, so their ARNs only need to be well-formed."""
+    import boto3
+    from samtranslator.model.exceptions import InvalidDocumentException
+    from samtranslator.parser.parser import Parser
+    from samtranslator.translator.translator import Translator
+
+    translator = Translator({}, Parser(), boto_session=boto3.session.Session(region_name=region))
+    try:
+        return dict(
+            translator.translate(
+                copy.deepcopy(dict(template)),
+                parameter_values=dict(parameters),
+                get_managed_policy_map=dict,
+            )
+        )
+    except InvalidDocumentException as error:
+        causes = "; ".join(str(cause) for cause in error.causes)
+        raise CliError(f"the SAM transform rejected the template: {causes}") from error
+
+
+def _with_packaged_code(template: Mapping[str, Any]) -> dict[str, Any]:
+    """What ``sam package`` does: every CodeUri becomes an S3 location."""
+    packaged = copy.deepcopy(dict(template))
+    location = f"s3://{CODE_BUCKET}/{CODE_KEY}"
+    globals_function = packaged.get("Globals", {}).get("Function", {})
+    if "CodeUri" in globals_function:
+        globals_function["CodeUri"] = location
+    for spec in packaged["Resources"].values():
+        properties = spec.setdefault("Properties", {})
+        if spec.get("Type") == "AWS::Serverless::Function" and "InlineCode" not in properties:
+            properties["CodeUri"] = location
+        if spec.get("Type") == "AWS::Serverless::LayerVersion":
+            properties["ContentUri"] = location
+    return packaged
+
+
+def _with_code_location(template: Mapping[str, Any]) -> dict[str, Any]:
+    """Plain AWS::Lambda::Function resources in the template get the same package."""
+    located = copy.deepcopy(dict(template))
+    for spec in located["Resources"].values():
+        if spec.get("Type") == "AWS::Lambda::Function":
+            spec.setdefault("Properties", {})["Code"] = {"S3Bucket": CODE_BUCKET, "S3Key": CODE_KEY}
+    return located
+
+
+def _parameter_values(template: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:
+    declared = template.get("Parameters", {}) or {}
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise CliError(f"the template declares no parameter {', '.join(unknown)}")
+    values = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
+    values.update(given)
+    missing = sorted(set(declared) - set(values))
+    if missing:
+        raise CliError(f"template parameters without a default need a value: {', '.join(missing)}")
+    return values
+
+
+def _queue_binding(sqs: Any, mapping: Mapping[str, Any]) -> QueueBinding:
+    arn = str(mapping["EventSourceArn"])
+    name = arn.rsplit(":", 1)[1]
+    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    dlq_arn: str | None = None
+    dlq_url: str | None = None
+    if "RedrivePolicy" in attributes:
+        dlq_arn = str(json.loads(attributes["RedrivePolicy"])["deadLetterTargetArn"])
+        dlq_url = sqs.get_queue_url(QueueName=dlq_arn.rsplit(":", 1)[1])["QueueUrl"]
+    return QueueBinding(
+        name=name,
+        url=url,
+        arn=arn,
+        esm_uuid=str(mapping["UUID"]),
+        function_name=_function_name(str(mapping["FunctionArn"])),
+        dlq_url=dlq_url,
+        dlq_arn=dlq_arn,
+    )
+
+
+def _log_group_of(
+    function: str, physical: Mapping[str, str], resources: Mapping[str, Any], resolver: _Resolver
+) -> str:
+    """The function's LoggingConfig.LogGroup as the template sets it (moto's Lambda does not
+    keep LoggingConfig), else Lambda's default /aws/lambda/<function>."""
+    for logical, spec in resources.items():
+        if physical.get(logical) == function and spec["Type"] == "AWS::Lambda::Function":
+            configured = spec.get("Properties", {}).get("LoggingConfig", {}).get("LogGroup")
+            if configured is not None:
+                return str(resolver.resolve(configured))
+    return f"/aws/lambda/{function}"
+
+
+def _function_name(function_arn: str) -> str:
+    return function_arn.split(":function:", 1)[1].split(":", 1)[0]
+
+
+class _Resolver:
+    """Enough of CloudFormation's intrinsic functions to finish resources moto dropped:
+    Ref, Fn::GetAtt (Arn and names), Fn::Sub and Fn::Join over the created stack."""
+
+    def __init__(
+        self,
+        aws: EmbeddedAws,
+        resources: Mapping[str, Any],
+        physical: Mapping[str, str],
+        parameters: Mapping[str, str],
+        stack_name: str,
+    ) -> None:
+        region = aws.region
+        self._types = {logical: spec["Type"] for logical, spec in resources.items()}
+        self._physical = physical
+        self._values: dict[str, str] = {
+            **parameters,
+            "AWS::Region": region,
+            "AWS::AccountId": ACCOUNT,
+            "AWS::Partition": "aws",
+            "AWS::StackName": stack_name,
+            "AWS::URLSuffix": "amazonaws.com",
+        }
+        self._arn_formats: dict[str, Callable[[str], str]] = {
+            "AWS::Kinesis::Stream": lambda p: f"arn:aws:kinesis:{region}:{ACCOUNT}:stream/{p}",
+            "AWS::IAM::Role": lambda p: f"arn:aws:iam::{ACCOUNT}:role/{p}",
+            "AWS::Lambda::Function": lambda p: f"arn:aws:lambda:{region}:{ACCOUNT}:function:{p}",
+            "AWS::SQS::Queue": lambda p: f"arn:aws:sqs:{region}:{ACCOUNT}:{p.rsplit('/', 1)[1]}",
+            "AWS::Logs::LogGroup": lambda p: f"arn:aws:logs:{region}:{ACCOUNT}:log-group:{p}:*",
+            "AWS::DynamoDB::Table": lambda p: f"arn:aws:dynamodb:{region}:{ACCOUNT}:table/{p}",
+        }
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list):
+            return [self.resolve(item) for item in value]
+        if not isinstance(value, dict) or len(value) != 1:
+            raise CliError(f"cannot resolve {value!r} on the embedded AWS")
+        ((function, argument),) = value.items()
+        if function == "Ref":
+            return self._ref(str(argument))
+        if function == "Fn::GetAtt":
+            logical, attribute = argument.split(".", 1) if isinstance(argument, str) else argument
+            return self._get_att(str(logical), str(attribute))
+        if function == "Fn::Sub":
+            text, extra = (argument, {}) if isinstance(argument, str) else argument
+            variables = {key: str(self.resolve(item)) for key, item in extra.items()}
+            return re.sub(
+                r"\$\{([^}!]+)\}", lambda match: self._sub(match.group(1), variables), text
+            )
+        if function == "Fn::Join":
+            separator, items = argument
+            return str(separator).join(str(self.resolve(item)) for item in items)
+        raise CliError(f"cannot resolve {function} on the embedded AWS")
+
+    def _ref(self, name: str) -> str:
+        if name in self._values:
+            return self._values[name]
+        if name in self._physical:
+            return self._physical[name]
+        raise CliError(f"cannot resolve Ref {name}: no such parameter or created resource")
+
+    def _get_att(self, logical: str, attribute: str) -> str:
+        physical = self._ref(logical)
+        if attribute == "Arn" and self._types.get(logical) in self._arn_formats:
+            return self._arn_formats[self._types[logical]](physical)
+        if attribute in ("Name", "QueueName", "StreamName"):
+            return physical.rsplit("/", 1)[-1]
+        raise CliError(f"cannot resolve Fn::GetAtt {logical}.{attribute} on the embedded AWS")
+
+    def _sub(self, name: str, variables: Mapping[str, str]) -> str:
+        if name in variables:
+            return variables[name]
+        if "." in name:
+            logical, attribute = name.split(".", 1)
+            return self._get_att(logical, attribute)
+        return self._ref(name)

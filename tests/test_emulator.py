@@ -1,0 +1,118 @@
+from __future__ import annotations
+
+import gzip
+import json
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from stack.emulator import Deployment, EmbeddedAws, expand_language_extensions
+
+DOWNSTREAM = "http://127.0.0.1:9/"
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[EmbeddedAws]:
+    with EmbeddedAws() as emulator:
+        yield emulator
+
+
+@pytest.fixture(scope="module")
+def deployment(aws: EmbeddedAws) -> Deployment:
+    return aws.deploy(parameters={"ExampleDownstreamUrl": DOWNSTREAM})
+
+
+def test_stack_is_created_through_cloudformation_with_the_templates_wiring(
+    aws: EmbeddedAws, deployment: Deployment
+) -> None:
+    (queue,) = deployment.queues
+    mapping = aws.client("lambda").get_event_source_mapping(UUID=queue.esm_uuid)
+    assert mapping["EventSourceArn"] == queue.arn
+    assert mapping["ScalingConfig"] == {"MaximumConcurrency": 100}
+    assert mapping["State"] == "Enabled"
+    worker = aws.client("lambda").get_function_configuration(FunctionName=queue.function_name)
+    assert worker["Handler"] == "worker.wrapper.handler"
+    assert worker["Environment"]["Variables"]["DOWNSTREAM_URL"] == DOWNSTREAM
+    controller = aws.client("lambda").get_function_configuration(
+        FunctionName=deployment.controller_function
+    )
+    assert controller["Environment"]["Variables"]["QUEUEMESH_TABLE"] == deployment.table_name
+    redrive = aws.client("sqs").get_queue_attributes(
+        QueueUrl=queue.url, AttributeNames=["RedrivePolicy"]
+    )["Attributes"]["RedrivePolicy"]
+    assert json.loads(redrive)["deadLetterTargetArn"] == queue.dlq_arn
+    ttl = aws.client("dynamodb").describe_time_to_live(TableName=deployment.table_name)
+    assert ttl["TimeToLiveDescription"]["AttributeName"] == "ExpiresAt"
+    assert any("SubscriptionFilter" in item for item in deployment.created_through_api)
+
+
+def test_moto_does_not_consume_the_queue_itself(aws: EmbeddedAws, deployment: Deployment) -> None:
+    sqs = aws.client("sqs")
+    queue = deployment.queues[0]
+    sqs.send_message(QueueUrl=queue.url, MessageBody="left alone")
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=queue.url, AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "1"
+    sqs.purge_queue(QueueUrl=queue.url)
+
+
+def test_worker_log_lines_reach_the_stream_through_the_subscription(
+    aws: EmbeddedAws, deployment: Deployment
+) -> None:
+    logs = aws.client("logs")
+    logs.create_log_stream(logGroupName=deployment.worker_log_group, logStreamName="probe")
+    logs.put_log_events(
+        logGroupName=deployment.worker_log_group,
+        logStreamName="probe",
+        logEvents=[{"timestamp": int(time.time() * 1000), "message": '{"probe": 1}'}],
+    )
+    kinesis = aws.client("kinesis")
+    shard = kinesis.list_shards(StreamName=deployment.stream_name)["Shards"][0]["ShardId"]
+    iterator = kinesis.get_shard_iterator(
+        StreamName=deployment.stream_name, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records = kinesis.get_records(ShardIterator=iterator)["Records"]
+    payload = json.loads(gzip.decompress(records[-1]["Data"]))
+    assert payload["messageType"] == "DATA_MESSAGE"
+    assert [event["message"] for event in payload["logEvents"]] == ['{"probe": 1}']
+
+
+def test_register_queue_writes_the_config_item(aws: EmbeddedAws, deployment: Deployment) -> None:
+    queue = deployment.queues[0]
+    aws.register_queue(deployment, queue.name)
+    item = aws.client("dynamodb").get_item(
+        TableName=deployment.table_name,
+        Key={"PK": {"S": f"QUEUE#{queue.name}"}, "SK": {"S": "CONFIG"}},
+    )["Item"]
+    assert item["EsmUuid"] == {"S": queue.esm_uuid}
+
+
+def test_stop_closes_the_port() -> None:
+    emulator = EmbeddedAws().start()
+    port = emulator.port
+    emulator.stop()
+    with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
+        pass
+
+
+def test_for_each_expands_over_a_list_parameter_and_drops_on_empty() -> None:
+    template = {
+        "Transform": ["AWS::LanguageExtensions", "AWS::Serverless-2016-10-31"],
+        "Resources": {
+            "Fn::ForEach::Subs": [
+                "Group",
+                {"Ref": "Groups"},
+                {"Sub&{Group}": {"Type": "T", "Properties": {"LogGroupName": {"Ref": "Group"}}}},
+            ]
+        },
+    }
+    expanded = expand_language_extensions(template, {"Groups": "/aws/lambda/a,/aws/lambda/b"})
+    assert expanded["Transform"] == "AWS::Serverless-2016-10-31"
+    assert expanded["Resources"] == {
+        "Subawslambdaa": {"Type": "T", "Properties": {"LogGroupName": "/aws/lambda/a"}},
+        "Subawslambdab": {"Type": "T", "Properties": {"LogGroupName": "/aws/lambda/b"}},
+    }
+    assert expand_language_extensions(template, {"Groups": ""})["Resources"] == {}
