@@ -1,0 +1,108 @@
+"""Shared fixtures for the worker tests: a real downstream on loopback, events, decoding.
+
+The downstream answers what each request asks for, so a test knows the mix it produced:
+``GET /status/<code>?retry_after=<s>``, or a POST whose JSON body holds ``status`` (default
+200) and ``retry_after``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from controller.model import Sample
+from controller.telemetry import samples_from_log_message
+from worker import instrument
+
+EVENTS = Path(__file__).parent / "events"
+
+
+class _Downstream(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as real clients use it
+
+    def do_GET(self) -> None:
+        parts = urlsplit(self.path)
+        segments = parts.path.strip("/").split("/")
+        status = int(segments[1]) if segments[0] == "status" and len(segments) > 1 else 200
+        retry_after = parse_qs(parts.query).get("retry_after", [None])[0]
+        self._answer(status, retry_after)
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        asked = json.loads(self.rfile.read(length) or b"{}")
+        retry_after = asked.get("retry_after")
+        self._answer(
+            int(asked.get("status", 200)), None if retry_after is None else str(retry_after)
+        )
+
+    def _answer(self, status: int, retry_after: str | None) -> None:
+        body = json.dumps({"status": status}).encode()
+        self.send_response(status)
+        if retry_after is not None:
+            self.send_header("Retry-After", retry_after)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests assert on what the worker prints."""
+
+
+@pytest.fixture
+def downstream() -> Iterator[str]:
+    """Base URL of a downstream on 127.0.0.1 (free port), stopped after the test."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Downstream)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def instrumentation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Hooks installed, no invocation left open, failure count reset, no AWS endpoint env."""
+    for name in ("AWS_ENDPOINT_URL", "QUEUEMESH_NAMESPACE", "QUEUEMESH_RESPECT_RETRY_AFTER"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(instrument.failures, "count", 0)
+    instrument.install()
+    try:
+        yield
+    finally:
+        instrument.end()
+
+
+def load_event(name: str) -> dict[str, Any]:
+    """A fresh copy of tests/events/<name> (the wrapper annotates an event's Records)."""
+    event: dict[str, Any] = json.loads((EVENTS / name).read_text())
+    return copy.deepcopy(event)
+
+
+def decoded(printed: str, namespace: str = "QueueMesh") -> list[Sample]:
+    """The samples the controller's decoder reads from what the worker printed."""
+    samples: list[Sample] = []
+    skipped: Counter[str] = Counter()
+    for line in printed.splitlines():
+        samples.extend(samples_from_log_message(line, None, namespace=namespace, skipped=skipped))
+    assert not skipped, f"the decoder skipped worker output: {skipped}"
+    return samples
+
+
+def by_queue(samples: list[Sample]) -> dict[str, Sample]:
+    result = {sample.queue: sample for sample in samples}
+    assert len(result) == len(samples), "more than one document for a queue"
+    return result

@@ -1,0 +1,495 @@
+"""HTTP client hooks: count the downstream calls an invocation makes, per queue.
+
+One hook layer sees every exchange once: http.client's connection methods (urllib3's and so
+requests' connections are http.client connections, and call the base methods through
+``super()``), and httpx's transports (httpx does not use http.client). Nothing stacks, so a
+call made through requests -> urllib3 -> http.client is counted once, at the wire.
+
+Hooks cost one global read while no invocation is in progress. Their own failures are
+swallowed, counted and logged once: instrumentation never breaks the application.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import http.client
+import importlib
+import importlib.util
+import logging
+import math
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from time import perf_counter
+from typing import Any
+from urllib.parse import urlsplit
+
+logger = logging.getLogger("queuemesh")
+
+AWS_HOST_SUFFIXES = ("amazonaws.com", "amazonaws.com.cn", "api.aws")
+_EXCHANGE_ATTRIBUTE = "_queuemesh_exchange"
+
+
+@dataclass(slots=True)
+class Tally:
+    """What one queue's share of an invocation's downstream calls answered."""
+
+    requests: int = 0
+    ok: int = 0
+    throttled: int = 0
+    server_errors: int = 0
+    overloaded: int = 0
+    client_errors: int = 0
+    latencies_ms: list[float] = field(default_factory=list)
+    retry_after_s: float = 0.0
+    downstreams: set[str] = field(default_factory=set)
+
+    def add(
+        self,
+        status: int | None,
+        latency_ms: float | None,
+        retry_after_s: float | None,
+        downstream: str | None,
+    ) -> None:
+        """Count one call; ``status`` None is a transport failure (no answer)."""
+        if status is not None and (status < 200 or 300 <= status < 400):
+            # A redirect is followed by the call that counts; 1xx is not an answer.
+            return
+        self.requests += 1
+        if downstream:
+            self.downstreams.add(downstream)
+        if status is None:
+            return
+        if status < 300:
+            self.ok += 1
+        elif status == 429:
+            self.throttled += 1
+        elif status < 500:
+            self.client_errors += 1
+        else:
+            self.server_errors += 1
+            if status == 503:
+                self.overloaded += 1
+        if latency_ms is not None:
+            self.latencies_ms.append(latency_ms)
+        if retry_after_s is not None:
+            self.retry_after_s = max(self.retry_after_s, retry_after_s)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordRef:
+    """The SQS message a piece of work belongs to."""
+
+    queue: str
+    message_id: str | None
+
+
+def record_ref(record: object) -> RecordRef | None:
+    """The queue and message id of an SQS record (a dict or a powertools SQSRecord)."""
+    if not isinstance(record, Mapping):
+        return None
+    queue = queue_from_arn(record.get("eventSourceARN"))
+    if queue is None:
+        return None
+    message_id = record.get("messageId")
+    return RecordRef(queue, message_id if isinstance(message_id, str) else None)
+
+
+def queue_from_arn(arn: object) -> str | None:
+    if not isinstance(arn, str) or not arn.startswith("arn:"):
+        return None
+    name = arn.rsplit(":", 1)[-1]
+    return name or None
+
+
+_current_record: ContextVar[RecordRef | None] = ContextVar("queuemesh_record", default=None)
+
+
+@contextlib.contextmanager
+def attributed_to(ref: RecordRef | None) -> Iterator[None]:
+    token = _current_record.set(ref)
+    try:
+        yield
+    finally:
+        _current_record.reset(token)
+
+
+class TrackedRecords(list[Any]):
+    """``event["Records"]`` that notes which message the application is working on.
+
+    Iterating yields the records unchanged; while the application handles a record taken from
+    the loop, calls it makes (in the same thread or task) are attributed to that record. Once
+    the loop ends, attribution falls back to the invocation (work fanned out to threads or
+    gathered tasks after the loop cannot be told apart).
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            for record in super().__iter__():
+                _current_record.set(record_ref(record))
+                yield record
+        finally:
+            _current_record.set(None)
+
+
+def _aws_endpoints(environ: Mapping[str, str]) -> frozenset[tuple[str, int | None]]:
+    """(host, port) of the AWS endpoints configured for the SDK and of the Lambda runtime API."""
+    endpoints: set[tuple[str, int | None]] = set()
+    for name, value in environ.items():
+        if name == "AWS_ENDPOINT_URL" or name.startswith("AWS_ENDPOINT_URL_"):
+            parts = urlsplit(value)
+            if parts.hostname:
+                default_port = 443 if parts.scheme == "https" else 80
+                endpoints.add((parts.hostname.lower(), parts.port or default_port))
+    runtime_api = environ.get("AWS_LAMBDA_RUNTIME_API")
+    if runtime_api:
+        parts = urlsplit(f"//{runtime_api}")
+        if parts.hostname:
+            endpoints.add((parts.hostname.lower(), parts.port or 80))
+    return frozenset(endpoints)
+
+
+def is_aws_host(host: str) -> bool:
+    host = host.lower().rstrip(".")
+    return any(host == suffix or host.endswith("." + suffix) for suffix in AWS_HOST_SUFFIXES)
+
+
+class Invocation:
+    """The calls of one invocation, per queue, and the Retry-After evidence per message.
+
+    Lambda runs one invocation at a time per process, so the invocation in progress is global:
+    calls from threads the application starts are counted too.
+    """
+
+    def __init__(self, queues: list[str], environ: Mapping[str, str] | None = None) -> None:
+        self.queues = queues
+        self.default_queue = queues[0] if queues else None
+        self.tallies: dict[str, Tally] = {queue: Tally() for queue in queues}
+        self.retry_after_by_message: dict[str, float] = {}
+        self.unattributed_retry_after: dict[str, float] = {}
+        self._aws_endpoints = _aws_endpoints(os.environ if environ is None else environ)
+        self._lock = threading.Lock()
+
+    def downstream_name(
+        self, host: str | None, port: int | None, *, default_port: int
+    ) -> str | None:
+        """The downstream's name for counting, or None for AWS endpoints (not downstream)."""
+        if not host:
+            return None
+        host = host.lower().rstrip(".")
+        if is_aws_host(host) or (host, port or default_port) in self._aws_endpoints:
+            return None
+        if port is None or port in (80, 443):
+            return host
+        return f"{host}:{port}"
+
+    def count(
+        self,
+        status: int | None,
+        latency_ms: float | None,
+        retry_after_s: float | None,
+        downstream: str | None,
+    ) -> None:
+        ref = _current_record.get()
+        queue = ref.queue if ref is not None else self.default_queue
+        if queue is None:
+            return
+        with self._lock:
+            tally = self.tallies.get(queue)
+            if tally is None:
+                tally = self.tallies[queue] = Tally()
+            tally.add(status, latency_ms, retry_after_s, downstream)
+            if status == 429 and retry_after_s is not None:
+                if ref is not None and ref.message_id is not None:
+                    evidence = self.retry_after_by_message
+                    key = ref.message_id
+                else:
+                    evidence = self.unattributed_retry_after
+                    key = queue
+                evidence[key] = max(evidence.get(key, 0.0), retry_after_s)
+
+
+_active: Invocation | None = None
+
+
+def begin(invocation: Invocation) -> None:
+    global _active
+    _active = invocation
+
+
+def end() -> None:
+    global _active
+    _active = None
+
+
+def active() -> Invocation | None:
+    return _active
+
+
+def parse_retry_after(value: object) -> float | None:
+    """Seconds to wait, from a Retry-After value (delta seconds or an HTTP date)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return max(0.0, float(value)) if math.isfinite(value) else None
+    if isinstance(value, bytes):
+        value = value.decode("latin-1")
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=UTC)
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+class _Failures:
+    """Instrumentation's own failures: counted, logged once, never raised."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def swallow(self, error: BaseException) -> None:
+        self.count += 1
+        if self.count == 1:
+            logger.warning(
+                "QueueMesh instrumentation failed and is skipping this call; the application "
+                "is unaffected (logged once): %r",
+                error,
+                exc_info=error,
+            )
+
+
+failures = _Failures()
+
+
+def _count(
+    invocation: Invocation,
+    downstream: str,
+    started: float,
+    status: int | None,
+    retry_after: object,
+) -> None:
+    try:
+        latency_ms = (perf_counter() - started) * 1000.0 if status is not None else None
+        seconds = parse_retry_after(retry_after) if retry_after is not None else None
+        invocation.count(status, latency_ms, seconds, downstream)
+    except Exception as error:
+        failures.swallow(error)
+
+
+def _wants_retry_after(status: int) -> bool:
+    return status == 429 or status >= 500
+
+
+# http.client (and so urllib3 and requests) -----------------------------------------------------
+
+
+def _http_client_downstream(
+    invocation: Invocation, connection: http.client.HTTPConnection, url: str
+) -> str | None:
+    if type(connection).__module__.startswith("botocore"):
+        return None  # the AWS SDK's own connections, whatever endpoint they were given
+    if not url.startswith("/") and "://" in url:
+        # An absolute URL is a request through a forwarding proxy: name the real target.
+        parts = urlsplit(url)
+        default_port = 443 if parts.scheme == "https" else 80
+        return invocation.downstream_name(parts.hostname, parts.port, default_port=default_port)
+    tunnel_host: str | None = getattr(connection, "_tunnel_host", None)
+    if tunnel_host:
+        tunnel_port: int | None = getattr(connection, "_tunnel_port", None)
+        return invocation.downstream_name(tunnel_host, tunnel_port, default_port=443)
+    default_port = connection.default_port
+    return invocation.downstream_name(connection.host, connection.port, default_port=default_port)
+
+
+def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
+    def putrequest(
+        self: http.client.HTTPConnection, method: str, url: str, *a: Any, **kw: Any
+    ) -> Any:
+        started = perf_counter()
+        result = original(self, method, url, *a, **kw)
+        invocation = _active
+        if invocation is not None:
+            try:
+                downstream = _http_client_downstream(invocation, self, url)
+                exchange = None if downstream is None else (invocation, downstream, started)
+                setattr(self, _EXCHANGE_ATTRIBUTE, exchange)
+            except Exception as error:
+                failures.swallow(error)
+        return result
+
+    return putrequest
+
+
+def _take_exchange(connection: object) -> tuple[Invocation, str, float] | None:
+    try:
+        exchange: tuple[Invocation, str, float] | None = vars(connection).pop(
+            _EXCHANGE_ATTRIBUTE, None
+        )
+    except Exception as error:
+        failures.swallow(error)
+        return None
+    if exchange is None or exchange[0] is not _active:
+        return None  # begun in an earlier invocation, or not a downstream call
+    return exchange
+
+
+def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
+    def endheaders(self: http.client.HTTPConnection, *a: Any, **kw: Any) -> Any:
+        try:
+            return original(self, *a, **kw)
+        except Exception:
+            # Connecting happens here: a refused or timed-out connection is a failed call.
+            exchange = _take_exchange(self) if _active is not None else None
+            if exchange is not None:
+                _count(exchange[0], exchange[1], exchange[2], None, None)
+            raise
+
+    return endheaders
+
+
+def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
+    def getresponse(self: http.client.HTTPConnection, *a: Any, **kw: Any) -> Any:
+        exchange = _take_exchange(self) if _active is not None else None
+        if exchange is None:
+            return original(self, *a, **kw)
+        invocation, downstream, started = exchange
+        try:
+            response = original(self, *a, **kw)
+        except Exception:
+            _count(invocation, downstream, started, None, None)
+            raise
+        try:
+            status = response.status
+            retry_after = response.getheader("Retry-After") if _wants_retry_after(status) else None
+        except Exception as error:
+            failures.swallow(error)
+            return response
+        _count(invocation, downstream, started, status, retry_after)
+        return response
+
+    return getresponse
+
+
+# httpx -------------------------------------------------------------------------------------------
+
+
+def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
+    url = request.url
+    default_port = 443 if url.scheme == "https" else 80
+    return invocation.downstream_name(url.host, url.port, default_port=default_port)
+
+
+def _httpx_start(request: Any) -> tuple[Invocation, str, float] | None:
+    invocation = _active
+    if invocation is None:
+        return None
+    try:
+        downstream = _httpx_downstream(invocation, request)
+    except Exception as error:
+        failures.swallow(error)
+        return None
+    return None if downstream is None else (invocation, downstream, perf_counter())
+
+
+def _httpx_finish(exchange: tuple[Invocation, str, float], response: Any) -> None:
+    try:
+        status = response.status_code
+        retry_after = response.headers.get("retry-after") if _wants_retry_after(status) else None
+    except Exception as error:
+        failures.swallow(error)
+        return
+    _count(exchange[0], exchange[1], exchange[2], status, retry_after)
+
+
+def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., Any]:
+    def handle_request(self: Any, request: Any) -> Any:
+        exchange = _httpx_start(request)
+        if exchange is None:
+            return original(self, request)
+        try:
+            response = original(self, request)
+        except Exception:
+            _count(exchange[0], exchange[1], exchange[2], None, None)
+            raise
+        _httpx_finish(exchange, response)
+        return response
+
+    return handle_request
+
+
+def _hook_httpx_handle_async_request(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def handle_async_request(self: Any, request: Any) -> Any:
+        exchange = _httpx_start(request)
+        if exchange is None:
+            return await original(self, request)
+        try:
+            response = await original(self, request)
+        except Exception:
+            _count(exchange[0], exchange[1], exchange[2], None, None)
+            raise
+        _httpx_finish(exchange, response)
+        return response
+
+    return handle_async_request
+
+
+# installation ------------------------------------------------------------------------------------
+
+_installed: dict[tuple[type, str], Callable[..., Any]] = {}
+_install_lock = threading.Lock()
+
+
+def _patch(
+    owner: type, name: str, hook: Callable[[Callable[..., Any]], Callable[..., Any]]
+) -> None:
+    original = owner.__dict__[name]
+    _installed[(owner, name)] = original
+    setattr(owner, name, hook(original))
+
+
+def install() -> None:
+    """Hook the HTTP clients (once; later calls do nothing)."""
+    if _installed:
+        return
+    with _install_lock:
+        if _installed:
+            return
+        try:
+            _patch(http.client.HTTPConnection, "putrequest", _hook_putrequest)
+            _patch(http.client.HTTPConnection, "endheaders", _hook_endheaders)
+            _patch(http.client.HTTPConnection, "getresponse", _hook_getresponse)
+            if importlib.util.find_spec("httpx") is not None:
+                httpx = importlib.import_module("httpx")
+                _patch(httpx.HTTPTransport, "handle_request", _hook_httpx_handle_request)
+                _patch(
+                    httpx.AsyncHTTPTransport,
+                    "handle_async_request",
+                    _hook_httpx_handle_async_request,
+                )
+        except Exception as error:
+            failures.swallow(error)
+
+
+def uninstall() -> None:
+    """Put the HTTP clients back as they were (benchmarks compare with and without hooks)."""
+    with _install_lock:
+        for (owner, name), original in _installed.items():
+            setattr(owner, name, original)
+        _installed.clear()
+
+
+def installed() -> bool:
+    return bool(_installed)
