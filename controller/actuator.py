@@ -1,0 +1,210 @@
+"""Event source mapping actuators: Lambda's control plane, and an in-memory twin."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, TokenBucket
+from controller.aws import client as aws_client
+from controller.ports import ActuationError, MappingNotFound, MappingView
+
+MIN_CONCURRENCY = 2
+MAX_CONCURRENCY = 1000
+
+# States in which the mapping polls, or is about to. AWS reports a change to an enabled
+# mapping's settings as Updating (a disable goes through Disabling), so Updating counts as on.
+ENABLED_STATES = frozenset({"Enabled", "Enabling", "Creating", "Updating"})
+
+RETRYABLE_CODES = frozenset(
+    {
+        "ResourceInUseException",
+        "TooManyRequestsException",
+        "ResourceConflictException",
+        "ThrottlingException",
+        "ServiceException",
+    }
+)
+
+
+class ActuationGaveUp(ActuationError):
+    """A mapping call failed for good; ``attempts`` says how many were made."""
+
+    def __init__(self, message: str, *, operation: str, attempts: int) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.attempts = attempts
+
+
+def check_concurrency(max_concurrency: int) -> None:
+    if not MIN_CONCURRENCY <= max_concurrency <= MAX_CONCURRENCY:
+        raise ActuationError(
+            f"MaximumConcurrency must be {MIN_CONCURRENCY}..{MAX_CONCURRENCY}, "
+            f"got {max_concurrency}"
+        )
+
+
+def mapping_view(configuration: Mapping[str, Any]) -> MappingView:
+    """A MappingView from a Get/UpdateEventSourceMapping response."""
+    scaling = configuration.get("ScalingConfig") or {}
+    maximum = scaling.get("MaximumConcurrency")
+    state = str(configuration.get("State", ""))
+    return MappingView(
+        uuid=str(configuration["UUID"]),
+        max_concurrency=None if maximum is None else int(maximum),
+        enabled=state in ENABLED_STATES,
+        state=state,
+        event_source_arn=str(configuration.get("EventSourceArn", "")),
+        batch_size=int(configuration.get("BatchSize") or 0),
+    )
+
+
+class LambdaActuator:
+    """Reads and sets ESM ``MaximumConcurrency`` through Lambda's control-plane API.
+
+    All calls of one instance share a token bucket kept below the account's 15 requests/s
+    (shared with every other tool in the account), and are retried with full-jitter backoff
+    within the caller's deadline. A client passed in should have botocore's retries off
+    (``controller.aws.client`` does that), or they multiply with these.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        rate_per_s: float = 10.0,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
+        rng: random.Random | None = None,
+        *,
+        burst: int = 2,
+        backoff: Backoff | None = None,
+        max_attempts: int = 8,
+    ) -> None:
+        self._caller = PacedCaller(
+            client if client is not None else aws_client("lambda"),
+            retryable=RETRYABLE_CODES,
+            backoff=backoff or Backoff(base_s=0.1, cap_s=2.0),
+            bucket=TokenBucket(rate_per_s, burst, clock=clock, sleep=sleep),
+            max_attempts=max_attempts,
+            clock=clock,
+            sleep=sleep,
+            rng=rng or random.Random(),
+        )
+
+    def read(self, uuid: str, deadline: float) -> MappingView:
+        return mapping_view(self._call(uuid, "get_event_source_mapping", deadline, UUID=uuid))
+
+    def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
+        check_concurrency(max_concurrency)
+        response = self._call(
+            uuid,
+            "update_event_source_mapping",
+            deadline,
+            UUID=uuid,
+            ScalingConfig={"MaximumConcurrency": max_concurrency},
+            Enabled=enabled,
+        )
+        return mapping_view(response)
+
+    def _call(self, uuid: str, operation: str, deadline: float, **params: Any) -> dict[str, Any]:
+        try:
+            return self._caller.call(operation, deadline, **params)
+        except CallAbandoned as abandoned:
+            cause = abandoned.__cause__ or abandoned
+            if abandoned.code == "ResourceNotFoundException":
+                raise MappingNotFound(f"event source mapping {uuid} does not exist") from cause
+            raise ActuationGaveUp(
+                f"mapping {uuid}: {abandoned}", operation=operation, attempts=abandoned.attempts
+            ) from cause
+
+
+class UpdateCall(NamedTuple):
+    time: float
+    uuid: str
+    value: int
+    enabled: bool
+
+
+ChangeHook = Callable[[MappingView, MappingView], None]
+
+
+class InMemoryActuator:
+    """The twin: mappings in a dict, every applied update recorded, faults injectable.
+
+    ``calls`` holds the updates that took effect, ``(time, uuid, value, enabled)``; ``reads``
+    counts reads. ``fail_next`` queues exceptions raised by the next calls (read or apply),
+    in order. ``on_change(before, after)`` runs after each update, outside the lock, so a
+    simulator can follow the mapping.
+    """
+
+    def __init__(self, clock: Clock = time.monotonic, on_change: ChangeHook | None = None) -> None:
+        self._clock = clock
+        self._on_change = on_change
+        self._lock = threading.Lock()
+        self._mappings: dict[str, MappingView] = {}
+        self._faults: deque[Exception] = deque()
+        self.calls: list[UpdateCall] = []
+        self.reads = 0
+
+    def add_mapping(
+        self,
+        uuid: str,
+        max_concurrency: int | None,
+        enabled: bool = True,
+        event_source_arn: str = "arn:aws:sqs:us-east-1:000000000000:queue",
+        batch_size: int = 10,
+    ) -> MappingView:
+        view = MappingView(
+            uuid=uuid,
+            max_concurrency=max_concurrency,
+            enabled=enabled,
+            state="Enabled" if enabled else "Disabled",
+            event_source_arn=event_source_arn,
+            batch_size=batch_size,
+        )
+        with self._lock:
+            self._mappings[uuid] = view
+        return view
+
+    def fail_next(self, *errors: Exception) -> None:
+        with self._lock:
+            self._faults.extend(errors)
+
+    def read(self, uuid: str, deadline: float) -> MappingView:
+        with self._lock:
+            self._raise_fault()
+            self.reads += 1
+            return self._mapping(uuid)
+
+    def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
+        with self._lock:
+            self._raise_fault()
+            check_concurrency(max_concurrency)
+            before = self._mapping(uuid)
+            after = MappingView(
+                uuid=uuid,
+                max_concurrency=max_concurrency,
+                enabled=enabled,
+                state="Enabled" if enabled else "Disabled",
+                event_source_arn=before.event_source_arn,
+                batch_size=before.batch_size,
+            )
+            self._mappings[uuid] = after
+            self.calls.append(UpdateCall(self._clock(), uuid, max_concurrency, enabled))
+        if self._on_change is not None:
+            self._on_change(before, after)
+        return after
+
+    def _raise_fault(self) -> None:
+        if self._faults:
+            raise self._faults.popleft()
+
+    def _mapping(self, uuid: str) -> MappingView:
+        try:
+            return self._mappings[uuid]
+        except KeyError:
+            raise MappingNotFound(f"event source mapping {uuid} does not exist") from None
