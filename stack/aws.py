@@ -74,13 +74,20 @@ class AwsTarget:
             raise CliError(f"cannot create a {service} client: {error}") from error
 
 
-def add_target_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--endpoint-url``, ``--region``, ``--profile``, as the AWS CLI names them."""
-    parser.add_argument(
-        "--endpoint-url",
-        default=os.environ.get("AWS_ENDPOINT_URL"),
-        help="send AWS calls here (the local stack); default: AWS_ENDPOINT_URL, else AWS",
-    )
+def add_target_arguments(parser: argparse.ArgumentParser, endpoint_from_env: bool = True) -> None:
+    """``--endpoint-url``, ``--region``, ``--profile``, as the AWS CLI names them.
+
+    ``endpoint_from_env`` makes boto3's ``AWS_ENDPOINT_URL`` the default endpoint; commands
+    for which an endpoint changes what they do (replay) ask for it explicitly instead.
+    """
+    if endpoint_from_env:
+        parser.add_argument(
+            "--endpoint-url",
+            default=os.environ.get("AWS_ENDPOINT_URL"),
+            help="send AWS calls here (the local stack); default: AWS_ENDPOINT_URL, else AWS",
+        )
+    else:
+        parser.add_argument("--endpoint-url", help="use the AWS (local stack) at this endpoint")
     parser.add_argument("--region", help="AWS region (default: the profile's or AWS_REGION)")
     parser.add_argument("--profile", help="AWS credentials profile (default: the usual chain)")
 

@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from stack.errors import CliError
 
-COMMAND_MODULES: tuple[str, ...] = ("load.record",)
+COMMAND_MODULES: tuple[str, ...] = ("load.record", "load.replay")
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -1,0 +1,347 @@
+"""`queuemesh replay`: batching, determinism, golden decision logs, configs and broken lines."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.model import Mode, Sample
+from load.replay import (
+    QueueSetup,
+    RecordedRecord,
+    ReplayConfig,
+    VirtualClock,
+    in_memory_adapters,
+    kinesis_batches,
+    parse_config,
+    read_recording,
+    replay,
+)
+from stack.cli import main
+from tests.factories import emf_line
+
+GOLDEN = Path(__file__).parent / "golden"
+START = 1_800_000_000.0
+STORM = (40, 100)  # seconds from the start during which "orders" gets 40% 429s
+BILLING_STOPS = 110  # "billing" telemetry stops here (its worker went quiet)
+DURATION = 180
+
+
+def _payload(events: list[tuple[float, str]]) -> bytes:
+    """A CloudWatch Logs subscription record, gzip as Kinesis holds it."""
+    document = {
+        "messageType": "DATA_MESSAGE",
+        "owner": "123456789012",
+        "logGroup": "/aws/lambda/worker",
+        "logStream": "2026/11/29/[$LATEST]0",
+        "subscriptionFilters": ["queuemesh"],
+        "logEvents": [
+            {"id": str(index), "timestamp": int(at * 1000), "message": message}
+            for index, (at, message) in enumerate(events)
+        ],
+    }
+    return gzip.compress(json.dumps(document, separators=(",", ":")).encode(), mtime=0)
+
+
+def _line(arrival: float, shard: str, sequence: int, data: bytes) -> str:
+    return json.dumps(
+        {
+            "arrival": round(arrival, 3),
+            "shard": shard,
+            "sequence": str(sequence),
+            "partition_key": "worker",
+            "data": base64.b64encode(data).decode(),
+        }
+    )
+
+
+def build_storm_recording() -> str:
+    """The recording in tests/golden/storm.jsonl: a 429 storm on one queue of two.
+
+    Four invocations a second per queue, ten calls each; every two seconds a worker's logs reach
+    its shard as one subscription record, 1.5 s after the last document. "orders" sees 40% of
+    its calls answered 429 (Retry-After 5 s) between 40 s and 100 s; "billing" is healthy and
+    goes quiet at 110 s. A plain log line and a CONTROL_MESSAGE ride along, as on a real stream.
+    """
+    records: list[tuple[float, str, bytes]] = []
+    for second in range(0, DURATION, 2):
+        for queue, shard in (
+            ("orders", "shardId-000000000000"),
+            ("billing", "shardId-000000000001"),
+        ):
+            if queue == "billing" and second >= BILLING_STOPS:
+                continue
+            stormy = queue == "orders" and STORM[0] <= second < STORM[1]
+            events = []
+            for tick in range(8):
+                at = START + second + tick * 0.25
+                sample = Sample(
+                    queue=queue,
+                    event_time=at,
+                    requests=10,
+                    ok=6 if stormy else 10,
+                    throttled=4 if stormy else 0,
+                    retry_after_s=5.0 if stormy else 0.0,
+                    invocation_ms=400.0,
+                )
+                events.append((at, emf_line(sample)))
+            arrival = events[-1][0] + 1.5
+            events.insert(3, (START + second + 0.7, "START RequestId: 1 Version: $LATEST"))
+            records.append((arrival, shard, _payload(events)))
+    control = gzip.compress(b'{"messageType":"CONTROL_MESSAGE","logEvents":[]}', mtime=0)
+    records.append((START + 5.0, "shardId-000000000000", control))
+    records.sort(key=lambda record: record[0])
+    # Kinesis numbers a shard's records in arrival order.
+    sequences = {"shardId-000000000000": 0, "shardId-000000000001": 0}
+    lines = []
+    for arrival, shard, data in records:
+        sequences[shard] += 1
+        lines.append(_line(arrival, shard, sequences[shard], data) + "\n")
+    return "".join(lines)
+
+
+@pytest.fixture
+def storm_file(tmp_path: Path) -> Path:
+    path = tmp_path / "storm.jsonl"
+    path.write_text(build_storm_recording())
+    return path
+
+
+def _replay_json(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
+    assert main(["replay", str(path), "--json", *extra]) == 0
+    return list(json.loads(capsys.readouterr().out))
+
+
+# --- behaviour ------------------------------------------------------------------------------
+
+
+def test_replay_is_deterministic(storm_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    first = _replay_json(storm_file, capsys)
+    second = _replay_json(storm_file, capsys)
+    assert first == second
+    assert len(first) > 50
+
+
+def test_every_decision_carries_the_contract_fields(
+    storm_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    decisions = _replay_json(storm_file, capsys)
+    required = {"time", "queue", "action", "state", "previous", "target", "reason"}
+    assert all(required <= decision.keys() for decision in decisions)
+    assert {d["queue"] for d in decisions} == {"orders", "billing"}
+    assert all(d["reason"] for d in decisions)
+
+
+def test_the_storm_is_cut_and_recovered_and_a_quiet_queue_is_held(storm_file: Path) -> None:
+    recording = read_recording(storm_file, skip_bad=False)
+    report = replay(recording.records, ReplayConfig())
+    orders = [d for d in report.decisions if d.queue == "orders"]
+    cuts = [d for d in orders if d.target < d.previous]
+    raises = [d for d in orders if d.target > d.previous]
+    storm_start, storm_end = START + STORM[0], START + STORM[1]
+    assert cuts and all(storm_start <= d.time <= storm_end + 10 for d in cuts)
+    assert cuts[0].previous == 100 and cuts[0].state == "THROTTLED"
+    assert any(d.state == "CRITICAL_BACKOFF" for d in cuts)
+    assert raises and all(d.time > storm_end for d in raises)
+    billing = [d for d in report.decisions if d.queue == "billing"]
+    assert all(d.target == d.previous == 100 for d in billing)
+    assert report.skipped  # the plain log line and the CONTROL_MESSAGE are counted, not fatal
+
+
+def test_golden_storm_matches(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "replay",
+            str(GOLDEN / "storm.jsonl"),
+            "--expect",
+            str(GOLDEN / "storm.decisions.json"),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.out
+    assert "replay matches" in captured.err
+
+
+def test_golden_storm_recording_is_the_documented_one(storm_file: Path) -> None:
+    def contents(path: Path) -> list[tuple[float, str, str, str, bytes]]:
+        # Compared inflated: gzip's bytes may differ across zlib builds, the records do not.
+        records = read_recording(path, skip_bad=False).records
+        return [
+            (r.arrival, r.shard, r.sequence, r.partition_key, gzip.decompress(r.data))
+            for r in records
+        ]
+
+    assert contents(GOLDEN / "storm.jsonl") == contents(storm_file)
+
+
+def test_a_changed_behaviour_shows_as_a_readable_diff(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    golden = json.loads((GOLDEN / "storm.decisions.json").read_text())
+    first_cut = next(i for i, d in enumerate(golden) if d["target"] < d["previous"])
+    golden[first_cut]["target"] = 60
+    altered = tmp_path / "altered.json"
+    altered.write_text(json.dumps(golden))
+
+    code = main(["replay", str(GOLDEN / "storm.jsonl"), "--expect", str(altered)])
+
+    out = capsys.readouterr().out
+    assert code == 1
+    removed = [line for line in out.splitlines() if line.startswith("-") and "->60" in line]
+    added = [line for line in out.splitlines() if line.startswith("+") and "100->50" in line]
+    assert len(removed) == 1 and len(added) == 1
+    assert out.startswith(f"--- {altered}")
+
+
+def test_changes_only_drops_holds(storm_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    everything = _replay_json(storm_file, capsys)
+    changes = _replay_json(storm_file, capsys, "--changes")
+    assert changes == [d for d in everything if d["changed"]]
+    assert all(d["action"] != "HOLD" or d["state"] != "HEALTHY" for d in changes)
+
+
+def test_table_output_names_each_decision(
+    storm_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(storm_file), "--changes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["t", "(s)", "queue", "action"]
+    assert any("100 -> 50" in line and "MULTIPLICATIVE_DECREASE" in line for line in lines)
+
+
+# --- configuration --------------------------------------------------------------------------
+
+
+def test_config_registers_only_the_listed_queues(
+    storm_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "replay.json"
+    config.write_text(
+        json.dumps(
+            {
+                "params": {"t1": 0.5},
+                "batching": {"batch_size": 50, "window_s": 2},
+                "queues": {"orders": {"esm_uuid": "esm-1", "concurrency": 40}},
+            }
+        )
+    )
+    assert main(["replay", str(storm_file), "--json", "--config", str(config)]) == 0
+    captured = capsys.readouterr()
+    decisions = json.loads(captured.out)
+    assert {d["queue"] for d in decisions} == {"orders"}
+    # T1 of 50% is never reached by a 40% storm; the mapping started at 40, below Cmax.
+    assert not any(d["target"] < d["previous"] for d in decisions)
+    assert decisions[0]["previous"] == 40
+    assert "samples of unregistered queues ignored" in captured.err
+
+
+def test_dry_run_decides_but_never_moves_the_mapping(storm_file: Path) -> None:
+    records = read_recording(storm_file, skip_bad=False).records
+    config = ReplayConfig(queues={"orders": QueueSetup(mode=Mode.DRY_RUN)})
+    ledger, actuator = in_memory_adapters(config, ["orders"], VirtualClock())
+    report = replay(records, config, ledger=ledger, actuator=actuator)
+    assert any(d.target < d.previous for d in report.decisions)
+    assert actuator.calls == []
+    trail = ledger.audit_trail("orders")
+    assert trail and all(entry.reason.startswith("[dry-run]") for entry in trail)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"params": {"t9": 1}}, "unknown policy parameter"),
+        ({"batching": {"batch_size": 0}}, "batch_size"),
+        ({"queues": {"orders": {"mode": "sideways"}}}, "'mode' must be one of"),
+        ({"queues": {"orders": {"concurrency": 1}}}, "'concurrency'"),
+        ({"queues": {"orders": {"overrides": {"cmin": 500}}}}, "Cmin <= Cmax"),
+        ({"colour": "blue"}, "unknown key"),
+    ],
+)
+def test_bad_configs_are_rejected_by_name(raw: dict, message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        parse_config(raw)
+
+
+def test_a_bad_config_file_is_one_line(
+    storm_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "bad.json"
+    config.write_text('{"batching": {"window_s": -1}}')
+    assert main(["replay", str(storm_file), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "window_s" in err and "Traceback" not in err
+
+
+# --- broken recordings ----------------------------------------------------------------------
+
+
+def test_a_broken_line_is_one_error_naming_it(
+    storm_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = storm_file.read_text().splitlines()
+    lines[6] = lines[6][:40]
+    storm_file.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(storm_file)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "line 7:" in err and "--skip-bad" in err
+
+
+def test_skip_bad_replays_the_rest_and_counts_what_was_skipped(
+    storm_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = storm_file.read_text().splitlines()
+    total = len(lines)
+    lines[6] = lines[6][:40]
+    lines[9] = json.dumps({"arrival": "soon", "shard": "s", "sequence": "1", "data": ""})
+    storm_file.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(storm_file), "--skip-bad", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)
+    assert f"replayed {total - 2} records" in captured.err
+    assert "2 broken line(s) skipped" in captured.err
+
+
+# --- batching -------------------------------------------------------------------------------
+
+
+@st.composite
+def recordings(draw: st.DrawFn) -> list[RecordedRecord]:
+    records = []
+    for shard_index in range(draw(st.integers(1, 3))):
+        now = START
+        for sequence in range(1, draw(st.integers(0, 25)) + 1):
+            now += draw(st.sampled_from([0.0, 0.1, 0.5, 0.99, 1.0, 1.5, 7.0]))
+            shard = f"shardId-{shard_index:012d}"
+            records.append(RecordedRecord(sequence, now, shard, str(sequence), "k", b"x"))
+    return records
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    records=recordings(),
+    batch_size=st.integers(1, 6),
+    window_s=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
+)
+def test_batches_are_what_a_kinesis_mapping_would_deliver(
+    records: list[RecordedRecord], batch_size: int, window_s: float
+) -> None:
+    batches = kinesis_batches(records, batch_size, window_s)
+    delivered = [record for batch in batches for record in batch.records]
+    assert sorted(delivered, key=id) == sorted(records, key=id)
+    assert [b.time for b in batches] == sorted(b.time for b in batches)
+    for batch in batches:
+        assert 1 <= len(batch.records) <= batch_size
+        assert {record.shard for record in batch.records} == {batch.shard}
+        first = batch.records[0].arrival
+        assert all(first <= r.arrival <= first + window_s for r in batch.records)
+        assert batch.time >= max(r.arrival for r in batch.records)
+    for shard in {record.shard for record in records}:
+        in_order = [r for b in batches if b.shard == shard for r in b.records]
+        assert [int(r.sequence) for r in in_order] == sorted(int(r.sequence) for r in in_order)
