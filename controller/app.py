@@ -93,7 +93,7 @@ class ControllerApp:
         for record in fresh:
             self._mark_ingested(record)
         try:
-            plan = self.controller.plan(now)
+            plan = self.controller.plan(now, deadline)
             outcome.decisions = self.controller.execute(plan, deadline)
         except LedgerError as error:
             return self._retry_batch(outcome, fresh, error)

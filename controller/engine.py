@@ -151,20 +151,23 @@ class Controller:
         return self._windows.get(queue)
 
     # -- deciding -------------------------------------------------------------------------
-    def plan(self, now: float) -> Plan:
+    def plan(self, now: float, deadline: float = math.inf) -> Plan:
         """Decide every queue with new evidence; nothing is written or actuated here.
 
         A ledger fault propagates with the pending queues kept, so a retried batch decides
-        them again.
+        them again. A queue whose state could not be learned in time stays pending.
         """
         queues = sorted(self._pending)
         configs = self.configs(queues, now)
-        states = self.states(configs.values(), now)
+        states = self.states(configs.values(), now, deadline)
         self._pending.clear()
         plan = Plan(now=now)
         for queue in queues:
             config, state = configs.get(queue), states.get(queue)
-            if config is None or state is None:
+            if config is None:
+                continue
+            if state is None:
+                self._pending.add(queue)
                 continue
             window = self._windows[queue]
             decision = decide(self.algorithm, state, config, window, now, self.params_for(config))
@@ -180,7 +183,9 @@ class Controller:
         config = self.configs([queue], now).get(queue)
         if config is None:
             return None
-        state = self.states([config], now)[queue]
+        state = self.states([config], now, deadline).get(queue)
+        if state is None:
+            raise ActuationError(f"mapping {config.esm_uuid} of {queue} could not be read")
         if config.mode is Mode.PINNED:
             decision = decide(self.algorithm, state, config, QueueWindow(), now, self.params)
         else:
@@ -192,10 +197,14 @@ class Controller:
     def params_for(self, config: QueueConfig) -> PolicyParams:
         return self.params.with_overrides(config.overrides) if config.overrides else self.params
 
-    def states(self, configs: Iterable[QueueConfig], now: float) -> dict[str, QueueState]:
+    def states(
+        self, configs: Iterable[QueueConfig], now: float, deadline: float = math.inf
+    ) -> dict[str, QueueState]:
         """Current state per queue: cached, else the ledger's, else learned from the mapping.
 
-        A mapping that cannot be read is left out (and counted) rather than blocking the rest.
+        A mapping that cannot be read (or not before ``deadline``) is left out and counted
+        rather than blocking the rest. ``queuemesh register`` writes the first state, so this
+        read is only for queues registered by other means.
         """
         configs = list(configs)
         missing = [c.queue for c in configs if c.queue not in self._states]
@@ -204,16 +213,19 @@ class Controller:
         for config in configs:
             if config.queue in self._states:
                 continue
+            if self._monotonic() + STEP_BUDGET_S > deadline:
+                self.counters["states_deferred"] += 1
+                continue
             try:
-                self._states[config.queue] = self._initial_state(config, now)
+                self._states[config.queue] = self._initial_state(config, now, deadline)
             except ActuationError:
                 self.counters["mappings_unreadable"] += 1
         return {c.queue: self._states[c.queue] for c in configs if c.queue in self._states}
 
-    def _initial_state(self, config: QueueConfig, now: float) -> QueueState:
+    def _initial_state(self, config: QueueConfig, now: float, deadline: float) -> QueueState:
         """A queue never decided before starts from its mapping's actual setting."""
         params = self.params_for(config)
-        view = self.actuator.read(config.esm_uuid, self._monotonic() + STEP_BUDGET_S)
+        view = self.actuator.read(config.esm_uuid, deadline)
         concurrency = view.max_concurrency if view.max_concurrency is not None else params.cmax
         return QueueState(
             queue=config.queue,
@@ -256,7 +268,7 @@ class Controller:
         self, samples: Iterable[Sample], now: float, deadline: float = math.inf
     ) -> list[Decision]:
         self.ingest(samples, now)
-        return self.execute(self.plan(now), deadline)
+        return self.execute(self.plan(now, deadline), deadline)
 
     def forget_state(self, queue: str) -> None:
         self._states.pop(queue, None)
