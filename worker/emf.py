@@ -22,20 +22,20 @@ def namespace_from_env() -> str:
 
 
 def latency_values(latencies_ms: list[float], limit: int = MAX_LATENCY_VALUES) -> list[float]:
-    """The latencies, or past ``limit`` the means of ``limit`` equal-as-possible runs of them.
+    """The latencies, or past ``limit`` one value per run of them that keeps the mean exact.
 
-    Merging keeps the mean latency; past the limit the number of values no longer counts calls
-    (``DownstreamRequests`` does).
+    Past the limit the number of values no longer counts calls (``DownstreamRequests`` does):
+    each value is its run's sum over the average run length, so their mean is the calls' mean.
     """
     if len(latencies_ms) <= limit:
         return list(latencies_ms)
     size, extra = divmod(len(latencies_ms), limit)
+    average_run = len(latencies_ms) / limit
     merged: list[float] = []
     start = 0
     for index in range(limit):
         end = start + size + (1 if index < extra else 0)
-        run = latencies_ms[start:end]
-        merged.append(sum(run) / len(run))
+        merged.append(sum(latencies_ms[start:end]) / average_run)
         start = end
     return merged
 

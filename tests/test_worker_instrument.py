@@ -1,0 +1,386 @@
+"""HTTP client hooks: every client seen, each call once, AWS calls never, failures harmless."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import socket
+import urllib.request
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import boto3
+import httpx
+import pytest
+import requests
+import urllib3
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controller.model import Sample
+from tests.test_worker_support import (  # noqa: F401 (fixtures)
+    decoded,
+    downstream,
+    instrumentation,
+    load_event,
+)
+from worker import api, emf, instrument, wrapper
+
+pytestmark = pytest.mark.usefixtures("instrumentation")
+
+
+def _sample_of(application: Callable[[], Any], capsys: pytest.CaptureFixture[str]) -> Sample:
+    """Run ``application`` as the handler of an SQS invocation; the queue's decoded sample."""
+    wrapper.invoke(lambda event, context: application(), load_event("sqs_mixed_answers.json"), None)
+    (sample,) = decoded(capsys.readouterr().out)
+    return sample
+
+
+def _with_http_client(base: str, path: str) -> int:
+    parts = urlsplit(base)
+    connection = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=5)
+    try:
+        connection.request("GET", path)
+        response = connection.getresponse()
+        response.read()
+        return response.status
+    finally:
+        connection.close()
+
+
+def _with_urllib3(base: str, path: str) -> int:
+    with urllib3.PoolManager(retries=False) as pool:
+        return pool.request("GET", base + path).status
+
+
+def _with_requests(base: str, path: str) -> int:
+    with requests.Session() as session:
+        return session.get(base + path, timeout=5).status_code
+
+
+def _with_urllib_request(base: str, path: str) -> int:
+    try:
+        with urllib.request.urlopen(base + path, timeout=5) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _with_httpx(base: str, path: str) -> int:
+    with httpx.Client() as client:
+        return client.get(base + path).status_code
+
+
+def _with_httpx_async(base: str, path: str) -> int:
+    async def call() -> int:
+        async with httpx.AsyncClient() as client:
+            return (await client.get(base + path)).status_code
+
+    return asyncio.run(call())
+
+
+CLIENTS = {
+    "http.client": _with_http_client,
+    "urllib3": _with_urllib3,
+    "requests": _with_requests,
+    "urllib.request": _with_urllib_request,
+    "httpx": _with_httpx,
+    "httpx-async": _with_httpx_async,
+}
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_client_is_seen_and_each_call_counted_once(
+    client: str,
+    downstream: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    call = CLIENTS[client]
+    paths = [
+        "/status/200",
+        "/status/204",
+        "/status/429?retry_after=11",
+        "/status/503?retry_after=4",
+        "/status/500",
+        "/status/404",
+        "/status/200",
+    ]
+
+    sample = _sample_of(lambda: [call(downstream, path) for path in paths], capsys)
+
+    assert (sample.requests, sample.ok, sample.throttled) == (7, 3, 1)
+    assert (sample.server_errors, sample.overloaded, sample.client_errors) == (2, 1, 1)
+    assert sample.latency_count == 7
+    assert sample.retry_after_s == 11
+    assert sample.downstream == downstream.removeprefix("http://")
+
+
+def test_a_retry_after_date_is_read_as_seconds_from_now(
+    downstream: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    when = format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)
+    path = "/status/429?retry_after=" + urllib.parse.quote(when)
+
+    sample = _sample_of(lambda: _with_urllib3(downstream, path), capsys)
+
+    assert sample.throttled == 1
+    assert 100 <= sample.retry_after_s <= 120
+
+
+def test_redirects_count_as_the_call_they_lead_to(
+    downstream: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = _sample_of(lambda: _with_urllib3(downstream, "/status/302"), capsys)
+    assert sample.requests == 0
+
+
+@pytest.mark.parametrize("client", ["urllib3", "requests", "httpx", "httpx-async"])
+def test_a_refused_connection_is_a_call_without_an_answer(
+    client: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as placeholder:
+        placeholder.bind(("127.0.0.1", 0))
+        closed_port = placeholder.getsockname()[1]
+
+    def refused() -> None:
+        with pytest.raises(
+            (urllib3.exceptions.HTTPError, requests.RequestException, httpx.HTTPError)
+        ):
+            CLIENTS[client](f"http://127.0.0.1:{closed_port}", "/status/200")
+
+    sample = _sample_of(refused, capsys)
+
+    assert (sample.requests, sample.ok, sample.server_errors, sample.latency_count) == (1, 0, 0, 0)
+
+
+def test_calls_outside_an_invocation_are_not_counted(
+    downstream: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert _with_urllib3(downstream, "/status/429") == 429
+    sample = _sample_of(lambda: _with_urllib3(downstream, "/status/200"), capsys)
+    assert (sample.requests, sample.ok, sample.throttled) == (1, 1, 0)
+
+
+@pytest.fixture
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+def test_aws_sdk_calls_are_not_downstream_calls(
+    moto_endpoint: str,
+    downstream: str,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    # An explicit endpoint, not AWS_ENDPOINT_URL: the SDK's own connections are recognised.
+    sqs = boto3.client("sqs", region_name="us-east-1", endpoint_url=moto_endpoint)
+
+    def application() -> None:
+        queue_url = sqs.create_queue(QueueName="qm-sdk")["QueueUrl"]
+        sqs.send_message(QueueUrl=queue_url, MessageBody="{}")
+        assert sqs.receive_message(QueueUrl=queue_url)["Messages"]
+        _with_urllib3(downstream, "/status/200")
+
+    sample = _sample_of(application, capsys)
+
+    assert (sample.requests, sample.ok) == (1, 1)
+
+
+def test_plain_http_to_the_configured_aws_endpoint_is_not_a_downstream_call(
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    sample = _sample_of(lambda: _with_urllib3(moto_endpoint, "/moto-api/"), capsys)
+    assert sample.requests == 0
+
+
+@pytest.mark.parametrize(
+    ("host", "aws"),
+    [
+        ("sqs.us-east-1.amazonaws.com", True),
+        ("SQS.eu-west-1.AmazonAWS.com.", True),
+        ("dynamodb.cn-north-1.amazonaws.com.cn", True),
+        ("sqs.us-east-1.api.aws", True),
+        ("amazonaws.com", True),
+        ("api.example.com", False),
+        ("notamazonaws.com", False),
+        ("amazonaws.com.evil.example", False),
+        ("payments.internal", False),
+    ],
+)
+def test_aws_hosts_are_recognised_by_their_domain(host: str, aws: bool) -> None:
+    assert instrument.is_aws_host(host) is aws
+
+
+def test_installing_twice_hooks_once() -> None:
+    hooked = http.client.HTTPConnection.getresponse
+    instrument.install()
+    assert http.client.HTTPConnection.getresponse is hooked
+    assert instrument.installed()
+
+
+def test_uninstalling_restores_the_clients(
+    downstream: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    instrument.uninstall()
+    try:
+        assert http.client.HTTPConnection.getresponse.__module__ == "http.client"
+        assert http.client.HTTPConnection.getresponse.__qualname__ == "HTTPConnection.getresponse"
+        sample = _sample_of(lambda: _with_urllib3(downstream, "/status/200"), capsys)
+        assert sample.requests == 0
+    finally:
+        instrument.install()
+
+
+# the explicit API --------------------------------------------------------------------------------
+
+STATUSES = st.sampled_from([200, 201, 204, 400, 404, 429, 500, 502, 503, 504])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    calls=st.lists(
+        st.tuples(STATUSES, st.floats(0, 5_000), st.none() | st.integers(0, 3_600)),
+        max_size=150,
+    )
+)
+def test_recorded_calls_decode_to_the_same_counts(
+    calls: list[tuple[int, float, int | None]],
+) -> None:
+    printed: list[str] = []
+
+    def application(event: Any, context: Any) -> None:
+        for status, latency_ms, retry_after in calls:
+            api.record(status, latency_ms, retry_after=retry_after, downstream="payments")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(emf, "emit", lambda document: printed.append(emf.json.dumps(document)))
+        wrapper.invoke(application, load_event("sqs_mixed_answers.json"), None)
+
+    (sample,) = decoded("\n".join(printed))
+    statuses = [status for status, _, _ in calls]
+    assert sample.requests == len(calls)
+    assert sample.ok == sum(200 <= status < 300 for status in statuses)
+    assert sample.throttled == statuses.count(429)
+    assert sample.server_errors == sum(status >= 500 for status in statuses)
+    assert sample.overloaded == statuses.count(503)
+    assert sample.client_errors == sum(400 <= status < 500 and status != 429 for status in statuses)
+    assert sample.latency_count == min(len(calls), emf.MAX_LATENCY_VALUES)
+    if calls:
+        mean = sum(latency for _, latency, _ in calls) / len(calls)
+        assert sample.latency_ms_sum / sample.latency_count == pytest.approx(mean, abs=1e-6)
+        assert sample.downstream == "payments"
+    answered_after = [retry for status, _, retry in calls if retry is not None]
+    assert sample.retry_after_s == max(answered_after, default=0)
+
+
+def test_record_outside_an_invocation_is_a_no_op_and_never_raises() -> None:
+    api.record(429, 12.0, retry_after="soon")
+    assert instrument.active() is None
+    invocation = instrument.Invocation(["orders"])
+    instrument.begin(invocation)
+    api.record("not a status", 1.0)  # type: ignore[arg-type]
+    instrument.end()
+    assert invocation.tallies["orders"].requests == 0
+    assert instrument.failures.count == 1
+
+
+def test_processing_attributes_calls_to_a_record_in_a_worker_thread(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def handle(record: dict[str, Any]) -> None:
+        with api.processing(record):
+            api.record(429 if "refunds" in record["eventSourceARN"] else 200, 5.0)
+
+    def application(event: Any, context: Any) -> None:
+        with ThreadPoolExecutor(max_workers=3) as pool:
+            list(pool.map(handle, event["Records"]))
+
+    wrapper.invoke(application, load_event("sqs_two_queues.json"), None)
+    samples = {sample.queue: sample for sample in decoded(capsys.readouterr().out)}
+
+    assert (samples["orders"].requests, samples["orders"].ok) == (3, 3)
+    assert (samples["refunds"].requests, samples["refunds"].throttled) == (2, 2)
+
+
+def test_the_decorator_reports_like_the_wrapper(capsys: pytest.CaptureFixture[str]) -> None:
+    @api.instrumented
+    def handler(event: Any, context: Any) -> str:
+        api.record(503, 20.0, downstream="ledger")
+        return "done"
+
+    assert handler(load_event("sqs_mixed_answers.json"), None) == "done"
+    assert handler.__name__ == "handler"
+    (sample,) = decoded(capsys.readouterr().out)
+    assert (sample.queue, sample.server_errors, sample.overloaded, sample.downstream) == (
+        "orders",
+        1,
+        1,
+        "ledger",
+    )
+
+
+# pieces ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("30", 30.0),
+        (" 2.5 ", 2.5),
+        (b"7", 7.0),
+        (-3, 0.0),
+        ("-3", 0.0),
+        ("Thu, 01 Jan 1970 00:00:00 GMT", 0.0),
+        ("soon", None),
+        ("nan", None),
+        ("inf", None),
+        (True, None),
+        (None, None),
+    ],
+)
+def test_retry_after_values(value: object, seconds: float | None) -> None:
+    assert instrument.parse_retry_after(value) == seconds
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=40) | st.floats() | st.integers())
+def test_retry_after_is_never_negative_nor_raises(value: object) -> None:
+    seconds = instrument.parse_retry_after(value)
+    assert seconds is None or seconds >= 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 60_000), max_size=400), st.integers(1, 99))
+def test_merged_latencies_keep_the_mean_within_the_emf_limit(
+    latencies: list[float], limit: int
+) -> None:
+    values = emf.latency_values(latencies, limit)
+    assert len(values) == min(len(latencies), limit)
+    if latencies:
+        assert sum(values) / len(values) == pytest.approx(
+            sum(latencies) / len(latencies), rel=1e-9, abs=1e-6
+        )
