@@ -1,0 +1,597 @@
+"""The SAM template, offline: it transforms, lints clean, and keeps its promises.
+
+The template goes through aws-sam-translator (no AWS calls) and cfn-lint; the tests then read
+the CloudFormation that ``sam deploy`` would submit. Broken variants under tests/templates/ are
+single edits of the real template that each stage must reject.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from cfnlint.api import ManualArgs, lint
+from moto import mock_aws
+
+from stack.template import (
+    TemplateError,
+    delivery_findings,
+    iam_findings,
+    load_template,
+    transform_document,
+    transform_template,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+VARIANTS = sorted((Path(__file__).parent / "templates").glob("*.yaml"))
+REGION = "us-east-1"
+REQUIRED = {"ExampleDownstreamUrl": "https://api.example.com/orders"}
+ESM_ARN_PATTERN = (
+    "arn:${AWS::Partition}:lambda:${AWS::Region}:${AWS::AccountId}:event-source-mapping:*"
+)
+
+
+def lint_problems(cloudformation: dict[str, Any]) -> list[str]:
+    """cfn-lint errors and warnings (informational findings are not counted)."""
+    matches = lint(json.dumps(cloudformation), config=ManualArgs(regions=[REGION]))
+    return [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[:1] in ("E", "W")]
+
+
+@pytest.fixture(scope="module")
+def cfn() -> dict[str, Any]:
+    return transform_template(TEMPLATE, REQUIRED, region=REGION)
+
+
+@pytest.fixture(scope="module")
+def resources(cfn: dict[str, Any]) -> dict[str, Any]:
+    return dict(cfn["Resources"])
+
+
+def of_type(resources: dict[str, Any], kind: str) -> dict[str, Any]:
+    return {name: r for name, r in resources.items() if r["Type"] == kind}
+
+
+def statements(resources: dict[str, Any], role: str) -> Iterator[dict[str, Any]]:
+    for policy in resources[role]["Properties"]["Policies"]:
+        yield from policy["PolicyDocument"]["Statement"]
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# ------------------------------------------------------------------ transform and lint
+
+
+def test_transformed_template_lints_clean(cfn: dict[str, Any]) -> None:
+    assert "Transform" not in cfn
+    assert lint_problems(cfn) == []
+
+
+def test_source_template_lints_clean_through_cfn_lints_own_transforms() -> None:
+    # cfn-lint expands Fn::ForEach and runs SAM itself: a second, independent reading.
+    matches = lint(TEMPLATE.read_text(encoding="utf-8"), config=ManualArgs(regions=[REGION]))
+    assert [f"{m.rule.id} {m.message}" for m in matches if m.rule.id[:1] in ("E", "W")] == []
+
+
+def test_own_least_privilege_and_delivery_rules_pass(cfn: dict[str, Any]) -> None:
+    assert iam_findings(cfn) == []
+    assert delivery_findings(cfn) == []
+
+
+def test_transform_needs_no_aws_and_rejects_unknown_parameters() -> None:
+    with pytest.raises(TemplateError, match="unknown parameters"):
+        transform_template(TEMPLATE, {**REQUIRED, "NoSuchParameter": "1"})
+
+
+def test_code_uris_point_functions_at_built_artifacts() -> None:
+    cfn = transform_template(
+        TEMPLATE,
+        REQUIRED,
+        code_uris={"ControllerFunction": {"Bucket": "artifacts", "Key": "controller.zip"}},
+    )
+    code = cfn["Resources"]["ControllerFunction"]["Properties"]["Code"]
+    assert code == {"S3Bucket": "artifacts", "S3Key": "controller.zip"}
+    worker_code = cfn["Resources"]["ExampleWorkerFunction"]["Properties"]["Code"]
+    assert worker_code["S3Key"] == "ExampleWorkerFunction.zip"
+
+
+def apply_edits(template: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
+    edited = copy.deepcopy(template)
+    for edit in edits:
+        *parents, last = edit["path"]
+        node: Any = edited
+        for step in parents:
+            node = node[step]  # a wrong path fails here instead of adding a stray key
+        if edit.get("delete"):
+            del node[last]
+        elif isinstance(node, list):
+            node[last] = edit["value"]
+        else:
+            node[last] = edit["value"]
+    return edited
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=[v.stem for v in VARIANTS])
+def test_broken_variant_is_rejected_by_the_expected_stage(variant: Path) -> None:
+    spec = yaml.safe_load(variant.read_text(encoding="utf-8"))
+    broken = apply_edits(load_template(TEMPLATE), spec["edits"])
+    parameters = {**REQUIRED, **spec.get("parameters", {})}
+    stage = spec["rejected_by"]
+
+    if stage == "transform":
+        with pytest.raises(TemplateError) as raised:
+            transform_document(broken, parameters, region=REGION)
+        assert spec["expect"] in str(raised.value)
+        return
+    cfn = transform_document(broken, parameters, region=REGION)
+    problems = lint_problems(cfn)
+    policy = iam_findings(cfn) + delivery_findings(cfn)
+    if stage == "lint":
+        assert any(spec["expect"] in problem for problem in problems), problems
+    else:
+        assert stage == "policy", f"unknown stage {stage!r} in {variant.name}"
+        # Lint alone would let it through: the project's own rules are what catch it.
+        assert problems == []
+        assert any(spec["expect"] in finding for finding in policy), policy
+
+
+# ------------------------------------------------------------------ telemetry path
+
+
+def test_stream_is_encrypted_and_sized_by_parameter(resources: dict[str, Any]) -> None:
+    stream = resources["TelemetryStream"]["Properties"]
+    assert stream["StreamEncryption"]["EncryptionType"] == "KMS"
+    assert stream["StreamEncryption"]["KeyId"]
+    assert stream["ShardCount"] == {"Ref": "TelemetryShardCount"}
+
+
+def test_example_log_group_sends_only_queuemesh_emf_to_the_stream(
+    resources: dict[str, Any],
+) -> None:
+    subscription = resources["ExampleWorkerTelemetrySubscription"]["Properties"]
+    assert subscription["LogGroupName"] == {"Ref": "ExampleWorkerLogGroup"}
+    assert subscription["FilterPattern"] == (
+        '{ $._aws.CloudWatchMetrics[0].Namespace = "QueueMesh" }'
+    )
+    assert subscription["DestinationArn"] == {"Fn::GetAtt": ["TelemetryStream", "Arn"]}
+    assert subscription["RoleArn"] == {"Fn::GetAtt": ["TelemetrySubscriptionRole", "Arn"]}
+    worker = resources["ExampleWorkerFunction"]["Properties"]
+    assert worker["LoggingConfig"]["LogGroup"] == {"Ref": "ExampleWorkerLogGroup"}
+
+
+def test_subscription_role_is_for_logs_and_puts_to_the_stream_only(
+    resources: dict[str, Any],
+) -> None:
+    role = resources["TelemetrySubscriptionRole"]["Properties"]
+    (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+    assert trust["Principal"] == {"Service": "logs.amazonaws.com"}
+    source_arn = trust["Condition"]["StringLike"]["aws:SourceArn"]["Fn::Sub"]
+    assert source_arn.startswith("arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:")
+    (grant,) = statements(resources, "TelemetrySubscriptionRole")
+    assert set(grant["Action"]) == {"kinesis:PutRecord", "kinesis:PutRecords"}
+    assert grant["Resource"] == {"Fn::GetAtt": ["TelemetryStream", "Arn"]}
+
+
+def test_worker_log_groups_parameter_adds_one_filter_each() -> None:
+    groups = ["/aws/lambda/orders-worker", "/aws/lambda/billing_worker"]
+    cfn = transform_template(TEMPLATE, {**REQUIRED, "WorkerLogGroups": ",".join(groups)})
+    filters = of_type(cfn["Resources"], "AWS::Logs::SubscriptionFilter")
+    extra = {
+        name: f["Properties"]["LogGroupName"]
+        for name, f in filters.items()
+        if name != "ExampleWorkerTelemetrySubscription"
+    }
+    assert extra == {
+        "WorkerTelemetrySubscriptionawslambdaordersworker": groups[0],
+        "WorkerTelemetrySubscriptionawslambdabillingworker": groups[1],
+    }
+    for name in extra:
+        assert filters[name]["Condition"] == "HasWorkerLogGroups"
+        assert filters[name]["Properties"]["DestinationArn"] == {
+            "Fn::GetAtt": ["TelemetryStream", "Arn"]
+        }
+    assert lint_problems(cfn) == []
+
+
+def test_no_worker_log_groups_means_only_the_example_filter(resources: dict[str, Any]) -> None:
+    assert list(of_type(resources, "AWS::Logs::SubscriptionFilter")) == [
+        "ExampleWorkerTelemetrySubscription"
+    ]
+
+
+# ------------------------------------------------------------------ controller
+
+
+def test_controller_function_runtime_handler_and_environment(resources: dict[str, Any]) -> None:
+    function = resources["ControllerFunction"]["Properties"]
+    assert function["Runtime"] in ("python3.12", "python3.13")
+    assert function["Architectures"] == ["arm64"]
+    assert function["Handler"] == "controller.handler.handler"
+    assert 30 <= function["Timeout"] <= 900
+    assert 256 <= function["MemorySize"] <= 3008
+    env = function["Environment"]["Variables"]
+    assert env["QUEUEMESH_TABLE"] == {"Ref": "LedgerTable"}
+    for variable, parameter in {
+        "QUEUEMESH_T1": "PolicyT1",
+        "QUEUEMESH_T2": "PolicyT2",
+        "QUEUEMESH_BETA": "PolicyBeta",
+        "QUEUEMESH_ALPHA": "PolicyAlpha",
+        "QUEUEMESH_CMIN": "PolicyCmin",
+        "QUEUEMESH_CMAX": "PolicyCmax",
+    }.items():
+        assert env[variable] == {"Ref": parameter}
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "QueueMeshController"
+
+
+def test_policy_parameter_defaults_are_the_contract_defaults(cfn: dict[str, Any]) -> None:
+    from controller.settings import PolicyParams
+
+    defaults = {name: spec.get("Default") for name, spec in cfn["Parameters"].items()}
+    expected = PolicyParams()
+    assert float(defaults["PolicyT1"]) == expected.t1
+    assert float(defaults["PolicyT2"]) == expected.t2
+    assert float(defaults["PolicyBeta"]) == expected.beta
+    assert int(defaults["PolicyAlpha"]) == expected.alpha
+    assert int(defaults["PolicyCmin"]) == expected.cmin
+    assert int(defaults["PolicyCmax"]) == expected.cmax
+    env = {
+        "QUEUEMESH_T1": str(defaults["PolicyT1"]),
+        "QUEUEMESH_CMAX": str(defaults["PolicyCmax"]),
+        "QUEUEMESH_ALPHA": str(defaults["PolicyAlpha"]),
+    }
+    assert PolicyParams.from_env(env) == expected
+
+
+def test_kinesis_event_settings(resources: dict[str, Any]) -> None:
+    mapping = resources["ControllerFunctionTelemetry"]
+    assert mapping["Type"] == "AWS::Lambda::EventSourceMapping"
+    props = mapping["Properties"]
+    assert props["EventSourceArn"] == {"Fn::GetAtt": ["TelemetryStream", "Arn"]}
+    assert props["FunctionName"] == {"Ref": "ControllerFunction"}
+    assert props["StartingPosition"] == "LATEST"
+    assert 100 <= props["BatchSize"] <= 10000
+    assert 0 <= props["MaximumBatchingWindowInSeconds"] <= 5  # detection delay costs calls
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+    assert props["BisectBatchOnFunctionError"] is True
+    assert 0 <= props["MaximumRetryAttempts"] <= 10
+    assert 60 <= props["MaximumRecordAgeInSeconds"] <= 3600
+    destination = props["DestinationConfig"]["OnFailure"]["Destination"]
+    assert destination == {"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]}
+
+
+def test_controller_metric_dimensions_match_the_dashboard_schema(
+    resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # powertools adds a `service` dimension when POWERTOOLS_SERVICE_NAME is set, which would
+    # take every per-queue metric out of the SEARCH schema {QueueMeshController,QueueName}.
+    from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+
+    monkeypatch.delenv("POWERTOOLS_SERVICE_NAME", raising=False)
+    env = resources["ControllerFunction"]["Properties"]["Environment"]["Variables"]
+    for name, value in env.items():
+        if name.startswith("POWERTOOLS_"):
+            monkeypatch.setenv(name, str(value))
+    metrics = EphemeralMetrics(namespace="QueueMeshController")
+    metrics.add_dimension(name="QueueName", value="orders")
+    metrics.add_metric(name="MaximumConcurrency", unit=MetricUnit.Count, value=50)
+    directive = metrics.serialize_metric_set()["_aws"]["CloudWatchMetrics"][0]
+    assert directive["Dimensions"] == [["QueueName"]]
+
+
+# ------------------------------------------------------------------ ledger
+
+
+def test_ledger_table_keys_capacity_ttl_recovery_encryption(resources: dict[str, Any]) -> None:
+    table = resources["LedgerTable"]
+    props = table["Properties"]
+    assert {(a["AttributeName"], a["AttributeType"]) for a in props["AttributeDefinitions"]} == {
+        ("PK", "S"),
+        ("SK", "S"),
+    }
+    assert props["KeySchema"] == [
+        {"AttributeName": "PK", "KeyType": "HASH"},
+        {"AttributeName": "SK", "KeyType": "RANGE"},
+    ]
+    assert props["BillingMode"] == "PAY_PER_REQUEST"
+    assert props["TimeToLiveSpecification"] == {"AttributeName": "ExpiresAt", "Enabled": True}
+    assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
+    assert props["SSESpecification"]["SSEEnabled"] is True
+    assert table["DeletionPolicy"] == "Retain"
+
+
+# ------------------------------------------------------------------ example pipeline
+
+
+def test_example_queue_has_dead_letter_queue(resources: dict[str, Any]) -> None:
+    queue = resources["ExampleQueue"]["Properties"]
+    assert queue["RedrivePolicy"]["deadLetterTargetArn"] == {
+        "Fn::GetAtt": ["ExampleDeadLetterQueue", "Arn"]
+    }
+    assert 1 <= queue["RedrivePolicy"]["maxReceiveCount"] <= 10
+    worker_timeout = resources["ExampleWorkerFunction"]["Properties"]["Timeout"]
+    assert queue["VisibilityTimeout"] >= 6 * worker_timeout
+
+
+def test_example_worker_runs_behind_the_wrapper(resources: dict[str, Any]) -> None:
+    worker = resources["ExampleWorkerFunction"]["Properties"]
+    assert worker["Handler"] == "worker.wrapper.handler"
+    env = worker["Environment"]["Variables"]
+    assert env["QUEUEMESH_HANDLER"] == "worker.example.app.handler"
+    assert env["DOWNSTREAM_URL"] == {"Ref": "ExampleDownstreamUrl"}
+
+
+def test_example_mapping_has_maximum_concurrency_and_partial_failures(
+    resources: dict[str, Any],
+) -> None:
+    mapping = resources["ExampleWorkerFunctionQueue"]
+    assert mapping["Type"] == "AWS::Lambda::EventSourceMapping"
+    props = mapping["Properties"]
+    assert props["EventSourceArn"] == {"Fn::GetAtt": ["ExampleQueue", "Arn"]}
+    assert props["ScalingConfig"] == {"MaximumConcurrency": {"Ref": "ExampleMaxConcurrency"}}
+    assert props["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+
+
+def test_example_mapping_is_registered_in_the_ledger(resources: dict[str, Any]) -> None:
+    registration = resources["ExampleQueueRegistration"]
+    props = registration["Properties"]
+    assert props["ServiceToken"] == {"Fn::GetAtt": ["RegistrarFunction", "Arn"]}
+    assert props["TableName"] == {"Ref": "LedgerTable"}
+    assert props["QueueName"] == {"Fn::GetAtt": ["ExampleQueue", "QueueName"]}
+    assert props["EsmUuid"] == {"Ref": "ExampleWorkerFunctionQueue"}
+    assert props["Mode"] == "ACTIVE"
+
+
+# ------------------------------------------------------------------ registrar custom resource
+
+
+class FakeContext:
+    log_stream_name = "2026/01/01/[$LATEST]abc"
+
+
+@pytest.fixture
+def registrar(
+    resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Any, list[dict[str, Any]], Any]]:
+    """The registrar's inline code as a module, on moto, with its CloudFormation replies kept."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    source = resources["RegistrarFunction"]["Properties"]["Code"]["ZipFile"]
+    replies: list[dict[str, Any]] = []
+
+    class Reply:
+        def __enter__(self) -> Reply:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            return None
+
+    def urlopen(request: Any, timeout: float) -> Reply:
+        assert request.get_method() == "PUT"
+        replies.append(json.loads(request.data))
+        return Reply()
+
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name=REGION)
+        client.create_table(
+            TableName="ledger",
+            AttributeDefinitions=[
+                {"AttributeName": "PK", "AttributeType": "S"},
+                {"AttributeName": "SK", "AttributeType": "S"},
+            ],
+            KeySchema=[
+                {"AttributeName": "PK", "KeyType": "HASH"},
+                {"AttributeName": "SK", "KeyType": "RANGE"},
+            ],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        namespace: dict[str, Any] = {"__name__": "registrar"}
+        exec(compile(source, "registrar", "exec"), namespace)
+        monkeypatch.setattr(namespace["urllib"].request, "urlopen", urlopen)
+        yield namespace["handler"], replies, client
+
+
+def custom_resource_event(request_type: str, **properties: str) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "RequestType": request_type,
+        "ResponseURL": "https://cloudformation-custom-resource-response.example/reply",
+        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/qm/1",
+        "RequestId": "req-1",
+        "LogicalResourceId": "ExampleQueueRegistration",
+        "ResourceProperties": {"ServiceToken": "arn", "TableName": "ledger", **properties},
+    }
+    return event
+
+
+def config_item(client: Any, queue: str) -> dict[str, Any] | None:
+    key = {"PK": {"S": f"QUEUE#{queue}"}, "SK": {"S": "CONFIG"}}
+    item: dict[str, Any] | None = client.get_item(TableName="ledger", Key=key).get("Item")
+    return item
+
+
+def test_registrar_writes_config_keeps_operator_mode_and_deletes(
+    registrar: tuple[Any, list[dict[str, Any]], Any],
+) -> None:
+    handler, replies, client = registrar
+    handler(
+        custom_resource_event("Create", QueueName="orders", EsmUuid="u-1", Mode="ACTIVE"),
+        FakeContext(),
+    )
+    assert replies[-1]["Status"] == "SUCCESS"
+    assert replies[-1]["PhysicalResourceId"] == "QUEUE#orders"
+    item = config_item(client, "orders")
+    assert item is not None
+    assert item["EsmUuid"] == {"S": "u-1"}
+    assert item["Mode"] == {"S": "ACTIVE"}
+
+    # An operator switched the queue to dry-run; a redeploy with a new mapping keeps that.
+    client.update_item(
+        TableName="ledger",
+        Key={"PK": {"S": "QUEUE#orders"}, "SK": {"S": "CONFIG"}},
+        UpdateExpression="SET #m = :m",
+        ExpressionAttributeNames={"#m": "Mode"},
+        ExpressionAttributeValues={":m": {"S": "DRY_RUN"}},
+    )
+    update = custom_resource_event("Update", QueueName="orders", EsmUuid="u-2", Mode="ACTIVE")
+    update["PhysicalResourceId"] = "QUEUE#orders"
+    handler(update, FakeContext())
+    item = config_item(client, "orders")
+    assert item is not None
+    assert item["EsmUuid"] == {"S": "u-2"}
+    assert item["Mode"] == {"S": "DRY_RUN"}
+
+    delete = custom_resource_event("Delete", QueueName="orders", EsmUuid="u-2")
+    delete["PhysicalResourceId"] = "QUEUE#orders"
+    handler(delete, FakeContext())
+    assert replies[-1]["Status"] == "SUCCESS"
+    assert config_item(client, "orders") is None
+
+
+def test_registrar_reports_failure_instead_of_hanging_the_stack(
+    registrar: tuple[Any, list[dict[str, Any]], Any],
+) -> None:
+    handler, replies, _ = registrar
+    event = custom_resource_event("Create", QueueName="orders", EsmUuid="u-1")
+    event["ResourceProperties"]["TableName"] = "missing-table"
+    handler(event, FakeContext())
+    assert replies[-1]["Status"] == "FAILED"
+    assert "ResourceNotFoundException" in replies[-1]["Reason"]
+
+
+# ------------------------------------------------------------------ dashboard and alarms
+
+
+def dashboard_body(resources: dict[str, Any]) -> dict[str, Any]:
+    text, variables = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+    values = {name: f"<{name}>" for name in variables}
+    values.update({"AWS::Region": "us-east-1", "PolicyT1": "0.05"})
+
+    def substitute(match: re.Match[str]) -> str:
+        return values[match.group(1)]
+
+    body: dict[str, Any] = json.loads(re.sub(r"\$\{([^}]+)\}", substitute, text))
+    return body
+
+
+def search_expressions(body: dict[str, Any]) -> list[str]:
+    found = []
+    for widget in body["widgets"]:
+        for line in widget["properties"].get("metrics", []):
+            for entry in line:
+                if isinstance(entry, dict) and "SEARCH(" in entry.get("expression", ""):
+                    found.append(entry["expression"])
+    return found
+
+
+def test_dashboard_searches_every_queue_per_metric(resources: dict[str, Any]) -> None:
+    expressions = search_expressions(dashboard_body(resources))
+    pattern = re.compile(
+        r"^SEARCH\('\{QueueMeshController,QueueName\} MetricName=\"(\w+)\"', '(\w+)', \d+\)$"
+    )
+    searched = {}
+    for expression in expressions:
+        match = pattern.match(expression)
+        assert match, expression
+        searched[match.group(1)] = match.group(2)
+    assert searched["MaximumConcurrency"] in ("Maximum", "Average")
+    assert searched["PressureRate"] == "Average"
+
+
+def test_dashboard_shows_errors_iterator_age_and_dead_letter_depth(
+    resources: dict[str, Any],
+) -> None:
+    lines = [
+        line
+        for widget in dashboard_body(resources)["widgets"]
+        for line in widget["properties"].get("metrics", [])
+        if isinstance(line[0], str)
+    ]
+    assert ["AWS/Lambda", "Errors", "FunctionName", "<ControllerName>"] in lines
+    assert ["AWS/Lambda", "IteratorAge", "FunctionName", "<ControllerName>"] in lines
+    depth = ["AWS/SQS", "ApproximateNumberOfMessagesVisible", "QueueName"]
+    assert [*depth, "<ExampleDlqName>"] in lines
+    assert [*depth, "<ControllerDlqName>"] in lines
+    variables = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][1]
+    assert variables["ControllerName"] == {"Ref": "ControllerFunction"}
+    assert variables["ExampleDlqName"] == {"Fn::GetAtt": ["ExampleDeadLetterQueue", "QueueName"]}
+
+
+def test_alarms_on_errors_iterator_age_and_dead_letters(resources: dict[str, Any]) -> None:
+    alarms = [a["Properties"] for a in of_type(resources, "AWS::CloudWatch::Alarm").values()]
+    watched = {(a["Namespace"], a["MetricName"], json.dumps(a["Dimensions"])) for a in alarms}
+    controller = json.dumps([{"Name": "FunctionName", "Value": {"Ref": "ControllerFunction"}}])
+    assert ("AWS/Lambda", "Errors", controller) in watched
+    assert ("AWS/Lambda", "IteratorAge", controller) in watched
+    for queue in ("ExampleDeadLetterQueue", "ControllerFailureQueue"):
+        dimensions = json.dumps(
+            [{"Name": "QueueName", "Value": {"Fn::GetAtt": [queue, "QueueName"]}}]
+        )
+        assert ("AWS/SQS", "ApproximateNumberOfMessagesVisible", dimensions) in watched
+
+
+# ------------------------------------------------------------------ least privilege
+
+
+def test_every_function_has_an_explicit_role_without_managed_policies(
+    resources: dict[str, Any],
+) -> None:
+    for name, function in of_type(resources, "AWS::Lambda::Function").items():
+        role = function["Properties"]["Role"]["Fn::GetAtt"][0]
+        assert "ManagedPolicyArns" not in resources[role]["Properties"], name
+
+
+def test_no_wildcard_actions_anywhere(resources: dict[str, Any]) -> None:
+    for role in of_type(resources, "AWS::IAM::Role"):
+        for statement in statements(resources, role):
+            for action in as_list(statement["Action"]):
+                assert "*" not in action, (role, action)
+            for resource in as_list(statement["Resource"]):
+                assert resource != "*", (role, statement)
+
+
+def test_controller_updates_only_event_source_mappings(resources: dict[str, Any]) -> None:
+    granted: dict[str, list[Any]] = {}
+    for statement in statements(resources, "ControllerRole"):
+        for action in as_list(statement["Action"]):
+            granted.setdefault(action, []).extend(as_list(statement["Resource"]))
+    lambda_actions = {action for action in granted if action.startswith("lambda:")}
+    assert lambda_actions == {"lambda:GetEventSourceMapping", "lambda:UpdateEventSourceMapping"}
+    for action in lambda_actions:
+        assert granted[action] == [{"Fn::Sub": ESM_ARN_PATTERN}]
+    stream = {"Fn::GetAtt": ["TelemetryStream", "Arn"]}
+    table = {"Fn::GetAtt": ["LedgerTable", "Arn"]}
+    for action, targets in granted.items():
+        if action.startswith("kinesis:"):
+            assert targets == [stream], action
+        if action.startswith("dynamodb:"):
+            assert targets == [table], action
+    for role in of_type(resources, "AWS::IAM::Role"):
+        if role == "ControllerRole":
+            continue
+        for statement in statements(resources, role):
+            assert not any(a.startswith("lambda:") for a in as_list(statement["Action"])), role
+
+
+# ------------------------------------------------------------------ samconfig
+
+
+def test_samconfig_names_the_template_parameters_and_capabilities(cfn: dict[str, Any]) -> None:
+    config = tomllib.loads((ROOT / "samconfig.toml").read_text(encoding="utf-8"))
+    deploy = config["default"]["deploy"]["parameters"]
+    assert "CAPABILITY_IAM" in deploy["capabilities"]
+    assert "CAPABILITY_AUTO_EXPAND" in deploy["capabilities"]
+    overrides = deploy.get("parameter_overrides", [])
+    names = [entry.split("=", 1)[0] for entry in as_list(overrides)]
+    assert set(names) <= set(cfn["Parameters"])
+    assert config["default"]["build"]["parameters"]["template_file"] == "template.yaml"
