@@ -124,9 +124,10 @@ def _status(error: ClientError) -> int:
 class PacedCaller:
     """Calls one client's operations paced by a token bucket and retried within a deadline.
 
-    Retried: the error codes in ``retryable``, any 5xx answer, and connection errors. Every
-    other error is final at once. A retry happens only if its backoff sleep and its token both
-    fit before the deadline; ``max_attempts`` bounds the loop whatever the clock does.
+    Retried: the error codes in ``retryable``, errors ``retry_if`` accepts, any 5xx answer, and
+    connection errors. Every other error is final at once. A retry happens only if its backoff
+    sleep and its token both fit before the deadline; ``max_attempts`` bounds the loop whatever
+    the clock does.
     """
 
     def __init__(
@@ -134,6 +135,7 @@ class PacedCaller:
         client: Any,
         *,
         retryable: Collection[str],
+        retry_if: Callable[[ClientError], bool] | None = None,
         backoff: Backoff | None = None,
         bucket: TokenBucket | None = None,
         max_attempts: int = 8,
@@ -145,6 +147,7 @@ class PacedCaller:
             raise ValueError("max_attempts must be at least 1")
         self.client = client
         self.retryable = frozenset(retryable)
+        self._retry_if = retry_if
         self.backoff = backoff or Backoff()
         self.bucket = bucket
         self.max_attempts = max_attempts
@@ -154,34 +157,46 @@ class PacedCaller:
 
     def call(self, operation: str, deadline: float, **params: Any) -> dict[str, Any]:
         method = getattr(self.client, operation)
-        attempts = 0
-        while True:
+        last_error: Exception | None = None
+        last_code: str | None = None
+        for attempt in range(self.max_attempts):
+            if attempt > 0:
+                pause = self.backoff.delay(attempt - 1, self._rng)
+                if self._clock() + pause >= deadline:
+                    raise CallAbandoned(
+                        operation, attempt, last_code, f"no time left to retry: {last_error}"
+                    ) from last_error
+                self._sleep(pause)
             if self.bucket is not None and not self.bucket.acquire(deadline):
-                raise CallAbandoned(
-                    operation, attempts, None, "no request slot (pacing) before the deadline"
-                )
+                why = "no request slot (pacing) before the deadline"
+                raise CallAbandoned(operation, attempt, last_code, why) from last_error
             if self._clock() >= deadline:
-                raise CallAbandoned(operation, attempts, None, "deadline passed")
-            attempts += 1
+                raise CallAbandoned(
+                    operation, attempt, last_code, "deadline passed"
+                ) from last_error
             try:
                 result: dict[str, Any] = method(**params)
                 return result
             except ClientError as error:
-                code = error_code(error)
-                if code not in self.retryable and _status(error) < 500:
-                    raise CallAbandoned(operation, attempts, code, str(error)) from error
-                self._pause_or_give_up(operation, attempts, code, deadline, error)
+                last_error, last_code = error, error_code(error)
+                if not self._retryable(error):
+                    raise CallAbandoned(operation, attempt + 1, last_code, str(error)) from error
             except (BotoConnectionError, HTTPClientError) as error:
-                self._pause_or_give_up(operation, attempts, None, deadline, error)
+                last_error, last_code = error, None
+        raise CallAbandoned(
+            operation, self.max_attempts, last_code, f"out of attempts: {last_error}"
+        ) from last_error
 
-    def _pause_or_give_up(
-        self, operation: str, attempts: int, code: str | None, deadline: float, error: Exception
-    ) -> None:
-        if attempts >= self.max_attempts:
-            raise CallAbandoned(operation, attempts, code, f"out of attempts: {error}") from error
-        pause = self.backoff.delay(attempts - 1, self._rng)
+    def pause(self, attempt: int, deadline: float) -> bool:
+        """Back off before retry ``attempt`` (0: the first) of work the caller repeats itself;
+        ``False``, without sleeping, when the pause would reach the deadline."""
+        pause = self.backoff.delay(attempt, self._rng)
         if self._clock() + pause >= deadline:
-            raise CallAbandoned(
-                operation, attempts, code, f"next attempt would pass the deadline: {error}"
-            ) from error
+            return False
         self._sleep(pause)
+        return True
+
+    def _retryable(self, error: ClientError) -> bool:
+        if error_code(error) in self.retryable or _status(error) >= 500:
+            return True
+        return self._retry_if is not None and self._retry_if(error)

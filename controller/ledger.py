@@ -14,16 +14,16 @@ import threading
 import time
 import typing
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-import boto3
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ClientError
 
-from controller.aws import Backoff, Sleep, error_code
+from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, error_code
+from controller.aws import client as aws_client
 from controller.model import (
     Action,
     AuditEntry,
@@ -45,6 +45,18 @@ AUDIT_END = AUDIT_PREFIX + "~"
 DEFAULT_RETENTION_S = 30 * 24 * 3600
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
+RETRYABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "TransactionInProgressException",
+    }
+)
+TRANSIENT_CANCELLATIONS = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+)
 
 # QueueState fields after ``version`` are policy memory, stored generically in ``Memory``.
 _STATE_FIELDS = [f.name for f in dataclasses.fields(QueueState)]
@@ -92,7 +104,7 @@ def _from_attribute(value: object, annotation: object) -> object:
     return value
 
 
-def encode_state(state: QueueState, version: int) -> Item:
+def encode_state(state: QueueState) -> Item:
     return {
         "PK": queue_key(state.queue),
         "SK": STATE_SK,
@@ -104,7 +116,7 @@ def encode_state(state: QueueState, version: int) -> Item:
         "LastReason": state.last_reason,
         "TargetEsmUuid": state.esm_uuid,
         "LastEvaluatedTimestamp": iso_utc(state.last_evaluated_at),
-        "Version": Decimal(version),
+        "Version": Decimal(state.version),
         "Memory": {name: _to_attribute(getattr(state, name)) for name in MEMORY_FIELDS},
     }
 
@@ -212,9 +224,9 @@ class DynamoLedger:
     """The ledger on one DynamoDB table (keys ``PK``/``SK``, TTL attribute ``ExpiresAt``).
 
     ``client`` is a boto3 DynamoDB client (or resource); one is made from the environment
-    (``AWS_ENDPOINT_URL`` honoured) when omitted. botocore's own retries stay on here: every
-    DynamoDB call is idempotent or conditional, and only BatchGetItem's unprocessed keys need
-    more (bounded rounds with full-jitter backoff).
+    (``AWS_ENDPOINT_URL`` honoured, botocore's retries off) when omitted. Every call goes
+    through ``controller.aws.PacedCaller``: throttling, transaction conflicts, 5xx and
+    connection errors are retried with full-jitter backoff for at most ``call_timeout_s``.
     """
 
     def __init__(
@@ -224,29 +236,36 @@ class DynamoLedger:
         *,
         retention_s: int = DEFAULT_RETENTION_S,
         suffix: Callable[[], str] = _random_suffix,
+        call_timeout_s: float = 10.0,
+        clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
         rng: random.Random | None = None,
         backoff: Backoff | None = None,
     ) -> None:
         if client is None:
-            client = boto3.client("dynamodb")
-        self._client = client.meta.client if hasattr(client, "Table") else client
+            client = aws_client("dynamodb")
+        client = client.meta.client if hasattr(client, "Table") else client
         self.table_name = table_name
         self.retention_s = retention_s
+        self.call_timeout_s = call_timeout_s
         self._suffix = suffix
-        self._sleep = sleep
-        self._rng = rng or random.Random()
-        self._backoff = backoff or Backoff(base_s=0.05, cap_s=1.0)
+        self._clock = clock
+        self._caller = PacedCaller(
+            client,
+            retryable=RETRYABLE_CODES,
+            retry_if=_transaction_retryable,
+            backoff=backoff or Backoff(base_s=0.05, cap_s=1.0),
+            clock=clock,
+            sleep=sleep,
+            rng=rng,
+        )
         self._serializer = TypeSerializer()
         self._deserializer = TypeDeserializer()
 
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
         _check_commit(state, audit)
-        stored = state.evolve(version=state.version + 1)
-        state_put: dict[str, Any] = {
-            "TableName": self.table_name,
-            "Item": self._wire(encode_state(stored, stored.version)),
-        }
+        state_item = encode_state(state.evolve(version=state.version + 1))
+        state_put: dict[str, Any] = {"TableName": self.table_name, "Item": self._wire(state_item)}
         if state.version == 0:
             state_put["ConditionExpression"] = "attribute_not_exists(PK)"
         else:
@@ -258,16 +277,22 @@ class DynamoLedger:
             "ConditionExpression": "attribute_not_exists(SK)",
         }
         try:
-            self._client.transact_write_items(
-                TransactItems=[{"Put": state_put}, {"Put": audit_put}]
+            self._caller.call(
+                "transact_write_items",
+                self._deadline(),
+                TransactItems=[{"Put": state_put}, {"Put": audit_put}],
+                # The same token on every retry: a retry of a commit that did land succeeds
+                # instead of failing its own version condition.
+                ClientRequestToken=uuid.uuid4().hex,
             )
-        except ClientError as error:
-            if _state_condition_failed(error):
+        except CallAbandoned as failure:
+            cause = failure.__cause__
+            if isinstance(cause, ClientError) and _state_condition_failed(cause):
                 raise VersionConflict(
                     f"queue {state.queue}: state is no longer at version {state.version}"
-                ) from error
-            raise LedgerError(f"queue {state.queue}: commit failed: {error}") from error
-        return stored
+                ) from cause
+            raise LedgerError(f"queue {state.queue}: commit: {failure}") from cause or failure
+        return decode_state(state_item)
 
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         items = self._batch_get(_unique(queues), CONFIG_SK)
@@ -278,51 +303,46 @@ class DynamoLedger:
         return {_queue_of(item): decode_state(item) for item in items}
 
     def list_configs(self) -> list[QueueConfig]:
-        return sorted(
-            (decode_config(item) for item in self._scan(CONFIG_SK)), key=lambda c: c.queue
-        )
+        items = self._scan(CONFIG_SK)
+        return sorted((decode_config(item) for item in items), key=lambda c: c.queue)
 
     def list_states(self) -> list[QueueState]:
-        return sorted((decode_state(item) for item in self._scan(STATE_SK)), key=lambda s: s.queue)
+        items = self._scan(STATE_SK)
+        return sorted((decode_state(item) for item in items), key=lambda s: s.queue)
 
     def put_config(self, config: QueueConfig) -> None:
-        self._guarded(
+        self._call(
             f"put config of {config.queue}",
-            lambda: self._client.put_item(
-                TableName=self.table_name, Item=self._wire(encode_config(config))
-            ),
+            "put_item",
+            TableName=self.table_name,
+            Item=self._wire(encode_config(config)),
         )
 
     def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
         low = AUDIT_PREFIX if since is None else AUDIT_PREFIX + iso_utc(since, "milliseconds")
-        pages = self._client.get_paginator("query").paginate(
-            TableName=self.table_name,
+        items = self._pages(
+            f"audit trail of {queue}",
+            "query",
             KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
             ExpressionAttributeValues={
                 ":pk": {"S": queue_key(queue)},
                 ":low": {"S": low},
                 ":high": {"S": AUDIT_END},
             },
-            ConsistentRead=True,
         )
-        items = self._guarded(f"audit trail of {queue}", lambda: list(self._items(pages)))
         return _since([decode_audit(item) for item in items], since)
 
     def audit_items(self, queue: str) -> list[Item]:
         """The raw audit items of a queue in sort-key order (tests and tooling)."""
-        pages = self._client.get_paginator("query").paginate(
-            TableName=self.table_name,
+        return self._pages(
+            f"audit items of {queue}",
+            "query",
             KeyConditionExpression="PK = :pk AND begins_with(SK, :audit)",
             ExpressionAttributeValues={
                 ":pk": {"S": queue_key(queue)},
                 ":audit": {"S": AUDIT_PREFIX},
             },
-            ConsistentRead=True,
         )
-        items: list[Item] = self._guarded(
-            f"audit items of {queue}", lambda: list(self._items(pages))
-        )
-        return items
 
     def _batch_get(self, queues: list[str], sort_key: str) -> list[Item]:
         found: list[Item] = []
@@ -335,31 +355,49 @@ class DynamoLedger:
     def _batch_get_chunk(self, keys: list[dict[str, Any]]) -> list[Item]:
         found: list[Item] = []
         request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
+        deadline = self._deadline()
         for round_number in range(BATCH_GET_ROUNDS):
-            response = self._guarded("batch get", self._client.batch_get_item, RequestItems=request)
+            if round_number > 0 and not self._caller.pause(round_number - 1, deadline):
+                break
+            response = self._call("batch get", "batch_get_item", RequestItems=request)
             found.extend(self._plain(raw) for raw in response["Responses"].get(self.table_name, []))
             request = response.get("UnprocessedKeys") or {}
             if not request:
                 return found
-            if round_number + 1 < BATCH_GET_ROUNDS:
-                self._sleep(self._backoff.delay(round_number, self._rng))
         raise LedgerError(
-            f"batch get: keys still unprocessed after {BATCH_GET_ROUNDS} rounds (throttled?)"
+            f"batch get: keys still unprocessed after {round_number + 1} rounds (throttled?)"
         )
 
     def _scan(self, sort_key: str) -> list[Item]:
-        pages = self._client.get_paginator("scan").paginate(
-            TableName=self.table_name,
+        return self._pages(
+            f"scan for {sort_key}",
+            "scan",
             FilterExpression="SK = :sk",
             ExpressionAttributeValues={":sk": {"S": sort_key}},
-            ConsistentRead=True,
         )
-        return self._guarded(f"scan for {sort_key}", lambda: list(self._items(pages)))
 
-    def _items(self, pages: Iterable[Mapping[str, Any]]) -> Iterator[Item]:
-        for page in pages:
-            for raw in page.get("Items", []):
-                yield self._plain(raw)
+    def _pages(self, what: str, operation: str, **params: Any) -> list[Item]:
+        """All items of a Query or Scan, following LastEvaluatedKey (each page retried alone)."""
+        items: list[Item] = []
+        start: dict[str, Any] | None = None
+        while True:
+            page_params = dict(params, TableName=self.table_name, ConsistentRead=True)
+            if start is not None:
+                page_params["ExclusiveStartKey"] = start
+            page = self._call(what, operation, **page_params)
+            items.extend(self._plain(raw) for raw in page.get("Items", []))
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return items
+
+    def _call(self, what: str, operation: str, **params: Any) -> dict[str, Any]:
+        try:
+            return self._caller.call(operation, self._deadline(), **params)
+        except CallAbandoned as failure:
+            raise LedgerError(f"{what}: {failure}") from failure.__cause__ or failure
+
+    def _deadline(self) -> float:
+        return self._clock() + self.call_timeout_s
 
     def _wire(self, item: Item) -> dict[str, Any]:
         return {name: self._serializer.serialize(value) for name, value in item.items()}
@@ -367,25 +405,31 @@ class DynamoLedger:
     def _plain(self, raw: Mapping[str, Any]) -> Item:
         return {name: self._deserializer.deserialize(value) for name, value in raw.items()}
 
-    @staticmethod
-    def _guarded(what: str, operation: Callable[..., Any], **params: Any) -> Any:
-        try:
-            return operation(**params)
-        except (ClientError, BotoCoreError) as error:
-            raise LedgerError(f"{what} failed: {error}") from error
+
+def _cancellation_codes(error: ClientError) -> list[str]:
+    """Per-item reasons of a cancelled transaction, in item order ("None": that item was fine)."""
+    if error_code(error) != "TransactionCanceledException":
+        return []
+    reasons = error.response.get("CancellationReasons") or []
+    if reasons:
+        return [str(reason.get("Code") or "None") for reason in reasons]
+    # Some endpoints only name the reasons in the message: "... [ConditionalCheckFailed, None]".
+    message = str(error.response.get("Error", {}).get("Message", ""))
+    if "[" not in message:
+        return []
+    return [code.strip() for code in message.rpartition("[")[2].rstrip("]").split(",")]
 
 
 def _state_condition_failed(error: ClientError) -> bool:
-    """True when a TransactWriteItems was cancelled by the state item's (first) condition."""
-    if error_code(error) != "TransactionCanceledException":
-        return False
-    reasons = error.response.get("CancellationReasons") or []
-    if reasons:
-        return bool(reasons[0].get("Code") == "ConditionalCheckFailed")
-    # Some endpoints only name the reasons in the message, in item order.
-    message = str(error.response.get("Error", {}).get("Message", ""))
-    listed = message.rpartition("[")[2].split(",")
-    return bool(listed) and listed[0].strip() == "ConditionalCheckFailed"
+    """True when the state item's (first) condition cancelled the transaction."""
+    codes = _cancellation_codes(error)
+    return bool(codes) and codes[0] == "ConditionalCheckFailed"
+
+
+def _transaction_retryable(error: ClientError) -> bool:
+    """A transaction cancelled only by contention or throttling may simply be tried again."""
+    codes = set(_cancellation_codes(error)) - {"None"}
+    return bool(codes) and codes <= TRANSIENT_CANCELLATIONS
 
 
 def _since(entries: list[AuditEntry], since: float | None) -> list[AuditEntry]:
@@ -411,8 +455,7 @@ class InMemoryLedger:
 
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
         _check_commit(state, audit)
-        stored = state.evolve(version=state.version + 1)
-        state_item = encode_state(stored, stored.version)
+        state_item = encode_state(state.evolve(version=state.version + 1))
         audit_item = encode_audit(audit, self._suffix(), self.retention_s)
         state_key = (state_item["PK"], state_item["SK"])
         audit_key = (audit_item["PK"], audit_item["SK"])

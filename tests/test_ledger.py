@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -331,7 +332,7 @@ def stubbed_ledger() -> tuple[DynamoLedger, Stubber, list[float]]:
         aws_secret_access_key="testing",
     )
     sleeps: list[float] = []
-    ledger = DynamoLedger("t", client, sleep=sleeps.append, rng=random.Random(1))
+    ledger = DynamoLedger("t", client, clock=lambda: 0.0, sleep=sleeps.append, rng=random.Random(1))
     return ledger, Stubber(client), sleeps
 
 
@@ -390,9 +391,7 @@ def test_other_transaction_failures_are_ledger_errors_with_cause() -> None:
         service_message="Transaction cancelled [None, ConditionalCheckFailed]",
         response_meta={},
     )
-    stubber.add_client_error(
-        "transact_write_items", service_error_code="ProvisionedThroughputExceededException"
-    )
+    stubber.add_client_error("transact_write_items", service_error_code="ValidationException")
 
     with stubber:
         for _ in range(2):
@@ -449,7 +448,7 @@ def test_state_items_round_trip(
         version=version,
     )
 
-    item = encode_state(state, version)
+    item = encode_state(state)
     decoded = decode_state(item)
 
     assert decoded == state
@@ -458,7 +457,7 @@ def test_state_items_round_trip(
 
 
 def test_missing_memory_takes_defaults_and_unknown_memory_is_ignored() -> None:
-    item = encode_state(fresh_state(hold_until=T0), 1)
+    item = encode_state(fresh_state(hold_until=T0, version=1))
     item["Memory"] = {"hold_until": Decimal("12.5"), "retired_field": "x"}
 
     decoded = decode_state(item)
@@ -466,3 +465,89 @@ def test_missing_memory_takes_defaults_and_unknown_memory_is_ignored() -> None:
     assert decoded.hold_until == 12.5
     assert decoded.enabled is True
     assert decoded.last_change_at == 0.0
+
+
+class RecordingDynamo:
+    """Answers TransactWriteItems with the given errors first, then success; keeps the calls."""
+
+    def __init__(self, *errors: ClientError) -> None:
+        self.errors = list(errors)
+        self.calls: list[dict[str, Any]] = []
+
+    def transact_write_items(self, **params: Any) -> dict[str, Any]:
+        self.calls.append(params)
+        if self.errors:
+            raise self.errors.pop(0)
+        return {}
+
+
+def cancelled(*codes: str) -> ClientError:
+    return ClientError(
+        {
+            "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
+            "CancellationReasons": [{"Code": code} for code in codes],
+        },
+        "TransactWriteItems",
+    )
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        cancelled("TransactionConflict", "None"),
+        cancelled("None", "ThrottlingError"),
+        ClientError(
+            {"Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"}},
+            "TransactWriteItems",
+        ),
+        ClientError(
+            {
+                "Error": {"Code": "InternalServerError", "Message": "oops"},
+                "ResponseMetadata": {"HTTPStatusCode": 500},
+            },
+            "TransactWriteItems",
+        ),
+    ],
+)
+def test_transient_commit_failures_are_retried_with_the_same_token(error: ClientError) -> None:
+    client = RecordingDynamo(error)
+    sleeps: list[float] = []
+    ledger = DynamoLedger("t", client, clock=lambda: 0.0, sleep=sleeps.append)
+
+    stored = ledger.commit(fresh_state(version=2), audit())
+
+    assert stored.version == 3
+    assert len(client.calls) == 2
+    tokens = {call["ClientRequestToken"] for call in client.calls}
+    assert len(tokens) == 1
+    assert len(sleeps) == 1
+
+
+def test_a_version_conflict_is_not_retried() -> None:
+    client = RecordingDynamo(cancelled("ConditionalCheckFailed", "None"))
+    ledger = DynamoLedger("t", client, clock=lambda: 0.0, sleep=lambda _: None)
+
+    with pytest.raises(VersionConflict) as caught:
+        ledger.commit(fresh_state(version=2), audit())
+
+    assert isinstance(caught.value.__cause__, ClientError)
+    assert len(client.calls) == 1
+
+
+def test_the_commit_gives_up_at_its_deadline() -> None:
+    now = [0.0]
+    busy = [cancelled("TransactionConflict", "None") for _ in range(50)]
+    client = RecordingDynamo(*busy)
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    ledger = DynamoLedger("t", client, call_timeout_s=2.0, clock=lambda: now[0], sleep=sleep)
+
+    with pytest.raises(LedgerError) as caught:
+        ledger.commit(fresh_state(version=2), audit())
+
+    assert not isinstance(caught.value, VersionConflict)
+    assert isinstance(caught.value.__cause__, ClientError)
+    assert 1 < len(client.calls) < 50
+    assert now[0] < 2.0
