@@ -12,11 +12,13 @@ import math
 import random
 import threading
 import time
+import types
 import typing
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
+from enum import Enum
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
@@ -58,10 +60,18 @@ TRANSIENT_CANCELLATIONS = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
 )
 
-# QueueState fields after ``version`` are policy memory, stored generically in ``Memory``.
-_STATE_FIELDS = [f.name for f in dataclasses.fields(QueueState)]
-MEMORY_FIELDS = tuple(_STATE_FIELDS[_STATE_FIELDS.index("version") + 1 :])
-_STATE_TYPES = typing.get_type_hints(QueueState)
+
+_memory_fields: dict[type, tuple[tuple[str, Any], ...]] = {}
+
+
+def memory_fields(state_type: type[QueueState]) -> tuple[tuple[str, Any], ...]:
+    """The policy-memory fields (those after ``version``) with their resolved types."""
+    if state_type not in _memory_fields:
+        names = [f.name for f in dataclasses.fields(state_type)]
+        hints = typing.get_type_hints(state_type)
+        memory = names[names.index("version") + 1 :]
+        _memory_fields[state_type] = tuple((name, hints[name]) for name in memory)
+    return _memory_fields[state_type]
 
 
 def queue_key(queue: str) -> str:
@@ -89,18 +99,42 @@ def to_number(value: float) -> Decimal:
 
 
 def _to_attribute(value: object) -> object:
+    if isinstance(value, Enum):
+        return _to_attribute(value.value)
     if isinstance(value, bool | str) or value is None:
         return value
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):
         return to_number(value)
+    if isinstance(value, list | tuple):
+        return [_to_attribute(element) for element in value]
+    if isinstance(value, Mapping):
+        return {str(key): _to_attribute(element) for key, element in value.items()}
     raise LedgerError(f"cannot store policy memory value {value!r} ({type(value).__name__})")
 
 
-def _from_attribute(value: object, annotation: object) -> object:
+def _from_attribute(value: object, annotation: Any) -> object:
+    """Turn a stored memory value back into the field's declared type."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        choices = [arg for arg in args if arg is not type(None)]
+        if isinstance(value, Decimal):
+            return int(value) if int in choices and float not in choices else float(value)
+        return _from_attribute(value, choices[0]) if len(choices) == 1 else value
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return annotation(value)
     if isinstance(value, Decimal):
         return int(value) if annotation is int else float(value)
+    if isinstance(value, list):
+        element_type = args[0] if args else Any
+        elements = [_from_attribute(element, element_type) for element in value]
+        return tuple(elements) if origin is tuple else elements
+    if isinstance(value, dict):
+        value_type = args[1] if len(args) == 2 else Any
+        return {key: _from_attribute(element, value_type) for key, element in value.items()}
     return value
 
 
@@ -117,19 +151,21 @@ def encode_state(state: QueueState) -> Item:
         "TargetEsmUuid": state.esm_uuid,
         "LastEvaluatedTimestamp": iso_utc(state.last_evaluated_at),
         "Version": Decimal(state.version),
-        "Memory": {name: _to_attribute(getattr(state, name)) for name in MEMORY_FIELDS},
+        "Memory": {
+            name: _to_attribute(getattr(state, name)) for name, _ in memory_fields(type(state))
+        },
     }
 
 
-def decode_state(item: Mapping[str, Any]) -> QueueState:
+def decode_state(item: Mapping[str, Any], state_type: type[QueueState] = QueueState) -> QueueState:
     memory: Mapping[str, Any] = item.get("Memory") or {}
     # Unknown memory keys (a field since removed) are dropped; missing ones take the default.
     remembered = {
-        name: _from_attribute(memory[name], _STATE_TYPES[name])
-        for name in MEMORY_FIELDS
+        name: _from_attribute(memory[name], annotation)
+        for name, annotation in memory_fields(state_type)
         if name in memory
     }
-    return QueueState(
+    return state_type(
         queue=_queue_of(item),
         esm_uuid=str(item.get("TargetEsmUuid", "")),
         state=QueueStateName(item["CurrentState"]),

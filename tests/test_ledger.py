@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from hypothesis import given, settings
@@ -551,3 +552,48 @@ def test_the_commit_gives_up_at_its_deadline() -> None:
     assert isinstance(caught.value.__cause__, ClientError)
     assert 1 < len(client.calls) < 50
     assert now[0] < 2.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StateWithMoreMemory(QueueState):
+    """A policy that remembers more: new memory fields need no ledger change."""
+
+    ceiling: int | None = None
+    probe_backoff_s: float = 10.0
+    recent_levels: tuple[int, ...] = ()
+    last_mode: Mode = Mode.ACTIVE
+    note: str = ""
+
+
+def test_new_memory_fields_round_trip_without_ledger_changes() -> None:
+    state = StateWithMoreMemory(
+        queue="orders",
+        esm_uuid="esm-1",
+        state=QueueStateName.RECOVERING,
+        concurrency=30,
+        previous_concurrency=25,
+        version=3,
+        hold_until=T0 + 0.5,
+        ceiling=48,
+        probe_backoff_s=20.5,
+        recent_levels=(25, 30),
+        last_mode=Mode.DRY_RUN,
+        note="plateau",
+    )
+
+    wire = {k: TypeSerializer().serialize(v) for k, v in encode_state(state).items()}
+    item = {k: TypeDeserializer().deserialize(v) for k, v in wire.items()}  # as DynamoDB holds it
+    decoded = decode_state(item, StateWithMoreMemory)
+
+    assert decoded == state
+    assert isinstance(decoded, StateWithMoreMemory)
+    assert item["Memory"]["ceiling"] == Decimal(48)
+    assert item["Memory"]["last_mode"] == "DRY_RUN"
+    assert (
+        decode_state(encode_state(state.evolve(ceiling=None)), StateWithMoreMemory).ceiling is None
+    )
+
+
+def test_unstorable_memory_is_a_ledger_error() -> None:
+    with pytest.raises(LedgerError, match="non-finite"):
+        encode_state(fresh_state(hold_until=float("inf")))
