@@ -32,7 +32,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
-def wrapped_example(monkeypatch: pytest.MonkeyPatch, downstream: str) -> str:  # noqa: F811
+def wrapped_example(
+    monkeypatch: pytest.MonkeyPatch,
+    downstream: str,  # noqa: F811
+    instrumentation: None,  # noqa: F811 (first: it clears the QueueMesh environment)
+) -> str:
     monkeypatch.setenv("QUEUEMESH_HANDLER", "worker.example.app.handler")
     monkeypatch.setenv("DOWNSTREAM_URL", f"{downstream}/orders")
     monkeypatch.setattr(wrapper, "_app_handler", None)
