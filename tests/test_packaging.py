@@ -1,0 +1,452 @@
+"""Each function's code directory builds the way `sam build` lays it out, and runs from there.
+
+The Makefile target SAM runs (``build-<LogicalId>``) fills a clean ARTIFACTS_DIR; the handler
+named in the template then imports and handles a sample event in a separate interpreter whose
+only code is that folder, the standard library and what the Lambda runtime provides (boto3 and
+its dependencies): no site-packages of this virtualenv. pip fetches the pinned requirements
+from the package index (its cache makes reruns quick).
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto.server import ThreadedMotoServer
+
+from stack.template import transform_template
+
+ROOT = Path(__file__).resolve().parent.parent
+REGION = "us-east-1"
+MARKER = "QUEUEMESH-PACKAGING "
+# What the Lambda Python runtime ships besides the standard library.
+LAMBDA_RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3")
+
+RUNNER = """
+import importlib, json, sys
+code_dir, runtime_dir, handler_name, report_modules, *event_paths = sys.argv[1:]
+sys.path.insert(0, code_dir)
+sys.path.append(runtime_dir)
+
+
+class Context:
+    function_name = "queuemesh-packaging"
+    function_version = "$LATEST"
+    memory_limit_in_mb = 256
+    invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:queuemesh-packaging"
+    aws_request_id = "00000000-0000-4000-8000-000000000000"
+    log_group_name = "/aws/lambda/queuemesh-packaging"
+    log_stream_name = "packaging"
+
+    def get_remaining_time_in_millis(self):
+        return 60000
+
+
+module_name, _, function_name = handler_name.rpartition(".")
+handler = getattr(importlib.import_module(module_name), function_name)
+results = []
+for path in event_paths:
+    with open(path) as source:
+        results.append(handler(json.load(source), Context()))
+# Dependencies used only on some paths (KPL de-aggregation) must import from here as well.
+origins = {name: importlib.import_module(name).__file__ for name in report_modules.split(",")}
+report = {"results": results, "path": sys.path, "origins": origins}
+print("QUEUEMESH-PACKAGING " + json.dumps(report))
+"""
+
+
+def build(tmp_path: Path, package: str, logical_id: str, platform_flags: str) -> Path:
+    artifacts = tmp_path / f"{logical_id}-artifacts"
+    artifacts.mkdir()
+    subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "-f",
+            str(ROOT / package / "Makefile"),
+            f"build-{logical_id}",
+            f"ARTIFACTS_DIR={artifacts}",
+            f"PIP={sys.executable} -m pip",
+            f"PIP_PLATFORM_FLAGS={platform_flags}",
+        ],
+        cwd=tmp_path,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+    return artifacts
+
+
+@pytest.fixture(scope="module")
+def lambda_runtime(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding only what the Lambda runtime provides (links into this environment)."""
+    runtime = tmp_path_factory.mktemp("lambda-runtime")
+    for name in LAMBDA_RUNTIME_MODULES:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin is not None, name
+        origin = Path(spec.origin)
+        source = origin.parent if origin.name == "__init__.py" else origin
+        (runtime / source.name).symlink_to(source)
+    return runtime
+
+
+@pytest.fixture(scope="module")
+def template_environment() -> dict[str, dict[str, str]]:
+    """Each function's environment as the template sets it (parameters at their defaults)."""
+    cfn = transform_template(ROOT / "template.yaml", {"ExampleDownstreamUrl": "http://unset/"})
+    defaults = {name: str(spec.get("Default")) for name, spec in cfn["Parameters"].items()}
+    environments = {}
+    for logical_id in ("ControllerFunction", "ExampleWorkerFunction"):
+        variables = cfn["Resources"][logical_id]["Properties"]["Environment"]["Variables"]
+        environments[logical_id] = {
+            name: defaults[value["Ref"]] if isinstance(value, dict) else str(value)
+            for name, value in variables.items()
+            if not isinstance(value, dict) or value.get("Ref") in defaults
+        }
+    return environments
+
+
+def run_handler(
+    tmp_path: Path,
+    artifacts: Path,
+    runtime: Path,
+    handler: str,
+    events: list[dict[str, Any]],
+    env: dict[str, str],
+    report: tuple[str, ...],
+) -> tuple[dict[str, Any], str]:
+    runner = tmp_path / "runner" / "run_handler.py"
+    runner.parent.mkdir(exist_ok=True)
+    runner.write_text(RUNNER, encoding="utf-8")
+    paths = []
+    for index, event in enumerate(events):
+        path = tmp_path / f"event-{index}.json"
+        path.write_text(json.dumps(event), encoding="utf-8")
+        paths.append(str(path))
+    clean_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), **env}
+    # -I: no PYTHON* variables, no user site, no script directory; -S: no site-packages.
+    completed = subprocess.run(
+        [sys.executable, "-I", "-S", runner, artifacts, runtime, handler, ",".join(report), *paths],
+        cwd=tmp_path,
+        env=clean_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    lines = [line for line in completed.stdout.splitlines() if line.startswith(MARKER)]
+    assert len(lines) == 1, completed.stdout[-3000:]
+    return json.loads(lines[0][len(MARKER) :]), completed.stdout
+
+
+def assert_isolated(report: dict[str, Any], artifacts: Path, bundled: tuple[str, ...]) -> None:
+    assert not [entry for entry in report["path"] if "site-packages" in entry]
+    for name in bundled:
+        origin = report["origins"][name]
+        assert Path(origin).resolve().is_relative_to(artifacts.resolve()), (name, origin)
+
+
+# ------------------------------------------------------------------ controller
+
+
+@pytest.fixture
+def aws_endpoint() -> Iterator[str]:
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def aws(endpoint: str, service: str) -> Any:
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name=REGION,
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+
+
+def registered_mapping(endpoint: str, table: str, queue: str) -> str:
+    """A worker mapping at MaximumConcurrency 100 with its ledger CONFIG item."""
+    dynamodb = aws(endpoint, "dynamodb")
+    dynamodb.create_table(
+        TableName=table,
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    sqs = aws(endpoint, "sqs")
+    url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    role = aws(endpoint, "iam").create_role(
+        RoleName="worker", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17"})
+    )["Role"]["Arn"]
+    lambda_api = aws(endpoint, "lambda")
+    lambda_api.create_function(
+        FunctionName="worker",
+        Runtime="python3.13",
+        Role=role,
+        Handler="worker.wrapper.handler",
+        Code={"ZipFile": b"placeholder"},
+    )
+    uuid: str = lambda_api.create_event_source_mapping(
+        EventSourceArn=queue_arn,
+        FunctionName="worker",
+        BatchSize=10,
+        ScalingConfig={"MaximumConcurrency": 100},
+    )["UUID"]
+    dynamodb.put_item(
+        TableName=table,
+        Item={
+            "PK": {"S": f"QUEUE#{queue}"},
+            "SK": {"S": "CONFIG"},
+            "EsmUuid": {"S": uuid},
+            "Mode": {"S": "ACTIVE"},
+        },
+    )
+    return uuid
+
+
+def kinesis_event_without_queuemesh_samples() -> dict[str, Any]:
+    """One subscription delivery holding a plain log line: decoded, skipped, not fatal."""
+    payload = {
+        "messageType": "DATA_MESSAGE",
+        "owner": "123456789012",
+        "logGroup": "/aws/lambda/orders-worker",
+        "logStream": "2026/01/01/[$LATEST]abc",
+        "subscriptionFilters": ["queuemesh"],
+        "logEvents": [{"id": "1", "timestamp": 1767225600000, "message": "plain text line"}],
+    }
+    data = base64.b64encode(gzip.compress(json.dumps(payload).encode())).decode()
+    return {
+        "Records": [
+            {
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": "p",
+                    "sequenceNumber": "49590338271490256608559692538361571095921575989136588898",
+                    "data": data,
+                    "approximateArrivalTimestamp": 1767225601.0,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": "shardId-000000000000:4959",
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": "arn:aws:iam::123456789012:role/controller",
+                "awsRegion": REGION,
+                "eventSourceARN": f"arn:aws:kinesis:{REGION}:123456789012:stream/telemetry",
+            }
+        ]
+    }
+
+
+def test_controller_artifact_handles_kinesis_and_manual_events_in_isolation(
+    tmp_path: Path,
+    lambda_runtime: Path,
+    template_environment: dict[str, dict[str, str]],
+    aws_endpoint: str,
+) -> None:
+    artifacts = build(tmp_path, "controller", "ControllerFunction", platform_flags="")
+    assert (artifacts / "controller" / "handler.py").is_file()
+    assert not (artifacts / "controller" / "Makefile").exists()
+    uuid = registered_mapping(aws_endpoint, "ledger", "orders")
+    env = {
+        **template_environment["ControllerFunction"],
+        "QUEUEMESH_TABLE": "ledger",
+        "AWS_ENDPOINT_URL": aws_endpoint,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+    }
+    manual = {"queue": "orders", "error_rate": 0.20, "success_rate": 0.80}
+
+    report, _ = run_handler(
+        tmp_path,
+        artifacts,
+        lambda_runtime,
+        "controller.handler.handler",
+        [kinesis_event_without_queuemesh_samples(), manual],
+        env,
+        report=("aws_lambda_powertools", "aws_kinesis_agg", "six", "google.protobuf"),
+    )
+
+    assert_isolated(
+        report, artifacts, ("aws_lambda_powertools", "aws_kinesis_agg", "six", "google.protobuf")
+    )
+    kinesis_result, manual_result = report["results"]
+    assert kinesis_result == {"batchItemFailures": []}
+    assert manual_result["statusCode"] == 200
+    assert manual_result["esm_uuid"] == uuid
+    assert (manual_result["previous_concurrency"], manual_result["target_concurrency"]) == (100, 50)
+    assert manual_result["action"] == "MULTIPLICATIVE_DECREASE"
+    assert manual_result["esm_updated"] is True
+    mapping = aws(aws_endpoint, "lambda").get_event_source_mapping(UUID=uuid)
+    assert mapping["ScalingConfig"]["MaximumConcurrency"] == 50
+
+
+# ------------------------------------------------------------------ worker
+
+
+class Downstream(BaseHTTPRequestHandler):
+    """Answers 429 (Retry-After 3) to bodies asking for it, 200 otherwise."""
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        refused = b"refuse" in body
+        self.send_response(429 if refused else 200)
+        if refused:
+            self.send_header("Retry-After", "3")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def downstream_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Downstream)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/orders"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def sqs_event(queue: str, bodies: list[str]) -> dict[str, Any]:
+    return {
+        "Records": [
+            {
+                "messageId": f"message-{index}",
+                "receiptHandle": f"handle-{index}",
+                "body": body,
+                "attributes": {
+                    "ApproximateReceiveCount": "1",
+                    "SentTimestamp": "1767225600000",
+                    "SenderId": "sender",
+                    "ApproximateFirstReceiveTimestamp": "1767225600010",
+                },
+                "messageAttributes": {},
+                "md5OfBody": "0" * 32,
+                "eventSource": "aws:sqs",
+                "eventSourceARN": f"arn:aws:sqs:{REGION}:123456789012:{queue}",
+                "awsRegion": REGION,
+            }
+            for index, body in enumerate(bodies)
+        ]
+    }
+
+
+def test_worker_artifact_runs_the_example_behind_the_wrapper_in_isolation(
+    tmp_path: Path,
+    lambda_runtime: Path,
+    template_environment: dict[str, dict[str, str]],
+    downstream_url: str,
+) -> None:
+    artifacts = build(tmp_path, "worker", "ExampleWorkerFunction", platform_flags="")
+    assert (artifacts / "worker" / "wrapper.py").is_file()
+    assert (artifacts / "worker" / "example" / "app.py").is_file()
+    env = {
+        **template_environment["ExampleWorkerFunction"],
+        "DOWNSTREAM_URL": downstream_url,
+        "AWS_DEFAULT_REGION": REGION,
+    }
+    assert env["QUEUEMESH_HANDLER"] == "worker.example.app.handler"
+
+    report, stdout = run_handler(
+        tmp_path,
+        artifacts,
+        lambda_runtime,
+        "worker.wrapper.handler",
+        [sqs_event("orders", ['{"order": 1}', '{"order": 2, "refuse": true}'])],
+        env,
+        report=("aws_lambda_powertools", "urllib3"),
+    )
+
+    assert_isolated(report, artifacts, ("aws_lambda_powertools", "urllib3"))
+    (result,) = report["results"]
+    assert result == {"batchItemFailures": [{"itemIdentifier": "message-1"}]}
+    documents = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"_aws"')]
+    (document,) = documents
+    (directive,) = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == "QueueMesh"
+    assert document["QueueName"] == "orders"
+
+    def total(value: Any) -> float:
+        return float(sum(value)) if isinstance(value, list) else float(value)
+
+    assert total(document["Downstream2xx"]) == 1
+    assert total(document["Downstream429"]) == 1
+
+
+# ------------------------------------------------------------------ Lambda's platform
+
+
+AARCH64 = 183  # ELF e_machine of arm64
+
+
+@pytest.mark.parametrize(
+    ("package", "logical_id"),
+    [("controller", "ControllerFunction"), ("worker", "ExampleWorkerFunction")],
+)
+def test_default_build_fetches_arm64_wheels_for_lambda(
+    tmp_path: Path, package: str, logical_id: str
+) -> None:
+    artifacts = build(
+        tmp_path,
+        package,
+        logical_id,
+        platform_flags="--platform manylinux2014_aarch64 --implementation cp "
+        "--python-version 3.13 --only-binary=:all:",
+    )
+    assert (artifacts / package / "__init__.py").is_file()
+    assert (artifacts / "aws_lambda_powertools").is_dir()
+    machines = set()
+    for library in artifacts.rglob("*.so"):
+        header = library.read_bytes()[:20]
+        assert header[:4] == b"\x7fELF", library
+        machines.add(int.from_bytes(header[18:20], "little"))
+    assert machines <= {AARCH64}
+    if package == "controller":
+        # protobuf's compiled backend is the one native piece; it must be the arm64 build.
+        assert machines == {AARCH64}
+        assert (artifacts / "six.py").is_file()
+
+
+def test_makefile_default_flags_target_the_template_runtime() -> None:
+    cfn = transform_template(ROOT / "template.yaml", {"ExampleDownstreamUrl": "http://unset/"})
+    function = cfn["Resources"]["ControllerFunction"]["Properties"]
+    version = function["Runtime"].removeprefix("python")
+    for package in ("controller", "worker"):
+        makefile = (ROOT / package / "Makefile").read_text(encoding="utf-8")
+        assert f"--python-version {version}" in makefile, package
+        assert function["Architectures"] == ["arm64"]
+        assert "manylinux2014_aarch64" in makefile, package
