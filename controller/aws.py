@@ -31,8 +31,8 @@ def client(service: str, **config: Any) -> Any:
     """
     settings: dict[str, Any] = {
         "retries": {"mode": "standard", "total_max_attempts": 1},
-        "connect_timeout": 3,
-        "read_timeout": 10,
+        "connect_timeout": 2,
+        "read_timeout": 5,
     }
     settings.update(config)
     return boto3.client(service, config=Config(**settings))
