@@ -17,7 +17,7 @@ import binascii
 import json
 import zlib
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
@@ -42,7 +42,8 @@ _GZIP_WBITS: Final = 16 + zlib.MAX_WBITS
 _EMF_MARKER: Final = '"_aws"'
 # The stdlib parser's own scanner, the one json.loads ends in: called directly it skips two
 # Python frames and two regex matches per call, a tenth of the parse of an EMF line.
-_scan_json: Final = json.JSONDecoder().scan_once
+_Scanner = Callable[[str, int], tuple[Any, int]]
+_scan_json: Final[_Scanner] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _JSON_ERRORS: Final = (ValueError, StopIteration, RecursionError)
 _JSON_WHITESPACE: Final = " \t\n\r"
 
