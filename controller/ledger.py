@@ -8,6 +8,7 @@ twin only replaces DynamoDB's conditional transaction with a lock.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
 import threading
@@ -248,8 +249,13 @@ def _check_commit(state: QueueState, audit: AuditEntry) -> None:
         raise ValueError(f"state version must not be negative, got {state.version}")
 
 
-def _random_suffix() -> str:
-    return uuid.uuid4().hex[:16]
+_sequence = itertools.count()
+
+
+def _default_suffix() -> str:
+    # A process-wide sequence first: entries one writer makes in the same millisecond keep their
+    # order (a failed actuation after its transition); the random part keeps writers apart.
+    return f"{next(_sequence):010x}{uuid.uuid4().hex[:8]}"
 
 
 def _unique(queues: Iterable[str]) -> list[str]:
@@ -271,7 +277,7 @@ class DynamoLedger:
         client: Any = None,
         *,
         retention_s: int = DEFAULT_RETENTION_S,
-        suffix: Callable[[], str] = _random_suffix,
+        suffix: Callable[[], str] = _default_suffix,
         call_timeout_s: float = 10.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
@@ -482,7 +488,7 @@ class InMemoryLedger:
         self,
         *,
         retention_s: int = DEFAULT_RETENTION_S,
-        suffix: Callable[[], str] = _random_suffix,
+        suffix: Callable[[], str] = _default_suffix,
     ) -> None:
         self.retention_s = retention_s
         self._suffix = suffix

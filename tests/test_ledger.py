@@ -597,3 +597,13 @@ def test_new_memory_fields_round_trip_without_ledger_changes() -> None:
 def test_unstorable_memory_is_a_ledger_error() -> None:
     with pytest.raises(LedgerError, match="non-finite"):
         encode_state(fresh_state(hold_until=float("inf")))
+
+
+def test_entries_of_one_millisecond_keep_their_commit_order(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    state = fresh_state()
+    for new in range(20, 40):
+        state = ledger.commit(state, audit(at=T0, new=new))
+
+    assert [entry.new_value for entry in ledger.audit_trail("orders")] == list(range(20, 40))
