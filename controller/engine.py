@@ -157,7 +157,10 @@ class Controller:
         A ledger fault propagates with the pending queues kept, so a retried batch decides
         them again. A queue whose state could not be learned in time stays pending.
         """
-        queues = sorted(self._pending)
+        # Queues whose state asked to be looked at again by now (a paused mapping sends no
+        # telemetry) are decided too.
+        due = {q for q, state in self._states.items() if 0 < state.wake_at <= now}
+        queues = sorted(self._pending | due)
         configs = self.configs(queues, now)
         states = self.states(configs.values(), now, deadline)
         self._pending.clear()
@@ -169,7 +172,7 @@ class Controller:
             if state is None:
                 self._pending.add(queue)
                 continue
-            window = self._windows[queue]
+            window = self._windows.get(queue) or QueueWindow(self._retention_s)
             decision = decide(self.algorithm, state, config, window, now, self.params_for(config))
             plan.steps.append(Step(config, decision, state, window.newest_event_time))
         return plan

@@ -97,6 +97,22 @@ class QueueState:
     last_change_at: float = 0.0
     hold_until: float = 0.0
     enabled: bool = True
+    # Ask the engine to decide this queue again at this time even without new telemetry (a
+    # paused mapping sends none); 0: no wake-up wanted.
+    wake_at: float = 0.0
+    # The adaptive algorithm's memory (controller/policy/adaptive.py).
+    ceiling: int = 0
+    good_level: int = 0
+    probe_base: int = 0
+    probe_step: int = 0
+    probe_started_at: float = 0.0
+    probe_until: float = 0.0
+    probe_ended_at: float = 0.0
+    judge_at: float = 0.0
+    probe_backoff_s: float = 0.0
+    next_probe_at: float = 0.0
+    pause_s: float = 0.0
+    paused_until: float = 0.0
 
     def evolve(self, **changes: object) -> QueueState:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

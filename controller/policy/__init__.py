@@ -9,14 +9,22 @@ the last change, stale telemetry, too few calls, Retry-After) and hands vetted e
 from __future__ import annotations
 
 from controller.model import Action, Decision, Mode, QueueConfig, QueueState
+from controller.policy.adaptive import AdaptiveLimit
 from controller.policy.aimd import Aimd, aimd_step, change, clamp, hold
-from controller.policy.base import LimitAlgorithm
+from controller.policy.base import LimitAlgorithm, WindowedAlgorithm
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 
-__all__ = ["ALGORITHMS", "LimitAlgorithm", "aimd_step", "decide", "evidence_since"]
+__all__ = [
+    "ALGORITHMS",
+    "LimitAlgorithm",
+    "WindowedAlgorithm",
+    "aimd_step",
+    "decide",
+    "evidence_since",
+]
 
-ALGORITHMS: dict[str, type[LimitAlgorithm]] = {Aimd.name: Aimd}
+ALGORITHMS: dict[str, type[LimitAlgorithm]] = {Aimd.name: Aimd, AdaptiveLimit.name: AdaptiveLimit}
 
 
 def evidence_since(state: QueueState, now: float, params: PolicyParams) -> float:
@@ -50,6 +58,8 @@ def decide(
             now=now,
             consecutive_breaches=state.consecutive_breaches,
         )
+    if isinstance(algorithm, WindowedAlgorithm):
+        return algorithm.decide_window(state, window, now, params)
     stats = window.stats(evidence_since(state, now, params), now + 1.0)
     if stats.newest_event_time is None:
         reason = f"No telemetry since the last change; holding at {state.concurrency}."

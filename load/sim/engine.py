@@ -442,7 +442,8 @@ class _Run:
         """The once-a-second housekeeping; ``True`` when nothing is left to happen."""
         finished = now > self.arrivals_over
         for queue in self.queues:
-            queue.scale()
+            if second:
+                queue.scale()
             trace = queue.trace
             trace.cap_per_s.append(queue.max_concurrency)
             trace.running_per_s.append(queue.in_flight)

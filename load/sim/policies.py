@@ -16,6 +16,9 @@ from controller.settings import PolicyParams
 from load.sim.engine import MappingSetting, SimPolicy
 from load.sim.scenario import Scenario
 
+# The algorithm the simulator's ``queuemesh`` policy runs unless told otherwise.
+DEFAULT_ALGORITHM = "adaptive"
+
 
 def queue_params(base: PolicyParams, max_concurrency: int, min_concurrency: int) -> PolicyParams:
     return base.with_overrides({"cmax": max_concurrency, "cmin": min_concurrency})
@@ -110,7 +113,9 @@ class QueueMeshPolicy:
 
     name = "queuemesh"
 
-    def __init__(self, params: PolicyParams | None = None, algorithm: str | None = None) -> None:
+    def __init__(
+        self, params: PolicyParams | None = None, algorithm: str | None = DEFAULT_ALGORITHM
+    ) -> None:
         self._params = params or PolicyParams()
         self._algorithm = algorithm
         self._uuids: dict[str, str] = {}
