@@ -1,0 +1,276 @@
+"""`queuemesh bench decode`: the telemetry decoder against the bare cost of reading its input.
+
+The batch is what the controller Lambda receives at its largest: up to 10,000 Kinesis records,
+each a gzip'd CloudWatch Logs subscription payload carrying a few worker EMF documents for
+several queues. The decoder's run (decode, then group samples per queue) is timed against a
+floor measured in the same process with the same JSON library: base64, gunzip and JSON-parse
+each payload and each log event's message, nothing else. ``floor_ratio`` is our time over the
+floor's; it is what to watch, as it does not depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import gc
+import gzip
+import json
+import random
+import sys
+import time
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from stack.errors import CliError
+
+TARGET_MB_PER_S = 2.0
+TARGET_FLOOR_RATIO = 1.5
+BASE_TIME_MS = 1_764_428_400_000
+
+
+def register(bench_subparsers: Any) -> None:
+    parser = bench_subparsers.add_parser(
+        "decode",
+        help="telemetry decoder throughput and its ratio to the base64+gunzip+JSON floor",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--records", type=int, default=10_000, help="Kinesis records per batch")
+    parser.add_argument(
+        "--events", type=int, default=4, help="largest number of log events per record (>= 1)"
+    )
+    parser.add_argument("--queues", type=int, default=8, help="distinct queues in the batch")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="timed runs of each side; the best run counts"
+    )
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("records", "events", "queues", "repeat"):
+        if getattr(args, name) < 1:
+            raise CliError(f"--{name} must be at least 1; got {getattr(args, name)}")
+    report = measure(
+        records=args.records,
+        max_events=args.events,
+        queues=args.queues,
+        repeat=args.repeat,
+        seed=args.seed,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(
+            f"decode: {report['records']} records, {report['log_events']} log events, "
+            f"{report['payload_mb']:.2f} MB compressed, {report['queues']} queues\n"
+            f"  ours : {report['seconds'] * 1000:8.1f} ms  {report['mb_per_s']:6.2f} MB/s  "
+            f"{report['records_per_s']:9.0f} records/s\n"
+            f"  floor: {report['floor_seconds'] * 1000:8.1f} ms  "
+            f"{report['floor_mb_per_s']:6.2f} MB/s  (json.loads per payload and message)\n"
+            f"  bare scanner floor: {report['scanner_floor_seconds'] * 1000:8.1f} ms  "
+            f"ratio {report['scanner_floor_ratio']:.2f}\n"
+            f"  floor_ratio {report['floor_ratio']:.2f} (target <= {TARGET_FLOOR_RATIO}), "
+            f"{report['mb_per_s']:.2f} MB/s (target >= {TARGET_MB_PER_S}): "
+            f"{'met' if report['meets_targets'] else 'MISSED'}"
+        )
+    return 1 if args.check and not report["meets_targets"] else 0
+
+
+def measure(
+    *, records: int, max_events: int, queues: int, repeat: int, seed: int, chunk: int = 250
+) -> dict[str, Any]:
+    from controller.telemetry import decode_kinesis_event
+
+    event, payload_bytes, log_events = build_event(records, max_events, queues, seed)
+
+    def ours(batch: dict[str, Any]) -> int:
+        result = decode_kinesis_event(batch)
+        by_queue: dict[str, list[Any]] = {}
+        for sample in result.samples:
+            group = by_queue.get(sample.queue)
+            if group is None:
+                by_queue[sample.queue] = [sample]
+            else:
+                group.append(sample)
+        return sum(len(group) for group in by_queue.values())
+
+    decoded = ours(event)
+    if decoded != log_events:
+        skipped = dict(decode_kinesis_event(event).skipped)
+        raise CliError(
+            f"the decoder read {decoded} of {log_events} generated documents (skipped: "
+            f"{skipped}); the benchmark's batch no longer matches the telemetry contract"
+        )
+    for floor_run in (floor, floor_scanner):
+        if floor_run(event) != log_events:
+            raise CliError(f"{floor_run.__name__} parsed a different number of log events")
+
+    batches = [
+        {"Records": event["Records"][start : start + chunk]} for start in range(0, records, chunk)
+    ]
+    seconds = _best_of(repeat, batches, (ours, floor, floor_scanner))
+    our_s, floor_s, scanner_s = seconds
+    megabytes = payload_bytes / 1e6
+    report: dict[str, Any] = {
+        "records": records,
+        "log_events": log_events,
+        "queues": queues,
+        "payload_mb": round(megabytes, 4),
+        "seconds": round(our_s, 6),
+        "mb_per_s": round(megabytes / our_s, 3),
+        "records_per_s": round(records / our_s, 1),
+        "samples_per_s": round(log_events / our_s, 1),
+        "floor_seconds": round(floor_s, 6),
+        "floor_mb_per_s": round(megabytes / floor_s, 3),
+        "floor_ratio": round(our_s / floor_s, 3),
+        "scanner_floor_seconds": round(scanner_s, 6),
+        "scanner_floor_ratio": round(our_s / scanner_s, 3),
+        "repeat": repeat,
+        "clock": "process CPU time, best of the repeats per chunk of records",
+        "json_library": f"json (stdlib, Python {sys.version.split()[0]})",
+        "targets": {"mb_per_s": TARGET_MB_PER_S, "floor_ratio": TARGET_FLOOR_RATIO},
+    }
+    report["meets_targets"] = (
+        report["mb_per_s"] >= TARGET_MB_PER_S and report["floor_ratio"] <= TARGET_FLOOR_RATIO
+    )
+    return report
+
+
+def floor(event: dict[str, Any]) -> int:
+    """Read every byte the decoder must read and nothing more; return the log events parsed."""
+    loads = json.loads
+    parsed = 0
+    for record in event["Records"]:
+        payload = loads(zlib.decompress(binascii.a2b_base64(record["kinesis"]["data"]), 31))
+        for log_event in payload["logEvents"]:
+            loads(log_event["message"])
+            parsed += 1
+    return parsed
+
+
+def floor_scanner(event: dict[str, Any]) -> int:
+    """The floor through the JSON library's bare scanner (as the decoder calls it): stricter."""
+    scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+    parsed = 0
+    for record in event["Records"]:
+        text = zlib.decompress(binascii.a2b_base64(record["kinesis"]["data"]), 31).decode()
+        payload, _ = scan(text, 0)
+        for log_event in payload["logEvents"]:
+            scan(log_event["message"], 0)
+            parsed += 1
+    return parsed
+
+
+def _best_of(
+    repeat: int, batches: list[dict[str, Any]], runs: tuple[Callable[[dict[str, Any]], int], ...]
+) -> list[float]:
+    """Seconds per run over all batches: for each batch, the best of ``repeat`` tries.
+
+    The runs alternate batch by batch, and the clock is this process's CPU time, so that the
+    other work of a shared machine weighs on every side alike and not on the result.
+    """
+    best = [[float("inf")] * len(batches) for _ in runs]
+    for _ in range(repeat):
+        gc.collect()
+        for index, batch in enumerate(batches):
+            for side, run_once in enumerate(runs):
+                started = time.process_time()
+                run_once(batch)
+                elapsed = time.process_time() - started
+                best[side][index] = min(best[side][index], elapsed)
+    return [sum(per_batch) for per_batch in best]
+
+
+def build_event(
+    records: int, max_events: int, queues: int, seed: int
+) -> tuple[dict[str, Any], int, int]:
+    """A Lambda Kinesis event of subscription payloads; its compressed size and EMF count."""
+    rng = random.Random(seed)
+    queue_names = [f"orders-{index:02d}" for index in range(queues)]
+    kinesis_records = []
+    payload_bytes = 0
+    log_events = 0
+    for index in range(records):
+        events_here = rng.randint(max(1, max_events // 2), max_events)
+        at_ms = BASE_TIME_MS + index * 10
+        payload = {
+            "messageType": "DATA_MESSAGE",
+            "owner": "123456789012",
+            "logGroup": f"/aws/lambda/worker-{index % 4}",
+            "logStream": f"2025/11/29/[$LATEST]{rng.getrandbits(128):032x}",
+            "subscriptionFilters": ["queuemesh-telemetry"],
+            "logEvents": [
+                {
+                    "id": str(rng.getrandbits(180)),
+                    "timestamp": at_ms + offset,
+                    "message": _worker_emf(rng, rng.choice(queue_names), at_ms + offset - 3),
+                }
+                for offset in range(events_here)
+            ],
+        }
+        data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), 6)
+        payload_bytes += len(data)
+        log_events += events_here
+        kinesis_records.append(
+            {
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": f"{rng.getrandbits(128):032x}",
+                    "sequenceNumber": str(49_656_798_632_213_455_391_620_093_153_372 + index),
+                    "data": base64.b64encode(data).decode(),
+                    "approximateArrivalTimestamp": at_ms / 1000 + 2,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": f"shardId-000000000000:{index}",
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": "arn:aws:iam::123456789012:role/queuemesh-controller",
+                "awsRegion": "eu-west-1",
+                "eventSourceARN": "arn:aws:kinesis:eu-west-1:123456789012:stream/telemetry",
+            }
+        )
+    return {"Records": kinesis_records}, payload_bytes, log_events
+
+
+def _worker_emf(rng: random.Random, queue: str, at_ms: int) -> str:
+    """One worker invocation's document, shaped as aws-lambda-powertools prints it."""
+    calls = rng.randint(1, 10)
+    throttled = rng.choice((0, 0, 0, rng.randint(0, calls)))
+    overloaded = rng.choice((0, 0, 0, 0, rng.randint(0, calls - throttled)))
+    ok = calls - throttled - overloaded
+    metrics = {
+        "DownstreamRequests": [float(calls)],
+        "Downstream2xx": [float(ok)],
+        "Downstream429": [float(throttled)],
+        "Downstream5xx": [float(overloaded)],
+        "Downstream503": [float(overloaded)],
+        "Downstream4xx": [0.0],
+        "DownstreamLatency": [round(rng.uniform(20, 200), 2) for _ in range(calls)],
+        "InvocationDurationMs": [float(rng.randint(100, 3000))],
+    }
+    document: dict[str, Any] = {
+        "_aws": {
+            "Timestamp": at_ms,
+            "CloudWatchMetrics": [
+                {
+                    "Namespace": "QueueMesh",
+                    "Dimensions": [["QueueName", "Downstream", "service"]],
+                    "Metrics": [
+                        {"Name": name, "Unit": "Milliseconds" if "Latency" in name else "Count"}
+                        for name in metrics
+                    ],
+                }
+            ],
+        },
+        "QueueName": queue,
+        "Downstream": "payments.example.com",
+        "service": "worker",
+        **metrics,
+    }
+    if throttled:
+        document["RetryAfterSeconds"] = rng.randint(1, 30)
+    return json.dumps(document, separators=(",", ":")) + "\n"
