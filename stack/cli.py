@@ -15,7 +15,7 @@ from typing import NoReturn
 
 from stack.errors import CliError
 
-COMMAND_MODULES: tuple[str, ...] = ("load.record", "load.replay", "stack.ops")
+COMMAND_MODULES: tuple[str, ...] = ("load.bench", "load.record", "load.replay", "stack.ops")
 
 
 class OneLineParser(argparse.ArgumentParser):
