@@ -167,13 +167,13 @@ class PacedCaller:
                         operation, attempt, last_code, f"no time left to retry: {last_error}"
                     ) from last_error
                 self._sleep(pause)
-            if self.bucket is not None and not self.bucket.acquire(deadline):
-                why = "no request slot (pacing) before the deadline"
-                raise CallAbandoned(operation, attempt, last_code, why) from last_error
             if self._clock() >= deadline:
                 raise CallAbandoned(
                     operation, attempt, last_code, "deadline passed"
                 ) from last_error
+            if self.bucket is not None and not self.bucket.acquire(deadline):
+                why = "no request slot (pacing) before the deadline"
+                raise CallAbandoned(operation, attempt, last_code, why) from last_error
             try:
                 result: dict[str, Any] = method(**params)
                 return result
