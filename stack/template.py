@@ -73,7 +73,9 @@ def parameter_values(
 ) -> dict[str, Any]:
     """Every declared parameter's value: the override if given, else its default.
 
-    CommaDelimitedList values are lists (a comma string is split); other values are strings.
+    Checked as CloudFormation checks them (a value for every parameter without a default,
+    MinValue / MaxValue, AllowedValues, AllowedPattern). CommaDelimitedList values are lists (a
+    comma string is split); other values are strings.
     """
     declared = template.get("Parameters") or {}
     overrides = dict(overrides or {})
@@ -82,21 +84,40 @@ def parameter_values(
         raise TemplateError(
             f"unknown parameters {unknown}; the template declares {sorted(declared)}"
         )
+    missing = sorted(
+        set(declared) - set(overrides) - {n for n, s in declared.items() if "Default" in s}
+    )
+    if missing:
+        raise TemplateError(f"parameters {missing} must have values (they have no default)")
     values: dict[str, Any] = {}
     for name, spec in declared.items():
-        if name in overrides:
-            raw: Any = overrides[name]
-        elif "Default" in spec:
-            raw = spec["Default"]
-        else:
-            continue
+        raw: Any = overrides[name] if name in overrides else spec["Default"]
         kind = str(spec.get("Type", ""))
         if kind == "CommaDelimitedList" or kind.startswith("List<"):
             items = raw.split(",") if isinstance(raw, str) else list(raw)
             values[name] = [str(item).strip() for item in items]
         else:
             values[name] = str(raw)
+            _check_parameter(name, spec, values[name])
     return values
+
+
+def _check_parameter(name: str, spec: Mapping[str, Any], value: str) -> None:
+    allowed = spec.get("AllowedValues")
+    if allowed is not None and value not in {str(choice) for choice in allowed}:
+        raise TemplateError(f"parameter {name}={value!r} is not one of {allowed}")
+    pattern = spec.get("AllowedPattern")
+    if pattern is not None and re.fullmatch(pattern, value) is None:
+        raise TemplateError(f"parameter {name}={value!r} does not match {pattern}")
+    if spec.get("Type") != "Number":
+        return
+    try:
+        number = float(value)
+    except ValueError as error:
+        raise TemplateError(f"parameter {name}={value!r} is not a number") from error
+    low, high = spec.get("MinValue"), spec.get("MaxValue")
+    if (low is not None and number < float(low)) or (high is not None and number > float(high)):
+        raise TemplateError(f"parameter {name}={value!r} is outside {low}..{high}")
 
 
 def expand_language_extensions(

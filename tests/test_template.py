@@ -88,9 +88,22 @@ def test_own_least_privilege_and_delivery_rules_pass(cfn: dict[str, Any]) -> Non
     assert delivery_findings(cfn) == []
 
 
-def test_transform_needs_no_aws_and_rejects_unknown_parameters() -> None:
-    with pytest.raises(TemplateError, match="unknown parameters"):
-        transform_template(TEMPLATE, {**REQUIRED, "NoSuchParameter": "1"})
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({**REQUIRED, "NoSuchParameter": "1"}, "unknown parameters"),
+        ({}, "must have values"),
+        ({**REQUIRED, "PolicyCmax": "1001"}, "outside"),
+        ({**REQUIRED, "PolicyBeta": "half"}, "not a number"),
+        ({**REQUIRED, "LogRetentionDays": "2"}, "is not one of"),
+        ({"ExampleDownstreamUrl": "ftp://api.example.com/"}, "does not match"),
+    ],
+)
+def test_parameters_are_checked_as_cloudformation_would(
+    overrides: dict[str, str], message: str
+) -> None:
+    with pytest.raises(TemplateError, match=message):
+        transform_template(TEMPLATE, overrides)
 
 
 def test_code_uris_point_functions_at_built_artifacts() -> None:
@@ -114,8 +127,6 @@ def apply_edits(template: dict[str, Any], edits: list[dict[str, Any]]) -> dict[s
             node = node[step]  # a wrong path fails here instead of adding a stray key
         if edit.get("delete"):
             del node[last]
-        elif isinstance(node, list):
-            node[last] = edit["value"]
         else:
             node[last] = edit["value"]
     return edited
@@ -591,7 +602,8 @@ def test_samconfig_names_the_template_parameters_and_capabilities(cfn: dict[str,
     deploy = config["default"]["deploy"]["parameters"]
     assert "CAPABILITY_IAM" in deploy["capabilities"]
     assert "CAPABILITY_AUTO_EXPAND" in deploy["capabilities"]
-    overrides = deploy.get("parameter_overrides", [])
-    names = [entry.split("=", 1)[0] for entry in as_list(overrides)]
-    assert set(names) <= set(cfn["Parameters"])
+    overrides = dict(entry.split("=", 1) for entry in deploy["parameter_overrides"].split())
+    assert set(overrides) <= set(cfn["Parameters"])
+    # What samconfig pins must be values the template accepts (ranges, patterns).
+    transform_template(TEMPLATE, {**REQUIRED, **overrides}, region=REGION)
     assert config["default"]["build"]["parameters"]["template_file"] == "template.yaml"
