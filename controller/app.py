@@ -73,10 +73,21 @@ class ControllerApp:
             return dict(self.process_kinesis(event, deadline).response())
         if "queue" in event:
             return self.evaluate_manual(event, deadline)
+        if event.get("detail-type") == "Scheduled Event":
+            return self.tick(deadline)
         raise ValueError(
-            "unrecognised event: expected a Kinesis batch ('Records') or a manual evaluation "
-            "('queue', 'error_rate', 'success_rate')"
+            "unrecognised event: expected a Kinesis batch ('Records'), a manual evaluation "
+            "('queue', 'error_rate', 'success_rate') or a scheduled tick"
         )
+
+    def tick(self, deadline: float) -> dict[str, Any]:
+        """The scheduled wake-up: decide queues that asked to be looked at again (paused ones)."""
+        now = self._clock()
+        due = self.controller.wake_due(now)
+        plan = self.controller.plan(now, deadline)
+        decisions = self.controller.execute(plan, deadline)
+        self._report(BatchOutcome(decisions=decisions), plan.decisions)
+        return {"due": due, "decided": len(decisions)}
 
     def process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
         records: Sequence[Mapping[str, Any]] = event.get("Records") or []

@@ -150,6 +150,22 @@ class Controller:
     def window(self, queue: str) -> QueueWindow | None:
         return self._windows.get(queue)
 
+    def wake_due(self, now: float) -> int:
+        """Queue for deciding every state whose wake-up time has come, from the ledger.
+
+        A paused mapping sends no telemetry, so nothing else would wake it; a scheduled tick
+        calls this, in whatever container it lands. Returns how many queues were due.
+        """
+        due = 0
+        for state in self.ledger.list_states():
+            cached = self._states.get(state.queue)
+            if cached is None or cached.version <= state.version:
+                self._states[state.queue] = state
+            if 0 < self._states[state.queue].wake_at <= now:
+                self._pending.add(state.queue)
+                due += 1
+        return due
+
     # -- deciding -------------------------------------------------------------------------
     def plan(self, now: float, deadline: float = math.inf) -> Plan:
         """Decide every queue with new evidence; nothing is written or actuated here.

@@ -12,7 +12,8 @@ from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
-from controller.model import QueueConfig
+from controller.model import AuditEntry, AuditEvent, QueueConfig
+from controller.policy import ALGORITHMS
 from controller.ports import LedgerError
 from controller.settings import PolicyParams
 from tests.factories import config, kinesis_event, sample
@@ -179,3 +180,24 @@ def test_a_ledger_fault_retries_the_batch_without_counting_it_twice(
 def test_an_unknown_event_is_a_clear_error(app: ControllerApp) -> None:
     with pytest.raises(ValueError, match="expected a Kinesis batch"):
         app.handle({"hello": "world"}, None)
+
+
+def test_a_scheduled_tick_wakes_due_queues_in_a_cold_container(
+    ledger: FlakyLedger, actuator: InMemoryActuator, clock: Clock
+) -> None:
+    """A paused mapping sends no telemetry: only the tick can bring it back."""
+    adaptive = ALGORITHMS["adaptive"]
+    stored = Controller(ledger, actuator, PolicyParams()).states([config("orders")], 100.0)
+    ledger.commit(
+        stored["orders"].evolve(
+            concurrency=2, enabled=False, wake_at=105.0, paused_until=105.0, pause_s=15.0
+        ),
+        AuditEntry("orders", 100.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "paused"),
+    )
+    actuator.apply("esm-orders", 2, False, 0)
+    cold = ControllerApp(
+        Controller(ledger, actuator, PolicyParams(), algorithm=adaptive()), clock=clock
+    )
+    scheduled = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
+    assert cold.handle(scheduled, None) == {"due": 1, "decided": 1}
+    assert actuator.read("esm-orders", 0).enabled
