@@ -47,6 +47,14 @@ _scan_json: Final[_Scanner] = json.JSONDecoder().scan_once  # type: ignore[attr-
 _JSON_ERRORS: Final = (ValueError, StopIteration, RecursionError)
 _JSON_WHITESPACE: Final = " \t\n\r"
 
+_COUNT_ORDER: Final = (
+    "Downstream2xx",
+    "Downstream429",
+    "Downstream5xx",
+    "Downstream4xx",
+    "Downstream503",
+    "DownstreamRequests",
+)
 COUNT_MEMBERS: Final = (
     "Downstream2xx",
     "Downstream429",
@@ -424,33 +432,37 @@ def _sample_from_document(
         return None
 
     get = document.get
-    ok = _count(get("Downstream2xx", 0))
-    throttled = _count(get("Downstream429", 0))
-    server_errors = _count(get("Downstream5xx", 0))
-    client_errors = _count(get("Downstream4xx", 0))
-    # A JSON null reads as an absent member, as everywhere below.
-    overloaded = get("Downstream503")
-    if overloaded is not None:
-        overloaded = _count(overloaded)
-    requests = get("DownstreamRequests")
-    if requests is not None:
-        requests = _count(requests)
-    if min(ok, throttled, server_errors, client_errors, overloaded or 0, requests or 0) < 0:
-        skipped[SkipReason.BAD_VALUE] += 1
-        return None
+    # Read the counts in one pass; the inline test is the shape powertools writes (an array
+    # of one integral float), anything else goes through _count. None: absent (or null).
+    counts: list[int | None] = []
+    for name in _COUNT_ORDER:
+        value = get(name)
+        if value is not None:
+            number = value[0] if type(value) is list and len(value) == 1 else value
+            if type(number) is float and 0.0 <= number <= MAX_VALUE and number.is_integer():
+                value = int(number)
+            else:
+                value = _count(value)
+                if value < 0:
+                    skipped[SkipReason.BAD_VALUE] += 1
+                    return None
+        counts.append(value)
+    ok, throttled, server_errors, client_errors, overloaded, requests = counts
     latency = get("DownstreamLatency")
     retry_after = get("RetryAfterSeconds")
     duration = get("InvocationDurationMs")
     if (
         latency is None
-        and requests is None
-        and overloaded is None
         and retry_after is None
         and duration is None
-        and not any(name in document for name in COUNT_MEMBERS)
+        and counts.count(None) == len(counts)
     ):
         skipped[SkipReason.NO_TELEMETRY] += 1
         return None
+    ok = ok or 0
+    throttled = throttled or 0
+    server_errors = server_errors or 0
+    client_errors = client_errors or 0
 
     latency_sum, latency_count = 0.0, 0
     if latency is not None:
