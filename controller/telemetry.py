@@ -55,16 +55,8 @@ _COUNT_ORDER: Final = (
     "Downstream503",
     "DownstreamRequests",
 )
-COUNT_MEMBERS: Final = (
-    "Downstream2xx",
-    "Downstream429",
-    "Downstream5xx",
-    "Downstream4xx",
-)
 TELEMETRY_MEMBERS: Final = (
-    "DownstreamRequests",
-    *COUNT_MEMBERS,
-    "Downstream503",
+    *_COUNT_ORDER,
     "DownstreamLatency",
     "RetryAfterSeconds",
     "InvocationDurationMs",
@@ -131,10 +123,6 @@ class DecodeResult:
     log_events: int = 0
     payload_bytes: int = 0
     outcomes: list[RecordOutcome] = field(default_factory=list)
-
-    @property
-    def decoded_sequence_numbers(self) -> list[str]:
-        return [o.sequence_number for o in self.outcomes if o.sequence_number is not None]
 
 
 def decode_kinesis_event(
@@ -346,8 +334,6 @@ def _decode_payload(compressed: bytes, namespace: str, result: DecodeResult) -> 
 
 # --- EMF documents --------------------------------------------------------------------------
 
-_MISSING: Final = object()
-
 
 def _sample_from_message(
     message: str, timestamp_ms: float | None, namespace: str, skipped: Counter[str]
@@ -424,8 +410,8 @@ def _sample_from_document(
         skipped[SkipReason.BAD_DIMENSION] += 1
         return None
 
-    emitted_ms = metadata.get("Timestamp", _MISSING)
-    if emitted_ms is _MISSING:
+    emitted_ms = metadata.get("Timestamp")
+    if emitted_ms is None:
         emitted_ms = timestamp_ms
     if type(emitted_ms) not in (int, float) or not 0 < emitted_ms < MAX_TIMESTAMP_MS:
         skipped[SkipReason.BAD_TIMESTAMP] += 1

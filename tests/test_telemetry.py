@@ -133,7 +133,7 @@ def test_lambda_kinesis_event_with_cloudwatch_logs_payloads() -> None:
         (RecordStatus.NO_SAMPLES, 0),
         (RecordStatus.DECODED, 2),
     ]
-    assert result.decoded_sequence_numbers == [
+    assert [o.sequence_number for o in result.outcomes] == [
         "49656798632213455391620093153372148239620917438736367618",
         "49656798632213455391620093153373357165440532067911073794",
     ]
