@@ -413,7 +413,11 @@ def _sample_from_document(
     emitted_ms = metadata.get("Timestamp")
     if emitted_ms is None:
         emitted_ms = timestamp_ms
-    if type(emitted_ms) not in (int, float) or not 0 < emitted_ms < MAX_TIMESTAMP_MS:
+    if (
+        emitted_ms is None
+        or type(emitted_ms) not in (int, float)
+        or not 0 < emitted_ms < MAX_TIMESTAMP_MS
+    ):
         skipped[SkipReason.BAD_TIMESTAMP] += 1
         return None
 
