@@ -8,6 +8,7 @@ single edits of the real template that each stage must reject.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import tomllib
@@ -19,13 +20,17 @@ import boto3
 import pytest
 import yaml
 from cfnlint.api import ManualArgs, lint
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from moto import mock_aws
 
 from stack.template import (
     TemplateError,
     delivery_findings,
+    expand_language_extensions,
     iam_findings,
     load_template,
+    parameter_values,
     transform_document,
     transform_template,
 )
@@ -212,6 +217,37 @@ def test_worker_log_groups_parameter_adds_one_filter_each() -> None:
             "Fn::GetAtt": ["TelemetryStream", "Arn"]
         }
     assert lint_problems(cfn) == []
+
+
+@functools.cache
+def source_template() -> dict[str, Any]:
+    return load_template(TEMPLATE)
+
+
+LOG_GROUP_NAMES = st.from_regex(r"/aws/lambda/[A-Za-z0-9_.-]{1,24}", fullmatch=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(groups=st.lists(LOG_GROUP_NAMES, max_size=6))
+def test_for_each_expansion_makes_one_filter_per_group_or_refuses_collisions(
+    groups: list[str],
+) -> None:
+    template = source_template()  # expansion copies; the cached original stays intact
+    values = parameter_values(template, {**REQUIRED, "WorkerLogGroups": ",".join(groups)})
+    logical_ids = ["WorkerTelemetrySubscription" + re.sub(r"[^A-Za-z0-9]", "", g) for g in groups]
+    if len(set(logical_ids)) < len(logical_ids):
+        with pytest.raises(TemplateError, match="already exists"):
+            expand_language_extensions(template, values)
+        return
+    expanded = expand_language_extensions(template, values)
+    assert expanded["Transform"] == "AWS::Serverless-2016-10-31"
+    generated = {
+        name: resource["Properties"]["LogGroupName"]
+        for name, resource in expanded["Resources"].items()
+        if name.startswith("WorkerTelemetrySubscription")
+    }
+    assert generated == dict(zip(logical_ids, groups, strict=True))
+    assert not any(key.startswith("Fn::ForEach") for key in expanded["Resources"])
 
 
 def test_no_worker_log_groups_means_only_the_example_filter(resources: dict[str, Any]) -> None:
@@ -486,7 +522,7 @@ def test_registrar_reports_failure_instead_of_hanging_the_stack(
 def dashboard_body(resources: dict[str, Any]) -> dict[str, Any]:
     text, variables = resources["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
     values = {name: f"<{name}>" for name in variables}
-    values.update({"AWS::Region": "us-east-1", "PolicyT1": "0.05"})
+    values["AWS::Region"] = "us-east-1"
 
     def substitute(match: re.Match[str]) -> str:
         return values[match.group(1)]
