@@ -632,3 +632,64 @@ def test_valid_emf_round_trips(documents: list[tuple[str, dict[str, Any]]], nois
         expected.pop("latency_ms_sum", None)
         assert got == expected
         assert_sane(sample)
+
+
+# --- edges --------------------------------------------------------------------------------
+
+
+def test_null_member_reads_as_absent_but_null_inside_an_array_is_bad() -> None:
+    [sample] = samples_from_log_message(emf(Downstream2xx=3, Downstream503=None), None)
+    assert (sample.ok, sample.overloaded) == (3, None)
+    skipped: Counter[str] = Counter()
+    assert samples_from_log_message(emf(Downstream2xx=[None]), None, skipped=skipped) == []
+    assert skipped == {"bad_value": 1}
+
+
+def test_leading_whitespace_and_trailing_newline_are_tolerated() -> None:
+    [sample] = samples_from_log_message("  " + emf(Downstream429=2) + "\r\n", None)
+    assert sample.throttled == 2
+
+
+def test_decoder_bug_is_counted_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    import controller.telemetry as telemetry
+
+    def broken(*_args: object) -> None:
+        raise KeyError("bug")
+
+    monkeypatch.setattr(telemetry, "_sample_from_document", broken)
+    result = decode_kinesis_event(kinesis_event(subscription_payload([emf(Downstream2xx=1)])))
+    assert result.samples == []
+    assert result.skipped == {"internal_error": 1}
+    skipped: Counter[str] = Counter()
+    assert samples_from_log_message(emf(Downstream2xx=1), None, skipped=skipped) == []
+    assert skipped == {"internal_error": 1}
+
+
+def test_decode_record_data_rejects_non_bytes() -> None:
+    result = decode_record_data("not bytes")  # type: ignore[arg-type]
+    assert (result.samples, result.records) == ([], 1)
+    assert result.skipped == {"bad_record": 1}
+
+
+# --- the benchmark command ----------------------------------------------------------------
+
+
+def test_bench_decode_reports_its_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    from stack.cli import main
+
+    assert main(["bench", "decode", "--records", "12", "--repeat", "1", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["records"] == 12
+    assert 24 <= report["log_events"] <= 48  # 2 to 4 documents per record
+    for key in ("mb_per_s", "records_per_s", "floor_ratio", "scanner_floor_ratio"):
+        assert report[key] > 0
+    assert isinstance(report["meets_targets"], bool)
+
+
+def test_bench_decode_rejects_a_bad_count(capsys: pytest.CaptureFixture[str]) -> None:
+    from stack.cli import main
+
+    assert main(["bench", "decode", "--records", "0"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1
+    assert "--records must be at least 1" in error
