@@ -300,3 +300,43 @@ def test_record_with_an_unreachable_endpoint_is_one_line(
     err = capsys.readouterr().err
     assert code == 2
     assert err.count("\n") == 1 and "cannot reach http://127.0.0.1:9" in err
+
+
+def test_a_recorded_stream_replays_through_the_controller(
+    moto_url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import gzip
+    import time
+
+    from controller.model import Sample
+    from tests.factories import emf_line
+
+    kinesis = _kinesis(moto_url)
+    kinesis.create_stream(StreamName="worker-logs", ShardCount=1)
+    now = time.time()
+    for batch in range(3):
+        samples = [
+            Sample("orders", now - 12 + batch * 4 + i * 0.4, 10, 6, 4, invocation_ms=300.0)
+            for i in range(10)
+        ]
+        payload = {
+            "messageType": "DATA_MESSAGE",
+            "logGroup": "/aws/lambda/orders-worker",
+            "logEvents": [
+                {"id": str(i), "timestamp": int(s.event_time * 1000), "message": emf_line(s)}
+                for i, s in enumerate(samples)
+            ],
+        }
+        data = gzip.compress(json.dumps(payload).encode())
+        kinesis.put_record(StreamName="worker-logs", Data=data, PartitionKey="orders")
+    out = tmp_path / "incident.jsonl"
+    source = ["--stream", "worker-logs", "--from-start", "--endpoint-url", moto_url]
+    limits = ["--max-records", "3", "--duration", "20", "--quiet"]
+    recorded = main(["record", *source, "--out", str(out), *limits])
+    assert recorded == 0
+
+    assert main(["replay", str(out), "--json"]) == 0
+    decisions = json.loads(capsys.readouterr().out)
+    cuts = [d for d in decisions if d["action"] == "MULTIPLICATIVE_DECREASE"]
+    assert cuts and cuts[0]["queue"] == "orders"
+    assert (cuts[0]["previous"], cuts[0]["target"]) == (100, 50)

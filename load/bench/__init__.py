@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import Any
 
-BENCHMARKS: tuple[str, ...] = ("load.bench.decode",)
+BENCHMARKS: tuple[str, ...] = ("load.bench.decode", "load.bench.fleet")
 
 
 def register(subparsers: Any) -> None:
