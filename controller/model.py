@@ -105,6 +105,8 @@ class QueueState:
     good_level: int = 0
     probe_base: int = 0
     probe_step: int = 0
+    probe_streak: int = 0
+    plateau: int = 0
     probe_started_at: float = 0.0
     probe_until: float = 0.0
     probe_ended_at: float = 0.0

@@ -39,16 +39,21 @@ class AdaptiveLimit:
     """Tunables; the contract's T1, Cmin, Cmax, window and settle margin come from params."""
 
     start_level: int = 5
+    first_growth: float = 2.0
     growth: float = 1.5
     grow_below: float = 0.005
+    trim_above: float = 0.0025
+    trim_evidence: int = 400
     poller_ramp_per_s: float = 5.0
     # The newest seconds of invocation starts, whose pressure sizes a cut.
-    latest_s: int = 2
+    latest_s: int = 1
+    storm_factor: float = 2.0
+    sizing_z: float = 1.0
     pulse_s: float = 1.0
     judge_after_s: float = 6.0
     judge_patience_s: float = 20.0
-    probe_tolerance: float = 0.01
-    probe_backoff_s: tuple[float, float] = (10.0, 60.0)
+    probe_tolerance: float = 0.005
+    probe_backoff_s: tuple[float, float] = (10.0, 45.0)
     pause_s: tuple[float, float] = (15.0, 120.0)
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6
@@ -75,9 +80,31 @@ class AdaptiveLimit:
             if now >= state.probe_until:
                 return self._end_pulse(state, now)
             return _hold(state, f"Probing at {state.concurrency}; judging after the pulse.", now)
+        failed_probe: Decision | None = None
         if state.judge_at > 0 and now >= state.judge_at:
-            return self._judge_pulse(state, window, now, params)
-        since = max(now - params.window_s, state.last_change_at + params.settle_margin_s)
+            verdict = self._judge_pulse(state, window, now, params)
+            if verdict.action is not Action.HOLD or verdict.new_state.judge_at > 0:
+                return verdict
+            # A failed probe may have met a real overload at the base level: judge the base's
+            # own evidence now rather than a batch later.
+            failed_probe, state = verdict, verdict.new_state
+        decision = self._evaluate(state, window, now, params)
+        if failed_probe is not None and decision.action is Action.HOLD:
+            return failed_probe
+        return decision
+
+    def _evaluate(
+        self, state: QueueState, window: QueueWindow, now: float, params: PolicyParams
+    ) -> Decision:
+        # Invocations started after the last change are its evidence. The settle margin keeps
+        # out those started while a raise was still taking effect. After a decrease (a cut, a
+        # probe's end) no invocation starts above the level being judged; only those still
+        # running from before spill over, for about one invocation time: waiting just that
+        # long sees a storm that begins at that moment seconds sooner.
+        settle = params.settle_margin_s
+        if state.concurrency < state.previous_concurrency:
+            settle = min(settle, self._invocation_s(window, state, now, params))
+        since = max(now - params.window_s, state.last_change_at + settle)
         stats = window.stats(since, now + 1.0)
         if stats.newest_event_time is None:
             return _hold(
@@ -102,8 +129,7 @@ class AdaptiveLimit:
                 now,
                 stats,
             )
-        recent = window.stats(now - params.window_s, now + 1.0)
-        used = _busy_concurrency(recent, self.estimate_span_s)
+        used = _busy_concurrency(stats, self.estimate_span_s)
         return self._on_evidence(
             state,
             stats,
@@ -111,27 +137,28 @@ class AdaptiveLimit:
             params,
             probing=True,
             used=used,
-            latest_pressure=self._latest_pressure(stats, window, params),
+            latest=self._latest_pressure(stats, window, params),
         )
 
     def _latest_pressure(
         self, stats: WindowStats, window: QueueWindow, params: PolicyParams
-    ) -> float:
-        """The highest pressure among the newest seconds of invocation starts (each with half
-        the minimum evidence): a storm that began a moment ago, before it shows in the whole
-        window's share."""
+    ) -> tuple[float, float]:
+        """The pressure among the newest second of invocation starts, as (storm, sizing).
+
+        A storm that began a moment ago shows there before it shows in the whole evidence's
+        share: ``storm`` is that pressure when it is clear (enough calls, well above T1), else
+        0. ``sizing`` is the same pressure on half the evidence, to size a cut the whole
+        evidence has already called for, which the older, cleaner seconds would understate.
+        """
         if stats.newest_event_time is None:
-            return 0.0
+            return 0.0, 0.0
         mean_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
         newest = math.floor(stats.newest_event_time - mean_s)
-        highest = 0.0
-        for second in range(newest, newest - self.latest_s, -1):
-            if second < stats.since:
-                break
-            bucket = window.stats(second, second + 1)
-            if 2 * bucket.requests >= params.min_samples:
-                highest = max(highest, bucket.pressure_rate)
-        return highest
+        latest = window.stats(max(stats.since, newest - self.latest_s + 1), newest + 1)
+        pressure = latest.pressure_rate
+        sizing = pressure if 2 * latest.requests >= params.min_samples else 0.0
+        clear = latest.requests >= params.min_samples and pressure >= self.storm_factor * params.t1
+        return (pressure if clear else 0.0), sizing
 
     # -- the steps ------------------------------------------------------------------------
     def _attach(self, state: QueueState, now: float, params: PolicyParams) -> Decision | None:
@@ -159,18 +186,21 @@ class AdaptiveLimit:
         *,
         probing: bool,
         used: float | None = None,
-        latest_pressure: float = 0.0,
+        latest: tuple[float, float] = (0.0, 0.0),
     ) -> Decision:
         """``used``: invocations in use over the whole window, before and after the last
         change (``None``: unknown), to tell a queue that fills its allowance from an idle one.
-        ``latest_pressure``: the pressure among the newest invocations, which sizes a cut when
-        the overload began within the evidence."""
+        ``latest``: the pressure among the newest invocations (see ``_latest_pressure``)."""
         current = state.concurrency
         pressure = stats.pressure_rate
         in_use = self._in_use(state, stats)
-        if max(pressure, latest_pressure) >= params.t1:
+        storm, sizing = latest
+        # A few rejections over the whole evidence with a burst in its newest second are the
+        # first reports of a storm, not a level just over the capacity.
+        beginning = pressure >= self.trim_above and sizing >= self.storm_factor * params.t1
+        if max(pressure, storm) >= params.t1 or beginning:
             if current <= params.cmin:
-                if probing:
+                if probing and pressure >= params.t1:
                     return self._pause(state, stats, now)
                 return _hold(
                     state,
@@ -179,9 +209,33 @@ class AdaptiveLimit:
                     now,
                     stats,
                 )
-            return self._cut(state, stats, in_use, now, params, latest_pressure)
+            return self._cut(state, stats, in_use, now, params, max(storm, sizing))
         if state.judge_at > 0:
             return _hold(state, f"Judging a probe; holding at {current}.", now, stats)
+        if (
+            probing
+            and pressure >= self.trim_above
+            and stats.requests >= self.trim_evidence
+            and current > params.cmin
+        ):
+            # A level that keeps drawing a few rejections is just over the capacity: each
+            # rejected message comes back a visibility timeout later, which is what a drain
+            # waits for at the end. Step down one and remember the level.
+            target = current - 1
+            return _decision(
+                state,
+                Action.MULTIPLICATIVE_DECREASE,
+                target,
+                state.state,
+                f"Trim: pressure {pressure:.2%} over {stats.requests} calls stays above "
+                f"{self.trim_above:.2%} (under T1 {params.t1:.1%}). Scaled from {current} -> "
+                f"{target}.",
+                now,
+                stats,
+                ceiling=current,
+                next_probe_at=now + (state.probe_backoff_s or self.probe_backoff_s[0]),
+                probe_streak=0,
+            )
         if pressure >= self.grow_below:
             return _hold(
                 state,
@@ -190,7 +244,7 @@ class AdaptiveLimit:
                 now,
                 stats,
             )
-        good = max(state.good_level, current)
+        good = current
         if current >= params.cmax:
             name = QueueStateName.HEALTHY
             return _hold(
@@ -214,18 +268,29 @@ class AdaptiveLimit:
                 stats,
             )
         ceiling = state.ceiling
-        if not probing:
-            target = max(current + 1, math.floor(current * self.growth))
-            target = _clamp(min(target, ceiling - 1) if ceiling else target, params)
+        if ceiling == 0 or current + 1 < ceiling or not probing:
+            # Below any level known to break: grow by real steps, fast before the queue's first
+            # overload, gently after it, halving the gap to a known ceiling. A step that breaks
+            # is cut in proportion.
+            factor = self.first_growth if state.probe_backoff_s == 0 else self.growth
+            target = max(current + 1, math.floor(current * factor))
+            if ceiling:
+                target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
+            if state.plateau > current:
+                # Back to the level that was good before the last cut, in one step: capacity
+                # has come back past the ceiling that cut left.
+                target = state.plateau
+            target = _clamp(target, params)
             if target <= current:
                 return _hold(state, f"At the ceiling ({ceiling}); holding at {current}.", now)
+            limit = f"below the ceiling {ceiling}" if ceiling else "no known ceiling"
             return _decision(
                 state,
                 Action.ADDITIVE_INCREASE,
                 target,
                 _rising(target, params),
                 f"Clean: pressure {pressure:.1%} < {self.grow_below:.1%} with the allowance "
-                f"in use. Scaled from {current} -> {target}.",
+                f"in use, {limit}. Scaled from {current} -> {target}.",
                 now,
                 stats,
                 good_level=good,
@@ -239,16 +304,18 @@ class AdaptiveLimit:
                 stats,
                 good_level=good,
             )
-        target = _clamp(current + self._probe_step(current, ceiling), params)
+        step = max(1, min(state.probe_streak, math.floor(current * (self.growth - 1.0))))
+        target = _clamp(current + step, params)
         # The poller adds a few invocations per second: a bigger step needs a longer pulse.
-        pulse = self.pulse_s + (target - current - 1) / self.poller_ramp_per_s
+        pulse = self.pulse_s + (step - 1) / self.poller_ramp_per_s
         return _decision(
             state,
             Action.ADDITIVE_INCREASE,
             target,
             _rising(target, params),
-            f"Probe: clean at {current} (pressure {pressure:.1%}); raising to {target} for "
-            f"{pulse:.1f}s, then back to {current} until the probe's invocations are judged.",
+            f"Probe: clean at {current} (pressure {pressure:.1%}), ceiling {ceiling}; raising "
+            f"to {target} for {pulse:.1f}s, then back to {current} until the probe's "
+            "invocations are judged.",
             now,
             stats,
             good_level=good,
@@ -258,15 +325,6 @@ class AdaptiveLimit:
             probe_until=now + pulse,
             wake_at=now + pulse,
         )
-
-    def _probe_step(self, current: int, ceiling: int) -> int:
-        """Big steps while no ceiling is known, halving the gap below it, one at it."""
-        far = max(1, math.floor(current * (self.growth - 1.0)))
-        if ceiling == 0:
-            return far
-        if current + 1 >= ceiling:
-            return 1
-        return max(1, min(far, (ceiling - current) // 2))
 
     def _cut(
         self,
@@ -279,8 +337,11 @@ class AdaptiveLimit:
     ) -> Decision:
         current = state.concurrency
         pressure = max(stats.pressure_rate, latest_pressure)
-        proportional = math.floor(in_use * (1.0 - pressure))
         fresh = stats.pressure_rate < params.t1
+        # Size the cut on a pessimistic share: a decision on a few dozen calls would otherwise
+        # under-cut and need a second cut a settle period later, the storm going on meanwhile.
+        margin = self.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, stats.requests))
+        proportional = math.floor(in_use * (1.0 - min(1.0, pressure + margin)))
         if fresh:
             # A storm seen only in the newest seconds: their first reports come from the calls
             # made early in each second, which the downstream still accepted, so the share
@@ -305,6 +366,8 @@ class AdaptiveLimit:
             stats,
             consecutive_breaches=breaches,
             ceiling=target + 1,
+            plateau=state.good_level if state.good_level > target else state.plateau,
+            probe_streak=0,
             next_probe_at=now + backoff,
             probe_backoff_s=backoff,
             hold_until=hold_until,
@@ -351,7 +414,15 @@ class AdaptiveLimit:
         cleared: dict[str, Any] = {"judge_at": 0.0, "probe_step": 0, "wake_at": 0.0}
         if stats.requests >= params.min_samples and stats.pressure_rate < self.probe_tolerance:
             target = _clamp(probed, params)
-            ceiling = 0 if state.ceiling and probed >= state.ceiling else state.ceiling
+            ceiling, streak, plateau = state.ceiling, state.probe_streak, state.plateau
+            if probed >= ceiling:
+                # The ceiling was stale (capacity came back). Grow by real steps back to the
+                # level that was good before the last cut, if above; else keep probing, with
+                # steps doubling while probes pass.
+                if plateau > probed:
+                    ceiling, streak = plateau + 1, 0
+                else:
+                    ceiling, streak, plateau = probed + 1, 2 * max(1, streak), 0
             return _decision(
                 state,
                 Action.ADDITIVE_INCREASE,
@@ -362,8 +433,10 @@ class AdaptiveLimit:
                 now,
                 stats,
                 ceiling=ceiling,
+                plateau=plateau,
                 good_level=target,
                 probe_backoff_s=self.probe_backoff_s[0],
+                probe_streak=streak,
                 next_probe_at=now,
                 **cleared,
             )
@@ -390,6 +463,7 @@ class AdaptiveLimit:
             stats,
             ceiling=probed if state.ceiling == 0 else min(state.ceiling, probed),
             probe_backoff_s=backoff,
+            probe_streak=0,
             next_probe_at=next_probe_at,
             **cleared,
         )
@@ -495,6 +569,15 @@ class AdaptiveLimit:
             wake_at=now + self.pulse_s,
         )
 
+    def _invocation_s(
+        self, window: QueueWindow, state: QueueState, now: float, params: PolicyParams
+    ) -> float:
+        """The mean invocation time over the window (the settle margin when unknown)."""
+        stats = window.stats(now - params.window_s, now + 1.0)
+        if not stats.timed_samples:
+            return params.settle_margin_s
+        return stats.busy_ms / stats.timed_samples / 1000.0
+
     def _in_use(self, state: QueueState, stats: WindowStats) -> float:
         """Invocations really running, from their durations; the cap once they fill it.
 
@@ -503,7 +586,13 @@ class AdaptiveLimit:
         """
         estimate = _busy_concurrency(stats, self.estimate_span_s)
         if estimate is None or estimate >= self.saturated_share * state.concurrency:
-            return float(state.concurrency)
+            estimate = float(state.concurrency)
+        # After a raise the poller climbs a few invocations per second: the newest evidence
+        # cannot have run more than that ramp allows.
+        if state.previous_concurrency < state.concurrency and stats.newest_event_time is not None:
+            ramp_s = max(0.0, stats.newest_event_time - state.last_change_at)
+            reachable = state.previous_concurrency + self.poller_ramp_per_s * ramp_s
+            estimate = min(estimate, reachable)
         return estimate
 
 
@@ -559,7 +648,7 @@ def _decision(
         new_state=state.evolve(
             state=name,
             concurrency=target,
-            previous_concurrency=state.concurrency,
+            previous_concurrency=state.concurrency if moved else state.previous_concurrency,
             consecutive_breaches=consecutive_breaches,
             last_action=action,
             last_reason=reason,
