@@ -47,9 +47,13 @@ class AwsTarget:
         from botocore.config import Config
         from botocore.exceptions import BotoCoreError
 
-        settings: dict[str, Any] = {"connect_timeout": 3, "read_timeout": 10}
-        if not retries:
-            settings["retries"] = {"mode": "standard", "total_max_attempts": 1}
+        # Standard mode, 3 attempts: an operator waits seconds, not DynamoDB's legacy 10 tries.
+        attempts = 3 if retries else 1
+        settings: dict[str, Any] = {
+            "connect_timeout": 3,
+            "read_timeout": 10,
+            "retries": {"mode": "standard", "total_max_attempts": attempts},
+        }
         try:
             session = boto3.Session(profile_name=self.profile, region_name=self.region)
             region = session.region_name
