@@ -536,13 +536,16 @@ def _sum_and_count(value: Any) -> tuple[float, int]:
     if type(value) is list:
         total = 0.0
         for item in value:
-            if type(item) not in (int, float) or not 0 <= item <= MAX_VALUE:
+            kind = type(item)
+            if (kind is float or kind is int) and 0 <= item <= MAX_VALUE:
+                total += item
+            else:
                 return 0.0, -1
-            total += item
         return total, len(value)
-    if type(value) not in (int, float) or not 0 <= value <= MAX_VALUE:
-        return 0.0, -1
-    return float(value), 1
+    kind = type(value)
+    if (kind is float or kind is int) and 0 <= value <= MAX_VALUE:
+        return float(value), 1
+    return 0.0, -1
 
 
 def _largest(value: Any) -> float:
