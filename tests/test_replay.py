@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -154,18 +155,26 @@ def test_the_storm_is_cut_and_recovered_and_a_quiet_queue_is_held(storm_file: Pa
     assert report.skipped  # the plain log line and the CONTROL_MESSAGE are counted, not fatal
 
 
-def test_golden_storm_matches(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(
-        [
-            "replay",
-            str(GOLDEN / "storm.jsonl"),
-            "--expect",
-            str(GOLDEN / "storm.decisions.json"),
-        ]
-    )
+def _golden_cases() -> list[str]:
+    """Every ``<case>.decisions.json`` under tests/golden/: the recording is the file named by
+    the case's first dotted part (``storm.adaptive`` replays ``storm.jsonl``), the config is
+    ``<case>.config.json`` when there is one."""
+    return sorted(p.name.removesuffix(".decisions.json") for p in GOLDEN.glob("*.decisions.json"))
+
+
+@pytest.mark.parametrize("case", _golden_cases())
+def test_golden_decision_logs_match(case: str, capsys: pytest.CaptureFixture[str]) -> None:
+    recording = GOLDEN / f"{case.split('.')[0]}.jsonl"
+    config = GOLDEN / f"{case}.config.json"
+    argv = ["replay", str(recording), "--expect", str(GOLDEN / f"{case}.decisions.json")]
+    code = main(argv + (["--config", str(config)] if config.exists() else []))
     captured = capsys.readouterr()
     assert code == 0, captured.out
     assert "replay matches" in captured.err
+
+
+def test_the_storm_has_a_golden_log() -> None:
+    assert "storm" in _golden_cases()
 
 
 def test_golden_storm_recording_is_the_documented_one(storm_file: Path) -> None:
@@ -345,3 +354,45 @@ def test_batches_are_what_a_kinesis_mapping_would_deliver(
     for shard in {record.shard for record in records}:
         in_order = [r for b in batches if b.shard == shard for r in b.records]
         assert [int(r.sequence) for r in in_order] == sorted(int(r.sequence) for r in in_order)
+
+
+# --- against the local stack ----------------------------------------------------------------
+
+
+def test_replay_against_the_local_stack_moves_its_mappings(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from load.bench.fleet import build_fleet, client, moto_server
+
+    with moto_server() as endpoint:
+        try:
+            fleet = build_fleet(endpoint, ["orders"], register=True)
+            target = ["--endpoint-url", endpoint, "--table", fleet.table]
+            code = main(["replay", str(GOLDEN / "storm.jsonl"), "--json", "--changes", *target])
+            captured = capsys.readouterr()
+            lambda_api = client(endpoint, "lambda")
+            mapping = lambda_api.get_event_source_mapping(UUID=fleet.mappings["orders"])
+            trail = [
+                item
+                for item in client(endpoint, "dynamodb").scan(TableName=fleet.table)["Items"]
+                if item["SK"]["S"].startswith("AUDIT#") and item["Action"]["S"] != "REGISTER"
+            ]
+        finally:
+            # moto's backends are process-wide: leave nothing behind for other tests.
+            reset = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+            urllib.request.urlopen(reset, timeout=10).close()
+    assert code == 0, captured.err
+    decisions = json.loads(captured.out)
+    # Only the registered queue is decided; billing's telemetry is counted and ignored.
+    assert {d["queue"] for d in decisions} == {"orders"}
+    assert "samples of unregistered queues ignored" in captured.err
+    golden = [
+        d
+        for d in json.loads((GOLDEN / "storm.decisions.json").read_text())
+        if d["queue"] == "orders" and d["changed"]
+    ]
+    assert [(d["previous"], d["target"]) for d in decisions] == [
+        (d["previous"], d["target"]) for d in golden
+    ]
+    assert mapping["ScalingConfig"]["MaximumConcurrency"] == decisions[-1]["target"]
+    assert len(trail) == len(decisions)
