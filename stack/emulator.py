@@ -62,6 +62,7 @@ class Deployment:
     stream_arn: str
     table_name: str
     worker_log_group: str
+    controller_log_group: str
     created_through_api: tuple[str, ...] = ()
     not_created: tuple[str, ...] = ()
     resources: Mapping[str, str] = field(default_factory=dict)
@@ -81,6 +82,7 @@ class EmbeddedAws:
         self.region = region
         self._server: Any = None
         self._endpoint: str | None = None
+        self._restore_moto: Callable[[], None] = lambda: None
 
     def start(self) -> EmbeddedAws:
         from moto.server import ThreadedMotoServer
@@ -88,7 +90,8 @@ class EmbeddedAws:
         # The server logs every request; the terminal belongs to the demo.
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         # It also warns for each resource type its CloudFormation skips; deploy() reports them.
-        logging.getLogger("moto.cloudformation.parsing").setLevel(logging.ERROR)
+        logging.getLogger("moto").setLevel(logging.ERROR)
+        self._restore_moto = _speed_up_moto_sqs()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
@@ -107,6 +110,7 @@ class EmbeddedAws:
         finally:
             self._endpoint = None
             server.stop()
+            self._restore_moto()
 
     def __enter__(self) -> EmbeddedAws:
         return self.start()
@@ -295,6 +299,7 @@ class EmbeddedAws:
             stream_arn=stream_arn,
             table_name=table,
             worker_log_group=worker_log_group,
+            controller_log_group=_log_group_of(controller, physical, resources, resolver),
             created_through_api=tuple(through_api),
             not_created=not_created,
             resources=dict(physical),
@@ -349,6 +354,47 @@ class EmbeddedAws:
 
 
 CODE_KEY = "queuemesh-functions.zip"
+
+
+def _speed_up_moto_sqs() -> Callable[[], None]:
+    """Make moto's SQS usable at demo depth; returns the undo.
+
+    moto's SQS reads the clock through datetime arithmetic for every message of a queue on
+    every send and receive, and checks retention by recomputing all queue attributes per
+    message: a receive on a 1,500-message queue took seconds. The same values, from
+    ``time.time()`` and the queue's own retention attribute, keep it linear and cheap.
+    """
+    import time
+
+    from moto.sqs import models
+
+    original_unix_time = models.unix_time
+    original_unix_time_millis = models.unix_time_millis
+    original_retention_check = models.SQSBackend.is_message_valid_based_on_retention_period
+
+    def unix_time(dt: Any = None) -> float:
+        return time.time() if dt is None else original_unix_time(dt)
+
+    def unix_time_millis(dt: Any = None) -> float:
+        return time.time() * 1000.0 if dt is None else original_unix_time_millis(dt)
+
+    def is_message_valid_based_on_retention_period(
+        backend: Any, queue_name: str, message: Any
+    ) -> bool:
+        retention_s = int(backend.get_queue(queue_name).message_retention_period)
+        return bool(retention_s + message.sent_timestamp / 1000 > time.time())
+
+    models.unix_time = unix_time
+    models.unix_time_millis = unix_time_millis
+    retention_check = "is_message_valid_based_on_retention_period"
+    setattr(models.SQSBackend, retention_check, is_message_valid_based_on_retention_period)
+
+    def restore() -> None:
+        models.unix_time = original_unix_time
+        models.unix_time_millis = original_unix_time_millis
+        setattr(models.SQSBackend, retention_check, original_retention_check)
+
+    return restore
 
 
 def placeholder_code_zip() -> bytes:

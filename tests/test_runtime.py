@@ -1,0 +1,214 @@
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from stack.emulator import EmbeddedAws, QueueBinding
+from stack.runtime import (
+    ContainerPool,
+    FunctionSpec,
+    LogShipper,
+    QueuePoller,
+    failed_item_ids,
+    first_failure,
+    sqs_event,
+)
+
+LOG_GROUP = "/aws/lambda/test-worker"
+
+
+def fake_worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """Runs in a container process: fails messages whose body says so, prints one line."""
+    time.sleep(0.2)
+    failures = [
+        {"itemIdentifier": record["messageId"]}
+        for record in event["Records"]
+        if json.loads(record["body"]).get("fail")
+    ]
+    print(json.dumps({"records": len(event["Records"]), "function": context.function_name}))
+    return {"batchItemFailures": failures}
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[EmbeddedAws]:
+    with EmbeddedAws() as emulator:
+        logs = emulator.client("logs")
+        logs.create_log_group(logGroupName=LOG_GROUP)
+        yield emulator
+
+
+def make_queue(aws: EmbeddedAws, name: str, max_concurrency: int, batch_size: int) -> QueueBinding:
+    sqs = aws.client("sqs")
+    dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    url = sqs.create_queue(
+        QueueName=name,
+        Attributes={
+            "VisibilityTimeout": "1",
+            "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
+        },
+    )["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    role = aws.client("iam").create_role(
+        RoleName=name,
+        AssumeRolePolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": "lambda.amazonaws.com"},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+        ),
+    )["Role"]["Arn"]
+    lambda_client = aws.client("lambda")
+    function = f"{name}-fn"
+    lambda_client.create_function(
+        FunctionName=function,
+        Runtime="python3.11",
+        Role=role,
+        Handler="tests.test_runtime.fake_worker",
+        Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
+        Timeout=10,
+    )
+    mapping = lambda_client.create_event_source_mapping(
+        EventSourceArn=arn,
+        FunctionName=function,
+        BatchSize=batch_size,
+        ScalingConfig={"MaximumConcurrency": max_concurrency},
+        FunctionResponseTypes=["ReportBatchItemFailures"],
+    )
+    aws.detach_moto_pollers()
+    return QueueBinding(name, url, arn, mapping["UUID"], function, dlq_url, dlq_arn)
+
+
+def send(aws: EmbeddedAws, binding: QueueBinding, bodies: list[dict[str, Any]]) -> None:
+    sqs = aws.client("sqs")
+    for start in range(0, len(bodies), 10):
+        sqs.send_message_batch(
+            QueueUrl=binding.url,
+            Entries=[
+                {"Id": str(index), "MessageBody": json.dumps(body)}
+                for index, body in enumerate(bodies[start : start + 10])
+            ],
+        )
+
+
+def wait_until(condition: Callable[[], bool], limit_s: float = 90) -> None:
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def run_poller(aws: EmbeddedAws) -> Iterator[Callable[[QueueBinding], QueuePoller]]:
+    started: list[tuple[QueuePoller, ContainerPool]] = []
+
+    def start(binding: QueueBinding) -> QueuePoller:
+        spec = FunctionSpec.read(
+            aws.client("lambda"), binding.function_name, LOG_GROUP, aws.environment()
+        )
+        pool = ContainerPool(spec)
+        poller = QueuePoller(aws, binding, pool, LogShipper(aws.client("logs"), LOG_GROUP))
+        started.append((poller, pool))
+        return poller.start()
+
+    before = set(threading.enumerate())
+    yield start
+    for poller, pool in started:
+        poller.request_stop()
+        poller.stop()
+        pool.close()
+    assert not [t for t in threading.enumerate() if t not in before and t.is_alive()]
+
+
+def test_poller_respects_maximum_concurrency_and_deletes_successes(
+    aws: EmbeddedAws, run_poller: Callable[[QueueBinding], QueuePoller]
+) -> None:
+    binding = make_queue(aws, "capped", max_concurrency=2, batch_size=2)
+    send(aws, binding, [{"n": n} for n in range(24)])
+    poller = run_poller(binding)
+    wait_until(lambda: len(poller.done_ids) == 24)
+    _, counters, _ = poller.snapshot()
+    assert 1 <= counters.peak_in_flight <= 2
+    assert counters.invocations >= 12
+    attributes = aws.client("sqs").get_queue_attributes(
+        QueueUrl=binding.url, AttributeNames=["All"]
+    )
+    assert attributes["Attributes"]["ApproximateNumberOfMessages"] == "0"
+    assert attributes["Attributes"]["ApproximateNumberOfMessagesNotVisible"] == "0"
+    events = aws.client("logs").filter_log_events(logGroupName=LOG_GROUP)["events"]
+    assert {json.loads(event["message"])["function"] for event in events} == {"capped-fn"}
+
+
+def test_failures_return_and_are_redriven_to_the_dead_letter_queue(
+    aws: EmbeddedAws, run_poller: Callable[[QueueBinding], QueuePoller]
+) -> None:
+    binding = make_queue(aws, "failing", max_concurrency=3, batch_size=5)
+    send(aws, binding, [{"n": n, "fail": n % 2 == 0} for n in range(10)])
+    poller = run_poller(binding)
+    wait_until(lambda: poller.snapshot()[2].dead_lettered == 5)
+    _, counters, depth = poller.snapshot()
+    assert len(poller.done_ids) == 5
+    assert counters.returned >= 10  # each failing message came back at least twice
+    assert depth.visible == 0
+    dlq = aws.client("sqs").receive_message(QueueUrl=binding.dlq_url, MaxNumberOfMessages=10)
+    assert sorted(json.loads(m["Body"])["n"] for m in dlq["Messages"]) == [0, 2, 4, 6, 8]
+
+
+def test_paused_mapping_is_not_polled(
+    aws: EmbeddedAws, run_poller: Callable[[QueueBinding], QueuePoller]
+) -> None:
+    binding = make_queue(aws, "paused", max_concurrency=2, batch_size=2)
+    aws.client("lambda").update_event_source_mapping(UUID=binding.esm_uuid, Enabled=False)
+    send(aws, binding, [{"n": 1}])
+    poller = run_poller(binding)
+    mapping, counters, _ = poller.snapshot()
+    assert (mapping.enabled, mapping.allowed, counters.received) == (False, 0, 0)
+    aws.client("lambda").update_event_source_mapping(UUID=binding.esm_uuid, Enabled=True)
+    wait_until(lambda: len(poller.done_ids) == 1)
+
+
+def test_sqs_event_has_lambdas_shape() -> None:
+    message = {
+        "MessageId": "m1",
+        "ReceiptHandle": "r1",
+        "Body": "{}",
+        "MD5OfBody": "x",
+        "Attributes": {"ApproximateReceiveCount": "1"},
+    }
+    (record,) = sqs_event([message], "arn:aws:sqs:us-east-1:123456789012:q", "us-east-1")["Records"]
+    assert record["eventSource"] == "aws:sqs"
+    assert record["eventSourceARN"] == "arn:aws:sqs:us-east-1:123456789012:q"
+    assert record["attributes"]["ApproximateReceiveCount"] == "1"
+    assert (record["messageId"], record["receiptHandle"], record["body"]) == ("m1", "r1", "{}")
+
+
+def test_partial_batch_response_rules() -> None:
+    ids = {"a", "b", "c"}
+    assert failed_item_ids({"batchItemFailures": []}, ids) == set()
+    assert failed_item_ids({"batchItemFailures": [{"itemIdentifier": "b"}]}, ids) == {"b"}
+    assert failed_item_ids({"batchItemFailures": [{"itemIdentifier": "zz"}]}, ids) == ids
+    assert failed_item_ids({"batchItemFailures": [{"itemIdentifier": ""}]}, ids) == ids
+    assert failed_item_ids(None, ids) == set()
+
+
+def test_kinesis_retry_position_compares_sequence_numbers_as_numbers() -> None:
+    records = [{"SequenceNumber": str(n)} for n in (9, 10, 11)]
+    assert first_failure({"batchItemFailures": [{"itemIdentifier": "10"}]}, records) == 1
+    assert first_failure({"batchItemFailures": []}, records) is None
+    assert first_failure({"batchItemFailures": [{"itemIdentifier": "x"}]}, records) == 0
