@@ -28,6 +28,7 @@ EVENTS = Path(__file__).parent / "events"
 
 class _Downstream(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as real clients use it
+    disable_nagle_algorithm = True  # headers and body go out in two writes
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)

@@ -172,12 +172,22 @@ class Invocation:
         self.retry_after_by_message: dict[str, float] = {}
         self.unattributed_retry_after: dict[str, float] = {}
         self._aws_endpoints = _aws_endpoints(os.environ if environ is None else environ)
+        # Connections are reused (keep-alive): name each (host, port) once per invocation.
+        self._names: dict[tuple[str | None, int | None, int], str | None] = {}
         self._lock = threading.Lock()
 
     def downstream_name(
         self, host: str | None, port: int | None, *, default_port: int
     ) -> str | None:
         """The downstream's name for counting, or None for AWS endpoints (not downstream)."""
+        key = (host, port, default_port)
+        try:
+            return self._names[key]
+        except KeyError:
+            name = self._names[key] = self._resolve_name(host, port, default_port)
+            return name
+
+    def _resolve_name(self, host: str | None, port: int | None, default_port: int) -> str | None:
         if not host:
             return None
         host = host.lower().rstrip(".")
@@ -296,12 +306,24 @@ def _wants_retry_after(status: int) -> bool:
 # http.client (and so urllib3 and requests) -----------------------------------------------------
 
 
+_sdk_connection_classes: dict[type, bool] = {}
+
+
+def _is_sdk_connection(connection: object) -> bool:
+    """The AWS SDK's own connections, whatever endpoint they were given."""
+    cls = type(connection)
+    known = _sdk_connection_classes.get(cls)
+    if known is None:
+        known = _sdk_connection_classes[cls] = cls.__module__.startswith("botocore")
+    return known
+
+
 def _http_client_downstream(
     invocation: Invocation, connection: http.client.HTTPConnection, url: str
 ) -> str | None:
-    if type(connection).__module__.startswith("botocore"):
-        return None  # the AWS SDK's own connections, whatever endpoint they were given
-    if not url.startswith("/") and "://" in url:
+    if _is_sdk_connection(connection):
+        return None
+    if url[:1] != "/" and "://" in url:
         # An absolute URL is a request through a forwarding proxy: name the real target.
         parts = urlsplit(url)
         default_port = 443 if parts.scheme == "https" else 80
@@ -310,8 +332,9 @@ def _http_client_downstream(
     if tunnel_host:
         tunnel_port: int | None = getattr(connection, "_tunnel_port", None)
         return invocation.downstream_name(tunnel_host, tunnel_port, default_port=443)
-    default_port = connection.default_port
-    return invocation.downstream_name(connection.host, connection.port, default_port=default_port)
+    return invocation.downstream_name(
+        connection.host, connection.port, default_port=connection.default_port
+    )
 
 
 def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:

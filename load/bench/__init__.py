@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import Any
 
-BENCHMARKS: tuple[str, ...] = ("load.bench.decode", "load.bench.fleet")
+BENCHMARKS: tuple[str, ...] = ("load.bench.decode", "load.bench.fleet", "load.bench.worker")
 
 
 def register(subparsers: Any) -> None:
