@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from load.record import (
     MAX_CONSECUTIVE_THROTTLES,
     ArrivalMerger,
+    Progress,
     Recorder,
     StreamRecord,
 )
@@ -200,6 +201,44 @@ def test_idle_shards_are_polled_at_most_once_a_second() -> None:
         kinesis, "s", io.StringIO(), duration_s=10, clock=clock, wall_clock=clock, sleep=clock.sleep
     ).run()
     assert 9 <= len(kinesis.calls) <= 11
+
+
+def test_a_closed_shard_read_to_its_end_stops_the_recording() -> None:
+    clock = FakeClock()
+
+    class ClosingKinesis(FakeKinesis):
+        def get_records(self, **params: Any) -> dict[str, Any]:
+            response = super().get_records(**params)
+            if not self.script:
+                response["NextShardIterator"] = None  # merged away by a reshard
+            return response
+
+    out = io.StringIO()
+    kinesis = ClosingKinesis(clock, [[1, 2], [3]])
+    totals = Recorder(kinesis, "s", out, clock=clock, wall_clock=clock, sleep=clock.sleep).run()
+    assert totals.stopped_by == "every shard is closed"
+    assert totals.records == 3
+
+
+def test_progress_reports_records_bytes_and_shards() -> None:
+    clock = FakeClock()
+    stream = io.StringIO()
+    progress = Progress(stream, enabled=True, clock=clock)
+    kinesis = FakeKinesis(clock, [[1, 2, 3]])
+    recorder = Recorder(
+        kinesis,
+        "s",
+        io.StringIO(),
+        duration_s=25,
+        progress=progress,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    recorder.run()
+    lines = stream.getvalue().splitlines()
+    # Not a terminal: a line every ten seconds, each naming the totals and every shard.
+    assert 2 <= len(lines) <= 3
+    assert lines[-1].startswith("3 records, 27 B") and "shardId-000000000000: 3 rec" in lines[-1]
 
 
 # --- against the local emulator -------------------------------------------------------------
