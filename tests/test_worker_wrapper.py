@@ -327,3 +327,29 @@ def test_in_lambda_a_bad_handler_name_fails_the_init_with_one_line() -> None:
     assert last_line.startswith(
         "worker.wrapper.HandlerNotFoundError: QUEUEMESH_HANDLER='app.handlr'"
     )
+
+
+def test_powertools_readers_see_the_same_records_and_attribution_follows_them(
+    downstream: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from aws_lambda_powertools.utilities.data_classes import SQSEvent
+    from aws_lambda_powertools.utilities.parser import parse
+    from aws_lambda_powertools.utilities.parser.models import SqsModel
+
+    pool = urllib3.PoolManager(retries=False)
+    parsed: list[int] = []
+
+    def application(event: Any, context: Any) -> Any:
+        parsed.append(len(parse(event=event, model=SqsModel).Records))
+        for record in SQSEvent(event).records:
+            pool.request("POST", downstream, body=record.body)
+        return json.loads(json.dumps(event))["Records"][0]["messageId"]
+
+    event = load_event("sqs_two_queues.json")
+    first_id = event["Records"][0]["messageId"]
+    assert wrapper.invoke(application, event, None) == first_id
+    assert parsed == [5]
+    samples = by_queue(decoded(capsys.readouterr().out))
+    assert (samples["orders"].requests, samples["refunds"].requests) == (3, 2)
+    assert samples["refunds"].throttled == 1
