@@ -37,7 +37,8 @@ REPLAY_ACCOUNT = "000000000000"
 REPLAY_REGION = "us-east-1"
 STREAM_ARN = f"arn:aws:kinesis:{REPLAY_REGION}:{REPLAY_ACCOUNT}:stream/queuemesh-replay"
 MODES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN, "pinned": Mode.PINNED}
-CONFIG_KEYS = {"params", "queues", "batching", "namespace", "algorithm"}
+CONFIG_KEYS = {"params", "queues", "batching", "namespace", "algorithm", "schedule_s"}
+MIN_SCHEDULE_S = 1.0
 QUEUE_KEYS = {"esm_uuid", "mode", "overrides", "concurrency"}
 BATCHING_KEYS = {"batch_size", "window_s"}
 
@@ -145,6 +146,7 @@ class ReplayConfig:
     batch_window_s: float = DEFAULT_BATCH_WINDOW_S
     namespace: str = "QueueMesh"
     algorithm: str = "aimd"
+    schedule_s: float | None = None
 
 
 def load_config(path: Path) -> ReplayConfig:
@@ -183,13 +185,28 @@ def parse_config(raw: object) -> ReplayConfig:
     algorithm = table.get("algorithm", "aimd")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"'algorithm' must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    schedule_s = table.get("schedule_s")
+    if schedule_s is not None and (
+        isinstance(schedule_s, bool)
+        or not isinstance(schedule_s, int | float)
+        or not MIN_SCHEDULE_S <= schedule_s <= 3600
+    ):
+        raise ValueError(f"'schedule_s' must be seconds in 1..3600 or null, got {schedule_s!r}")
     queues = None
     if "queues" in table:
         queues = {
             str(name): _queue_setup(str(name), spec, params)
             for name, spec in _object(table["queues"], "'queues'", None).items()
         }
-    return ReplayConfig(params, queues, batch_size, float(window), namespace, algorithm)
+    return ReplayConfig(
+        params,
+        queues,
+        batch_size,
+        float(window),
+        namespace,
+        algorithm,
+        None if schedule_s is None else float(schedule_s),
+    )
 
 
 def _queue_setup(name: str, raw: object, params: PolicyParams) -> QueueSetup:
@@ -375,6 +392,7 @@ class ReplayReport:
     records: int = 0
     batches: int = 0
     samples: int = 0
+    ticks: int = 0
     redelivered: int = 0
     skipped: Counter[str] = field(default_factory=Counter)
     counters: Counter[str] = field(default_factory=Counter)
@@ -465,23 +483,61 @@ def replay(
     app = ControllerApp(
         controller, clock=clock, namespace=config.namespace, emit=_discard, logger=logger
     )
+    # Decisions are taken from the engine's execution, so scheduled ticks (whose response
+    # carries only counts) are reported like Kinesis batches.
+    executed: list[Decision] = []
+    execute = controller.execute
+
+    def execute_and_keep(plan: Any, deadline: float = math.inf) -> list[Decision]:
+        done = execute(plan, deadline)
+        executed.extend(done)
+        return done
+
+    controller.execute = execute_and_keep  # type: ignore[method-assign]
     last_state: dict[str, str] = {}
-    batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
-    report.batches = len(batches)
-    report.start = records[0].arrival if records else None
-    for batch in batches:
-        clock.now = batch.time
-        outcome = app.process_kinesis(lambda_event(batch), math.inf)
-        report.samples += outcome.samples
-        report.redelivered += outcome.redelivered
-        report.skipped.update(outcome.skipped)
-        for decision in outcome.decisions:
+
+    def keep(time: float) -> None:
+        for decision in executed:
             before = last_state.get(decision.queue, QueueStateName.HEALTHY.value)
             changed = decision.changes_mapping or decision.state.value != before
             last_state[decision.queue] = decision.state.value
-            report.decisions.append(ReplayedDecision.of(batch.time, decision, changed))
+            report.decisions.append(ReplayedDecision.of(time, decision, changed))
+        executed.clear()
+
+    batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
+    report.batches = len(batches)
+    report.start = records[0].arrival if records else None
+    for invocation in _invocations(batches, config.schedule_s):
+        clock.now = invocation.time
+        if invocation.batch is None:
+            app.tick(math.inf)
+            report.ticks += 1
+        else:
+            outcome = app.process_kinesis(lambda_event(invocation.batch), math.inf)
+            report.samples += outcome.samples
+            report.redelivered += outcome.redelivered
+            report.skipped.update(outcome.skipped)
+        keep(invocation.time)
     report.counters = Counter(controller.counters)
     return report
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    time: float
+    batch: Batch | None  # None: a scheduled tick
+
+
+def _invocations(batches: Sequence[Batch], schedule_s: float | None) -> list[Invocation]:
+    """The batches, and scheduled ticks every ``schedule_s`` from the first batch to the last
+    (a tick at the same moment as a batch runs after it)."""
+    invocations = [Invocation(batch.time, batch) for batch in batches]
+    if schedule_s is None or not batches:
+        return invocations
+    first, last = batches[0].time, batches[-1].time
+    ticks = math.floor((last - first) / schedule_s)
+    invocations += [Invocation(first + n * schedule_s, None) for n in range(1, ticks + 1)]
+    return sorted(invocations, key=lambda invocation: (invocation.time, invocation.batch is None))
 
 
 def _discard(_: str) -> None:
@@ -638,7 +694,8 @@ def _stack_adapters(args: argparse.Namespace, config: ReplayConfig) -> tuple[Any
 def _summary(report: ReplayReport, recording: Recording, shown: Sequence[ReplayedDecision]) -> str:
     changes = sum(1 for d in report.decisions if d.changed)
     parts = [
-        f"replayed {report.records} records in {report.batches} batches",
+        f"replayed {report.records} records in {report.batches} batches"
+        + (f" and {report.ticks} scheduled ticks" if report.ticks else ""),
         f"{report.samples} samples, {len(report.queues)} queue(s)",
         f"{len(report.decisions)} decisions ({changes} changes; {len(shown)} shown)",
     ]

@@ -261,6 +261,29 @@ def test_dry_run_decides_but_never_moves_the_mapping(storm_file: Path) -> None:
     assert trail and all(entry.reason.startswith("[dry-run]") for entry in trail)
 
 
+def test_scheduled_ticks_run_between_batches_and_change_nothing_for_aimd(
+    storm_file: Path,
+) -> None:
+    records = read_recording(storm_file, skip_bad=False).records
+    plain = replay(records, ReplayConfig())
+    ticking = replay(records, parse_config({"schedule_s": 5}))
+    span = records[-1].arrival - records[0].arrival
+    assert abs(ticking.ticks - span // 5) <= 1
+    # The original rule never asks to be woken: ticks find nothing due.
+    assert ticking.decisions == plain.decisions
+
+
+def test_a_tick_wakes_a_paused_queue_between_telemetry_batches(storm_file: Path) -> None:
+    records = read_recording(storm_file, skip_bad=False).records
+    ticking = replay(records, parse_config({"algorithm": "adaptive", "schedule_s": 5}))
+    batch_times = {b.time for b in kinesis_batches(records, 1000, 1.0)}
+    assert any(d.action == "PAUSE" for d in ticking.decisions)
+    resumed_by_tick = [
+        d for d in ticking.decisions if d.action == "RESUME" and d.time not in batch_times
+    ]
+    assert resumed_by_tick
+
+
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
@@ -270,6 +293,8 @@ def test_dry_run_decides_but_never_moves_the_mapping(storm_file: Path) -> None:
         ({"queues": {"orders": {"concurrency": 1}}}, "'concurrency'"),
         ({"queues": {"orders": {"overrides": {"cmin": 500}}}}, "Cmin <= Cmax"),
         ({"colour": "blue"}, "unknown key"),
+        ({"schedule_s": 0}, "'schedule_s'"),
+        ({"algorithm": "magic"}, "'algorithm' must be one of"),
     ],
 )
 def test_bad_configs_are_rejected_by_name(raw: dict, message: str) -> None:
