@@ -375,6 +375,9 @@ def test_example_worker_runs_behind_the_wrapper(resources: dict[str, Any]) -> No
     env = worker["Environment"]["Variables"]
     assert env["QUEUEMESH_HANDLER"] == "worker.example.app.handler"
     assert env["DOWNSTREAM_URL"] == {"Ref": "ExampleDownstreamUrl"}
+    # The namespace the wrapper emits is the one the subscription filter lets through.
+    filter_pattern = resources["ExampleWorkerTelemetrySubscription"]["Properties"]["FilterPattern"]
+    assert f'Namespace = "{env["QUEUEMESH_NAMESPACE"]}"' in filter_pattern
 
 
 def test_example_mapping_has_maximum_concurrency_and_partial_failures(
