@@ -8,6 +8,7 @@ executor (``describe``) gives a dry run for free.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -31,6 +32,15 @@ from controller.ports import ActuationError, Actuator, Ledger, LedgerError, Vers
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 
+# QueueState fields after ``version`` are the policy's memory.
+_FIELDS = [item.name for item in dataclasses.fields(QueueState)]
+_MEMORY_FIELDS = tuple(_FIELDS[_FIELDS.index("version") + 1 :])
+
+
+def _memory(state: QueueState) -> tuple[object, ...]:
+    return tuple(getattr(state, name) for name in _MEMORY_FIELDS)
+
+
 # Time kept in hand for one step (read, claim, update) before the invocation's deadline.
 STEP_BUDGET_S = 3.0
 
@@ -49,8 +59,14 @@ class Step:
 
     @property
     def records(self) -> bool:
-        """Only transitions reach the ledger: a steady queue costs no writes."""
-        return self.decision.changes_mapping or self.decision.state != self.decided_from.state
+        """Only transitions reach the ledger (a steady queue costs no writes), and changes to
+        the policy's memory, which the next invocation, maybe a cold one, must see."""
+        decision = self.decision
+        return (
+            decision.changes_mapping
+            or decision.state != self.decided_from.state
+            or _memory(decision.new_state) != _memory(self.decided_from)
+        )
 
     @property
     def base_version(self) -> int:

@@ -26,6 +26,7 @@ Every time is the caller's ``now``: pure, no clock reads, no I/O.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +54,8 @@ class AdaptiveLimit:
     judge_after_s: float = 6.0
     judge_patience_s: float = 20.0
     probe_tolerance: float = 0.005
-    probe_backoff_s: tuple[float, float] = (10.0, 45.0)
+    probe_backoff_s: tuple[float, float] = (10.0, 40.0)
+    probe_jitter: float = 0.2
     pause_s: tuple[float, float] = (15.0, 120.0)
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6
@@ -96,14 +98,13 @@ class AdaptiveLimit:
     def _evaluate(
         self, state: QueueState, window: QueueWindow, now: float, params: PolicyParams
     ) -> Decision:
-        # Invocations started after the last change are its evidence. The settle margin keeps
-        # out those started while a raise was still taking effect. After a decrease (a cut, a
-        # probe's end) no invocation starts above the level being judged; only those still
-        # running from before spill over, for about one invocation time: waiting just that
-        # long sees a storm that begins at that moment seconds sooner.
+        if state.last_change_at == 0 and state.good_level == 0:
+            # Never decided: attach at a modest level at once, before any storm builds up.
+            attach = self._attach(state, now, params)
+            if attach is not None:
+                return attach
+        # Invocations started after the last change (and its settle margin) are its evidence.
         settle = params.settle_margin_s
-        if state.concurrency < state.previous_concurrency:
-            settle = min(settle, self._invocation_s(window, state, now, params))
         since = max(now - params.window_s, state.last_change_at + settle)
         stats = window.stats(since, now + 1.0)
         if stats.newest_event_time is None:
@@ -117,10 +118,6 @@ class AdaptiveLimit:
                 f"Telemetry stale: newest sample {age:.0f}s old; holding at {state.concurrency}.",
                 now,
             )
-        if state.last_change_at == 0 and state.good_level == 0:
-            attach = self._attach(state, now, params)
-            if attach is not None:
-                return attach
         if stats.requests < params.min_samples:
             return _hold(
                 state,
@@ -157,7 +154,9 @@ class AdaptiveLimit:
         latest = window.stats(max(stats.since, newest - self.latest_s + 1), newest + 1)
         pressure = latest.pressure_rate
         sizing = pressure if 2 * latest.requests >= params.min_samples else 0.0
-        clear = latest.requests >= params.min_samples and pressure >= self.storm_factor * params.t1
+        clear = (
+            latest.requests >= 2 * params.min_samples and pressure >= self.storm_factor * params.t1
+        )
         return (pressure if clear else 0.0), sizing
 
     # -- the steps ------------------------------------------------------------------------
@@ -170,7 +169,7 @@ class AdaptiveLimit:
             Action.MULTIPLICATIVE_DECREASE,
             start,
             QueueStateName.RECOVERING,
-            f"Attaching: first telemetry for this queue; starting at {start} rather than "
+            f"Attaching: first decision for this queue; starting at {start} rather than "
             f"{state.concurrency} and growing while clean. Scaled from {state.concurrency} -> "
             f"{start}.",
             now,
@@ -233,7 +232,7 @@ class AdaptiveLimit:
                 now,
                 stats,
                 ceiling=current,
-                next_probe_at=now + (state.probe_backoff_s or self.probe_backoff_s[0]),
+                next_probe_at=now + self._spread(state, now, state.probe_backoff_s),
                 probe_streak=0,
             )
         if pressure >= self.grow_below:
@@ -276,10 +275,18 @@ class AdaptiveLimit:
             target = max(current + 1, math.floor(current * factor))
             if ceiling:
                 target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
+            memory: dict[str, Any] = {}
             if state.plateau > current:
-                # Back to the level that was good before the last cut, in one step: capacity
-                # has come back past the ceiling that cut left.
-                target = state.plateau
+                # Capacity has come back past the ceiling the last cut left: double back
+                # towards the level that was good before that cut. The level above it broke
+                # then: probe it only after the longest backoff.
+                target = min(state.plateau, 2 * current)
+                if target == state.plateau:
+                    longest = self.probe_backoff_s[1]
+                    memory = {
+                        "probe_backoff_s": longest,
+                        "next_probe_at": now + self._spread(state, now, longest),
+                    }
             target = _clamp(target, params)
             if target <= current:
                 return _hold(state, f"At the ceiling ({ceiling}); holding at {current}.", now)
@@ -294,6 +301,7 @@ class AdaptiveLimit:
                 now,
                 stats,
                 good_level=good,
+                **memory,
             )
         if now < state.next_probe_at:
             return _hold(
@@ -366,15 +374,25 @@ class AdaptiveLimit:
             stats,
             consecutive_breaches=breaches,
             ceiling=target + 1,
-            plateau=state.good_level if state.good_level > target else state.plateau,
+            plateau=self._plateau_after_cut(state, target),
             probe_streak=0,
-            next_probe_at=now + backoff,
+            next_probe_at=now + self._spread(state, now, backoff),
             probe_backoff_s=backoff,
             hold_until=hold_until,
             judge_at=0.0,
             probe_step=0,
             wake_at=0.0,
         )
+
+    @staticmethod
+    def _plateau_after_cut(state: QueueState, target: int) -> int:
+        """The level to grow back to after this cut: the one that was good before it. A cut
+        at or under the old plateau shows that one is stale."""
+        if state.good_level > target and state.good_level <= state.concurrency:
+            return state.good_level
+        if state.plateau and state.concurrency <= state.plateau:
+            return 0
+        return state.plateau
 
     def _end_pulse(self, state: QueueState, now: float) -> Decision:
         base = state.probe_base
@@ -449,7 +467,7 @@ class AdaptiveLimit:
                 self.probe_backoff_s[1],
                 2 * state.probe_backoff_s if state.probe_backoff_s else self.probe_backoff_s[0],
             )
-            next_probe_at = now + backoff
+            next_probe_at = now + self._spread(state, now, backoff)
         verdict = (
             f"pressure {stats.pressure_rate:.1%} at {probed}"
             if stats.requests >= params.min_samples
@@ -534,7 +552,7 @@ class AdaptiveLimit:
                     judge_at=0.0,
                     wake_at=0.0,
                     ceiling=state.concurrency + 1,
-                    next_probe_at=now + self.probe_backoff_s[0],
+                    next_probe_at=now + self._spread(state, now, 0.0),
                 )
             low, high = self.pause_s
             pause = min(high, 2 * state.pause_s) if state.pause_s else low
@@ -569,14 +587,17 @@ class AdaptiveLimit:
             wake_at=now + self.pulse_s,
         )
 
-    def _invocation_s(
-        self, window: QueueWindow, state: QueueState, now: float, params: PolicyParams
-    ) -> float:
-        """The mean invocation time over the window (the settle margin when unknown)."""
-        stats = window.stats(now - params.window_s, now + 1.0)
-        if not stats.timed_samples:
-            return params.settle_margin_s
-        return stats.busy_ms / stats.timed_samples / 1000.0
+    def _spread(self, state: QueueState, now: float, backoff_s: float) -> float:
+        """The wait before the next probe, spread by up to ``probe_jitter`` either way.
+
+        Queues sharing a downstream would otherwise probe in step (and a probe's blind
+        seconds would fall at the same phase every cycle). The spread comes from a hash of
+        the queue and the time, so the same inputs give the same decision.
+        """
+        base = backoff_s or self.probe_backoff_s[0]
+        digest = zlib.crc32(f"{state.queue}:{now:.3f}".encode())
+        unit = digest / 0xFFFFFFFF * 2.0 - 1.0
+        return base * (1.0 + self.probe_jitter * unit)
 
     def _in_use(self, state: QueueState, stats: WindowStats) -> float:
         """Invocations really running, from their durations; the cap once they fill it.

@@ -21,8 +21,9 @@ What is modelled (AWS's documented behaviour where there is one):
   a share of the others with a 500 that is not overload (noise); a 429 takes as long as a 200.
 - Telemetry: each sample reaches Kinesis after a uniform random delay in
   ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
-  window, and the controller also runs on a schedule (with no records) so a paused mapping is
-  still looked at.
+  window (no invocation when nothing arrived). The controller also runs on a schedule (an
+  EventBridge rule: ``controller_schedule_s``, first at time 0) with no records, which wakes
+  queues that asked for it (a paused mapping sends no telemetry).
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ POLLER_START = 5
 POLLER_STEP_PER_S = 5
 ARRIVAL_STEP_S = 0.1
 
-_CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL = range(6)
+_CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK = range(7)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +65,11 @@ class SimPolicy(Protocol):
         ...
 
     def on_batch(self, samples: Sequence[Sample], now: float) -> None:
-        """One controller invocation at epoch time ``now``; ``samples`` may be empty."""
+        """One controller invocation by its Kinesis mapping at epoch time ``now``."""
+        ...
+
+    def on_tick(self, now: float) -> None:
+        """One scheduled controller invocation (no records) at epoch time ``now``."""
         ...
 
     def mappings(self) -> Mapping[str, MappingSetting]: ...
@@ -295,7 +300,6 @@ class _Run:
             (arrivals_end(spec.arrivals_rps, scenario.duration_s) for spec in scenario.queues),
             default=0.0,
         )
-        self.last_controller_run = 0.0
 
     def push(self, time: float, kind: int, payload: object) -> None:
         self.sequence += 1
@@ -308,6 +312,7 @@ class _Run:
         self.push(0.0, _ARRIVALS, 0)
         self.push(0.0, _SECOND, 0)
         self.push(scenario.kinesis_batch_window_s, _CONTROL, 1)
+        self.push(0.0, _TICK, 0)
         duration = scenario.duration_s
         events = self.events
         pop = heapq.heappop
@@ -328,8 +333,10 @@ class _Run:
             elif kind == _SECOND:
                 if self.second(now, payload):  # type: ignore[arg-type]
                     break
-            else:
+            elif kind == _CONTROL:
                 self.control(now, payload)  # type: ignore[arg-type]
+            else:
+                self.tick(now, payload)  # type: ignore[arg-type]
         for queue in self.queues:
             queue.trace.pending_at_end = (
                 queue.fresh + len(queue.retry) + queue.pending_returns + queue.in_flight_messages
@@ -464,11 +471,17 @@ class _Run:
             delivery = TelemetryDelivery(arrival, sample)
             self.deliveries.append(delivery)
             batch.append(sample)
-        scheduled = now - self.last_controller_run >= self.scenario.controller_schedule_s - 1e-9
-        if batch or scheduled:
-            self.last_controller_run = now
+        if batch:
             self.policy.on_batch(batch, SIM_EPOCH + now)
-            self.apply_mappings()
-            for queue in self.queues:
-                self.dispatch(queue, now)
+            self.after_controller(now)
         self.push((tick + 1) * self.scenario.kinesis_batch_window_s, _CONTROL, tick + 1)
+
+    def tick(self, now: float, tick: int) -> None:
+        self.policy.on_tick(SIM_EPOCH + now)
+        self.after_controller(now)
+        self.push((tick + 1) * self.scenario.controller_schedule_s, _TICK, tick + 1)
+
+    def after_controller(self, now: float) -> None:
+        self.apply_mappings()
+        for queue in self.queues:
+            self.dispatch(queue, now)

@@ -10,10 +10,17 @@ from collections.abc import Callable, Mapping, Sequence
 from controller.actuator import InMemoryActuator
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
-from controller.model import QueueConfig, QueueState, QueueStateName, Sample
+from controller.model import (
+    AuditEntry,
+    AuditEvent,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+    Sample,
+)
 from controller.policy import ALGORITHMS, aimd_step
 from controller.settings import PolicyParams
-from load.sim.engine import MappingSetting, SimPolicy
+from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy
 from load.sim.scenario import Scenario
 
 # The algorithm the simulator's ``queuemesh`` policy runs unless told otherwise.
@@ -38,6 +45,9 @@ class StaticPolicy:
         }
 
     def on_batch(self, samples: Sequence[Sample], now: float) -> None:
+        return None
+
+    def on_tick(self, now: float) -> None:
         return None
 
     def mappings(self) -> Mapping[str, MappingSetting]:
@@ -93,6 +103,9 @@ class SeedPolicy:
             if decision.changes_mapping:
                 self._updates[queue] += 1
             self._states[queue] = decision.new_state
+
+    def on_tick(self, now: float) -> None:
+        """The original rule judges telemetry batches only."""
 
     def mappings(self) -> Mapping[str, MappingSetting]:
         return {
@@ -151,14 +164,44 @@ class QueueMeshPolicy:
                     overrides={"cmax": spec.max_concurrency, "cmin": spec.min_concurrency},
                 )
             )
+            self._register(spec.name, uuid, spec.max_concurrency)
         algorithm = None if self._algorithm is None else ALGORITHMS[self._algorithm]()
         self._controller = Controller(
             self._ledger, self._actuator, self._params, algorithm=algorithm, monotonic=lambda: 0.0
         )
 
+    def _register(self, queue: str, uuid: str, concurrency: int) -> None:
+        """What registering the mapping leaves in the ledger (``queuemesh register``): its
+        state at the mapping's value, due at once, so the first scheduled tick attaches it."""
+        state = QueueState(
+            queue=queue,
+            esm_uuid=uuid,
+            state=QueueStateName.HEALTHY,
+            concurrency=concurrency,
+            previous_concurrency=concurrency,
+            last_reason="Registered.",
+            wake_at=SIM_EPOCH,
+        )
+        audit = AuditEntry(
+            queue=queue,
+            timestamp=SIM_EPOCH,
+            event_type=AuditEvent.OPERATOR,
+            previous_value=concurrency,
+            new_value=concurrency,
+            action="REGISTER",
+            reason="Registered for the simulation.",
+        )
+        self._ledger.commit(state, audit)
+
     def on_batch(self, samples: Sequence[Sample], now: float) -> None:
         self._now = now
         self.controller.run_batch(samples, now, math.inf)
+
+    def on_tick(self, now: float) -> None:
+        """The scheduled invocation, as ``ControllerApp.tick`` runs it: wake due queues."""
+        self._now = now
+        self.controller.wake_due(now)
+        self.controller.execute(self.controller.plan(now), math.inf)
 
     def mappings(self) -> Mapping[str, MappingSetting]:
         settings = {}

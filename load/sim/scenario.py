@@ -24,9 +24,9 @@ SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
 # poller's delete and receive round trips plus Lambda's invoke overhead.
 DEFAULT_INVOCATION_OVERHEAD_MS = 30.0
 DEFAULT_KINESIS_BATCH_WINDOW_S = 1.0
-# The controller also runs on a schedule (as an EventBridge rule would invoke it), so a paused
-# mapping, which emits no telemetry, is still looked at.
-DEFAULT_CONTROLLER_SCHEDULE_S = 5.0
+# The controller also runs on a schedule (an EventBridge rule; rate(1 minute) is the shortest),
+# so a paused mapping, which emits no telemetry, is still looked at.
+DEFAULT_CONTROLLER_SCHEDULE_S = 60.0
 
 
 class ScenarioError(ValueError):
