@@ -365,8 +365,8 @@ class QueuePoller:
         self._on_error = on_error or (lambda message: None)
         self.counters = QueueCounters()
         self.done_ids: set[str] = set()
-        self.depth = QueueDepth()
         self.mapping = self._read_mapping()
+        self.depth = self._read_depth()
 
     def start(self) -> QueuePoller:
         self._watcher = threading.Thread(

@@ -1,0 +1,601 @@
+"""`queuemesh demo`: the whole loop on an embedded AWS, the storm and the cure in two minutes.
+
+The SAM template is deployed onto moto's server on loopback; the example worker runs behind
+the telemetry wrapper in local Lambda containers and calls a real HTTP downstream whose
+capacity follows the scenario; its EMF lines go through CloudWatch Logs and Kinesis to the
+real controller, which moves the mapping's MaximumConcurrency and writes the DynamoDB ledger.
+Every number in the summary comes from the downstream's own counters, the emulated SQS queues
+and the ledger. See docs/demo.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from stack.errors import CliError
+
+DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "load" / "scenarios" / "demo.json"
+DEFAULT_PLOT_DIR = Path("out")
+VIEW_REFRESH_S = 1.0
+PLAIN_VIEW_EVERY_S = 5.0
+RATE_WINDOW_S = 3
+DEFAULT_GRACE_S = 60.0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the whole loop on an embedded local AWS (no account needed)",
+        description=(
+            "Deploy template.yaml onto an embedded AWS (moto) on 127.0.0.1, run the example "
+            "worker against a rate-limited local API whose capacity drops and returns, and "
+            "watch the controller steer the mapping's MaximumConcurrency."
+        ),
+    )
+    parser.add_argument(
+        "--scenario",
+        default=str(DEMO_SCENARIO),
+        help="scenario name or JSON file (default: the two-minute demo scenario)",
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="run for S seconds instead of the scenario's"
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help="after the scenario, keep running up to S seconds until the queue is drained "
+        f"(default {DEFAULT_GRACE_S:.0f})",
+    )
+    parser.add_argument(
+        "--headless", action="store_true", help="no live view: periodic status lines on stderr"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument(
+        "--plot", metavar="PNG", help="where to write the plot (default: out/demo-<scenario>.png)"
+    )
+    parser.add_argument("--no-plot", action="store_true", help="do not write a plot")
+    parser.add_argument(
+        "--template", metavar="FILE", help="SAM template to deploy (default: template.yaml)"
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from load.sim.scenario import ScenarioError, load_scenario
+
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as error:
+        raise CliError(str(error)) from error
+    if len(scenario.queues) != 1 or len(scenario.downstreams) != 1:
+        raise CliError(
+            f"scenario {scenario.name} has {len(scenario.queues)} queues and "
+            f"{len(scenario.downstreams)} downstreams; the demo runs the template's one example "
+            "pipeline: use a scenario with one queue and one downstream"
+        )
+    duration = scenario.duration_s if args.duration is None else args.duration
+    if duration <= 0 or args.grace < 0:
+        raise CliError("--duration must be positive and --grace not negative")
+    plot = (
+        None if args.no_plot else Path(args.plot or DEFAULT_PLOT_DIR / f"demo-{scenario.name}.png")
+    )
+    out: TextIO = sys.stderr if args.json else sys.stdout
+    live = not args.headless and not args.json and out.isatty()
+    template = Path(args.template) if args.template else None
+    result = run_demo(
+        scenario, duration, args.grace, view=LiveView(out, live=live), template=template
+    )
+    if plot is not None:
+        result["plot"] = str(write_plot(result, plot))
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        print_summary(result, out)
+    return 0
+
+
+# -- the run -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Timeline:
+    """One row per second of the run, for the summary and the plot."""
+
+    t: list[float] = field(default_factory=list)
+    capacity: list[float] = field(default_factory=list)
+    max_concurrency: list[int] = field(default_factory=list)
+    in_flight: list[int] = field(default_factory=list)
+    backlog: list[int] = field(default_factory=list)
+    dead_lettered: list[int] = field(default_factory=list)
+    state: list[str] = field(default_factory=list)
+
+
+class Producer:
+    """Sends the scenario's arrivals to the queue, paced per second, and counts what SQS took."""
+
+    def __init__(self, sqs: Any, queue_url: str, arrivals: Any, duration_s: float) -> None:
+        self._sqs = sqs
+        self._url = queue_url
+        self._arrivals = arrivals
+        self._duration = duration_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.sent = 0
+        self.errors: list[str] = []
+
+    def send(self, count: int, first: int) -> None:
+        for start in range(0, count, 10):
+            entries = [
+                {"Id": str(index), "MessageBody": json.dumps({"order": first + start + index})}
+                for index in range(min(10, count - start))
+            ]
+            answer = self._sqs.send_message_batch(QueueUrl=self._url, Entries=entries)
+            self.sent += len(answer.get("Successful", []))
+
+    def start(self, clock: Any) -> Producer:
+        self._thread = threading.Thread(
+            target=self._run, args=(clock,), name="demo-producer", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def _run(self, clock: Any) -> None:
+        from load.sim.scenario import value_at
+
+        owed = 0.0
+        second = 0
+        while second < self._duration and not self._stop.is_set():
+            owed += value_at(self._arrivals, second)
+            count = int(owed)
+            owed -= count
+            try:
+                self.send(count, first=self.sent)
+            except Exception as error:
+                self.errors.append(str(error))
+            second += 1
+            self._stop.wait(max(0.0, second - clock()))
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+
+def run_demo(
+    scenario: Any,
+    duration_s: float,
+    grace_s: float,
+    *,
+    view: LiveView,
+    template: Path | None = None,
+) -> dict[str, Any]:
+    """Deploy, run and tear down; every server, thread and process stops before it returns
+    (also on Ctrl-C)."""
+    from controller.ledger import DynamoLedger
+    from load.downstream import Downstream, DownstreamSpec
+    from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
+    from stack.runtime import LocalRuntime
+
+    spec = scenario.queues[0]
+    downstream_spec = scenario.downstreams[0]
+    origin = time.monotonic()
+
+    def clock() -> float:
+        return time.monotonic() - origin
+
+    downstream = Downstream(
+        DownstreamSpec.from_scenario(
+            {
+                "name": downstream_spec.name,
+                "capacity_rps": [list(step) for step in downstream_spec.capacity_rps],
+                "latency_ms": downstream_spec.latency_ms,
+            }
+        ),
+        clock=clock,
+    )
+    aws = EmbeddedAws()
+    runtime: LocalRuntime | None = None
+    producer: Producer | None = None
+    errors: list[str] = []
+    wall_started = time.monotonic()
+    try:
+        downstream.start()
+        aws.start()
+        view.note(f"embedded AWS on {aws.endpoint}; downstream API on {downstream.url}")
+        deployment = aws.deploy(
+            template or DEFAULT_TEMPLATE,
+            parameters={
+                "ExampleDownstreamUrl": downstream.url,
+                "ExampleMaxConcurrency": str(spec.max_concurrency),
+                "PolicyCmax": str(spec.max_concurrency),
+                "PolicyCmin": str(spec.min_concurrency),
+            },
+        )
+        binding = deployment.queues[0]
+        _tune_pipeline(aws, deployment, spec)
+        aws.register_queue(deployment, binding.name)
+        sqs = aws.client("sqs")
+        producer = Producer(sqs, binding.url, spec.arrivals_rps, duration_s)
+        producer.send(spec.backlog, first=0)
+        view.note(f"stack {deployment.stack_name} deployed; {producer.sent} messages in the queue")
+        ledger = DynamoLedger(deployment.table_name, client=aws.client("dynamodb"))
+        origin = time.monotonic()
+        runtime = LocalRuntime(aws, deployment, on_error=errors.append).start()
+        producer.start(clock)
+        poller = runtime.queues[binding.name]
+        timeline = Timeline()
+        drained_at: float | None = None
+        end = duration_s
+        while True:
+            now = clock()
+            mapping, counters, depth = poller.snapshot()
+            state = ledger.get_states([binding.name]).get(binding.name)
+            capacity = downstream.spec.capacity.at(now)
+            timeline.t.append(round(now, 2))
+            timeline.capacity.append(capacity)
+            timeline.max_concurrency.append(mapping.max_concurrency)
+            timeline.in_flight.append(counters.in_flight)
+            timeline.backlog.append(depth.visible + depth.in_flight)
+            timeline.dead_lettered.append(depth.dead_lettered)
+            timeline.state.append(state.state.value if state else "HEALTHY")
+            finished = len(poller.done_ids) + depth.dead_lettered
+            pending = depth.visible + depth.in_flight + counters.in_flight
+            # The last message done so far; arrivals after a momentary empty queue undo it.
+            if finished >= producer.sent and pending == 0:
+                drained_at = now if drained_at is None else drained_at
+            else:
+                drained_at = None
+            view.show(
+                now,
+                scenario.name,
+                binding.name,
+                mapping,
+                counters,
+                depth,
+                timeline,
+                downstream.counters(),
+                state,
+                finished,
+                producer.sent,
+            )
+            if now >= end:
+                if drained_at is not None or now >= duration_s + grace_s:
+                    break
+                end = now + VIEW_REFRESH_S
+            time.sleep(max(0.0, VIEW_REFRESH_S - (clock() - now)))
+        producer.stop()
+        ended_at = clock()
+        runtime.stop()
+        return _result(
+            scenario,
+            duration_s,
+            ended_at,
+            drained_at,
+            binding.name,
+            poller,
+            producer,
+            downstream,
+            ledger,
+            timeline,
+            time.monotonic() - wall_started,
+            origin,
+            errors,
+        )
+    finally:
+        view.close()
+        if producer is not None:
+            producer.stop()
+        if runtime is not None:
+            runtime.stop()
+        aws.stop()
+        downstream.stop()
+
+
+def _tune_pipeline(aws: Any, deployment: Any, spec: Any) -> None:
+    """The scenario's queue settings, through the same APIs an operator would use."""
+    binding = deployment.queues[0]
+    sqs = aws.client("sqs")
+    attributes: dict[str, str] = {"VisibilityTimeout": str(int(spec.visibility_timeout_s))}
+    if binding.dlq_arn is not None:
+        attributes["RedrivePolicy"] = json.dumps(
+            {"deadLetterTargetArn": binding.dlq_arn, "maxReceiveCount": spec.max_receive_count}
+        )
+    sqs.set_queue_attributes(QueueUrl=binding.url, Attributes=attributes)
+    aws.client("lambda").update_event_source_mapping(
+        UUID=binding.esm_uuid,
+        BatchSize=spec.batch_size,
+        ScalingConfig={"MaximumConcurrency": spec.max_concurrency},
+    )
+
+
+def _result(
+    scenario: Any,
+    duration_s: float,
+    ended_at: float,
+    drained_at: float | None,
+    queue: str,
+    poller: Any,
+    producer: Producer,
+    downstream: Any,
+    ledger: Any,
+    timeline: Timeline,
+    wall_s: float,
+    origin: float,
+    errors: list[str],
+) -> dict[str, Any]:
+    from controller.settings import PolicyParams
+    from load.oracle import ideal_drain_times
+    from load.scorecard import reaction_time
+    from load.sim.engine import QueueTrace
+
+    spec = scenario.queues[0]
+    counters = downstream.counters()
+    last = max([*counters.per_second, int(ended_at)])
+    ok_per_s = [
+        counters.per_second[s].ok if s in counters.per_second else 0 for s in range(last + 1)
+    ]
+    rejected_per_s = [
+        counters.per_second[s].rejected if s in counters.per_second else 0 for s in range(last + 1)
+    ]
+    calls_per_s = [ok + rejected for ok, rejected in zip(ok_per_s, rejected_per_s, strict=True)]
+    _, queue_counters, depth = poller.snapshot()
+    epoch_origin = time.time() - (time.monotonic() - origin)
+    audit = ledger.audit_trail(queue)
+    changes = [entry for entry in audit if entry.new_value != entry.previous_value]
+    detection = _detection_latencies(counters.first_rejection_after_drop, changes, epoch_origin)
+    ideal = ideal_drain_times(scenario).get(spec.name)
+    trace = QueueTrace(
+        name=spec.name,
+        downstream=spec.downstream,
+        calls_per_s=calls_per_s,
+        rejected_per_s=rejected_per_s,
+    )
+    t1 = PolicyParams().t1
+    calls_total = sum(calls_per_s)
+    calls_rejected = sum(rejected_per_s)
+    done = len(poller.done_ids)
+    state = ledger.get_states([queue]).get(queue)
+    score = {
+        "messages_total": producer.sent,
+        "messages_done": done,
+        "dlq_messages": depth.dead_lettered,
+        "messages_pending": depth.visible + depth.in_flight,
+        "calls_total": calls_total,
+        "calls_rejected": calls_rejected,
+        "wasted_ratio": round(calls_rejected / calls_total, 4) if calls_total else 0.0,
+        "drain_s": None if drained_at is None else round(drained_at, 1),
+        "ideal_drain_s": None if ideal is None else round(ideal, 1),
+        "drain_ratio": (round(drained_at / ideal, 3) if drained_at is not None and ideal else None),
+        "esm_updates": len(changes),
+        "reaction_s": reaction_time(trace, scenario.downstreams[0].capacity_rps, t1, ended_at),
+        "detection_latency_s": max(detection) if detection else None,
+        "detection_latencies_s": detection,
+        "duplicate_deliveries": max(0, queue_counters.deleted - done),
+        "peak_in_flight": queue_counters.peak_in_flight,
+    }
+    return {
+        "scenario": scenario.name,
+        "policy": "queuemesh",
+        "duration_s": duration_s,
+        "ended_at_s": round(ended_at, 1),
+        "wall_s": round(wall_s, 1),
+        "queue": queue,
+        "queues": {spec.name: score},
+        "totals": dict(score),
+        "ledger": {
+            spec.name: None
+            if state is None
+            else {
+                "state": state.state.value,
+                "concurrency": state.concurrency,
+                "previous_concurrency": state.previous_concurrency,
+                "last_action": state.last_action.value,
+                "last_reason": state.last_reason,
+                "version": state.version,
+            }
+        },
+        "transitions": [
+            {
+                "t": round(entry.timestamp - epoch_origin, 1),
+                "action": entry.action,
+                "previous": entry.previous_value,
+                "target": entry.new_value,
+                "reason": entry.reason,
+            }
+            for entry in audit
+        ],
+        "timeline": {
+            "t": timeline.t,
+            "capacity_rps": timeline.capacity,
+            "max_concurrency": timeline.max_concurrency,
+            "in_flight": timeline.in_flight,
+            "backlog": timeline.backlog,
+            "dead_lettered": timeline.dead_lettered,
+            "state": timeline.state,
+            "ok_per_s": ok_per_s,
+            "rejected_per_s": rejected_per_s,
+        },
+        "errors": errors[:20],
+    }
+
+
+def _detection_latencies(
+    first_rejections: Mapping[float, float], changes: list[Any], epoch_origin: float
+) -> list[float]:
+    """Per capacity drop: from the first 429 after it to the first mapping cut after that."""
+    latencies: list[float] = []
+    for _, first_429 in sorted(first_rejections.items()):
+        cuts = [
+            entry.timestamp - epoch_origin
+            for entry in changes
+            if entry.new_value < entry.previous_value
+            and entry.timestamp - epoch_origin >= first_429
+        ]
+        if cuts:
+            latencies.append(round(min(cuts) - first_429, 2))
+    return latencies
+
+
+# -- the view ------------------------------------------------------------------------------
+
+
+class LiveView:
+    """The terminal view: redrawn in place on a TTY, a status line every few seconds if not."""
+
+    def __init__(self, out: TextIO, *, live: bool) -> None:
+        self._out = out
+        self._live = live
+        self._drawn = 0
+        self._last_plain = -math.inf
+
+    def note(self, message: str) -> None:
+        self._out.write(f"queuemesh demo: {message}\n")
+        self._out.flush()
+
+    def show(
+        self,
+        now: float,
+        scenario: str,
+        queue: str,
+        mapping: Any,
+        counters: Any,
+        depth: Any,
+        timeline: Timeline,
+        answered: Any,
+        state: Any,
+        finished: int,
+        total: int,
+    ) -> None:
+        second = int(now)
+        window = range(max(0, second - RATE_WINDOW_S), second)
+        ok = sum(answered.per_second[s].ok for s in window if s in answered.per_second)
+        rejected = sum(answered.per_second[s].rejected for s in window if s in answered.per_second)
+        goodput = ok / max(1, len(window))
+        share = rejected / (ok + rejected) if ok + rejected else 0.0
+        state_name = state.state.value if state else "HEALTHY"
+        reason = state.last_reason if state else "no decision yet"
+        capacity = timeline.capacity[-1]
+        if not self._live:
+            if now - self._last_plain >= PLAIN_VIEW_EVERY_S:
+                self._last_plain = now
+                self._out.write(
+                    f"t={now:5.1f}s capacity={capacity:.0f}/s max_concurrency="
+                    f"{mapping.max_concurrency} in_flight={counters.in_flight} "
+                    f"backlog={depth.visible + depth.in_flight} goodput={goodput:.0f}/s "
+                    f"rejected={share:.0%} dlq={depth.dead_lettered} state={state_name}\n"
+                )
+                self._out.flush()
+            return
+        bar = "#" * min(40, mapping.max_concurrency) if mapping.enabled else "(paused)"
+        lines = [
+            f"\x1b[1mQueueMesh demo\x1b[0m  scenario {scenario}  t={now:5.1f}s   "
+            f"downstream capacity {capacity:.0f} req/s",
+            f"queue {queue}",
+            f"  MaximumConcurrency {mapping.max_concurrency:4d}  {bar}",
+            f"  in flight {counters.in_flight:4d}   backlog {depth.visible + depth.in_flight:6d}"
+            f"   done {finished}/{total}   dead-lettered {depth.dead_lettered}",
+            f"  goodput {goodput:6.1f} /s   rejected share "
+            f"{_colour(share)}{share:6.1%}\x1b[0m   state \x1b[1m{state_name}\x1b[0m",
+            f"  last decision: {reason[:100]}",
+        ]
+        if self._drawn:
+            self._out.write(f"\x1b[{self._drawn}F")
+        for line in lines:
+            self._out.write(f"\x1b[2K{line}\n")
+        self._out.flush()
+        self._drawn = len(lines)
+
+    def close(self) -> None:
+        self._out.flush()
+
+
+def _colour(share: float) -> str:
+    if share >= 0.2:
+        return "\x1b[31m"
+    if share >= 0.05:
+        return "\x1b[33m"
+    return "\x1b[32m"
+
+
+# -- summary and plot ----------------------------------------------------------------------
+
+
+def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
+    score = result["totals"]
+    ledger = next(iter(result["ledger"].values()))
+    lines = [
+        "",
+        f"QueueMesh demo summary: scenario {result['scenario']}, "
+        f"{result['ended_at_s']} s of load, {result['wall_s']} s wall time",
+        f"  messages: {score['messages_total']} sent, {score['messages_done']} done, "
+        f"{score['dlq_messages']} dead-lettered, {score['messages_pending']} pending",
+        f"  downstream calls: {score['calls_total']}, rejected {score['calls_rejected']} "
+        f"({score['wasted_ratio']:.1%})",
+        f"  drain: {_seconds(score['drain_s'])} (ideal {_seconds(score['ideal_drain_s'])})",
+        f"  mapping changes: {score['esm_updates']}; detection latency (first 429 after the drop "
+        f"-> mapping cut): {_seconds(score['detection_latency_s'])}; reaction (rejected share "
+        f"back under T1): {_seconds(score['reaction_s'])}",
+    ]
+    if ledger is not None:
+        lines.append(
+            f"  ledger: {ledger['state']} at {ledger['concurrency']} "
+            f"(version {ledger['version']}): {ledger['last_reason']}"
+        )
+    for transition in result["transitions"][-8:]:
+        lines.append(
+            f"    t={transition['t']:6.1f}s {transition['action']:<24} "
+            f"{transition['previous']:>4} -> {transition['target']:<4} {transition['reason'][:70]}"
+        )
+    if "plot" in result:
+        lines.append(f"  plot: {result['plot']}")
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} s"
+
+
+def write_plot(result: Mapping[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    timeline = result["timeline"]
+    seconds = list(range(len(timeline["ok_per_s"])))
+    figure, (calls, concurrency, backlog) = pyplot.subplots(
+        3, 1, figsize=(10, 8), sharex=True, constrained_layout=True
+    )
+    calls.step(timeline["t"], timeline["capacity_rps"], where="post", label="capacity", color="k")
+    calls.plot(seconds, timeline["ok_per_s"], label="answered 2xx /s", color="tab:green")
+    calls.plot(seconds, timeline["rejected_per_s"], label="rejected 429 /s", color="tab:red")
+    calls.set_ylabel("downstream calls /s")
+    calls.legend(loc="upper right")
+    calls.set_title(f"QueueMesh demo: {result['scenario']} (embedded AWS)")
+    concurrency.step(
+        timeline["t"], timeline["max_concurrency"], where="post", label="MaximumConcurrency"
+    )
+    concurrency.plot(timeline["t"], timeline["in_flight"], label="in flight", alpha=0.7)
+    concurrency.set_ylabel("concurrency")
+    concurrency.legend(loc="upper right")
+    backlog.plot(timeline["t"], timeline["backlog"], label="queue backlog")
+    backlog.plot(timeline["t"], timeline["dead_lettered"], label="dead-lettered")
+    backlog.set_ylabel("messages")
+    backlog.set_xlabel("seconds")
+    backlog.legend(loc="upper right")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path
