@@ -15,7 +15,13 @@ from typing import NoReturn
 
 from stack.errors import CliError
 
-COMMAND_MODULES: tuple[str, ...] = ("load.bench", "load.record", "load.replay", "stack.ops")
+COMMAND_MODULES: tuple[str, ...] = (
+    "load.bench",
+    "load.record",
+    "load.replay",
+    "stack.demo",
+    "stack.ops",
+)
 
 
 class OneLineParser(argparse.ArgumentParser):
