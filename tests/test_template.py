@@ -316,6 +316,25 @@ def test_kinesis_event_settings(resources: dict[str, Any]) -> None:
     assert destination == {"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]}
 
 
+def test_a_scheduled_tick_reaches_the_controller_as_a_wake_up(resources: dict[str, Any]) -> None:
+    """Paused mappings send no telemetry; the schedule's input must be what the app handles."""
+    from controller.actuator import InMemoryActuator
+    from controller.app import ControllerApp
+    from controller.engine import Controller
+    from controller.ledger import InMemoryLedger
+    from controller.settings import PolicyParams
+
+    [rule] = [
+        r
+        for r in of_type(resources, "AWS::Events::Rule").values()
+        if r["Properties"]["Targets"][0]["Arn"] == {"Fn::GetAtt": ["ControllerFunction", "Arn"]}
+    ]
+    assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
+    tick = json.loads(rule["Properties"]["Targets"][0]["Input"])
+    app = ControllerApp(Controller(InMemoryLedger(), InMemoryActuator(), PolicyParams()))
+    assert app.handle(tick, None) == {"due": 0, "decided": 0}
+
+
 def test_controller_metric_dimensions_match_the_dashboard_schema(
     resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
