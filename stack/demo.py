@@ -277,7 +277,8 @@ def run_demo(
         producer.stop()
         ended_at = clock()
         runtime.stop()
-        return _result(
+        endpoints = {"aws": aws.endpoint, "downstream": downstream.url}
+        return endpoints | _result(
             scenario,
             duration_s,
             ended_at,
