@@ -43,8 +43,9 @@ def reaction_time(
 ) -> float | None:
     """Worst time from a capacity drop until the queue's rolling rejected share is below T1.
 
-    ``None`` when the downstream's capacity never drops during the run. A share still at or
-    above T1 when the run ends counts as the time from the drop to the end.
+    ``None`` when the downstream's capacity never drops during the run. Windows without calls
+    are skipped; a share still at or above T1 when the run ends (or no calls since the drop)
+    counts as the time from the drop to the end.
     """
     worst: float | None = None
     drops = [
@@ -60,7 +61,8 @@ def reaction_time(
             since = max(first, second - REACTION_WINDOW_S + 1)
             calls = sum(trace.calls_per_s[since : second + 1])
             rejected = sum(trace.rejected_per_s[since : second + 1])
-            if calls == 0 or rejected / calls < t1:
+            # Seconds without calls say nothing (an empty or paused queue): skip them.
+            if calls and rejected / calls < t1:
                 reacted = second + 1 - drop
                 break
         if reacted is None:

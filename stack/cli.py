@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "load.bench",
     "load.record",
     "load.replay",
+    "load.simulate",
     "stack.demo",
     "stack.ops",
 )

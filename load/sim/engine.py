@@ -337,6 +337,11 @@ class _Run:
                 self.control(now, payload)  # type: ignore[arg-type]
             else:
                 self.tick(now, payload)  # type: ignore[arg-type]
+        # Samples still on their way when the run ends complete the telemetry (a recording
+        # holds every invocation); the controller never saw them.
+        while self.in_transit:
+            arrival, _, sample = heapq.heappop(self.in_transit)
+            self.deliveries.append(TelemetryDelivery(arrival, sample))
         for queue in self.queues:
             queue.trace.pending_at_end = (
                 queue.fresh + len(queue.retry) + queue.pending_returns + queue.in_flight_messages

@@ -1,0 +1,264 @@
+"""Recordings (ARCHITECTURE.md, "Recordings"): the controller's Kinesis stream as JSON Lines.
+
+One Kinesis record per line, in arrival order::
+
+    {"arrival": 1767225601.5, "shard": "shardId-000000000000", "sequence": "4960...",
+     "partition_key": "...", "data": "<base64 of the record's data>"}
+
+This module holds the format (``RecordedLine``, ``write_recording``, ``read_recording``) and
+the encoders that turn telemetry samples into what a worker's telemetry becomes on the way to
+the controller: an EMF document (``emf_document``, ``emf_line``), a CloudWatch Logs subscription
+payload, gzip (``subscription_payload``), the Kinesis record holding it, and the Lambda event
+that carries records (``kinesis_event``). ``record_deliveries`` turns a simulated run's
+telemetry into a recording.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import gzip
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from controller.model import Sample
+
+NAMESPACE = "QueueMesh"
+DEFAULT_SHARD = "shardId-000000000000"
+# Kinesis sequence numbers are long decimal strings; this one only has to look like them and
+# grow with each record.
+SEQUENCE_BASE = 49_600_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000
+ACCOUNT = "000000000000"
+
+_COUNT_METRICS = (
+    ("DownstreamRequests", "requests"),
+    ("Downstream2xx", "ok"),
+    ("Downstream429", "throttled"),
+    ("Downstream5xx", "server_errors"),
+    ("Downstream4xx", "client_errors"),
+)
+
+
+class RecordingError(ValueError):
+    """A recording that cannot be read; the message names the line and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedLine:
+    """One Kinesis record of a recording."""
+
+    arrival: float
+    shard: str
+    sequence: str
+    partition_key: str
+    data: bytes
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "arrival": self.arrival,
+                "shard": self.shard,
+                "sequence": self.sequence,
+                "partition_key": self.partition_key,
+                "data": base64.b64encode(self.data).decode("ascii"),
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str, line: int = 0) -> RecordedLine:
+        where = f"line {line}: " if line else ""
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise RecordingError(f"{where}not JSON ({error.msg})") from error
+        if not isinstance(raw, dict):
+            raise RecordingError(f"{where}must be a JSON object, got {type(raw).__name__}")
+        arrival = raw.get("arrival")
+        if (
+            not isinstance(arrival, int | float)
+            or isinstance(arrival, bool)
+            or not math.isfinite(arrival)
+        ):
+            raise RecordingError(f"{where}arrival must be epoch seconds, got {arrival!r}")
+        fields: dict[str, str] = {}
+        for key in ("shard", "sequence", "partition_key", "data"):
+            value = raw.get(key)
+            if not isinstance(value, str):
+                raise RecordingError(f"{where}{key} must be a string, got {value!r}")
+            fields[key] = value
+        if not fields["sequence"].isdigit():
+            raise RecordingError(f"{where}sequence must be decimal digits, got {raw['sequence']!r}")
+        try:
+            data = base64.b64decode(fields["data"], validate=True)
+        except binascii.Error as error:
+            raise RecordingError(f"{where}data is not base64 ({error})") from error
+        return cls(
+            arrival=float(arrival),
+            shard=fields["shard"],
+            sequence=fields["sequence"],
+            partition_key=fields["partition_key"],
+            data=data,
+        )
+
+
+def write_recording(lines: Iterable[RecordedLine], target: Path | IO[str]) -> int:
+    """Write ``lines`` as JSON Lines to a path or an open text stream; returns the count."""
+    if isinstance(target, Path):
+        with target.open("w", encoding="utf-8") as stream:
+            return write_recording(lines, stream)
+    count = 0
+    for line in lines:
+        target.write(line.to_json() + "\n")
+        count += 1
+    return count
+
+
+def read_recording(source: Path | IO[str]) -> list[RecordedLine]:
+    """Every record of a recording, in file order; blank lines are skipped."""
+    if isinstance(source, Path):
+        try:
+            with source.open(encoding="utf-8") as stream:
+                return read_recording(stream)
+        except OSError as error:
+            raise RecordingError(f"cannot read {source}: {error.strerror or error}") from error
+    return [
+        RecordedLine.from_json(text, number)
+        for number, text in enumerate(source, start=1)
+        if text.strip()
+    ]
+
+
+# --- encoders ----------------------------------------------------------------------------
+def emf_document(sample: Sample, namespace: str = NAMESPACE) -> dict[str, Any]:
+    """The EMF document a worker emits for one invocation (the telemetry contract)."""
+    metrics: list[dict[str, str]] = []
+    document: dict[str, Any] = {"QueueName": sample.queue}
+    for name, attribute in _COUNT_METRICS:
+        metrics.append({"Name": name, "Unit": "Count"})
+        document[name] = getattr(sample, attribute)
+    if sample.overloaded is not None:
+        metrics.append({"Name": "Downstream503", "Unit": "Count"})
+        document["Downstream503"] = sample.overloaded
+    if sample.latency_count:
+        # One value per call (EMF takes arrays): the mean, so the sum and count survive.
+        metrics.append({"Name": "DownstreamLatency", "Unit": "Milliseconds"})
+        mean = sample.latency_ms_sum / sample.latency_count
+        document["DownstreamLatency"] = [mean] * sample.latency_count
+    if sample.retry_after_s:
+        document["RetryAfterSeconds"] = sample.retry_after_s
+    if sample.invocation_ms is not None:
+        metrics.append({"Name": "InvocationDurationMs", "Unit": "Milliseconds"})
+        document["InvocationDurationMs"] = sample.invocation_ms
+    dimensions = [["QueueName"]]
+    if sample.downstream is not None:
+        document["Downstream"] = sample.downstream
+        dimensions = [["QueueName", "Downstream"]]
+    document["_aws"] = {
+        "Timestamp": round(sample.event_time * 1000),
+        "CloudWatchMetrics": [
+            {"Namespace": namespace, "Dimensions": dimensions, "Metrics": metrics}
+        ],
+    }
+    return document
+
+
+def emf_line(sample: Sample, namespace: str = NAMESPACE) -> str:
+    """``emf_document`` as the one log line a worker prints."""
+    return json.dumps(emf_document(sample, namespace), separators=(",", ":"))
+
+
+def subscription_payload(
+    events: Sequence[tuple[float, str]],
+    log_group: str,
+    log_stream: str,
+    *,
+    first_id: int = 0,
+    owner: str = ACCOUNT,
+    filter_name: str = "queuemesh-telemetry",
+) -> bytes:
+    """A CloudWatch Logs subscription DATA_MESSAGE (gzip), as Kinesis holds it.
+
+    ``events`` are ``(timestamp in epoch seconds, message)`` pairs of one log stream.
+    """
+    document = {
+        "messageType": "DATA_MESSAGE",
+        "owner": owner,
+        "logGroup": log_group,
+        "logStream": log_stream,
+        "subscriptionFilters": [filter_name],
+        "logEvents": [
+            {"id": str(first_id + index), "timestamp": round(at * 1000), "message": message}
+            for index, (at, message) in enumerate(events)
+        ],
+    }
+    return gzip.compress(json.dumps(document, separators=(",", ":")).encode("utf-8"), mtime=0)
+
+
+def log_group_of(queue: str) -> str:
+    """The worker's log group for a queue in recordings: one worker function per queue."""
+    return f"/aws/lambda/{queue}-worker"
+
+
+def record_deliveries(
+    deliveries: Iterable[tuple[float, Sample]],
+    *,
+    shard: str = DEFAULT_SHARD,
+    namespace: str = NAMESPACE,
+) -> list[RecordedLine]:
+    """One Kinesis record per telemetry sample, arriving at its (epoch) arrival time.
+
+    Each sample is one log event of its queue's worker log group; the records are ordered by
+    arrival (ties in the given order) and numbered with growing sequence numbers.
+    """
+    ordered = sorted(enumerate(deliveries), key=lambda item: (item[1][0], item[0]))
+    lines = []
+    for number, (_, (arrival, sample)) in enumerate(ordered):
+        log_stream = f"sim/{sample.queue}"
+        data = subscription_payload(
+            [(sample.event_time, emf_line(sample, namespace))],
+            log_group_of(sample.queue),
+            log_stream,
+            first_id=number,
+        )
+        lines.append(
+            RecordedLine(
+                arrival=round(arrival, 6),
+                shard=shard,
+                sequence=str(SEQUENCE_BASE + number),
+                partition_key=log_stream,
+                data=data,
+            )
+        )
+    return lines
+
+
+def kinesis_event(
+    lines: Sequence[RecordedLine], stream_arn: str = f"arn:aws:kinesis:us-east-1:{ACCOUNT}:stream/t"
+) -> dict[str, Any]:
+    """The Lambda event a Kinesis event source mapping delivers for these records."""
+    return {
+        "Records": [
+            {
+                "kinesis": {
+                    "kinesisSchemaVersion": "1.0",
+                    "partitionKey": line.partition_key,
+                    "sequenceNumber": line.sequence,
+                    "data": base64.b64encode(line.data).decode("ascii"),
+                    "approximateArrivalTimestamp": line.arrival,
+                },
+                "eventSource": "aws:kinesis",
+                "eventVersion": "1.0",
+                "eventID": f"{line.shard}:{line.sequence}",
+                "eventName": "aws:kinesis:record",
+                "invokeIdentityArn": f"arn:aws:iam::{ACCOUNT}:role/queuemesh-controller",
+                "awsRegion": "us-east-1",
+                "eventSourceARN": stream_arn,
+            }
+            for line in lines
+        ]
+    }

@@ -1,0 +1,180 @@
+"""Scenario files: the shipped ones load, the contract's example is shipped as is, and a bad
+file gets one line naming the key and what is wrong."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from load.sim.scenario import (
+    SCENARIO_DIR,
+    ScenarioError,
+    load_scenario,
+    parse_scenario,
+    shipped_scenarios,
+)
+from stack.cli import main
+
+CONTRACT_EXAMPLE: dict[str, Any] = {
+    "name": "capacity-drop",
+    "duration_s": 900,
+    "seed": 7,
+    "telemetry_delay_s": [1, 5],
+    "downstreams": [
+        {"name": "payments", "capacity_rps": [[0, 100], [120, 25], [480, 100]], "latency_ms": 80}
+    ],
+    "queues": [
+        {
+            "name": "orders",
+            "downstream": "payments",
+            "backlog": 20000,
+            "arrivals_rps": [[0, 20], [300, 0]],
+            "batch_size": 10,
+            "visibility_timeout_s": 30,
+            "max_receive_count": 5,
+            "max_concurrency": 100,
+            "min_concurrency": 2,
+        }
+    ],
+}
+
+REQUIRED = {"capacity-drop", "flash-crowd", "slow-recovery", "shared-downstream", "noisy"}
+# `queuemesh demo`'s scenario: sized for a live two-minute run, not for the scorecard.
+DEMO_ONLY = {"demo"}
+
+
+def test_the_contract_example_is_shipped_exactly() -> None:
+    shipped = json.loads((SCENARIO_DIR / "capacity-drop.json").read_text(encoding="utf-8"))
+    assert shipped == CONTRACT_EXAMPLE
+
+
+def test_every_shipped_scenario_loads_and_stops_arriving_before_it_ends() -> None:
+    names = shipped_scenarios()
+    assert REQUIRED | {"below-floor"} <= set(names)
+    for name in names:
+        scenario = load_scenario(name)
+        assert scenario.name == name
+        if name in DEMO_ONLY:
+            continue
+        for queue in scenario.queues:
+            assert queue.arrivals_rps[-1][1] == 0, f"{name}: {queue.name} arrives until the end"
+            assert queue.arrivals_rps[-1][0] < scenario.duration_s / 2
+
+
+def test_a_scenario_file_loads_by_path(tmp_path: Path) -> None:
+    path = tmp_path / "mine.json"
+    path.write_text(json.dumps(CONTRACT_EXAMPLE), encoding="utf-8")
+    scenario = load_scenario(str(path))
+    assert scenario.queues[0].batch_size == 10
+    assert scenario.downstreams[0].capacity_rps == ((0, 100), (120, 25), (480, 100))
+
+
+def _set(path: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def mutate(document: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = document
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        target[int(last) if last.isdigit() else last] = value
+
+    return mutate
+
+
+def _delete(path: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(document: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = document
+        for part in parents:
+            target = target[int(part)] if part.isdigit() else target[part]
+        del target[last]
+
+    return mutate
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            _set("queues.0.batch_size", "ten"),
+            'queues[0].batch_size must be an integer >= 1, got "ten"',
+        ),
+        (_set("queues.0.batch_size", 0), "queues[0].batch_size must be an integer >= 1, got 0"),
+        (
+            _set("queues.0.max_concurrency", 1001),
+            "queues[0].max_concurrency must be an integer in [2, 1000], got 1001",
+        ),
+        (
+            _set("queues.0.min_concurrency", 200),
+            "queues[0].min_concurrency must be an integer in [2, 100], got 200",
+        ),
+        (
+            _set("queues.0.downstream", "ledger"),
+            'queues[0].downstream must name one of the downstreams (payments), got "ledger"',
+        ),
+        (
+            _set("downstreams.0.capacity_rps", [[0, 100], [480, 25], [120, 100]]),
+            "downstreams[0].capacity_rps[2][0] must be later than the step before it, got 120",
+        ),
+        (
+            _set("downstreams.0.capacity_rps", [[5, 100]]),
+            "downstreams[0].capacity_rps[0][0] must be 0 (a schedule starts at t=0), got 5",
+        ),
+        (
+            _set("downstreams.0.capacity_rps", [[0, -1]]),
+            "downstreams[0].capacity_rps[0][1] must be a number >= 0, got -1",
+        ),
+        (
+            _set("telemetry_delay_s", [5, 1]),
+            "telemetry_delay_s must be [lo, hi] seconds with 0 <= lo <= hi, got [5, 1]",
+        ),
+        (_delete("duration_s"), "duration_s is required (a number > 0)"),
+        (_set("queues.0.colour", "red"), "queues[0].colour is not a known key"),
+        (_set("queues", []), "queues must be a non-empty list, got []"),
+        (
+            _set("downstreams.0.noise_5xx_rate", 2),
+            "downstreams[0].noise_5xx_rate[0][1] must be a number in [0, 1], got 2",
+        ),
+    ],
+)
+def test_a_bad_scenario_names_the_key_and_what_is_wrong(
+    mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    document = copy.deepcopy(CONTRACT_EXAMPLE)
+    mutate(document)
+    with pytest.raises(ScenarioError) as caught:
+        parse_scenario(json.dumps(document), source="capacity-drop.json")
+    text = str(caught.value)
+    assert text.startswith(f"scenario capacity-drop.json: {message}")
+    assert "\n" not in text
+
+
+def test_not_json_says_where() -> None:
+    with pytest.raises(ScenarioError, match=r"scenario x\.json: not valid JSON .* line 1"):
+        parse_scenario("{", source="x.json")
+
+
+def test_an_unknown_name_lists_the_shipped_ones() -> None:
+    with pytest.raises(ScenarioError, match=r"unknown scenario 'nope'; shipped: .*capacity-drop"):
+        load_scenario("nope")
+
+
+def test_the_cli_prints_one_line_for_a_bad_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = copy.deepcopy(CONTRACT_EXAMPLE)
+    document["queues"][0]["batch_size"] = "ten"
+    path = tmp_path / "capacity-drop.json"
+    path.write_text(json.dumps(document), encoding="utf-8")
+    code = main(["simulate", "--scenario", str(path)])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert captured.out == ""
+    assert captured.err == (
+        "queuemesh simulate: error: scenario capacity-drop.json: queues[0].batch_size must be "
+        'an integer >= 1, got "ten"\n'
+    )

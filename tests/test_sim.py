@@ -1,0 +1,301 @@
+"""The simulator: physics on tiny scenarios, determinism, the oracle, the scorecard, the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controller.model import Action
+from load.oracle import ideal_drain_times
+from load.scorecard import scorecard
+from load.sim.engine import POLLER_START, POLLER_STEP_PER_S, arrived_by, simulate
+from load.sim.policies import QueueMeshPolicy, SeedPolicy, StaticPolicy
+from load.sim.scenario import Scenario, load_scenario, parse_scenario
+from stack.cli import main
+
+
+def tiny(**changes: Any) -> Scenario:
+    """One queue, one downstream, a minute: small enough for unit tests."""
+    queue: dict[str, Any] = {
+        "name": "q",
+        "downstream": "api",
+        "backlog": 2000,
+        "arrivals_rps": [[0, 0]],
+        "batch_size": 10,
+        "visibility_timeout_s": 10,
+        "max_receive_count": 3,
+        "max_concurrency": 20,
+        "min_concurrency": 2,
+    }
+    downstream: dict[str, Any] = {
+        "name": "api",
+        "capacity_rps": [[0, 1000]],
+        "latency_ms": 50,
+        "noise_5xx_rate": 0,
+    }
+    document: dict[str, Any] = {
+        "name": "tiny",
+        "duration_s": 120,
+        "seed": 3,
+        "telemetry_delay_s": [1, 2],
+        "downstreams": [downstream],
+        "queues": [queue],
+    }
+    for key, value in changes.items():
+        if key in queue:
+            queue[key] = value
+        elif key in downstream:
+            downstream[key] = value
+        else:
+            document[key] = value
+    return parse_scenario(json.dumps(document), source="tiny.json")
+
+
+# --- physics ---------------------------------------------------------------------------
+def test_the_poller_starts_at_five_and_adds_five_a_second_up_to_the_cap() -> None:
+    result = simulate(tiny(backlog=20000, max_concurrency=20), StaticPolicy())
+    running = result.queues["q"].running_per_s
+    for second, value in enumerate(running[:10]):
+        assert value <= min(20, POLLER_START + POLLER_STEP_PER_S * second)
+    assert max(running) == 20
+    assert running[0] == POLLER_START
+
+
+def test_without_capacity_every_message_is_tried_max_receive_count_times_then_dead_lettered() -> (
+    None
+):
+    result = simulate(tiny(backlog=100, capacity_rps=[[0, 0]], duration_s=300), StaticPolicy())
+    trace = result.queues["q"]
+    assert trace.messages_done == 0
+    assert trace.dlq_messages == 100
+    assert trace.calls_total == trace.calls_rejected == 100 * 3
+    card = scorecard(result)["queues"]["q"]
+    assert card["drain_s"] is None
+    assert card["drain_ratio"] is None
+    assert card["wasted_ratio"] == 1.0
+
+
+def test_a_downstream_accepts_its_capacity_each_second_and_rejects_the_rest() -> None:
+    result = simulate(tiny(backlog=5000, capacity_rps=[[0, 40]]), StaticPolicy())
+    trace = result.queues["q"]
+    ok_per_s = [c - r for c, r in zip(trace.calls_per_s, trace.rejected_per_s, strict=True)]
+    assert max(ok_per_s) == 40
+    assert trace.calls_rejected > 0
+
+
+def test_rejected_messages_come_back_after_the_visibility_timeout() -> None:
+    # Capacity for a first try of half the messages, then none for a while, then plenty:
+    # the rejected ones are received again only once their visibility timeout has passed.
+    result = simulate(
+        tiny(backlog=200, capacity_rps=[[0, 100], [2, 0], [20, 1000]], visibility_timeout_s=10),
+        StaticPolicy(),
+    )
+    trace = result.queues["q"]
+    assert trace.messages_done == 200
+    assert trace.dlq_messages == 0
+    assert sum(trace.calls_per_s[3:10]) == 0
+
+
+def test_noise_is_5xx_that_fails_messages_but_is_not_pressure() -> None:
+    result = simulate(tiny(backlog=5000, noise_5xx_rate=0.05, max_receive_count=10), StaticPolicy())
+    trace = result.queues["q"]
+    assert trace.calls_rejected == 0
+    assert 0.03 < trace.calls_noise / trace.calls_total < 0.07
+    assert trace.messages_done == 5000
+    assert all(
+        delivery.sample.pressure == 0 and delivery.sample.overloaded == 0
+        for delivery in result.telemetry
+    )
+
+
+def test_arrivals_follow_the_schedule() -> None:
+    schedule = ((0.0, 10.0), (5.0, 0.0), (8.0, 2.5))
+    assert arrived_by(7, schedule, 0.0) == 7
+    assert arrived_by(7, schedule, 3.0) == 37
+    assert arrived_by(7, schedule, 6.0) == 57
+    assert arrived_by(7, schedule, 10.0) == 62
+
+
+def test_one_sample_per_invocation_delivered_within_the_telemetry_delay() -> None:
+    result = simulate(tiny(backlog=500, telemetry_delay_s=[2, 3]), StaticPolicy())
+    samples = [delivery.sample for delivery in result.telemetry]
+    assert sum(sample.requests for sample in samples) == result.queues["q"].calls_total
+    for delivery in result.telemetry:
+        emitted = delivery.sample.event_time - 1_767_225_600.0
+        assert 2.0 <= delivery.arrival - emitted <= 3.0
+        assert delivery.sample.invocation_ms == delivery.sample.requests * 50.0
+
+
+# --- determinism -----------------------------------------------------------------------
+@pytest.mark.parametrize("policy", [StaticPolicy, SeedPolicy, QueueMeshPolicy])
+def test_the_same_seed_gives_the_same_scorecard(policy: type) -> None:
+    scenario = tiny(backlog=3000, capacity_rps=[[0, 300], [20, 60]], noise_5xx_rate=0.01)
+    first = scorecard(simulate(scenario, policy(), seed=5))
+    second = scorecard(simulate(scenario, policy(), seed=5))
+    assert first == second
+    other = scorecard(simulate(scenario, policy(), seed=6))
+    assert other["seed"] == 6
+    assert other != first
+
+
+# --- policies --------------------------------------------------------------------------
+def test_static_never_moves_the_mapping() -> None:
+    result = simulate(tiny(capacity_rps=[[0, 100]]), StaticPolicy())
+    assert set(result.queues["q"].cap_per_s) == {20}
+    assert result.esm_updates == {"q": 0}
+
+
+def test_seed_halves_on_a_storm_and_adds_alpha_when_clean() -> None:
+    result = simulate(tiny(backlog=20000, capacity_rps=[[0, 1000], [5, 50]]), SeedPolicy())
+    caps = result.queues["q"].cap_per_s
+    assert caps[0] == 20
+    assert min(caps[5:30]) < 10
+    assert max(caps[30:]) > min(caps[5:30])
+    assert result.esm_updates["q"] > 0
+
+
+def test_queuemesh_runs_the_real_controller_and_the_poller_follows_its_mapping() -> None:
+    policy = QueueMeshPolicy()
+    result = simulate(tiny(backlog=6000, capacity_rps=[[0, 1000], [20, 50]]), policy)
+    trail = policy.ledger.audit_trail("q")
+    actions = [entry.action for entry in trail]
+    assert "REGISTER" in actions
+    assert Action.MULTIPLICATIVE_DECREASE.value in actions
+    changes = [entry for entry in trail if entry.new_value != entry.previous_value]
+    assert result.esm_updates["q"] == len(changes)
+    # The poller never runs above the mapping it read in the second before.
+    trace = result.queues["q"]
+    for second in range(1, len(trace.cap_per_s)):
+        assert trace.running_per_s[second] <= max(trace.cap_per_s[second - 1 : second + 1])
+
+
+def test_queuemesh_pauses_a_mapping_whose_floor_overloads_the_downstream() -> None:
+    scenario = tiny(backlog=3000, capacity_rps=[[0, 2]], duration_s=400, max_receive_count=5)
+    result = simulate(scenario, QueueMeshPolicy())
+    trace = result.queues["q"]
+    assert not all(trace.enabled_per_s)
+    assert trace.dlq_messages == 0
+    seed = simulate(scenario, SeedPolicy()).queues["q"]
+    assert trace.calls_rejected < seed.calls_rejected
+
+
+# --- the oracle ------------------------------------------------------------------------
+def test_the_oracle_on_the_contract_example() -> None:
+    # 20000 + 20/s arrive; 100/s until 120 leaves 10400, 25/s against 20/s arriving until
+    # 300 leaves 9500, 25/s until 480 leaves 5000, 100/s clears them by 530.
+    assert ideal_drain_times(load_scenario("capacity-drop")) == {"orders": 530.0}
+
+
+def test_the_oracle_on_hand_checked_cases() -> None:
+    assert ideal_drain_times(tiny(backlog=1000, capacity_rps=[[0, 100]])) == {"q": 10.0}
+    # Arrivals the downstream keeps up with: done when the last one arrives.
+    steady = tiny(backlog=0, arrivals_rps=[[0, 10], [30, 0]], capacity_rps=[[0, 50]])
+    assert ideal_drain_times(steady) == {"q": 30.0}
+    # A backlog that first grows (60 arriving against 40), then drains at 40.
+    growing = tiny(backlog=0, arrivals_rps=[[0, 60], [10, 0]], capacity_rps=[[0, 40]])
+    assert ideal_drain_times(growing) == {"q": 15.0}
+    # Capacity that only comes later.
+    late = tiny(backlog=500, capacity_rps=[[0, 0], [20, 50]])
+    assert ideal_drain_times(late) == {"q": 30.0}
+    assert ideal_drain_times(tiny(capacity_rps=[[0, 0]])) == {"q": None}
+
+
+def test_the_oracle_pools_queues_that_share_a_downstream() -> None:
+    document = json.loads(
+        Path(load_scenario.__globals__["SCENARIO_DIR"], "capacity-drop.json").read_text(
+            encoding="utf-8"
+        )
+    )
+    document["downstreams"][0]["capacity_rps"] = [[0, 100]]
+    first = dict(document["queues"][0], name="a", backlog=500, arrivals_rps=[[0, 0]])
+    second = dict(first, name="b", backlog=1500)
+    document["queues"] = [first, second]
+    drains = ideal_drain_times(parse_scenario(json.dumps(document), source="pool.json"))
+    assert drains == {"a": 20.0, "b": 20.0}
+
+
+# --- the scorecard ---------------------------------------------------------------------
+def test_the_scorecard_has_the_contract_keys_per_queue_and_in_total() -> None:
+    card = scorecard(simulate(tiny(backlog=3000, capacity_rps=[[0, 200], [15, 50]]), SeedPolicy()))
+    keys = {
+        "messages_total",
+        "messages_done",
+        "dlq_messages",
+        "calls_total",
+        "calls_rejected",
+        "wasted_ratio",
+        "drain_s",
+        "ideal_drain_s",
+        "drain_ratio",
+        "esm_updates",
+        "reaction_s",
+    }
+    assert keys <= set(card["queues"]["q"]) and keys <= set(card["totals"])
+    assert (card["scenario"], card["policy"]) == ("tiny", "seed")
+    queue = card["queues"]["q"]
+    assert queue["wasted_ratio"] == round(queue["calls_rejected"] / queue["calls_total"], 4)
+    if queue["drain_s"] is not None:
+        assert queue["drain_ratio"] == round(queue["drain_s"] / queue["ideal_drain_s"], 3)
+    assert queue["reaction_s"] is not None and queue["reaction_s"] >= 1
+
+
+# --- the command -----------------------------------------------------------------------
+@pytest.fixture
+def tiny_file(tmp_path: Path) -> Path:
+    path = tmp_path / "tiny.json"
+    scenario = tiny(backlog=3000, capacity_rps=[[0, 300], [15, 60]])
+    document = {
+        "name": scenario.name,
+        "duration_s": scenario.duration_s,
+        "seed": scenario.seed,
+        "telemetry_delay_s": list(scenario.telemetry_delay_s),
+        "downstreams": [{"name": "api", "capacity_rps": [[0, 300], [15, 60]], "latency_ms": 50}],
+        "queues": [
+            {
+                "name": "q",
+                "downstream": "api",
+                "backlog": 3000,
+                "arrivals_rps": [[0, 0]],
+                "batch_size": 10,
+                "visibility_timeout_s": 10,
+                "max_receive_count": 3,
+                "max_concurrency": 20,
+                "min_concurrency": 2,
+            }
+        ],
+    }
+    path.write_text(json.dumps(document), encoding="utf-8")
+    return path
+
+
+def test_simulate_json_lists_one_scorecard_per_policy(
+    tiny_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--scenario", str(tiny_file), "--json"]) == 0
+    cards = json.loads(capsys.readouterr().out)
+    assert [card["policy"] for card in cards] == ["static", "seed", "queuemesh"]
+    assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "seed"]) == 0
+    single = json.loads(capsys.readouterr().out)
+    assert single["policy"] == "seed" and single == cards[1]
+
+
+def test_simulate_table_plot_and_recording(
+    tiny_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plot, recording = tmp_path / "runs.png", tmp_path / "run.jsonl"
+    code = main(
+        ["simulate", "--scenario", str(tiny_file), "--plot", str(plot), "--record", str(recording)]
+    )
+    captured = capsys.readouterr()
+    assert code == 0
+    assert "policy" in captured.out and "queuemesh" in captured.out and "wall_s" in captured.out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert recording.read_text(encoding="utf-8").count("\n") > 10
+
+
+def test_simulate_refuses_a_plot_of_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--scenario", "all", "--plot", "x.png"]) == 2
+    assert "one scenario" in capsys.readouterr().err
