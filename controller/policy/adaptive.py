@@ -430,7 +430,15 @@ class AdaptiveLimit:
                 wake_at=now + 1.0,
             )
         cleared: dict[str, Any] = {"judge_at": 0.0, "probe_step": 0, "wake_at": 0.0}
-        if stats.requests >= params.min_samples and stats.pressure_rate < self.probe_tolerance:
+        # The base level's own evidence since the pulse ended must be clean too: a probe never
+        # commits a raise into an overload that began after it.
+        since = max(now - params.window_s, state.last_change_at + params.settle_margin_s)
+        base = window.stats(since, now + 1.0)
+        if (
+            stats.requests >= params.min_samples
+            and stats.pressure_rate < self.probe_tolerance
+            and base.pressure_rate < params.t1
+        ):
             target = _clamp(probed, params)
             ceiling, streak, plateau = state.ceiling, state.probe_streak, state.plateau
             if probed >= ceiling:
