@@ -14,8 +14,10 @@ from stack.runtime import (
     FunctionSpec,
     LogShipper,
     QueuePoller,
+    ScheduleRunner,
     failed_item_ids,
     first_failure,
+    rate_seconds,
     sqs_event,
 )
 
@@ -212,3 +214,30 @@ def test_kinesis_retry_position_compares_sequence_numbers_as_numbers() -> None:
     assert first_failure({"batchItemFailures": [{"itemIdentifier": "10"}]}, records) == 1
     assert first_failure({"batchItemFailures": []}, records) is None
     assert first_failure({"batchItemFailures": [{"itemIdentifier": "x"}]}, records) == 0
+
+
+def test_rate_expressions() -> None:
+    assert rate_seconds("rate(1 minute)") == 60
+    assert rate_seconds("rate(5 minutes)") == 300
+    assert rate_seconds("cron(0 12 * * ? *)") is None
+
+
+def test_schedule_runner_finds_rules_targeting_its_functions(aws: EmbeddedAws) -> None:
+    events = aws.client("events")
+    events.put_rule(Name="wake", ScheduleExpression="rate(1 minute)", State="ENABLED")
+    events.put_targets(
+        Rule="wake",
+        Targets=[
+            {
+                "Id": "controller",
+                "Arn": "arn:aws:lambda:us-east-1:123456789012:function:ctl",
+                "Input": '{"source": "queuemesh.wakeup"}',
+            },
+            {"Id": "other", "Arn": "arn:aws:lambda:us-east-1:123456789012:function:other"},
+        ],
+    )
+    spec = FunctionSpec("ctl", "x.handler", {}, 3, 128, LOG_GROUP)
+    runner = ScheduleRunner(
+        aws, {"ctl": ContainerPool(spec)}, {"ctl": LogShipper(aws.client("logs"), LOG_GROUP)}
+    )
+    assert runner.schedules == [("wake", 60.0, "ctl", {"source": "queuemesh.wakeup"})]
