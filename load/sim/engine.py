@@ -201,22 +201,34 @@ class _Queue:
         self.limit = min(self.level, self.max_concurrency) if self.enabled else 0
 
     def receive(self) -> list[int]:
-        """Up to one batch of visible messages (their receive counts, after this receive)."""
+        """Up to one batch of visible messages (their receive counts, after this receive).
+
+        Each pick is uniform over the visible messages: one draw both chooses between the
+        never-received ones and those back from a failed receive, and indexes the latter.
+        """
         batch: list[int] = []
-        spec = self.spec
+        size = self.spec.batch_size
+        limit = self.spec.max_receive_count
         retry = self.retry
-        rng = self.pick_rng
-        while len(batch) < spec.batch_size and (self.fresh or retry):
-            if retry and (not self.fresh or rng.random() * (self.fresh + len(retry)) < len(retry)):
-                index = rng.randrange(len(retry))
-                retry[index], retry[-1] = retry[-1], retry[index]
-                count = retry.pop()
-                if count >= spec.max_receive_count:
-                    self.trace.dlq_messages += 1
-                    continue
-            else:
+        draw = self.pick_rng.random
+        while len(batch) < size:
+            waiting = len(retry)
+            if not waiting:
+                take = min(size - len(batch), self.fresh)
+                self.fresh -= take
+                batch.extend([1] * take)
+                break
+            point = draw() * (self.fresh + waiting)
+            if point >= waiting:
                 self.fresh -= 1
-                count = 0
+                batch.append(1)
+                continue
+            index = int(point)
+            retry[index], retry[-1] = retry[-1], retry[index]
+            count = retry.pop()
+            if count >= limit:
+                self.trace.dlq_messages += 1
+                continue
             batch.append(count + 1)
         return batch
 
