@@ -10,9 +10,7 @@ second when caught up, five times per second while catching up (the per-shard li
 from __future__ import annotations
 
 import argparse
-import base64
 import heapq
-import json
 import math
 import random
 import sys
@@ -21,6 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from load.recording import RecordedLine
 from stack.errors import CliError
 
 IDLE_POLL_S = 1.0
@@ -36,31 +35,9 @@ GET_RECORDS_LIMIT = 10_000
 CLOCK_SKEW_MARGIN_S = 2.0
 
 
-@dataclass(frozen=True, slots=True)
-class StreamRecord:
-    """One Kinesis record as read, in the recording's terms."""
-
-    arrival: float
-    shard: str
-    sequence: str
-    partition_key: str
-    data: bytes
-
-    def order_key(self) -> tuple[float, str, int]:
-        # Sequence numbers are decimal strings of different lengths: compare them as integers.
-        return (self.arrival, self.shard, int(self.sequence))
-
-    def to_line(self) -> str:
-        return json.dumps(
-            {
-                "arrival": self.arrival,
-                "shard": self.shard,
-                "sequence": self.sequence,
-                "partition_key": self.partition_key,
-                "data": base64.b64encode(self.data).decode("ascii"),
-            },
-            separators=(",", ":"),
-        )
+def arrival_order(record: RecordedLine) -> tuple[float, str, int]:
+    # Sequence numbers are decimal strings of different lengths: compare them as integers.
+    return (record.arrival, record.shard, int(record.sequence))
 
 
 class ArrivalMerger:
@@ -73,7 +50,7 @@ class ArrivalMerger:
     """
 
     def __init__(self) -> None:
-        self._heap: list[tuple[tuple[float, str, int], StreamRecord]] = []
+        self._heap: list[tuple[tuple[float, str, int], RecordedLine]] = []
         self._horizons: dict[str, float] = {}
 
     def open_shard(self, shard: str) -> None:
@@ -82,26 +59,26 @@ class ArrivalMerger:
     def close_shard(self, shard: str) -> None:
         self._horizons.pop(shard, None)
 
-    def add(self, shard: str, records: Iterable[StreamRecord]) -> None:
+    def add(self, shard: str, records: Iterable[RecordedLine]) -> None:
         for record in records:
-            heapq.heappush(self._heap, (record.order_key(), record))
+            heapq.heappush(self._heap, (arrival_order(record), record))
             self.advance(shard, record.arrival)
 
     def advance(self, shard: str, horizon: float) -> None:
         if shard in self._horizons:
             self._horizons[shard] = max(self._horizons[shard], horizon)
 
-    def release(self) -> list[StreamRecord]:
+    def release(self) -> list[RecordedLine]:
         """The buffered records no open shard can precede any more, oldest first."""
         limit = min(self._horizons.values(), default=math.inf)
-        released: list[StreamRecord] = []
+        released: list[RecordedLine] = []
         # Strictly before: a shard at its horizon may still deliver another record of that
         # very arrival time, which could sort before one released now.
         while self._heap and self._heap[0][0][0] < limit:
             released.append(heapq.heappop(self._heap)[1])
         return released
 
-    def drain(self) -> list[StreamRecord]:
+    def drain(self) -> list[RecordedLine]:
         """Everything still buffered, oldest first (the recording is ending)."""
         drained = [entry[1] for entry in sorted(self._heap)]
         self._heap.clear()
@@ -340,9 +317,9 @@ class Recorder:
         ceiling = min(THROTTLE_BACKOFF_CAP_S, THROTTLE_BACKOFF_BASE_S * 2 ** (cursor.throttles - 1))
         cursor.next_poll = self._clock() + ceiling / 2 + self._rng.uniform(0, ceiling / 2)
 
-    def _record(self, shard: str, raw: dict[str, Any]) -> StreamRecord:
+    def _record(self, shard: str, raw: dict[str, Any]) -> RecordedLine:
         arrival = raw["ApproximateArrivalTimestamp"]
-        return StreamRecord(
+        return RecordedLine(
             arrival=arrival.timestamp() if hasattr(arrival, "timestamp") else float(arrival),
             shard=shard,
             sequence=str(raw["SequenceNumber"]),
@@ -350,13 +327,13 @@ class Recorder:
             data=bytes(raw["Data"]),
         )
 
-    def _write(self, records: list[StreamRecord]) -> None:
+    def _write(self, records: list[RecordedLine]) -> None:
         if self._max_records is not None:
             records = records[: max(0, self._max_records - self.totals.records)]
         if not records:
             return
         for record in records:
-            self._out.write(record.to_line() + "\n")
+            self._out.write(record.to_json() + "\n")
             self.totals.records += 1
             self.totals.bytes += len(record.data)
             counts = self.totals.per_shard.setdefault(record.shard, [0, 0])

@@ -11,8 +11,7 @@ give the same decisions, which is what golden decision logs (``--expect``) rely 
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
+import dataclasses
 import difflib
 import json
 import math
@@ -26,6 +25,7 @@ from typing import Any
 
 from controller.model import Decision, Mode, QueueConfig, QueueStateName
 from controller.settings import PolicyParams, SettingsError
+from load.recording import RecordedLine, RecordingError, kinesis_event
 from stack.errors import CliError
 
 # The controller's Kinesis mapping in template.yaml: BatchSize 1000, a 1 s batching window.
@@ -39,6 +39,8 @@ STREAM_ARN = f"arn:aws:kinesis:{REPLAY_REGION}:{REPLAY_ACCOUNT}:stream/queuemesh
 MODES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN, "pinned": Mode.PINNED}
 CONFIG_KEYS = {"params", "queues", "batching", "namespace", "algorithm", "schedule_s"}
 MIN_SCHEDULE_S = 1.0
+# template.yaml's wake-up schedule for the controller: rate(1 minute).
+DEFAULT_SCHEDULE_S = 60.0
 QUEUE_KEYS = {"esm_uuid", "mode", "overrides", "concurrency"}
 BATCHING_KEYS = {"batch_size", "window_s"}
 
@@ -46,57 +48,9 @@ BATCHING_KEYS = {"batch_size", "window_s"}
 # --- recordings -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class RecordedRecord:
-    """One line of a recording."""
-
-    line: int
-    arrival: float
-    shard: str
-    sequence: str
-    partition_key: str
-    data: bytes
-
-
-class RecordingError(ValueError):
-    """A line of a recording that is not a record; the message names the line."""
-
-
-def parse_line(text: str, line: int) -> RecordedRecord:
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise RecordingError(f"line {line}: not JSON ({error.msg})") from error
-    if not isinstance(raw, dict):
-        raise RecordingError(f"line {line}: expected a JSON object, got {type(raw).__name__}")
-    missing = sorted({"arrival", "shard", "sequence", "data"} - raw.keys())
-    if missing:
-        raise RecordingError(f"line {line}: missing {', '.join(missing)}")
-    arrival = raw["arrival"]
-    if isinstance(arrival, bool) or not isinstance(arrival, int | float):
-        raise RecordingError(f"line {line}: 'arrival' must be epoch seconds, got {arrival!r}")
-    if not math.isfinite(arrival):
-        raise RecordingError(f"line {line}: 'arrival' must be finite, got {arrival!r}")
-    sequence = raw["sequence"]
-    if isinstance(sequence, bool) or not isinstance(sequence, str | int):
-        raise RecordingError(f"line {line}: 'sequence' must be a string, got {sequence!r}")
-    if not str(sequence).isdigit():
-        raise RecordingError(f"line {line}: 'sequence' must be decimal digits, got {sequence!r}")
-    shard, partition_key = raw["shard"], raw.get("partition_key", "")
-    if not isinstance(shard, str) or not isinstance(partition_key, str):
-        raise RecordingError(f"line {line}: 'shard' and 'partition_key' must be strings")
-    if not isinstance(raw["data"], str):
-        raise RecordingError(f"line {line}: 'data' must be a base64 string")
-    try:
-        data = base64.b64decode(raw["data"], validate=True)
-    except (binascii.Error, ValueError) as error:
-        raise RecordingError(f"line {line}: 'data' is not valid base64 ({error})") from error
-    return RecordedRecord(line, float(arrival), shard, str(sequence), partition_key, data)
-
-
 @dataclass(slots=True)
 class Recording:
-    records: list[RecordedRecord]
+    records: list[RecordedLine]
     bad_lines: list[str] = field(default_factory=list)
 
 
@@ -114,7 +68,7 @@ def read_recording(path: Path, skip_bad: bool) -> Recording:
         if not line.strip():
             continue
         try:
-            recording.records.append(parse_line(line, number))
+            recording.records.append(RecordedLine.from_json(line, number))
         except RecordingError as error:
             if not skip_bad:
                 raise CliError(f"{path}: {error}; fix it or pass --skip-bad") from error
@@ -146,7 +100,7 @@ class ReplayConfig:
     batch_window_s: float = DEFAULT_BATCH_WINDOW_S
     namespace: str = "QueueMesh"
     algorithm: str = "aimd"
-    schedule_s: float | None = None
+    schedule_s: float | None = DEFAULT_SCHEDULE_S
 
 
 def load_config(path: Path) -> ReplayConfig:
@@ -185,7 +139,7 @@ def parse_config(raw: object) -> ReplayConfig:
     algorithm = table.get("algorithm", "aimd")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"'algorithm' must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-    schedule_s = table.get("schedule_s")
+    schedule_s = table.get("schedule_s", DEFAULT_SCHEDULE_S)
     if schedule_s is not None and (
         isinstance(schedule_s, bool)
         or not isinstance(schedule_s, int | float)
@@ -252,11 +206,11 @@ def _object(raw: object, what: str, allowed: set[str] | None) -> dict[str, Any]:
 class Batch:
     time: float
     shard: str
-    records: tuple[RecordedRecord, ...]
+    records: tuple[RecordedLine, ...]
 
 
 def kinesis_batches(
-    records: Iterable[RecordedRecord], batch_size: int, window_s: float
+    records: Iterable[RecordedLine], batch_size: int, window_s: float
 ) -> list[Batch]:
     """Group records into the batches a Kinesis ESM would deliver, in delivery order.
 
@@ -266,7 +220,7 @@ def kinesis_batches(
     delivered in time order (shard id breaks ties). A shard's next batch opens only after the
     previous one was delivered, as Lambda processes one batch per shard at a time.
     """
-    by_shard: dict[str, list[RecordedRecord]] = {}
+    by_shard: dict[str, list[RecordedLine]] = {}
     for record in records:
         by_shard.setdefault(record.shard, []).append(record)
     batches: list[Batch] = []
@@ -287,30 +241,6 @@ def kinesis_batches(
             index = end
     batches.sort(key=lambda batch: (batch.time, batch.shard, int(batch.records[0].sequence)))
     return batches
-
-
-def lambda_event(batch: Batch) -> dict[str, Any]:
-    """The Lambda Kinesis event for one batch."""
-    return {
-        "Records": [
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": record.partition_key,
-                    "sequenceNumber": record.sequence,
-                    "data": base64.b64encode(record.data).decode("ascii"),
-                    "approximateArrivalTimestamp": record.arrival,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": f"{record.shard}:{record.sequence}",
-                "eventName": "aws:kinesis:record",
-                "awsRegion": REPLAY_REGION,
-                "eventSourceARN": STREAM_ARN,
-            }
-            for record in batch.records
-        ]
-    }
 
 
 # --- replay ---------------------------------------------------------------------------------
@@ -408,7 +338,7 @@ class VirtualClock:
         return self.now
 
 
-def queues_in(records: Iterable[RecordedRecord], namespace: str) -> list[str]:
+def queues_in(records: Iterable[RecordedLine], namespace: str) -> list[str]:
     """Every queue some record of the recording carries telemetry for."""
     from controller.telemetry import DecodeResult, decode_record_data
 
@@ -451,7 +381,7 @@ def in_memory_adapters(
 
 
 def replay(
-    records: Sequence[RecordedRecord],
+    records: Sequence[RecordedLine],
     config: ReplayConfig,
     *,
     ledger: Any = None,
@@ -513,7 +443,8 @@ def replay(
             app.tick(math.inf)
             report.ticks += 1
         else:
-            outcome = app.process_kinesis(lambda_event(invocation.batch), math.inf)
+            event = kinesis_event(invocation.batch.records, STREAM_ARN)
+            outcome = app.process_kinesis(event, math.inf)
             report.samples += outcome.samples
             report.redelivered += outcome.redelivered
             report.skipped.update(outcome.skipped)
@@ -642,6 +573,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--skip-bad", action="store_true", help="skip broken lines (counted) instead of failing"
     )
     parser.add_argument(
+        "--algorithm",
+        choices=sorted(_algorithms()),
+        help="the controller's limit algorithm (default: the config's, else 'aimd', the "
+        "contract's rule; template.yaml deploys 'adaptive')",
+    )
+    parser.add_argument(
         "--table",
         default=os.environ.get("QUEUEMESH_TABLE"),
         help="ledger table with --endpoint-url (default: QUEUEMESH_TABLE)",
@@ -650,8 +587,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+def _algorithms() -> list[str]:
+    from controller.policy import ALGORITHMS
+
+    return list(ALGORITHMS)
+
+
 def run(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else ReplayConfig()
+    if args.algorithm is not None:
+        config = dataclasses.replace(config, algorithm=args.algorithm)
     recording = read_recording(args.file, args.skip_bad)
     ledger = actuator = None
     if args.endpoint_url:

@@ -22,16 +22,17 @@ from load.record import (
     ArrivalMerger,
     Progress,
     Recorder,
-    StreamRecord,
+    arrival_order,
 )
+from load.recording import RecordedLine
 from stack.cli import main
 from stack.errors import CliError
 
 CONTRACT_KEYS = {"arrival", "shard", "sequence", "partition_key", "data"}
 
 
-def _record(shard: str, sequence: int, arrival: float) -> StreamRecord:
-    return StreamRecord(arrival, shard, str(sequence), "key", f"{shard}/{sequence}".encode())
+def _record(shard: str, sequence: int, arrival: float) -> RecordedLine:
+    return RecordedLine(arrival, shard, str(sequence), "key", f"{shard}/{sequence}".encode())
 
 
 @st.composite
@@ -58,7 +59,7 @@ def test_merger_releases_every_record_once_in_arrival_order(
     pending = {shard: [_record(shard, i + 1, t) for i, t in enumerate(ts)] for shard, ts in feeds}
     for shard in pending:
         merger.open_shard(shard)
-    out: list[StreamRecord] = []
+    out: list[RecordedLine] = []
     # Shards deliver in chunks, interleaved at random, as polls return.
     while any(pending.values()):
         shard = rng.choice([name for name, left in pending.items() if left])
@@ -70,7 +71,7 @@ def test_merger_releases_every_record_once_in_arrival_order(
         out.extend(merger.release())
     out.extend(merger.drain())
     everything = [_record(shard, i + 1, t) for shard, ts in feeds for i, t in enumerate(ts)]
-    assert out == sorted(everything, key=StreamRecord.order_key)
+    assert out == sorted(everything, key=arrival_order)
 
 
 def test_merger_holds_records_until_every_open_shard_has_passed_them() -> None:

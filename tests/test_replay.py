@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import gzip
 import json
 import urllib.request
@@ -13,9 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.model import Mode, Sample
+from load.recording import RecordedLine, emf_line, log_group_of, subscription_payload
 from load.replay import (
     QueueSetup,
-    RecordedRecord,
     ReplayConfig,
     VirtualClock,
     in_memory_adapters,
@@ -25,41 +24,12 @@ from load.replay import (
     replay,
 )
 from stack.cli import main
-from tests.factories import emf_line
 
 GOLDEN = Path(__file__).parent / "golden"
 START = 1_800_000_000.0
 STORM = (40, 100)  # seconds from the start during which "orders" gets 40% 429s
 BILLING_STOPS = 110  # "billing" telemetry stops here (its worker went quiet)
 DURATION = 180
-
-
-def _payload(events: list[tuple[float, str]]) -> bytes:
-    """A CloudWatch Logs subscription record, gzip as Kinesis holds it."""
-    document = {
-        "messageType": "DATA_MESSAGE",
-        "owner": "123456789012",
-        "logGroup": "/aws/lambda/worker",
-        "logStream": "2026/11/29/[$LATEST]0",
-        "subscriptionFilters": ["queuemesh"],
-        "logEvents": [
-            {"id": str(index), "timestamp": int(at * 1000), "message": message}
-            for index, (at, message) in enumerate(events)
-        ],
-    }
-    return gzip.compress(json.dumps(document, separators=(",", ":")).encode(), mtime=0)
-
-
-def _line(arrival: float, shard: str, sequence: int, data: bytes) -> str:
-    return json.dumps(
-        {
-            "arrival": round(arrival, 3),
-            "shard": shard,
-            "sequence": str(sequence),
-            "partition_key": "worker",
-            "data": base64.b64encode(data).decode(),
-        }
-    )
 
 
 def build_storm_recording() -> str:
@@ -94,7 +64,8 @@ def build_storm_recording() -> str:
                 events.append((at, emf_line(sample)))
             arrival = events[-1][0] + 1.5
             events.insert(3, (START + second + 0.7, "START RequestId: 1 Version: $LATEST"))
-            records.append((arrival, shard, _payload(events)))
+            payload = subscription_payload(events, log_group_of(queue), f"{queue}/[$LATEST]0")
+            records.append((arrival, shard, payload))
     control = gzip.compress(b'{"messageType":"CONTROL_MESSAGE","logEvents":[]}', mtime=0)
     records.append((START + 5.0, "shardId-000000000000", control))
     records.sort(key=lambda record: record[0])
@@ -103,7 +74,8 @@ def build_storm_recording() -> str:
     lines = []
     for arrival, shard, data in records:
         sequences[shard] += 1
-        lines.append(_line(arrival, shard, sequences[shard], data) + "\n")
+        line = RecordedLine(round(arrival, 3), shard, str(sequences[shard]), "worker", data)
+        lines.append(line.to_json() + "\n")
     return "".join(lines)
 
 
@@ -173,8 +145,9 @@ def test_golden_decision_logs_match(case: str, capsys: pytest.CaptureFixture[str
     assert "replay matches" in captured.err
 
 
-def test_the_storm_has_a_golden_log() -> None:
-    assert "storm" in _golden_cases()
+def test_the_recorded_incidents_have_golden_logs_for_both_algorithms() -> None:
+    expected = {"storm", "storm.adaptive", "capacity-drop", "capacity-drop.adaptive"}
+    assert expected <= set(_golden_cases())
 
 
 def test_golden_storm_recording_is_the_documented_one(storm_file: Path) -> None:
@@ -346,14 +319,14 @@ def test_skip_bad_replays_the_rest_and_counts_what_was_skipped(
 
 
 @st.composite
-def recordings(draw: st.DrawFn) -> list[RecordedRecord]:
+def recordings(draw: st.DrawFn) -> list[RecordedLine]:
     records = []
     for shard_index in range(draw(st.integers(1, 3))):
         now = START
         for sequence in range(1, draw(st.integers(0, 25)) + 1):
             now += draw(st.sampled_from([0.0, 0.1, 0.5, 0.99, 1.0, 1.5, 7.0]))
             shard = f"shardId-{shard_index:012d}"
-            records.append(RecordedRecord(sequence, now, shard, str(sequence), "k", b"x"))
+            records.append(RecordedLine(now, shard, str(sequence), "k", b"%d" % sequence))
     return records
 
 
@@ -364,7 +337,7 @@ def recordings(draw: st.DrawFn) -> list[RecordedRecord]:
     window_s=st.sampled_from([0.0, 0.5, 1.0, 3.0]),
 )
 def test_batches_are_what_a_kinesis_mapping_would_deliver(
-    records: list[RecordedRecord], batch_size: int, window_s: float
+    records: list[RecordedLine], batch_size: int, window_s: float
 ) -> None:
     batches = kinesis_batches(records, batch_size, window_s)
     delivered = [record for batch in batches for record in batch.records]

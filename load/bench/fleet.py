@@ -282,54 +282,25 @@ def table_snapshots_by_index(enabled: bool = True) -> Iterator[None]:
 def storm_event(queues: Sequence[str], now: float, documents: int = 4) -> dict[str, Any]:
     """One Kinesis batch: per queue, one CloudWatch Logs record of ``documents`` EMF documents
     (ten calls each, four answered 429), the last second's telemetry."""
-    records = []
+    from controller.model import Sample
+    from load.recording import (
+        RecordedLine,
+        emf_line,
+        kinesis_event,
+        log_group_of,
+        subscription_payload,
+    )
+
+    lines = []
     for index, queue in enumerate(queues):
         events = []
-        for doc in range(documents):
-            at_ms = int((now - 1.0 + doc * 0.2) * 1000)
-            document = {
-                "_aws": {
-                    "Timestamp": at_ms,
-                    "CloudWatchMetrics": [
-                        {
-                            "Namespace": "QueueMesh",
-                            "Dimensions": [["QueueName"]],
-                            "Metrics": [
-                                {"Name": name, "Unit": "Count"}
-                                for name in ("Downstream2xx", "Downstream429")
-                            ]
-                            + [{"Name": "InvocationDurationMs", "Unit": "Milliseconds"}],
-                        }
-                    ],
-                },
-                "QueueName": queue,
-                "Downstream2xx": 6,
-                "Downstream429": 4,
-                "InvocationDurationMs": 150.0,
-            }
-            events.append({"id": str(doc), "timestamp": at_ms, "message": json.dumps(document)})
-        payload = {
-            "messageType": "DATA_MESSAGE",
-            "owner": "123456789012",
-            "logGroup": f"/aws/lambda/{queue}-worker",
-            "logStream": "2026/01/01/[$LATEST]0",
-            "subscriptionFilters": ["queuemesh"],
-            "logEvents": events,
-        }
-        data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode())
-        sequence = str(index + 1)
-        records.append(
-            {
-                "eventSource": "aws:kinesis",
-                "eventID": f"shardId-000000000000:{sequence}",
-                "kinesis": {
-                    "sequenceNumber": sequence,
-                    "partitionKey": queue,
-                    "data": base64.b64encode(data).decode(),
-                },
-            }
-        )
-    return {"Records": records}
+        for document in range(documents):
+            at = now - 1.0 + document * 0.2
+            sample = Sample(queue, at, requests=10, ok=6, throttled=4, invocation_ms=150.0)
+            events.append((at, emf_line(sample)))
+        data = subscription_payload(events, log_group_of(queue), f"{queue}/[$LATEST]0")
+        lines.append(RecordedLine(now, "shardId-000000000000", str(index + 1), queue, data))
+    return kinesis_event(lines)
 
 
 class Stopwatch:
