@@ -446,7 +446,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--esm", required=True, help="UUID of the queue's event source mapping")
     for flag, kind in zip(POLICY_FLAGS, (float, float, float, int, int, int), strict=True):
         parser.add_argument(f"--{flag}", type=kind, help=f"policy override {flag.upper()}")
-    parser.add_argument("--mode", choices=sorted(MODE_NAMES), default="active")
+    parser.add_argument("--mode", default="active", help="active (default) or dry-run")
 
     parser = command("status", "every managed queue: state, concurrency, pressure", _status)
     parser.add_argument("--json", action="store_true", help="print JSON")
@@ -465,7 +465,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     parser = command("mode", "let the controller act (active) or only decide (dry-run)", _mode)
     parser.add_argument("queue")
-    parser.add_argument("mode", choices=sorted(MODE_NAMES))
+    parser.add_argument("mode", help="active or dry-run")
+
+
+def _mode_named(name: str) -> Mode:
+    # Checked here rather than by argparse, so a bad value is a CliError (status 2, one line)
+    # however the CLI is invoked.
+    try:
+        return MODE_NAMES[name.lower()]
+    except KeyError:
+        raise CliError(
+            f"mode must be one of {', '.join(sorted(MODE_NAMES))}, got {name!r} "
+            "(to hold a value, use `queuemesh pin`)"
+        ) from None
 
 
 def _concurrency(raw: str) -> int:
@@ -511,8 +523,9 @@ def _register(args: argparse.Namespace) -> int:
     overrides = {
         flag: float(value) for flag in POLICY_FLAGS if (value := getattr(args, flag)) is not None
     }
+    mode = _mode_named(args.mode)
     with fleet(args) as ops:
-        config, view = ops.register(args.queue, args.esm, overrides, MODE_NAMES[args.mode])
+        config, view = ops.register(args.queue, args.esm, overrides, mode)
     print(
         f"registered {config.queue}: mapping {config.esm_uuid} ({view.state}, "
         f"MaximumConcurrency {_value(view)}), mode {config.mode.value}"
@@ -567,7 +580,8 @@ def _unpin(args: argparse.Namespace) -> int:
 
 
 def _mode(args: argparse.Namespace) -> int:
+    mode = _mode_named(args.mode)
     with fleet(args) as ops:
-        before, after = ops.set_mode(args.queue, MODE_NAMES[args.mode])
+        before, after = ops.set_mode(args.queue, mode)
     print(f"{args.queue}: mode {before.value} -> {after.value}")
     return 0

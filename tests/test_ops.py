@@ -108,6 +108,12 @@ def test_register_refuses_a_missing_mapping(cli: Cli) -> None:
     assert "not found" in err
 
 
+def test_register_refuses_an_unknown_mode(cli: Cli, fleet: LocalFleet) -> None:
+    err = cli.one_line_error("register", "orders", "--esm", fleet.mappings["orders"], "--mode", "x")
+    assert "mode must be one of" in err
+    assert _ledger(fleet).get_configs(["orders"]) == {}
+
+
 def test_register_refuses_a_policy_that_does_not_hold(cli: Cli, fleet: LocalFleet) -> None:
     err = cli.one_line_error(
         "register", "orders", "--esm", fleet.mappings["orders"], "--cmin", "500"
@@ -186,7 +192,7 @@ def test_mode_switches_between_active_and_dry_run(cli: Cli, fleet: LocalFleet) -
     actions = [entry.action for entry in _ledger(fleet).audit_trail("orders")]
     assert actions == ["REGISTER", "MODE", "MODE"]
     err = cli.one_line_error("mode", "orders", "pinned")
-    assert "invalid choice" in err
+    assert "mode must be one of active, dry-run" in err and "queuemesh pin" in err
 
 
 def test_audit_lists_entries_since_a_time(cli: Cli, fleet: LocalFleet) -> None:
