@@ -3,8 +3,9 @@
 Every shard is read with its own iterator; records are written in arrival order across shards
 (see ``ArrivalMerger``). Polling stays within Kinesis' limits and leaves room for the
 controller's own event source mapping on the same stream: each shard is read at most once per
-second when caught up, five times per second while catching up (the per-shard limit), and
-``ProvisionedThroughputExceededException`` backs the shard off exponentially.
+second when caught up, five times per second while catching up (the per-shard limit), a large
+read waits out the shard's 2 MB/s, and ``ProvisionedThroughputExceededException`` backs the
+shard off exponentially.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ THROTTLE_BACKOFF_BASE_S = 0.5
 THROTTLE_BACKOFF_CAP_S = 16.0
 MAX_CONSECUTIVE_THROTTLES = 10
 GET_RECORDS_LIMIT = 10_000
+SHARD_READ_BYTES_PER_S = 2 * 1024 * 1024
 # A record another shard delivers may carry an arrival time a little before "now" on this
 # machine's clock (clock skew, Kinesis' own approximation): a caught-up shard promises only
 # records that arrive after now minus this margin.
@@ -298,6 +300,9 @@ class Recorder:
             cursor.closed = True
             self._merger.close_shard(cursor.shard)
         pause = CATCH_UP_POLL_S if records and behind > 0 else IDLE_POLL_S
+        # A shard serves 2 MB/s to all its readers: a large read is paid for before the next.
+        read_bytes = sum(len(record.data) for record in records)
+        pause = max(pause, read_bytes / SHARD_READ_BYTES_PER_S)
         cursor.next_poll = self._clock() + pause
 
     def _poll_failed(self, cursor: ShardCursor, error: Exception) -> None:

@@ -169,6 +169,23 @@ def test_throttled_reads_back_off_and_recover_without_losing_records() -> None:
     assert min(gaps) >= 0.2
 
 
+def test_a_large_read_waits_out_the_shards_read_rate() -> None:
+    clock = FakeClock()
+
+    class BulkyKinesis(FakeKinesis):
+        def get_records(self, **params: Any) -> dict[str, Any]:
+            response = super().get_records(**params)
+            for record in response["Records"]:
+                record["Data"] = b"x" * (1024 * 1024)  # 1 MiB each
+            return response
+
+    kinesis = BulkyKinesis(clock, [[1, 2, 3, 4], [5]])
+    timing: dict[str, Any] = {"clock": clock, "wall_clock": clock, "sleep": clock.sleep}
+    Recorder(kinesis, "s", io.StringIO(), duration_s=10, **timing).run()
+    # 4 MiB read: the next read of that shard comes no sooner than 2 s later.
+    assert kinesis.calls[1] - kinesis.calls[0] >= 2.0
+
+
 def test_a_shard_throttled_without_end_stops_with_one_error_and_keeps_the_file() -> None:
     clock = FakeClock()
     script: list[Any] = [[1]] + [_throttled() for _ in range(MAX_CONSECUTIVE_THROTTLES + 1)]
