@@ -107,6 +107,7 @@ class QueueState:
     probe_step: int = 0
     probe_streak: int = 0
     plateau: int = 0
+    cut_at: float = 0.0
     probe_started_at: float = 0.0
     probe_until: float = 0.0
     probe_ended_at: float = 0.0

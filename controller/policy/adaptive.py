@@ -56,6 +56,8 @@ class AdaptiveLimit:
     probe_tolerance: float = 0.005
     probe_backoff_s: tuple[float, float] = (10.0, 40.0)
     probe_jitter: float = 0.2
+    # Time after a cut over which growth back to the plateau goes from one step to all of it.
+    plateau_ramp_s: float = 120.0
     pause_s: tuple[float, float] = (15.0, 120.0)
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6
@@ -277,10 +279,15 @@ class AdaptiveLimit:
                 target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
             memory: dict[str, Any] = {}
             if state.plateau > current:
-                # Capacity has come back past the ceiling the last cut left: double back
-                # towards the level that was good before that cut. The level above it broke
+                # Capacity has come back past the ceiling the last cut left: grow back
+                # towards the level that was good before that cut, the more boldly the longer
+                # ago the cut was (a probe that passes soon after it more likely shows a cut
+                # that went too deep), at most doubling. The level above the plateau broke
                 # then: probe it only after the longest backoff.
-                target = min(state.plateau, 2 * current)
+                since_cut = max(0.0, now - state.cut_at)
+                boldness = min(1.0, since_cut / self.plateau_ramp_s)
+                step = max(1, math.ceil((state.plateau - current) * boldness))
+                target = min(state.plateau, 2 * current, current + step)
                 if target == state.plateau:
                     longest = self.probe_backoff_s[1]
                     memory = {
@@ -375,6 +382,7 @@ class AdaptiveLimit:
             consecutive_breaches=breaches,
             ceiling=target + 1,
             plateau=self._plateau_after_cut(state, target),
+            cut_at=now,
             probe_streak=0,
             next_probe_at=now + self._spread(state, now, backoff),
             probe_backoff_s=backoff,
