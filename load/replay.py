@@ -52,27 +52,38 @@ BATCHING_KEYS = {"batch_size", "window_s"}
 class Recording:
     records: list[RecordedLine]
     bad_lines: list[str] = field(default_factory=list)
+    duplicates: int = 0
 
 
 def read_recording(path: Path, skip_bad: bool) -> Recording:
     """The records of a recording, in arrival order (stable: file order breaks ties).
 
     A broken line is an error naming it, unless ``skip_bad``: then it is left out and listed.
+    A record seen before (same shard and sequence number) is left out and counted: Kinesis
+    delivers a record once per batch, so a repeated line is a defect of the file.
     """
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
         raise CliError(f"cannot read recording {path}: {error}") from error
     recording = Recording(records=[])
+    seen: set[tuple[str, int]] = set()
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            recording.records.append(RecordedLine.from_json(line, number))
+            record = RecordedLine.from_json(line, number)
         except RecordingError as error:
             if not skip_bad:
                 raise CliError(f"{path}: {error}; fix it or pass --skip-bad") from error
             recording.bad_lines.append(str(error))
+            continue
+        position = (record.shard, int(record.sequence))
+        if position in seen:
+            recording.duplicates += 1
+            continue
+        seen.add(position)
+        recording.records.append(record)
     recording.records.sort(key=lambda record: record.arrival)
     return recording
 
@@ -214,7 +225,8 @@ def kinesis_batches(
 ) -> list[Batch]:
     """Group records into the batches a Kinesis ESM would deliver, in delivery order.
 
-    Per shard: a batch opens with the first record not yet delivered and closes when it holds
+    Per shard, in sequence order: a batch opens with the first record not yet delivered and
+    closes when it holds
     ``batch_size`` records (delivered at that record's arrival) or when ``window_s`` has passed
     since it opened (delivered then). Shards are independent; batches of different shards are
     delivered in time order (shard id breaks ties). A shard's next batch opens only after the
@@ -225,7 +237,8 @@ def kinesis_batches(
         by_shard.setdefault(record.shard, []).append(record)
     batches: list[Batch] = []
     for shard, shard_records in by_shard.items():
-        ordered = sorted(shard_records, key=lambda r: (r.arrival, int(r.sequence)))
+        # A shard delivers in sequence order, whatever the approximate arrival stamps say.
+        ordered = sorted(shard_records, key=lambda r: int(r.sequence))
         index = 0
         while index < len(ordered):
             opened = ordered[index].arrival
@@ -646,15 +659,14 @@ def _summary(report: ReplayReport, recording: Recording, shown: Sequence[Replaye
     ]
     if recording.bad_lines:
         parts.append(f"{len(recording.bad_lines)} broken line(s) skipped")
+    if recording.duplicates:
+        parts.append(f"{recording.duplicates} duplicate record(s) left out")
     skipped = sum(report.skipped.values())
     if skipped:
         reasons = ", ".join(f"{name} {count}" for name, count in sorted(report.skipped.items()))
         parts.append(f"{skipped} telemetry item(s) skipped ({reasons})")
     if report.redelivered:
-        parts.append(
-            f"{report.redelivered} records ignored as already seen (a shard's sequence numbers "
-            "went back: is the recording in arrival order?)"
-        )
+        parts.append(f"{report.redelivered} records ignored by the controller as redeliveries")
     unregistered = report.counters.get("samples_unregistered", 0)
     if unregistered:
         parts.append(f"{unregistered} samples of unregistered queues ignored")

@@ -315,6 +315,19 @@ def test_skip_bad_replays_the_rest_and_counts_what_was_skipped(
     assert "2 broken line(s) skipped" in captured.err
 
 
+def test_a_duplicated_record_is_left_out_and_counted(
+    storm_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    original = _replay_json(storm_file, capsys)
+    lines = storm_file.read_text().splitlines()
+    doubled = tmp_path / "doubled.jsonl"
+    doubled.write_text("\n".join([*lines[:50], lines[40], *lines[50:]]) + "\n")
+    assert main(["replay", str(doubled), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == original
+    assert "1 duplicate record(s) left out" in captured.err
+
+
 # --- batching -------------------------------------------------------------------------------
 
 
