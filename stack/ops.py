@@ -164,7 +164,7 @@ class FleetOps:
         self, queue: str, esm_uuid: str, overrides: Mapping[str, float], mode: Mode
     ) -> tuple[QueueConfig, MappingView]:
         try:
-            PolicyParams.from_env().with_overrides(overrides)
+            params = PolicyParams.from_env().with_overrides(overrides)
         except SettingsError as error:
             raise CliError(f"bad policy for {queue}: {error}") from error
         view = self._read(esm_uuid)
@@ -175,6 +175,7 @@ class FleetOps:
             )
         config = QueueConfig(queue=queue, esm_uuid=esm_uuid, mode=mode, overrides=dict(overrides))
         self.ledger.put_config(config)
+        view, capped = self._ensure_cap(config, view, params.cmax)
         summary = ", ".join(f"{name}={value:g}" for name, value in sorted(overrides.items()))
         self._record(
             config,
@@ -183,7 +184,7 @@ class FleetOps:
             reason=(
                 f"Registered by operator: mapping {esm_uuid}, mode {mode.value}"
                 + (f", overrides {summary}" if summary else "")
-                + f"; MaximumConcurrency is {_value(view)}."
+                + f"; MaximumConcurrency {capped or 'is'} {_value(view)}."
             ),
             concurrency=view.max_concurrency,
         )
@@ -231,6 +232,9 @@ class FleetOps:
         )
         self.ledger.put_config(after)
         view = self._read(before.esm_uuid)
+        if mode is Mode.ACTIVE:
+            cmax = PolicyParams.from_env().with_overrides(before.overrides).cmax
+            view, _ = self._ensure_cap(after, view, cmax)
         verb = "Unpinned" if before.mode is Mode.PINNED else "Mode set"
         self._record(
             after,
@@ -245,6 +249,23 @@ class FleetOps:
             concurrency=view.max_concurrency,
         )
         return before.mode, mode
+
+    def _ensure_cap(
+        self, config: QueueConfig, view: MappingView, cmax: int
+    ) -> tuple[MappingView, str]:
+        """An active queue's mapping must have a MaximumConcurrency: with none set, Lambda's
+        own scaler is the only limit and the controller has no value to move from (its drift
+        check would find "unset" forever). Such a mapping is set to the queue's Cmax."""
+        if config.mode is not Mode.ACTIVE or view.max_concurrency is not None:
+            return view, ""
+        try:
+            after = self.actuator.apply(config.esm_uuid, cmax, view.enabled, self._deadline())
+        except ActuationError as error:
+            raise CliError(
+                f"mapping {config.esm_uuid} has no MaximumConcurrency and setting it to {cmax} "
+                f"failed: {error}"
+            ) from error
+        return after, "was unset; set to"
 
     def _record(
         self,

@@ -15,7 +15,7 @@ from controller.engine import Controller
 from controller.ledger import DynamoLedger
 from controller.model import Mode
 from controller.settings import PolicyParams
-from load.bench.fleet import LocalFleet, build_fleet, client, moto_server
+from load.bench.fleet import FUNCTION, LocalFleet, build_fleet, client, moto_server
 from stack.cli import main
 from stack.ops import parse_since
 from tests.factories import sample
@@ -95,6 +95,26 @@ def test_register_checks_the_mapping_and_writes_config_state_and_audit(
     assert ledger.get_states(["orders"])["orders"].concurrency == 100
     [entry] = ledger.audit_trail("orders")
     assert entry.action == "REGISTER" and entry.event_type.value == "OPERATOR"
+
+
+def test_register_gives_an_uncapped_mapping_its_cmax(cli: Cli, fleet: LocalFleet) -> None:
+    lambda_api = client(fleet.endpoint, "lambda")
+    sqs = client(fleet.endpoint, "sqs")
+    url = sqs.create_queue(QueueName="uncapped")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    uuid = lambda_api.create_event_source_mapping(EventSourceArn=arn, FunctionName=FUNCTION)["UUID"]
+    assert "MaximumConcurrency" not in (
+        lambda_api.get_event_source_mapping(UUID=uuid).get("ScalingConfig") or {}
+    )
+    out = cli.ok("register", "uncapped", "--esm", uuid, "--cmax", "40")
+    assert "MaximumConcurrency 40" in out
+    mapping = lambda_api.get_event_source_mapping(UUID=uuid)
+    assert mapping["ScalingConfig"]["MaximumConcurrency"] == 40
+    [entry] = _ledger(fleet).audit_trail("uncapped")
+    assert "was unset; set to 40" in entry.reason
+    assert _ledger(fleet).get_states(["uncapped"])["uncapped"].concurrency == 40
 
 
 def test_register_refuses_a_mapping_of_another_queue(cli: Cli, fleet: LocalFleet) -> None:
