@@ -11,6 +11,7 @@ and the ledger. See docs/demo.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
@@ -68,6 +69,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--template", metavar="FILE", help="SAM template to deploy (default: template.yaml)"
     )
+    parser.add_argument(
+        "--record",
+        metavar="JSONL",
+        help="also write the telemetry stream as a recording (for queuemesh replay)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -93,8 +99,14 @@ def run(args: argparse.Namespace) -> int:
     out: TextIO = sys.stderr if args.json else sys.stdout
     live = not args.headless and not args.json and out.isatty()
     template = Path(args.template) if args.template else None
+    record = Path(args.record) if args.record else None
     result = run_demo(
-        scenario, duration, args.grace, view=LiveView(out, live=live), template=template
+        scenario,
+        duration,
+        args.grace,
+        view=LiveView(out, live=live),
+        template=template,
+        record=record,
     )
     if plot is not None:
         result["plot"] = str(write_plot(result, plot))
@@ -179,13 +191,14 @@ def run_demo(
     *,
     view: LiveView,
     template: Path | None = None,
+    record: Path | None = None,
 ) -> dict[str, Any]:
     """Deploy, run and tear down; every server, thread and process stops before it returns
     (also on Ctrl-C)."""
     from controller.ledger import DynamoLedger
     from load.downstream import Downstream, DownstreamSpec
     from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
-    from stack.runtime import LocalRuntime
+    from stack.runtime import LocalRuntime, recording_line
 
     spec = scenario.queues[0]
     downstream_spec = scenario.downstreams[0]
@@ -209,7 +222,16 @@ def run_demo(
     producer: Producer | None = None
     errors: list[str] = []
     wall_started = time.monotonic()
+    recording = contextlib.ExitStack()
     try:
+        on_record = None
+        if record is not None:
+            record.parent.mkdir(parents=True, exist_ok=True)
+            sink = recording.enter_context(record.open("w", encoding="utf-8"))
+
+            def on_record(shard: str, raw: dict[str, Any]) -> None:
+                sink.write(recording_line(shard, raw) + "\n")
+
         downstream.start()
         aws.start()
         view.note(f"embedded AWS on {aws.endpoint}; downstream API on {downstream.url}")
@@ -231,7 +253,7 @@ def run_demo(
         view.note(f"stack {deployment.stack_name} deployed; {producer.sent} messages in the queue")
         ledger = DynamoLedger(deployment.table_name, client=aws.client("dynamodb"))
         origin = time.monotonic()
-        runtime = LocalRuntime(aws, deployment, on_error=errors.append).start()
+        runtime = LocalRuntime(aws, deployment, on_error=errors.append, on_record=on_record).start()
         producer.start(clock)
         poller = runtime.queues[binding.name]
         timeline = Timeline()
@@ -259,7 +281,7 @@ def run_demo(
             view.show(
                 now,
                 scenario.name,
-                binding.name,
+                f"{spec.name} ({binding.name})",
                 mapping,
                 counters,
                 depth,
@@ -301,6 +323,7 @@ def run_demo(
             runtime.stop()
         aws.stop()
         downstream.stop()
+        recording.close()
 
 
 def _tune_pipeline(aws: Any, deployment: Any, spec: Any) -> None:

@@ -50,9 +50,22 @@ def test_demo_storm_and_cure_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     scenario = tmp_path / "demo-test.json"
     scenario.write_text(json.dumps(SHORT_SCENARIO))
     plot = tmp_path / "demo.png"
+    recording = tmp_path / "telemetry.jsonl"
     threads_before = set(threading.enumerate())
 
-    code = main(["demo", "--headless", "--json", "--scenario", str(scenario), "--plot", str(plot)])
+    code = main(
+        [
+            "demo",
+            "--headless",
+            "--json",
+            "--scenario",
+            str(scenario),
+            "--plot",
+            str(plot),
+            "--record",
+            str(recording),
+        ]
+    )
 
     assert code == 0
     result = json.loads(capsys.readouterr().out)
@@ -74,6 +87,12 @@ def test_demo_storm_and_cure_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert score["messages_done"] + score["dlq_messages"] == score["messages_total"]
     assert score["drain_s"] is not None
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = [json.loads(line) for line in recording.read_text().splitlines()]
+    assert lines and all(
+        set(line) == {"arrival", "shard", "sequence", "partition_key", "data"} for line in lines
+    )
+    sequences = [int(line["sequence"]) for line in lines]
+    assert sequences == sorted(sequences)
     # Nothing is left behind: no thread, no container process, no listening port.
     deadline = time.monotonic() + 10
     while True:
