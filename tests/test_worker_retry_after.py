@@ -157,11 +157,6 @@ def test_postponement_asks_sqs_for_the_delay_plus_jitter_in_batches_of_ten() -> 
     postponements = [Postponement(arn, f"handle-{index}", 40.0) for index in range(12)]
     expected_rng = random.Random(9)
     timeouts = [visibility.visibility_timeout(40.0, expected_rng) for _ in range(12)]
-    stub.add_response(
-        "get_queue_url",
-        {"QueueUrl": url},
-        {"QueueName": "orders", "QueueOwnerAWSAccountId": "111122223333"},
-    )
     for start, stop in ((0, 10), (10, 12)):
         entries = [
             {"Id": str(index - start), "ReceiptHandle": f"handle-{index}", "VisibilityTimeout": t}
@@ -188,8 +183,16 @@ def test_postponement_asks_sqs_for_the_delay_plus_jitter_in_batches_of_ten() -> 
 def test_sqs_failures_are_swallowed_and_logged_once(caplog: pytest.LogCaptureFixture) -> None:
     client, stub = _stubbed()
     arn = f"arn:aws:sqs:{REGION}:111122223333:orders"
-    stub.add_client_error("get_queue_url", "AWS.SimpleQueueService.NonExistentQueue")
-    stub.add_client_error("get_queue_url", "AWS.SimpleQueueService.NonExistentQueue")
+    stub.add_client_error(
+        "change_message_visibility_batch", "AWS.SimpleQueueService.NonExistentQueue"
+    )
+    stub.add_response(
+        "change_message_visibility_batch",
+        {
+            "Successful": [],
+            "Failed": [{"Id": "0", "SenderFault": True, "Code": "ReceiptHandleIsInvalid"}],
+        },
+    )
     extender = VisibilityExtender(client_factory=lambda region: client)
 
     with stub, caplog.at_level("WARNING", logger="queuemesh"):

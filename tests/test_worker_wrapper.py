@@ -353,3 +353,29 @@ def test_powertools_readers_see_the_same_records_and_attribution_follows_them(
     samples = by_queue(decoded(capsys.readouterr().out))
     assert (samples["orders"].requests, samples["refunds"].requests) == (3, 2)
     assert samples["refunds"].throttled == 1
+
+
+@pytest.mark.parametrize(
+    ("arn", "queue"),
+    [
+        ("arn:aws:sqs:us-east-1:123456789012:orders", "orders"),
+        ("arn:aws-cn:sqs:cn-north-1:123456789012:orders.fifo", "orders.fifo"),
+        ("arn:aws:kinesis:us-east-1:123456789012:stream/telemetry", None),
+        ("arn:aws:sqs:us-east-1:123456789012:", None),
+        ("orders", None),
+        (None, None),
+    ],
+)
+def test_the_queue_is_the_last_segment_of_an_sqs_arn(arn: object, queue: str | None) -> None:
+    assert instrument.queue_from_arn(arn) == queue
+
+
+def test_records_from_other_event_sources_are_not_queues(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    event = load_event("sqs_mixed_answers.json")
+    for record in event["Records"]:
+        record["eventSource"] = "aws:kinesis"
+        record["eventSourceARN"] = "arn:aws:kinesis:us-east-1:123456789012:stream/telemetry"
+    assert wrapper.invoke(lambda event, context: "ok", event, None) == "ok"
+    assert capsys.readouterr().out == ""

@@ -100,10 +100,13 @@ def record_ref(record: object) -> RecordRef | None:
 
 
 def queue_from_arn(arn: object) -> str | None:
-    if not isinstance(arn, str) or not arn.startswith("arn:"):
+    """The queue name of an SQS ARN (``arn:<partition>:sqs:<region>:<account>:<name>``)."""
+    if not isinstance(arn, str):
         return None
-    name = arn.rsplit(":", 1)[-1]
-    return name or None
+    parts = arn.split(":", 5)
+    if len(parts) != 6 or parts[0] != "arn" or parts[2] != "sqs":
+        return None  # another event source (Kinesis, DynamoDB streams, ...): not a queue
+    return parts[5] or None
 
 
 _current_record: ContextVar[RecordRef | None] = ContextVar("queuemesh_record", default=None)

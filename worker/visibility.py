@@ -61,7 +61,6 @@ class VisibilityExtender:
         self._client_factory = client_factory
         self._rng = rng or random.Random()
         self._clients: dict[str, Any] = {}
-        self._queue_urls: dict[str, str] = {}
         self.failures = 0
 
     def extend(self, postponements: Iterable[Postponement]) -> None:
@@ -79,12 +78,9 @@ class VisibilityExtender:
         client = self._clients.get(region)
         if client is None:
             client = self._clients[region] = self._client_factory(region)
-        queue_url = self._queue_urls.get(queue_arn)
-        if queue_url is None:
-            queue_url = client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)[
-                "QueueUrl"
-            ]
-            self._queue_urls[queue_arn] = queue_url
+        # The queue's URL on the client's own endpoint: right in every partition and against a
+        # local endpoint, and no GetQueueUrl call (nor permission) is needed.
+        queue_url = f"{client.meta.endpoint_url.rstrip('/')}/{account}/{name}"
         for start in range(0, len(postponements), BATCH_LIMIT):
             chunk = postponements[start : start + BATCH_LIMIT]
             response = client.change_message_visibility_batch(
