@@ -209,3 +209,47 @@ def test_visibility_is_at_least_the_delay_and_at_most_twelve_hours(delay: float,
     timeout = visibility.visibility_timeout(delay, random.Random(seed))
     assert timeout == visibility.MAX_VISIBILITY_TIMEOUT_S or delay <= timeout <= delay * 1.1 + 2
     assert 0 <= timeout <= 43_200
+
+
+@pytest.mark.usefixtures("example_worker")
+def test_unattributable_throttling_postpones_every_failed_message_of_the_queue(
+    sqs: Any,
+    downstream: str,  # noqa: F811
+) -> None:
+    import threading
+
+    import urllib3
+
+    queue_url = sqs.create_queue(QueueName="orders")["QueueUrl"]
+    bodies = [
+        json.dumps({"status": 429, "retry_after": 90}),
+        json.dumps({"status": 503}),
+        json.dumps({"status": 200}),
+    ]
+    event = _event_from_queue(sqs, queue_url, bodies)
+    pool = urllib3.PoolManager(retries=False, maxsize=3)
+
+    def application(event: Any, context: Any) -> Any:
+        records = list(event["Records"])
+        statuses: dict[str, int] = {}
+
+        def call(record: dict[str, Any]) -> None:
+            answer = pool.request("POST", downstream, body=record["body"])
+            statuses[record["messageId"]] = answer.status
+
+        threads = [threading.Thread(target=call, args=(record,)) for record in records]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return {
+            "batchItemFailures": [
+                {"itemIdentifier": message_id}
+                for message_id, status in statuses.items()
+                if status != 200
+            ]
+        }
+
+    wrapper.invoke(application, event, None)
+
+    assert _visible_ids(sqs, queue_url) == _ids_answered(event, 200)

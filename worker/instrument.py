@@ -169,7 +169,6 @@ class Invocation:
     """
 
     def __init__(self, queues: list[str], environ: Mapping[str, str] | None = None) -> None:
-        self.queues = queues
         self.default_queue = queues[0] if queues else None
         self.tallies: dict[str, Tally] = {queue: Tally() for queue in queues}
         self.retry_after_by_message: dict[str, float] = {}
