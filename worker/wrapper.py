@@ -145,9 +145,9 @@ def _postponements(scope: _InvocationScope, failed_ids: list[str]) -> list[Postp
 
 def _finish(scope: _InvocationScope, response: Any, *, raised: bool) -> None:
     """Emit the invocation's documents and postpone messages; never raises."""
+    invocation_ms = (perf_counter() - scope.started) * 1000.0
+    instrument.end()  # before the SQS calls below, and whatever happens next
     try:
-        invocation_ms = (perf_counter() - scope.started) * 1000.0
-        instrument.end()
         namespace = emf.namespace_from_env()
         notes = (
             {"QueueMeshInstrumentationErrors": instrument.failures.count}
@@ -161,8 +161,6 @@ def _finish(scope: _InvocationScope, response: Any, *, raised: bool) -> None:
             _extender.extend(_postponements(scope, failed_ids))
     except Exception as error:
         instrument.failures.swallow(error)
-    finally:
-        instrument.end()
 
 
 def invoke(app_handler: Handler, event: Any, context: Any) -> Any:
