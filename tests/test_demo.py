@@ -18,14 +18,14 @@ SHORT_SCENARIO = {
     "seed": 1,
     "telemetry_delay_s": [1, 2],
     "downstreams": [
-        {"name": "payments", "capacity_rps": [[0, 100], [10, 25], [30, 100]], "latency_ms": 200}
+        {"name": "payments", "capacity_rps": [[0, 100], [8, 25], [24, 100]], "latency_ms": 200}
     ],
     "queues": [
         {
             "name": "orders",
             "downstream": "payments",
             "backlog": 600,
-            "arrivals_rps": [[0, 30], [42, 0]],
+            "arrivals_rps": [[0, 30], [45, 0]],
             "batch_size": 10,
             "visibility_timeout_s": 10,
             "max_receive_count": 5,
@@ -73,16 +73,16 @@ def test_demo_storm_and_cure_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     transitions = result["transitions"]
     cuts = [t for t in transitions if t["target"] < t["previous"]]
     raises = [t for t in transitions if t["target"] > t["previous"]]
-    # Concurrency falls after the drop (t=10) and rises after the return (t=30).
-    assert any(10 <= cut["t"] < 30 for cut in cuts), transitions
-    assert any(rise["t"] >= 30 for rise in raises), transitions
+    # Concurrency falls after the drop (t=8) and rises after the return (t=24).
+    assert any(8 <= cut["t"] < 24 for cut in cuts), transitions
+    assert any(rise["t"] >= 24 for rise in raises), transitions
     assert score["esm_updates"] == len(cuts) + len(raises) >= 2
     assert result["ledger"]["orders"]["version"] == len(transitions)
     assert result["ledger"]["orders"]["concurrency"] == transitions[-1]["target"]
     assert score["detection_latency_s"] is not None and score["detection_latency_s"] >= 0
     # The storm happened (the downstream rejected calls) and every message is accounted for.
     assert 0 < score["calls_rejected"] < score["calls_total"]
-    assert score["messages_total"] == 600 + 30 * 42
+    assert score["messages_total"] == 600 + 30 * 45
     assert score["messages_pending"] == 0
     assert score["messages_done"] + score["dlq_messages"] == score["messages_total"]
     assert score["drain_s"] is not None
