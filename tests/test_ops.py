@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from controller.engine import Controller
 from controller.ledger import DynamoLedger
 from controller.model import Mode
 from controller.settings import PolicyParams
-from load.bench.fleet import FUNCTION, LocalFleet, build_fleet, client, moto_server
+from load.bench.fleet import LocalFleet, build_fleet, client, moto_server
 from stack.cli import main
 from stack.ops import parse_since
 from tests.factories import sample
@@ -31,7 +32,8 @@ def endpoint() -> Iterator[str]:
 def fleet(endpoint: str) -> Iterator[LocalFleet]:
     """Queues orders and billing with mappings at 100, nothing registered yet."""
     try:
-        yield build_fleet(endpoint, ["orders", "billing"], register=False)
+        suffix = f"-{uuid.uuid4().hex[:8]}"
+        yield build_fleet(endpoint, ["orders", "billing"], register=False, suffix=suffix)
     finally:
         # moto's backends are process-wide: leave nothing behind for the next test.
         request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
@@ -104,13 +106,14 @@ def test_register_gives_an_uncapped_mapping_its_cmax(cli: Cli, fleet: LocalFleet
     arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
         "QueueArn"
     ]
-    uuid = lambda_api.create_event_source_mapping(EventSourceArn=arn, FunctionName=FUNCTION)["UUID"]
-    assert "MaximumConcurrency" not in (
-        lambda_api.get_event_source_mapping(UUID=uuid).get("ScalingConfig") or {}
+    created = lambda_api.create_event_source_mapping(
+        EventSourceArn=arn, FunctionName=fleet.function
     )
-    out = cli.ok("register", "uncapped", "--esm", uuid, "--cmax", "40")
+    esm = created["UUID"]
+    assert "MaximumConcurrency" not in (created.get("ScalingConfig") or {})
+    out = cli.ok("register", "uncapped", "--esm", esm, "--cmax", "40")
     assert "MaximumConcurrency 40" in out
-    mapping = lambda_api.get_event_source_mapping(UUID=uuid)
+    mapping = lambda_api.get_event_source_mapping(UUID=esm)
     assert mapping["ScalingConfig"]["MaximumConcurrency"] == 40
     [entry] = _ledger(fleet).audit_trail("uncapped")
     assert "was unset; set to 40" in entry.reason

@@ -6,6 +6,7 @@ import base64
 import io
 import json
 import random
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -264,15 +265,15 @@ def test_progress_reports_records_bytes_and_shards() -> None:
 
 @pytest.fixture
 def moto_url() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
+    from load.bench.fleet import moto_server
 
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
+    with moto_server() as url:
+        try:
+            yield url
+        finally:
+            # moto's backends are process-wide: leave no stream behind for other tests.
+            reset = urllib.request.Request(f"{url}/moto-api/reset", method="POST")
+            urllib.request.urlopen(reset, timeout=10).close()
 
 
 def _kinesis(url: str) -> Any:

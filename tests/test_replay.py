@@ -377,7 +377,7 @@ def test_replay_against_the_local_stack_moves_its_mappings(
 
     with moto_server() as endpoint:
         try:
-            fleet = build_fleet(endpoint, ["orders"], register=True)
+            fleet = build_fleet(endpoint, ["orders"], register=True, suffix="-replay-test")
             target = ["--endpoint-url", endpoint, "--table", fleet.table]
             code = main(["replay", str(GOLDEN / "storm.jsonl"), "--json", "--changes", *target])
             captured = capsys.readouterr()

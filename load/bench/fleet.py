@@ -156,14 +156,21 @@ def create_mapping(
 class LocalFleet:
     endpoint: str
     table: str
+    function: str
     mappings: dict[str, str]  # queue -> mapping UUID
 
 
-def build_fleet(endpoint: str, queues: Sequence[str], register: bool = True) -> LocalFleet:
-    """Table, function, queues and mappings on the emulator; registered when ``register``."""
+def build_fleet(
+    endpoint: str, queues: Sequence[str], register: bool = True, suffix: str = ""
+) -> LocalFleet:
+    """Table, function, queues and mappings on the emulator; registered when ``register``.
+
+    moto's backends are shared by every server in a process: ``suffix`` keeps the table and
+    function names of one fleet apart from another's.
+    """
     dynamodb = client(endpoint, "dynamodb")
-    table = create_table(dynamodb)
-    function = create_function(endpoint)
+    table = create_table(dynamodb, TABLE + suffix)
+    function = create_function(endpoint, FUNCTION + suffix)
     # boto3 clients are thread-safe; making one costs more than a call to the emulator.
     sqs, lambda_api = client(endpoint, "sqs"), client(endpoint, "lambda")
     with ThreadPoolExecutor(SETUP_THREADS) as pool:
@@ -171,7 +178,7 @@ def build_fleet(endpoint: str, queues: Sequence[str], register: bool = True) -> 
     mappings = dict(zip(queues, uuids, strict=True))
     if register:
         seed_registrations(dynamodb, table, mappings, START_CONCURRENCY, time.time())
-    return LocalFleet(endpoint, table, mappings)
+    return LocalFleet(endpoint, table, function, mappings)
 
 
 def seed_registrations(
