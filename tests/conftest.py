@@ -1,0 +1,21 @@
+"""Suite-wide fixtures."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_emulated_aws() -> Iterator[None]:
+    """Every test module starts with an empty emulated AWS.
+
+    moto keeps its backends per process, shared by every ``ThreadedMotoServer`` and
+    ``mock_aws`` in it, so one module's table or queue would otherwise be found (or collide)
+    in the next.
+    """
+    from moto.moto_api._internal.models import moto_api_backend
+
+    moto_api_backend.reset()
+    yield
