@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +15,7 @@ from controller.engine import Controller
 from controller.ledger import DynamoLedger
 from controller.model import Mode
 from controller.settings import PolicyParams
-from load.bench.fleet import LocalFleet, build_fleet, client, moto_server
+from load.bench.fleet import LocalFleet, build_fleet, client, moto_server, reset_moto
 from stack.cli import main
 from stack.ops import parse_since
 from tests.factories import sample
@@ -35,10 +34,7 @@ def fleet(endpoint: str) -> Iterator[LocalFleet]:
         suffix = f"-{uuid.uuid4().hex[:8]}"
         yield build_fleet(endpoint, ["orders", "billing"], register=False, suffix=suffix)
     finally:
-        # moto's backends are process-wide: leave nothing behind for the next test.
-        request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-        with urllib.request.urlopen(request, timeout=10):
-            pass
+        reset_moto(endpoint)  # leave nothing behind for the next test
 
 
 class Cli:

@@ -6,7 +6,6 @@ import base64
 import io
 import json
 import random
-import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -265,15 +264,13 @@ def test_progress_reports_records_bytes_and_shards() -> None:
 
 @pytest.fixture
 def moto_url() -> Iterator[str]:
-    from load.bench.fleet import moto_server
+    from load.bench.fleet import moto_server, reset_moto
 
     with moto_server() as url:
         try:
             yield url
         finally:
-            # moto's backends are process-wide: leave no stream behind for other tests.
-            reset = urllib.request.Request(f"{url}/moto-api/reset", method="POST")
-            urllib.request.urlopen(reset, timeout=10).close()
+            reset_moto(url)  # leave no stream behind for other tests
 
 
 def _kinesis(url: str) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -373,7 +372,7 @@ def test_batches_are_what_a_kinesis_mapping_would_deliver(
 def test_replay_against_the_local_stack_moves_its_mappings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from load.bench.fleet import build_fleet, client, moto_server
+    from load.bench.fleet import build_fleet, client, moto_server, reset_moto
 
     with moto_server() as endpoint:
         try:
@@ -389,9 +388,7 @@ def test_replay_against_the_local_stack_moves_its_mappings(
                 if item["SK"]["S"].startswith("AUDIT#") and item["Action"]["S"] != "REGISTER"
             ]
         finally:
-            # moto's backends are process-wide: leave nothing behind for other tests.
-            reset = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-            urllib.request.urlopen(reset, timeout=10).close()
+            reset_moto(endpoint)  # leave nothing behind for other tests
     assert code == 0, captured.err
     decisions = json.loads(captured.out)
     # Only the registered queue is decided; billing's telemetry is counted and ignored.

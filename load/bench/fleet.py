@@ -83,6 +83,15 @@ def moto_server() -> Iterator[str]:
         server.stop()
 
 
+def reset_moto(endpoint: str) -> None:
+    """Empty every moto backend: they are shared by all servers of a process."""
+    import urllib.request
+
+    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
+    with urllib.request.urlopen(request, timeout=10):
+        pass
+
+
 def client(endpoint: str, service: str, **config: Any) -> Any:
     import boto3
     from botocore.config import Config
