@@ -59,6 +59,7 @@ class AdaptiveLimit:
     # Time after a cut over which growth back to the plateau goes from one step to all of it.
     plateau_ramp_s: float = 120.0
     pause_s: tuple[float, float] = (15.0, 120.0)
+    pause_above: float = 0.12
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6
     estimate_span_s: float = 10.0
@@ -201,12 +202,12 @@ class AdaptiveLimit:
         beginning = pressure >= self.trim_above and sizing >= self.storm_factor * params.t1
         if max(pressure, storm) >= params.t1 or beginning:
             if current <= params.cmin:
-                if probing and pressure >= params.t1:
+                if probing and pressure >= self._pause_above(params):
                     return self._pause(state, stats, now)
                 return _hold(
                     state,
                     f"Overload at Cmin ({params.cmin}): pressure {pressure:.1%} >= T1 "
-                    f"({params.t1:.1%}); cannot cut further.",
+                    f"({params.t1:.1%}); cannot cut further, and not enough to pause.",
                     now,
                     stats,
                 )
@@ -547,11 +548,12 @@ class AdaptiveLimit:
             overdue = now >= state.judge_at + self.judge_patience_s
             if stats.requests < params.min_samples and not overdue:
                 return _hold(state, "Paused; waiting for the test's telemetry.", now, stats)
-            if stats.requests == 0 or stats.pressure_rate < params.t1:
+            pause_above = self._pause_above(params)
+            if stats.requests == 0 or stats.pressure_rate < pause_above:
                 verdict = (
                     "no calls seen"
                     if stats.requests == 0
-                    else f"pressure {stats.pressure_rate:.1%} < T1 ({params.t1:.1%})"
+                    else f"pressure {stats.pressure_rate:.1%} < {pause_above:.1%}"
                 )
                 return _decision(
                     state,
@@ -602,6 +604,13 @@ class AdaptiveLimit:
             probe_until=now + self.pulse_s,
             wake_at=now + self.pulse_s,
         )
+
+    def _pause_above(self, params: PolicyParams) -> float:
+        """The pressure at Cmin that pauses the mapping: a share of failed calls at which
+        messages would run through their receives into the dead-letter queue. Below it the
+        queue keeps running at Cmin (pausing on a downstream shared with busier queues would
+        only hand them its share)."""
+        return max(params.t1, self.pause_above)
 
     def _spread(self, state: QueueState, now: float, backoff_s: float) -> float:
         """The wait before the next probe, spread by up to ``probe_jitter`` either way.
