@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -10,7 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Mode, Sample
+from controller.model import Decision, Mode, QueueState, Sample
+from controller.policy import ALGORITHMS
+from controller.policy.aimd import hold
+from controller.settings import PolicyParams
+from controller.window import QueueWindow
 from load.recording import RecordedLine, emf_line, log_group_of, subscription_payload
 from load.replay import (
     QueueSetup,
@@ -128,7 +133,7 @@ def test_the_storm_is_cut_and_recovered_and_a_quiet_queue_is_held(storm_file: Pa
 
 def _golden_cases() -> list[str]:
     """Every ``<case>.decisions.json`` under tests/golden/: the recording is the file named by
-    the case's first dotted part (``storm.adaptive`` replays ``storm.jsonl``), the config is
+    the case's first dotted part (``storm.fast`` would replay ``storm.jsonl``), the config is
     ``<case>.config.json`` when there is one."""
     return sorted(p.name.removesuffix(".decisions.json") for p in GOLDEN.glob("*.decisions.json"))
 
@@ -244,15 +249,43 @@ def test_scheduled_ticks_run_between_batches_and_change_nothing_for_aimd(
     assert ticking.decisions == plain.decisions
 
 
-def test_a_tick_wakes_a_paused_queue_between_telemetry_batches(storm_file: Path) -> None:
-    records = read_recording(storm_file, skip_bad=False).records
-    ticking = replay(records, parse_config({"algorithm": "adaptive", "schedule_s": 5}))
-    batch_times = {b.time for b in kinesis_batches(records, 1000, 1.0)}
-    assert any(d.action == "PAUSE" for d in ticking.decisions)
-    resumed_by_tick = [
-        d for d in ticking.decisions if d.action == "RESUME" and d.time not in batch_times
+class AlarmClock:
+    """A test algorithm that only ever asks to be woken again 7 s later (as a paused mapping
+    does), holding its value: what it decides shows when the controller looked at the queue."""
+
+    name = "alarm-clock"
+
+    def decide_window(
+        self, state: QueueState, window: QueueWindow, now: float, params: PolicyParams
+    ) -> Decision:
+        decision = hold(state, f"Looked at {now:.1f}; again in 7s.", now)
+        return dataclasses.replace(decision, new_state=decision.new_state.evolve(wake_at=now + 7))
+
+
+def test_ticks_look_at_queues_while_no_telemetry_arrives(
+    storm_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(ALGORITHMS, AlarmClock.name, AlarmClock)  # type: ignore[arg-type]
+    # Forty seconds in which no record arrives at all (every worker paused or gone quiet).
+    gap = (START + 120.0, START + 160.0)
+    records = [
+        r
+        for r in read_recording(storm_file, skip_bad=False).records
+        if not gap[0] <= r.arrival < gap[1]
     ]
-    assert resumed_by_tick
+    last_before_gap = max(r.arrival for r in records if r.arrival < gap[0])
+
+    def looked_at_in_gap(schedule_s: float | None) -> list[float]:
+        report = replay(records, ReplayConfig(algorithm=AlarmClock.name, schedule_s=schedule_s))
+        return [d.time for d in report.decisions if last_before_gap + 1.5 < d.time < gap[1]]
+
+    # A paused queue asks to be looked at again; without a schedule nothing would until the
+    # next record arrives.
+    assert looked_at_in_gap(None) == []
+    ticks = sorted(set(looked_at_in_gap(5)))
+    assert len(ticks) >= 3
+    first_batch = min(b.time for b in kinesis_batches(records, 1000, 1.0))
+    assert all((t - first_batch) % 5 == 0 for t in ticks)
 
 
 @pytest.mark.parametrize(
