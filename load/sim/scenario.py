@@ -70,19 +70,6 @@ class Scenario:
     def downstream(self, name: str) -> DownstreamSpec:
         return next(spec for spec in self.downstreams if spec.name == name)
 
-    def with_seed(self, seed: int) -> Scenario:
-        return Scenario(
-            name=self.name,
-            duration_s=self.duration_s,
-            seed=seed,
-            telemetry_delay_s=self.telemetry_delay_s,
-            downstreams=self.downstreams,
-            queues=self.queues,
-            description=self.description,
-            kinesis_batch_window_s=self.kinesis_batch_window_s,
-            controller_schedule_s=self.controller_schedule_s,
-        )
-
 
 def value_at(schedule: Schedule, t: float) -> float:
     """The step schedule's value at time ``t`` (the last step at or before ``t``)."""
