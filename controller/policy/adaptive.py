@@ -436,7 +436,6 @@ class AdaptiveLimit:
                 f"Waiting for the probe's telemetry ({stats.requests} calls so far).",
                 now,
                 stats,
-                wake_at=now + 1.0,
             )
         cleared: dict[str, Any] = {"judge_at": 0.0, "probe_step": 0, "wake_at": 0.0}
         # The base level's own evidence since the pulse ended must be clean too: a probe never
