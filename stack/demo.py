@@ -70,6 +70,11 @@ def register(subparsers: Any) -> None:
         "--template", metavar="FILE", help="SAM template to deploy (default: template.yaml)"
     )
     parser.add_argument(
+        "--algorithm",
+        choices=("adaptive", "aimd"),
+        help="the controller's algorithm (the template's PolicyAlgorithm; default: its default)",
+    )
+    parser.add_argument(
         "--record",
         metavar="JSONL",
         help="also write the telemetry stream as a recording (for queuemesh replay)",
@@ -107,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         view=LiveView(out, live=live),
         template=template,
         record=record,
+        algorithm=args.algorithm,
     )
     if plot is not None:
         result["plot"] = str(write_plot(result, plot))
@@ -192,6 +198,7 @@ def run_demo(
     view: LiveView,
     template: Path | None = None,
     record: Path | None = None,
+    algorithm: str | None = None,
 ) -> dict[str, Any]:
     """Deploy, run and tear down; every server, thread and process stops before it returns
     (also on Ctrl-C)."""
@@ -242,8 +249,16 @@ def run_demo(
                 "ExampleMaxConcurrency": str(spec.max_concurrency),
                 "PolicyCmax": str(spec.max_concurrency),
                 "PolicyCmin": str(spec.min_concurrency),
+                **({"PolicyAlgorithm": algorithm} if algorithm else {}),
             },
         )
+        controller_env = (
+            aws.client("lambda")
+            .get_function_configuration(FunctionName=deployment.controller_function)
+            .get("Environment", {})
+            .get("Variables", {})
+        )
+        policy = f"queuemesh-{controller_env.get('QUEUEMESH_ALGORITHM', 'aimd')}"
         binding = deployment.queues[0]
         _tune_pipeline(aws, deployment, spec)
         aws.register_queue(deployment, binding.name)
@@ -302,6 +317,7 @@ def run_demo(
         endpoints = {"aws": aws.endpoint, "downstream": downstream.url}
         return endpoints | _result(
             scenario,
+            policy,
             duration_s,
             ended_at,
             drained_at,
@@ -345,6 +361,7 @@ def _tune_pipeline(aws: Any, deployment: Any, spec: Any) -> None:
 
 def _result(
     scenario: Any,
+    policy: str,
     duration_s: float,
     ended_at: float,
     drained_at: float | None,
@@ -410,7 +427,7 @@ def _result(
     }
     return {
         "scenario": scenario.name,
-        "policy": "queuemesh",
+        "policy": policy,
         "duration_s": duration_s,
         "ended_at_s": round(ended_at, 1),
         "wall_s": round(wall_s, 1),
@@ -560,7 +577,7 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
     ledger = next(iter(result["ledger"].values()))
     lines = [
         "",
-        f"QueueMesh demo summary: scenario {result['scenario']}, "
+        f"QueueMesh demo summary: scenario {result['scenario']}, policy {result['policy']}, "
         f"{result['ended_at_s']} s of load, {result['wall_s']} s wall time",
         f"  messages: {score['messages_total']} sent, {score['messages_done']} done, "
         f"{score['dlq_messages']} dead-lettered, {score['messages_pending']} pending",
