@@ -8,7 +8,6 @@ executor (``describe``) gives a dry run for free.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections import Counter
@@ -26,20 +25,11 @@ from controller.model import (
     QueueStateName,
     Sample,
 )
-from controller.policy import ALGORITHMS, LimitAlgorithm, decide
-from controller.policy.aimd import Aimd, aimd_step
+from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM, LimitAlgorithm, decide
+from controller.policy.aimd import aimd_step
 from controller.ports import ActuationError, Actuator, Ledger, LedgerError, VersionConflict
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
-
-# QueueState fields after ``version`` are the policy's memory.
-_FIELDS = [item.name for item in dataclasses.fields(QueueState)]
-_MEMORY_FIELDS = tuple(_FIELDS[_FIELDS.index("version") + 1 :])
-
-
-def _memory(state: QueueState) -> tuple[object, ...]:
-    return tuple(getattr(state, name) for name in _MEMORY_FIELDS)
-
 
 # Time kept in hand for one step (read, claim, update) before the invocation's deadline.
 STEP_BUDGET_S = 3.0
@@ -59,14 +49,10 @@ class Step:
 
     @property
     def records(self) -> bool:
-        """Only transitions reach the ledger (a steady queue costs no writes), and changes to
-        the policy's memory, which the next invocation, maybe a cold one, must see."""
+        """Only transitions reach the ledger: a steady queue costs no writes. Memory changed
+        without a transition stays in the warm container; a cold one re-learns it."""
         decision = self.decision
-        return (
-            decision.changes_mapping
-            or decision.state != self.decided_from.state
-            or _memory(decision.new_state) != _memory(self.decided_from)
-        )
+        return decision.changes_mapping or decision.state != self.decided_from.state
 
     @property
     def base_version(self) -> int:
@@ -112,7 +98,7 @@ class Controller:
         self.ledger = ledger
         self.actuator = actuator
         self.params = params
-        self.algorithm: LimitAlgorithm = algorithm or Aimd()
+        self.algorithm: LimitAlgorithm = algorithm or ALGORITHMS[DEFAULT_ALGORITHM]()
         self.counters: Counter[str] = Counter()
         self._config_ttl_s = config_ttl_s
         self._retention_s = retention_s
@@ -175,7 +161,8 @@ class Controller:
         due = 0
         for state in self.ledger.list_states():
             cached = self._states.get(state.queue)
-            if cached is None or cached.version <= state.version:
+            # Equal versions: the cache holds the same transition plus unwritten memory.
+            if cached is None or cached.version < state.version:
                 self._states[state.queue] = state
             if 0 < self._states[state.queue].wake_at <= now:
                 self._pending.add(state.queue)

@@ -11,7 +11,7 @@ from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
-from controller.policy import ALGORITHMS
+from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM
 from controller.settings import PolicyParams
 
 logger = Logger(service="queuemesh-controller")
@@ -23,7 +23,7 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
     table = env.get("QUEUEMESH_TABLE")
     if not table:
         raise RuntimeError("QUEUEMESH_TABLE is not set: name the ledger's DynamoDB table")
-    algorithm_name = env.get("QUEUEMESH_ALGORITHM", "aimd")
+    algorithm_name = env.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM)
     if algorithm_name not in ALGORITHMS:
         raise RuntimeError(
             f"QUEUEMESH_ALGORITHM={algorithm_name!r} is unknown; choose one of {sorted(ALGORITHMS)}"

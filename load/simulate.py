@@ -63,11 +63,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
+    from controller.policy import DEFAULT_ALGORITHM
     from load.plot import plot_runs
     from load.recording import record_deliveries, write_recording
     from load.scorecard import scorecard
     from load.sim.engine import SIM_EPOCH, SimResult, simulate
-    from load.sim.policies import DEFAULT_ALGORITHM, POLICIES, QueueMeshPolicy
+    from load.sim.policies import POLICIES, QueueMeshPolicy
     from load.sim.scenario import Scenario, ScenarioError, load_scenario, shipped_scenarios
 
     stream = out or sys.stdout

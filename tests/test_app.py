@@ -14,6 +14,7 @@ from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig
 from controller.policy import ALGORITHMS
+from controller.policy.aimd import Aimd
 from controller.ports import LedgerError
 from controller.settings import PolicyParams
 from tests.factories import config, kinesis_event, sample
@@ -66,7 +67,7 @@ def clock() -> Clock:
 def app(
     ledger: FlakyLedger, actuator: InMemoryActuator, emitted: list[str], clock: Clock
 ) -> ControllerApp:
-    controller = Controller(ledger, actuator, PolicyParams())
+    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
     return ControllerApp(controller, clock=clock, emit=emitted.append)
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 import pytest
+from moto.moto_api._internal.models import moto_api_backend
 from moto.server import ThreadedMotoServer
 
 from controller import handler as controller_handler
@@ -27,6 +28,7 @@ LOG_GROUP = "/aws/lambda/orders-worker"
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    moto_api_backend.reset()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
@@ -141,11 +143,11 @@ class LambdaContext:
         return 60_000
 
 
-def test_emf_in_cloudwatch_logs_moves_the_mapping(aws: str) -> None:
-    esm, stream_arn = deploy_pipeline()
+def put_storm(stream_arn: str) -> dict[str, Any]:
+    """Ten seconds of a worker meeting 429s, one PutLogEvents per invocation, plus noise;
+    returns what the Kinesis mapping would hand the controller."""
     logs = boto3.client("logs")
     now = time.time()
-    # Ten seconds of a worker meeting 429s, one PutLogEvents per invocation, plus noise.
     for second in range(10):
         at = now - 12 + second
         logs.put_log_events(
@@ -161,6 +163,16 @@ def test_emf_in_cloudwatch_logs_moves_the_mapping(aws: str) -> None:
         )
     event = kinesis_event_from_stream(stream_arn)
     assert len(event["Records"]) == 10
+    return event
+
+
+def test_emf_in_cloudwatch_logs_moves_the_mapping(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The original rule, whose outcome is known to the unit."""
+    monkeypatch.setenv("QUEUEMESH_ALGORITHM", "aimd")
+    esm, stream_arn = deploy_pipeline()
+    event = put_storm(stream_arn)
 
     response = controller_handler.handler(event, LambdaContext())
 
@@ -177,3 +189,17 @@ def test_emf_in_cloudwatch_logs_moves_the_mapping(aws: str) -> None:
     [audit] = ledger.audit_trail("orders")
     assert (audit.previous_value, audit.new_value) == (100, 50)
     assert audit.reason.startswith("HTTP 429 breach: Error rate 30.0% >= T1 (5.0%).")
+
+
+def test_the_default_algorithm_attaches_at_a_modest_level(aws: str) -> None:
+    """The deployed default (adaptive) takes a mapping it has never decided down from its cap
+    at once, before the storm can build, and the ledger agrees with the mapping."""
+    esm, stream_arn = deploy_pipeline()
+    response = controller_handler.handler(put_storm(stream_arn), LambdaContext())
+    assert response == {"batchItemFailures": []}
+    mapping = boto3.client("lambda").get_event_source_mapping(UUID=esm)
+    state = DynamoLedger(TABLE).get_states(["orders"])["orders"]
+    assert mapping["ScalingConfig"]["MaximumConcurrency"] == state.concurrency == 5
+    [audit] = DynamoLedger(TABLE).audit_trail("orders")
+    assert (audit.previous_value, audit.new_value) == (100, 5)
+    assert audit.reason.startswith("Attaching: first decision for this queue")

@@ -10,6 +10,8 @@ from controller.actuator import InMemoryActuator
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import Action, AuditEvent, Mode, QueueStateName, Sample
+from controller.policy import ALGORITHMS
+from controller.policy.aimd import Aimd
 from controller.ports import ActuationError, MappingView
 from controller.settings import PolicyParams
 from tests.factories import config, sample
@@ -42,7 +44,7 @@ def actuator() -> InMemoryActuator:
 
 @pytest.fixture
 def controller(ledger: InMemoryLedger, actuator: InMemoryActuator) -> Controller:
-    return Controller(ledger, actuator, PolicyParams())
+    return Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
 
 
 def test_a_storm_cuts_once_and_records_the_transition(
@@ -74,13 +76,18 @@ def test_unregistered_queues_are_ignored_and_counted(
     assert actuator.calls == []
 
 
-def test_a_steady_queue_writes_nothing(controller: Controller, ledger: InMemoryLedger) -> None:
-    for minute in range(30):
-        start = 100.0 + minute * 60
-        decisions = controller.run_batch(healthy(start, 60), now=start + 60)
-        assert [d.action for d in decisions] == [Action.HOLD]
-    assert ledger.get_states(["orders"]) == {}
-    assert ledger.audit_trail("orders") == []
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_a_steady_queue_writes_nothing(
+    ledger: InMemoryLedger, actuator: InMemoryActuator, algorithm: str
+) -> None:
+    """An hour of clean traffic (3 invocations in use): after settling in, no ledger writes."""
+    controller = Controller(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS[algorithm]())
+    for second in range(3600):
+        samples = [sample(at=1000 + second + 0.99, ok=10, invocation_ms=990) for _ in range(3)]
+        controller.run_batch(samples, now=1000 + second + 2)
+    settling = [a for a in ledger.audit_trail("orders") if a.timestamp < 1060]
+    assert ledger.audit_trail("orders") == settling
+    assert actuator.read("esm-orders", 0).max_concurrency == 100
 
 
 def test_an_operator_change_to_the_mapping_wins(
@@ -105,8 +112,8 @@ def test_an_operator_change_to_the_mapping_wins(
 def test_two_controllers_race_one_wins_the_other_rereads(
     ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
-    first = Controller(ledger, actuator, PolicyParams())
-    second = Controller(ledger, actuator, PolicyParams())
+    first = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    second = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
     first.ingest(storm(100), 110.0)
     second.ingest(storm(100), 110.0)
     first_plan, second_plan = first.plan(110.0), second.plan(110.0)
@@ -136,8 +143,8 @@ def test_a_lost_conditional_write_is_counted_and_retried_from_fresh_state(
 ) -> None:
     actuator = InterleavingActuator()
     actuator.add_mapping("esm-orders", 100)
-    rival = Controller(ledger, actuator, PolicyParams())
-    loser = Controller(ledger, actuator, PolicyParams())
+    rival = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    loser = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
     rival.ingest(storm(100), 110.0)
     loser.ingest(storm(100), 110.0)
     rival_plan, loser_plan = rival.plan(110.0), loser.plan(110.0)
@@ -179,7 +186,7 @@ def test_dry_run_records_but_never_actuates(
     ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
     ledger.put_config(config("orders", mode=Mode.DRY_RUN))
-    controller = Controller(ledger, actuator, PolicyParams())
+    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
     [decision] = controller.run_batch(storm(100), now=110.0)
     assert decision.target == 50
     assert actuator.calls == []
@@ -193,7 +200,9 @@ def test_steps_past_the_deadline_are_deferred_not_lost(actuator: InMemoryActuato
         ledger.put_config(config(f"q{index}"))
         actuator.add_mapping(f"esm-q{index}", 100)
     clock = [0.0]
-    controller = Controller(ledger, actuator, PolicyParams(), monotonic=lambda: clock[0])
+    controller = Controller(
+        ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=lambda: clock[0]
+    )
     samples = [s for index in range(5) for s in storm(100, queue=f"q{index}")]
     controller.ingest(samples, 110.0)
     plan = controller.plan(110.0)
@@ -208,7 +217,7 @@ def test_a_cold_start_restores_state_and_relearns_before_judging(
     controller: Controller, ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
     controller.run_batch(storm(100), now=110.0)
-    cold = Controller(ledger, actuator, PolicyParams())
+    cold = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
     [decision] = cold.run_batch(healthy(113, 1), now=114.0)
     assert decision.action is Action.HOLD
     assert decision.previous == 50

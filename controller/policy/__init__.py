@@ -17,6 +17,7 @@ from controller.window import QueueWindow
 
 __all__ = [
     "ALGORITHMS",
+    "DEFAULT_ALGORITHM",
     "LimitAlgorithm",
     "WindowedAlgorithm",
     "aimd_step",
@@ -25,6 +26,9 @@ __all__ = [
 ]
 
 ALGORITHMS: dict[str, type[LimitAlgorithm]] = {Aimd.name: Aimd, AdaptiveLimit.name: AdaptiveLimit}
+# Measured best on every shipped scenario (docs/simulator.md); the Lambda, replay and the
+# simulator all start from it.
+DEFAULT_ALGORITHM = AdaptiveLimit.name
 
 
 def evidence_since(state: QueueState, now: float, params: PolicyParams) -> float:

@@ -18,13 +18,10 @@ from controller.model import (
     QueueStateName,
     Sample,
 )
-from controller.policy import ALGORITHMS, aimd_step
+from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM, aimd_step
 from controller.settings import PolicyParams
 from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy
 from load.sim.scenario import Scenario
-
-# The algorithm the simulator's ``queuemesh`` policy runs unless told otherwise.
-DEFAULT_ALGORITHM = "adaptive"
 
 
 def queue_params(base: PolicyParams, max_concurrency: int, min_concurrency: int) -> PolicyParams:
