@@ -26,6 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from stack.errors import CliError
+from stack.template import (
+    TemplateError,
+    load_template,
+    parameter_values,
+    transform_document,
+)
 
 REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
@@ -170,14 +176,31 @@ class EmbeddedAws:
         parameters: Mapping[str, str] | None = None,
     ) -> Deployment:
         """Transform, package and create the stack, then finish what moto leaves out."""
-        template = load_template(template_path)
         name = stack_name or f"queuemesh-local-{uuid.uuid4().hex[:8]}"
-        values = _parameter_values(template, parameters or {})
-        expanded = expand_language_extensions(template, values)
-        custom = _custom_resources(expanded)
+        try:
+            template = load_template(template_path)
+            values = _flat(parameter_values(template, parameters))
+            package = f"s3://{CODE_BUCKET}/{CODE_KEY}"
+            transformed = transform_document(
+                template,
+                parameters,
+                code_uris={
+                    logical: package
+                    for logical, spec in template.get("Resources", {}).items()
+                    if isinstance(spec, dict)
+                    and spec.get("Type") == "AWS::Serverless::Function"
+                    and "CodeUri" in spec.get("Properties", {})
+                },
+                region=self.region,
+                account_id=ACCOUNT,
+            )
+        except (OSError, TemplateError) as error:
+            raise CliError(
+                f"cannot deploy {template_path}: {error}; pass --template FILE"
+            ) from error
+        custom = _custom_resources(transformed)
         for logical in custom:
-            del expanded["Resources"][logical]
-        transformed = sam_transform(_with_packaged_code(expanded), values, self.region)
+            del transformed["Resources"][logical]
         self._upload_code()
         cloudformation = self.client("cloudformation")
         with warnings.catch_warnings():
@@ -408,63 +431,6 @@ def placeholder_code_zip() -> bytes:
     return buffer.getvalue()
 
 
-def load_template(path: Path) -> dict[str, Any]:
-    from samtranslator.yaml_helper import yaml_parse
-
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise CliError(
-            f"cannot read the SAM template {path} ({error.strerror}); pass --template FILE"
-        ) from error
-    template = yaml_parse(text)
-    if not isinstance(template, dict) or "Resources" not in template:
-        raise CliError(f"{path} is not a CloudFormation/SAM template (no Resources)")
-    return dict(template)
-
-
-def expand_language_extensions(
-    template: Mapping[str, Any], parameters: Mapping[str, str]
-) -> dict[str, Any]:
-    """The part of the AWS::LanguageExtensions transform the template uses: ``Fn::ForEach``
-    over a list parameter (or a literal list) in Resources. It runs before the SAM transform,
-    as in CloudFormation; other language extensions are left for the SAM transform to reject."""
-    expanded = copy.deepcopy(dict(template))
-    transforms = expanded.get("Transform")
-    if isinstance(transforms, list):
-        remaining = [name for name in transforms if name != "AWS::LanguageExtensions"]
-        expanded["Transform"] = remaining[0] if len(remaining) == 1 else remaining
-    resources: dict[str, Any] = {}
-    for logical, spec in expanded["Resources"].items():
-        if not logical.startswith("Fn::ForEach::"):
-            resources[logical] = spec
-            continue
-        variable, collection, body = spec
-        if isinstance(collection, dict) and "Ref" in collection:
-            raw = parameters.get(str(collection["Ref"]), "")
-            items = [item.strip() for item in raw.split(",") if item.strip()]
-        else:
-            items = [str(item) for item in collection]
-        for item in items:
-            for key, resource in body.items():
-                name = re.sub(r"[^A-Za-z0-9]", "", key.replace(f"&{{{variable}}}", item))
-                resources[name] = _substitute(resource, variable, item)
-    expanded["Resources"] = resources
-    return expanded
-
-
-def _substitute(value: Any, variable: str, item: str) -> Any:
-    if isinstance(value, dict):
-        if value == {"Ref": variable}:
-            return item
-        return {key: _substitute(inner, variable, item) for key, inner in value.items()}
-    if isinstance(value, list):
-        return [_substitute(inner, variable, item) for inner in value]
-    if isinstance(value, str):
-        return value.replace(f"${{{variable}}}", item)
-    return value
-
-
 def _custom_resources(template: Mapping[str, Any]) -> dict[str, Any]:
     """Custom resources backed by a Lambda function: moto would have to run the function's code
     (in Docker) to create them, so they are left out and done through the API instead."""
@@ -476,46 +442,6 @@ def _custom_resources(template: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def sam_transform(
-    template: Mapping[str, Any], parameters: Mapping[str, str], region: str = REGION
-) -> dict[str, Any]:
-    """The SAM transform, offline. Managed policies are not looked up (no IAM in the loop):
-    moto does not enforce IAM, so their ARNs only need to be well-formed."""
-    import boto3
-    from samtranslator.model.exceptions import InvalidDocumentException
-    from samtranslator.parser.parser import Parser
-    from samtranslator.translator.translator import Translator
-
-    translator = Translator({}, Parser(), boto_session=boto3.session.Session(region_name=region))
-    try:
-        return dict(
-            translator.translate(
-                copy.deepcopy(dict(template)),
-                parameter_values=dict(parameters),
-                get_managed_policy_map=dict,
-            )
-        )
-    except InvalidDocumentException as error:
-        causes = "; ".join(str(cause) for cause in error.causes)
-        raise CliError(f"the SAM transform rejected the template: {causes}") from error
-
-
-def _with_packaged_code(template: Mapping[str, Any]) -> dict[str, Any]:
-    """What ``sam package`` does: every CodeUri becomes an S3 location."""
-    packaged = copy.deepcopy(dict(template))
-    location = f"s3://{CODE_BUCKET}/{CODE_KEY}"
-    globals_function = packaged.get("Globals", {}).get("Function", {})
-    if "CodeUri" in globals_function:
-        globals_function["CodeUri"] = location
-    for spec in packaged["Resources"].values():
-        properties = spec.setdefault("Properties", {})
-        if spec.get("Type") == "AWS::Serverless::Function" and "InlineCode" not in properties:
-            properties["CodeUri"] = location
-        if spec.get("Type") == "AWS::Serverless::LayerVersion":
-            properties["ContentUri"] = location
-    return packaged
-
-
 def _with_code_location(template: Mapping[str, Any]) -> dict[str, Any]:
     """Plain AWS::Lambda::Function resources in the template get the same package."""
     located = copy.deepcopy(dict(template))
@@ -525,17 +451,9 @@ def _with_code_location(template: Mapping[str, Any]) -> dict[str, Any]:
     return located
 
 
-def _parameter_values(template: Mapping[str, Any], given: Mapping[str, str]) -> dict[str, str]:
-    declared = template.get("Parameters", {}) or {}
-    unknown = sorted(set(given) - set(declared))
-    if unknown:
-        raise CliError(f"the template declares no parameter {', '.join(unknown)}")
-    values = {name: str(spec["Default"]) for name, spec in declared.items() if "Default" in spec}
-    values.update(given)
-    missing = sorted(set(declared) - set(values))
-    if missing:
-        raise CliError(f"template parameters without a default need a value: {', '.join(missing)}")
-    return values
+def _flat(values: Mapping[str, Any]) -> dict[str, str]:
+    """Parameter values as CloudFormation receives them (lists as comma strings)."""
+    return {name: ",".join(v) if isinstance(v, list) else v for name, v in values.items()}
 
 
 def _queue_binding(sqs: Any, mapping: Mapping[str, Any]) -> QueueBinding:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stack.emulator import Deployment, EmbeddedAws, expand_language_extensions
+from stack.emulator import Deployment, EmbeddedAws
 
 DOWNSTREAM = "http://127.0.0.1:9/"
 
@@ -96,23 +96,3 @@ def test_stop_closes_the_port() -> None:
     emulator.stop()
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
         pass
-
-
-def test_for_each_expands_over_a_list_parameter_and_drops_on_empty() -> None:
-    template = {
-        "Transform": ["AWS::LanguageExtensions", "AWS::Serverless-2016-10-31"],
-        "Resources": {
-            "Fn::ForEach::Subs": [
-                "Group",
-                {"Ref": "Groups"},
-                {"Sub&{Group}": {"Type": "T", "Properties": {"LogGroupName": {"Ref": "Group"}}}},
-            ]
-        },
-    }
-    expanded = expand_language_extensions(template, {"Groups": "/aws/lambda/a,/aws/lambda/b"})
-    assert expanded["Transform"] == "AWS::Serverless-2016-10-31"
-    assert expanded["Resources"] == {
-        "Subawslambdaa": {"Type": "T", "Properties": {"LogGroupName": "/aws/lambda/a"}},
-        "Subawslambdab": {"Type": "T", "Properties": {"LogGroupName": "/aws/lambda/b"}},
-    }
-    assert expand_language_extensions(template, {"Groups": ""})["Resources"] == {}
