@@ -323,14 +323,7 @@ class Recorder:
         cursor.next_poll = self._clock() + ceiling / 2 + self._rng.uniform(0, ceiling / 2)
 
     def _record(self, shard: str, raw: dict[str, Any]) -> RecordedLine:
-        arrival = raw["ApproximateArrivalTimestamp"]
-        return RecordedLine(
-            arrival=arrival.timestamp() if hasattr(arrival, "timestamp") else float(arrival),
-            shard=shard,
-            sequence=str(raw["SequenceNumber"]),
-            partition_key=str(raw.get("PartitionKey", "")),
-            data=bytes(raw["Data"]),
-        )
+        return RecordedLine.from_kinesis(shard, raw)
 
     def _write(self, records: list[RecordedLine]) -> None:
         if self._max_records is not None:

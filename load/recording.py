@@ -20,7 +20,7 @@ import binascii
 import gzip
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -67,6 +67,18 @@ class RecordedLine:
                 "data": base64.b64encode(self.data).decode("ascii"),
             },
             separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_kinesis(cls, shard: str, record: Mapping[str, Any]) -> RecordedLine:
+        """A record as Kinesis GetRecords returns it (boto3's shape)."""
+        arrival = record["ApproximateArrivalTimestamp"]
+        return cls(
+            arrival=arrival.timestamp() if hasattr(arrival, "timestamp") else float(arrival),
+            shard=shard,
+            sequence=str(record["SequenceNumber"]),
+            partition_key=str(record.get("PartitionKey", "")),
+            data=bytes(record["Data"]),
         )
 
     @classmethod

@@ -204,8 +204,9 @@ def run_demo(
     (also on Ctrl-C)."""
     from controller.ledger import DynamoLedger
     from load.downstream import Downstream, DownstreamSpec
+    from load.recording import RecordedLine
     from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
-    from stack.runtime import LocalRuntime, recording_line
+    from stack.runtime import LocalRuntime
 
     spec = scenario.queues[0]
     downstream_spec = scenario.downstreams[0]
@@ -237,7 +238,7 @@ def run_demo(
             sink = recording.enter_context(record.open("w", encoding="utf-8"))
 
             def on_record(shard: str, raw: dict[str, Any]) -> None:
-                sink.write(recording_line(shard, raw) + "\n")
+                sink.write(RecordedLine.from_kinesis(shard, raw).to_json() + "\n")
 
         downstream.start()
         aws.start()

@@ -971,16 +971,3 @@ class LocalRuntime:
 def _ensure_log_group(logs: Any, name: str) -> None:
     with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
         logs.create_log_group(logGroupName=name)
-
-
-def recording_line(shard_id: str, record: Mapping[str, Any]) -> str:
-    """One line of a recording (the record/replay contract)."""
-    return json.dumps(
-        {
-            "arrival": _epoch(record["ApproximateArrivalTimestamp"]),
-            "shard": shard_id,
-            "sequence": str(record["SequenceNumber"]),
-            "partition_key": record["PartitionKey"],
-            "data": base64.b64encode(record["Data"]).decode(),
-        }
-    )
