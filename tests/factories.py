@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import gzip
-import json
 from typing import Any
 
 from controller.model import Mode, QueueConfig, QueueState, QueueStateName, Sample
+from load import recording
+from load.recording import RecordedLine, emf_line, log_group_of, subscription_payload
 
 
 def sample(
@@ -56,61 +55,20 @@ def config(queue: str = "orders", mode: Mode = Mode.ACTIVE, **overrides: float) 
     return QueueConfig(queue=queue, esm_uuid=f"esm-{queue}", mode=mode, overrides=overrides)
 
 
-def emf_line(s: Sample) -> str:
-    """The EMF document a worker would print for ``s``."""
-    members = {
-        "DownstreamRequests": s.requests,
-        "Downstream2xx": s.ok,
-        "Downstream429": s.throttled,
-        "Downstream5xx": s.server_errors,
-        "RetryAfterSeconds": s.retry_after_s,
-    }
-    if s.invocation_ms is not None:
-        members["InvocationDurationMs"] = s.invocation_ms
-    return json.dumps(
-        {
-            "_aws": {
-                "Timestamp": int(s.event_time * 1000),
-                "CloudWatchMetrics": [
-                    {
-                        "Namespace": "QueueMesh",
-                        "Dimensions": [["QueueName"]],
-                        "Metrics": [{"Name": name} for name in members],
-                    }
-                ],
-            },
-            "QueueName": s.queue,
-            **members,
-        }
-    )
-
-
 def kinesis_event(
     samples: list[Sample], first_sequence: int = 1, shard: str = "shardId-000000000000"
 ) -> dict[str, Any]:
     """A Lambda Kinesis event: one CloudWatch Logs subscription record per sample."""
-    records = []
-    for index, s in enumerate(samples):
-        payload = {
-            "messageType": "DATA_MESSAGE",
-            "owner": "123456789012",
-            "logGroup": "/aws/lambda/worker",
-            "logStream": "2026/11/29/[$LATEST]abc",
-            "subscriptionFilters": ["queuemesh"],
-            "logEvents": [
-                {"id": str(index), "timestamp": int(s.event_time * 1000), "message": emf_line(s)}
-            ],
-        }
-        sequence = str(first_sequence + index)
-        records.append(
-            {
-                "eventSource": "aws:kinesis",
-                "eventID": f"{shard}:{sequence}",
-                "kinesis": {
-                    "sequenceNumber": sequence,
-                    "partitionKey": "pk",
-                    "data": base64.b64encode(gzip.compress(json.dumps(payload).encode())).decode(),
-                },
-            }
+    lines = [
+        RecordedLine(
+            arrival=s.event_time,
+            shard=shard,
+            sequence=str(first_sequence + index),
+            partition_key="pk",
+            data=subscription_payload(
+                [(s.event_time, emf_line(s))], log_group_of(s.queue), "worker", first_id=index
+            ),
         )
-    return {"Records": records}
+        for index, s in enumerate(samples)
+    ]
+    return recording.kinesis_event(lines)

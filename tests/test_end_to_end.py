@@ -19,7 +19,8 @@ from moto.server import ThreadedMotoServer
 from controller import handler as controller_handler
 from controller.ledger import DynamoLedger
 from controller.model import Mode, QueueConfig
-from tests.factories import emf_line, sample
+from load.recording import emf_line
+from tests.factories import sample
 
 REGION = "us-east-1"
 TABLE = "queuemesh-ledger"
