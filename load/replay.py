@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.model import Decision, Mode, QueueConfig, QueueStateName
+from controller.policy import DEFAULT_ALGORITHM
 from controller.settings import PolicyParams, SettingsError
 from load.recording import RecordedLine, RecordingError, kinesis_event
 from stack.errors import CliError
@@ -110,7 +111,7 @@ class ReplayConfig:
     batch_size: int = DEFAULT_BATCH_SIZE
     batch_window_s: float = DEFAULT_BATCH_WINDOW_S
     namespace: str = "QueueMesh"
-    algorithm: str = "aimd"
+    algorithm: str = DEFAULT_ALGORITHM
     schedule_s: float | None = DEFAULT_SCHEDULE_S
 
 
@@ -147,7 +148,7 @@ def parse_config(raw: object) -> ReplayConfig:
     namespace = table.get("namespace", "QueueMesh")
     if not isinstance(namespace, str) or not namespace:
         raise ValueError(f"'namespace' must be a non-empty string, got {namespace!r}")
-    algorithm = table.get("algorithm", "aimd")
+    algorithm = table.get("algorithm", DEFAULT_ALGORITHM)
     if algorithm not in ALGORITHMS:
         raise ValueError(f"'algorithm' must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     schedule_s = table.get("schedule_s", DEFAULT_SCHEDULE_S)
@@ -588,8 +589,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--algorithm",
         choices=sorted(_algorithms()),
-        help="the controller's limit algorithm (default: the config's, else 'aimd', the "
-        "contract's rule; template.yaml deploys 'adaptive')",
+        help="the controller's limit algorithm (default: the config's, else "
+        f"'{DEFAULT_ALGORITHM}', as deployed)",
     )
     parser.add_argument(
         "--table",

@@ -117,7 +117,7 @@ def test_every_decision_carries_the_contract_fields(
 
 def test_the_storm_is_cut_and_recovered_and_a_quiet_queue_is_held(storm_file: Path) -> None:
     recording = read_recording(storm_file, skip_bad=False)
-    report = replay(recording.records, ReplayConfig())
+    report = replay(recording.records, ReplayConfig(algorithm="aimd"))
     orders = [d for d in report.decisions if d.queue == "orders"]
     cuts = [d for d in orders if d.target < d.previous]
     raises = [d for d in orders if d.target > d.previous]
@@ -150,7 +150,9 @@ def test_golden_decision_logs_match(case: str, capsys: pytest.CaptureFixture[str
 
 
 def test_the_recorded_incidents_have_golden_logs() -> None:
-    assert {"storm", "capacity-drop"} <= set(_golden_cases())
+    assert {"storm.aimd", "storm.adaptive", "capacity-drop.aimd", "capacity-drop.adaptive"} <= set(
+        _golden_cases()
+    )
 
 
 def test_golden_storm_recording_is_the_documented_one(storm_file: Path) -> None:
@@ -168,7 +170,7 @@ def test_golden_storm_recording_is_the_documented_one(storm_file: Path) -> None:
 def test_a_changed_behaviour_shows_as_a_readable_diff(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    golden = json.loads((GOLDEN / "storm.decisions.json").read_text())
+    golden = json.loads((GOLDEN / "storm.adaptive.decisions.json").read_text())
     first_cut = next(i for i, d in enumerate(golden) if d["target"] < d["previous"])
     golden[first_cut]["target"] = 60
     altered = tmp_path / "altered.json"
@@ -179,7 +181,7 @@ def test_a_changed_behaviour_shows_as_a_readable_diff(
     out = capsys.readouterr().out
     assert code == 1
     removed = [line for line in out.splitlines() if line.startswith("-") and "->60" in line]
-    added = [line for line in out.splitlines() if line.startswith("+") and "100->50" in line]
+    added = [line for line in out.splitlines() if line.startswith("+") and "100->5 " in line]
     assert len(removed) == 1 and len(added) == 1
     assert out.startswith(f"--- {altered}")
 
@@ -194,7 +196,7 @@ def test_changes_only_drops_holds(storm_file: Path, capsys: pytest.CaptureFixtur
 def test_table_output_names_each_decision(
     storm_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["replay", str(storm_file), "--changes"]) == 0
+    assert main(["replay", str(storm_file), "--changes", "--algorithm", "aimd"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:4] == ["t", "(s)", "queue", "action"]
     assert any("100 -> 50" in line and "MULTIPLICATIVE_DECREASE" in line for line in lines)
@@ -210,6 +212,7 @@ def test_config_registers_only_the_listed_queues(
     config.write_text(
         json.dumps(
             {
+                "algorithm": "aimd",
                 "params": {"t1": 0.5},
                 "batching": {"batch_size": 50, "window_s": 2},
                 "queues": {"orders": {"esm_uuid": "esm-1", "concurrency": 40}},
@@ -241,8 +244,8 @@ def test_scheduled_ticks_run_between_batches_and_change_nothing_for_aimd(
     storm_file: Path,
 ) -> None:
     records = read_recording(storm_file, skip_bad=False).records
-    plain = replay(records, ReplayConfig())
-    ticking = replay(records, parse_config({"schedule_s": 5}))
+    plain = replay(records, ReplayConfig(algorithm="aimd"))
+    ticking = replay(records, parse_config({"schedule_s": 5, "algorithm": "aimd"}))
     span = records[-1].arrival - records[0].arrival
     assert abs(ticking.ticks - span // 5) <= 1
     # The original rule never asks to be woken: ticks find nothing due.
@@ -428,7 +431,7 @@ def test_replay_against_the_local_stack_moves_its_mappings(
     assert "samples of unregistered queues ignored" in captured.err
     golden = [
         d
-        for d in json.loads((GOLDEN / "storm.decisions.json").read_text())
+        for d in json.loads((GOLDEN / "storm.adaptive.decisions.json").read_text())
         if d["queue"] == "orders" and d["changed"]
     ]
     assert [(d["previous"], d["target"]) for d in decisions] == [
