@@ -14,6 +14,7 @@ from controller.actuator import LambdaActuator
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
 from controller.model import Mode
+from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from load.bench.fleet import LocalFleet, build_fleet, client, moto_server, reset_moto
 from stack.cli import main
@@ -170,6 +171,7 @@ def test_pin_moves_the_mapping_and_the_controller_holds_it(cli: Cli, fleet: Loca
         ledger,
         LambdaActuator(client(fleet.endpoint, "lambda")),
         PolicyParams(min_samples=5),
+        algorithm=Aimd(),
     )
     storm = [sample("orders", at=pin_entry.timestamp + 5 + i, ok=5, throttled=5) for i in range(5)]
     [decision] = controller.run_batch(storm, pin_entry.timestamp + 10, math.inf)
@@ -182,11 +184,12 @@ def test_pin_moves_the_mapping_and_the_controller_holds_it(cli: Cli, fleet: Loca
     assert (config.mode, config.pinned_concurrency) == (Mode.ACTIVE, None)
     assert ledger.audit_trail("orders")[-1].action == "UNPIN"
 
-    # Unpinned, the next storm is cut from the pinned value.
+    # Unpinned, the next storm is cut from the pinned value (by the original rule: halved).
     controller = Controller(
         ledger,
         LambdaActuator(client(fleet.endpoint, "lambda")),
         PolicyParams(min_samples=5),
+        algorithm=Aimd(),
     )
     later = ledger.audit_trail("orders")[-1].timestamp + 10
     storm = [sample("orders", at=later + i, ok=5, throttled=5) for i in range(5)]
