@@ -302,6 +302,9 @@ class FleetOps:
                 last_reason=reason,
                 last_evaluated_at=now,
                 last_change_at=now if changed else current.last_change_at,
+                # The controller's next scheduled tick looks at the queue, telemetry or not:
+                # a newly registered mapping is attached before any storm builds up.
+                wake_at=now,
             )
             audit = AuditEntry(
                 queue=config.queue,

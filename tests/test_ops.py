@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from controller.actuator import LambdaActuator
+from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
 from controller.model import Mode
@@ -288,3 +289,16 @@ def test_no_credentials_is_one_line(
 )
 def test_since_accepts_relative_and_iso_times(raw: str, expected: float) -> None:
     assert parse_since(raw, now=10_000.0) == expected
+
+
+def test_the_next_tick_attaches_a_newly_registered_queue(cli: Cli, fleet: LocalFleet) -> None:
+    """Registration asks for a wake-up: the default algorithm attaches the mapping at a modest
+    level on the next scheduled tick, before any telemetry (or storm) arrives."""
+    cli.ok("register", "orders", "--esm", fleet.mappings["orders"])
+    ledger = _ledger(fleet)
+    app = ControllerApp(
+        Controller(ledger, LambdaActuator(client(fleet.endpoint, "lambda")), PolicyParams())
+    )
+    assert app.handle({"detail-type": "Scheduled Event"}, None) == {"due": 1, "decided": 1}
+    assert _mapping(fleet, "orders")["ScalingConfig"]["MaximumConcurrency"] == 5
+    assert ledger.audit_trail("orders")[-1].reason.startswith("Attaching")
