@@ -262,6 +262,24 @@ def _unique(queues: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(queues))
 
 
+def create_ledger_table(client: Any, name: str) -> str:
+    """Create an on-demand table with the ledger's key schema (local stacks, benchmarks and
+    tests; template.yaml creates the deployed one, with TTL, recovery and encryption)."""
+    client.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "PK", "KeyType": "HASH"},
+            {"AttributeName": "SK", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "PK", "AttributeType": "S"},
+            {"AttributeName": "SK", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
 class DynamoLedger:
     """The ledger on one DynamoDB table (keys ``PK``/``SK``, TTL attribute ``ExpiresAt``).
 

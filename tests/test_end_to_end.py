@@ -17,7 +17,7 @@ from moto.moto_api._internal.models import moto_api_backend
 from moto.server import ThreadedMotoServer
 
 from controller import handler as controller_handler
-from controller.ledger import DynamoLedger
+from controller.ledger import DynamoLedger, create_ledger_table
 from controller.model import Mode, QueueConfig
 from load.recording import emf_line
 from tests.factories import sample
@@ -88,18 +88,7 @@ def deploy_pipeline() -> tuple[str, str]:
         destinationArn=stream_arn,
         roleArn=role,
     )
-    boto3.client("dynamodb").create_table(
-        TableName=TABLE,
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_ledger_table(boto3.client("dynamodb"), TABLE)
     DynamoLedger(TABLE).put_config(QueueConfig(queue="orders", esm_uuid=esm, mode=Mode.ACTIVE))
     return esm, stream_arn
 

@@ -23,6 +23,7 @@ from controller.ledger import (
     DEFAULT_RETENTION_S,
     DynamoLedger,
     InMemoryLedger,
+    create_ledger_table,
     decode_state,
     encode_state,
 )
@@ -65,20 +66,7 @@ _tables = itertools.count()
 
 
 def create_table(client: Any) -> str:
-    name = f"ledger-{next(_tables)}"
-    client.create_table(
-        TableName=name,
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    return name
+    return create_ledger_table(client, f"ledger-{next(_tables)}")
 
 
 @pytest.fixture(params=["dynamodb", "in-memory"])

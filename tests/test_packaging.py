@@ -26,6 +26,7 @@ import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
+from controller.ledger import create_ledger_table
 from stack.template import transform_template
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,18 +187,7 @@ def aws(endpoint: str, service: str) -> Any:
 def registered_mapping(endpoint: str, table: str, queue: str) -> str:
     """A worker mapping at MaximumConcurrency 100 with its ledger CONFIG item."""
     dynamodb = aws(endpoint, "dynamodb")
-    dynamodb.create_table(
-        TableName=table,
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    create_ledger_table(dynamodb, table)
     sqs = aws(endpoint, "sqs")
     url = sqs.create_queue(QueueName=queue)["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][

@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
+from controller.ledger import create_ledger_table
 from stack.template import (
     TemplateError,
     delivery_findings,
@@ -453,18 +454,7 @@ def registrar(
 
     with mock_aws():
         client = boto3.client("dynamodb", region_name=REGION)
-        client.create_table(
-            TableName="ledger",
-            AttributeDefinitions=[
-                {"AttributeName": "PK", "AttributeType": "S"},
-                {"AttributeName": "SK", "AttributeType": "S"},
-            ],
-            KeySchema=[
-                {"AttributeName": "PK", "KeyType": "HASH"},
-                {"AttributeName": "SK", "KeyType": "RANGE"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
+        create_ledger_table(client, "ledger")
         namespace: dict[str, Any] = {"__name__": "registrar"}
         exec(compile(source, "registrar", "exec"), namespace)
         monkeypatch.setattr(namespace["urllib"].request, "urlopen", urlopen)

@@ -105,22 +105,6 @@ def client(endpoint: str, service: str, **config: Any) -> Any:
     )
 
 
-def create_table(dynamodb: Any, name: str = TABLE) -> str:
-    dynamodb.create_table(
-        TableName=name,
-        KeySchema=[
-            {"AttributeName": "PK", "KeyType": "HASH"},
-            {"AttributeName": "SK", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "PK", "AttributeType": "S"},
-            {"AttributeName": "SK", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    return name
-
-
 def create_function(endpoint: str, name: str = FUNCTION) -> str:
     iam = client(endpoint, "iam")
     role = iam.create_role(
@@ -177,8 +161,10 @@ def build_fleet(
     moto's backends are shared by every server in a process: ``suffix`` keeps the table and
     function names of one fleet apart from another's.
     """
+    from controller.ledger import create_ledger_table
+
     dynamodb = client(endpoint, "dynamodb")
-    table = create_table(dynamodb, TABLE + suffix)
+    table = create_ledger_table(dynamodb, TABLE + suffix)
     function = create_function(endpoint, FUNCTION + suffix)
     # boto3 clients are thread-safe; making one costs more than a call to the emulator.
     sqs, lambda_api = client(endpoint, "sqs"), client(endpoint, "lambda")
