@@ -390,7 +390,7 @@ def test_a_recorded_stream_replays_through_the_controller(
     recorded = main(["record", *source, "--out", str(out), *limits])
     assert recorded == 0
 
-    assert main(["replay", str(out), "--json"]) == 0
+    assert main(["replay", str(out), "--json", "--algorithm", "aimd"]) == 0
     decisions = json.loads(capsys.readouterr().out)
     cuts = [d for d in decisions if d["action"] == "MULTIPLICATIVE_DECREASE"]
     assert cuts and cuts[0]["queue"] == "orders"
