@@ -12,6 +12,7 @@ from controller.model import Action, Decision, Mode, QueueConfig, QueueState
 from controller.policy.adaptive import AdaptiveLimit
 from controller.policy.aimd import Aimd, aimd_step, change, clamp, hold
 from controller.policy.base import LimitAlgorithm, WindowedAlgorithm
+from controller.policy.evidence import evidence_since, vetted_evidence
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 
@@ -29,11 +30,6 @@ ALGORITHMS: dict[str, type[LimitAlgorithm]] = {Aimd.name: Aimd, AdaptiveLimit.na
 # Measured best on every shipped scenario (docs/simulator.md); the Lambda, replay and the
 # simulator all start from it.
 DEFAULT_ALGORITHM = AdaptiveLimit.name
-
-
-def evidence_since(state: QueueState, now: float, params: PolicyParams) -> float:
-    """Where admissible evidence starts: the window, but never before the last change settled."""
-    return max(now - params.window_s, state.last_change_at + params.settle_margin_s)
 
 
 def decide(
@@ -64,26 +60,9 @@ def decide(
         )
     if isinstance(algorithm, WindowedAlgorithm):
         return algorithm.decide_window(state, window, now, params)
-    stats = window.stats(evidence_since(state, now, params), now + 1.0)
-    if stats.newest_event_time is None:
-        reason = f"No telemetry since the last change; holding at {state.concurrency}."
-        return hold(state, reason, now)
-    age = now - stats.newest_event_time
-    if age > params.stale_after_s:
-        return hold(
-            state,
-            f"Telemetry stale: newest sample {age:.0f}s old; holding at {state.concurrency}.",
-            now,
-        )
-    if stats.requests < params.min_samples:
-        return hold(
-            state,
-            f"Insufficient evidence: {stats.requests} calls since the last change "
-            f"(< {params.min_samples}); holding at {state.concurrency}.",
-            now,
-            stats.pressure_rate,
-            stats.success_rate,
-        )
+    stats = vetted_evidence(state, window, now, params)
+    if isinstance(stats, Decision):
+        return stats
     decision = algorithm.decide(state, stats, now, params)
     if decision.target > decision.previous and now < state.hold_until:
         return hold(

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.model import Action, Decision, QueueState, QueueStateName
+from controller.policy.evidence import vetted_evidence
 from controller.settings import PolicyParams
 from controller.window import QueueWindow, WindowStats
 
@@ -106,29 +107,9 @@ class AdaptiveLimit:
             attach = self._attach(state, now, params)
             if attach is not None:
                 return attach
-        # Invocations started after the last change (and its settle margin) are its evidence.
-        settle = params.settle_margin_s
-        since = max(now - params.window_s, state.last_change_at + settle)
-        stats = window.stats(since, now + 1.0)
-        if stats.newest_event_time is None:
-            return _hold(
-                state, f"No telemetry since the last change; holding at {state.concurrency}.", now
-            )
-        age = now - stats.newest_event_time
-        if age > params.stale_after_s:
-            return _hold(
-                state,
-                f"Telemetry stale: newest sample {age:.0f}s old; holding at {state.concurrency}.",
-                now,
-            )
-        if stats.requests < params.min_samples:
-            return _hold(
-                state,
-                f"Insufficient evidence: {stats.requests} calls since the last change "
-                f"(< {params.min_samples}); holding at {state.concurrency}.",
-                now,
-                stats,
-            )
+        stats = vetted_evidence(state, window, now, params)
+        if isinstance(stats, Decision):
+            return stats
         used = _busy_concurrency(stats, self.estimate_span_s)
         return self._on_evidence(
             state,

@@ -1,0 +1,44 @@
+"""Which telemetry a verdict may rest on: the guards every algorithm shares."""
+
+from __future__ import annotations
+
+from controller.model import Decision, QueueState
+from controller.policy.aimd import hold
+from controller.settings import PolicyParams
+from controller.window import QueueWindow, WindowStats
+
+
+def evidence_since(state: QueueState, now: float, params: PolicyParams) -> float:
+    """Where admissible evidence starts: the window, but never before the last change settled."""
+    return max(now - params.window_s, state.last_change_at + params.settle_margin_s)
+
+
+def vetted_evidence(
+    state: QueueState, window: QueueWindow, now: float, params: PolicyParams
+) -> WindowStats | Decision:
+    """The invocations a verdict may judge, or the HOLD that says why there are none yet.
+
+    Only invocations that started after the last change (plus its settle margin) count, so a
+    lagging stream of old 429s cannot cut twice; stale telemetry and too few calls hold.
+    """
+    stats = window.stats(evidence_since(state, now, params), now + 1.0)
+    if stats.newest_event_time is None:
+        reason = f"No telemetry since the last change; holding at {state.concurrency}."
+        return hold(state, reason, now)
+    age = now - stats.newest_event_time
+    if age > params.stale_after_s:
+        return hold(
+            state,
+            f"Telemetry stale: newest sample {age:.0f}s old; holding at {state.concurrency}.",
+            now,
+        )
+    if stats.requests < params.min_samples:
+        return hold(
+            state,
+            f"Insufficient evidence: {stats.requests} calls since the last change "
+            f"(< {params.min_samples}); holding at {state.concurrency}.",
+            now,
+            stats.pressure_rate,
+            stats.success_rate,
+        )
+    return stats
