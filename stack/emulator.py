@@ -107,12 +107,16 @@ class EmbeddedAws:
         self._moto_api("config", {"lambda": {"use_docker": False}})
         return self
 
+    def reset(self) -> None:
+        """Empty every emulated service (moto's backends are shared by the whole process)."""
+        self._moto_api("reset", None)
+
     def stop(self) -> None:
         server, self._server = self._server, None
         if server is None:
             return
         try:
-            self._moto_api("reset", None)
+            self.reset()
         finally:
             self._endpoint = None
             server.stop()

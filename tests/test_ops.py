@@ -17,26 +17,27 @@ from controller.ledger import DynamoLedger
 from controller.model import Mode
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
-from load.bench.fleet import LocalFleet, build_fleet, client, moto_server, reset_moto
+from load.bench.fleet import LocalFleet, build_fleet, client
 from stack.cli import main
+from stack.emulator import EmbeddedAws
 from stack.ops import parse_since
 from tests.factories import sample
 
 
 @pytest.fixture(scope="module")
-def endpoint() -> Iterator[str]:
-    with moto_server() as url:
-        yield url
+def aws() -> Iterator[EmbeddedAws]:
+    with EmbeddedAws() as emulator:
+        yield emulator
 
 
 @pytest.fixture
-def fleet(endpoint: str) -> Iterator[LocalFleet]:
+def fleet(aws: EmbeddedAws) -> Iterator[LocalFleet]:
     """Queues orders and billing with mappings at 100, nothing registered yet."""
     try:
         suffix = f"-{uuid.uuid4().hex[:8]}"
-        yield build_fleet(endpoint, ["orders", "billing"], register=False, suffix=suffix)
+        yield build_fleet(aws.endpoint, ["orders", "billing"], register=False, suffix=suffix)
     finally:
-        reset_moto(endpoint)  # leave nothing behind for the next test
+        aws.reset()  # leave nothing behind for the next test
 
 
 class Cli:

@@ -264,13 +264,10 @@ def test_progress_reports_records_bytes_and_shards() -> None:
 
 @pytest.fixture
 def moto_url() -> Iterator[str]:
-    from load.bench.fleet import moto_server, reset_moto
+    from stack.emulator import EmbeddedAws
 
-    with moto_server() as url:
-        try:
-            yield url
-        finally:
-            reset_moto(url)  # leave no stream behind for other tests
+    with EmbeddedAws() as aws:
+        yield aws.endpoint
 
 
 def _kinesis(url: str) -> Any:

@@ -407,23 +407,22 @@ def test_batches_are_what_a_kinesis_mapping_would_deliver(
 def test_replay_against_the_local_stack_moves_its_mappings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from load.bench.fleet import build_fleet, client, moto_server, reset_moto
+    from load.bench.fleet import build_fleet, client
+    from stack.emulator import EmbeddedAws
 
-    with moto_server() as endpoint:
-        try:
-            fleet = build_fleet(endpoint, ["orders"], register=True, suffix="-replay-test")
-            target = ["--endpoint-url", endpoint, "--table", fleet.table]
-            code = main(["replay", str(GOLDEN / "storm.jsonl"), "--json", "--changes", *target])
-            captured = capsys.readouterr()
-            lambda_api = client(endpoint, "lambda")
-            mapping = lambda_api.get_event_source_mapping(UUID=fleet.mappings["orders"])
-            trail = [
-                item
-                for item in client(endpoint, "dynamodb").scan(TableName=fleet.table)["Items"]
-                if item["SK"]["S"].startswith("AUDIT#") and item["Action"]["S"] != "REGISTER"
-            ]
-        finally:
-            reset_moto(endpoint)  # leave nothing behind for other tests
+    with EmbeddedAws() as aws:
+        endpoint = aws.endpoint
+        fleet = build_fleet(endpoint, ["orders"], register=True, suffix="-replay-test")
+        target = ["--endpoint-url", endpoint, "--table", fleet.table]
+        code = main(["replay", str(GOLDEN / "storm.jsonl"), "--json", "--changes", *target])
+        captured = capsys.readouterr()
+        lambda_api = client(endpoint, "lambda")
+        mapping = lambda_api.get_event_source_mapping(UUID=fleet.mappings["orders"])
+        trail = [
+            item
+            for item in client(endpoint, "dynamodb").scan(TableName=fleet.table)["Items"]
+            if item["SK"]["S"].startswith("AUDIT#") and item["Action"]["S"] != "REGISTER"
+        ]
     assert code == 0, captured.err
     decisions = json.loads(captured.out)
     # Only the registered queue is decided; billing's telemetry is counted and ignored.

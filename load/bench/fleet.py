@@ -65,33 +65,6 @@ ROLE_POLICY = {
 # --- the local fleet (shared with tests/test_ops.py) ----------------------------------------
 
 
-@contextmanager
-def moto_server() -> Iterator[str]:
-    """moto's server in this process, on loopback and a free port; stopped on exit."""
-    import logging
-
-    from moto.server import ThreadedMotoServer
-
-    # werkzeug logs every request on stderr: thousands of lines in a fleet benchmark.
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
-def reset_moto(endpoint: str) -> None:
-    """Empty every moto backend: they are shared by all servers of a process."""
-    import urllib.request
-
-    request = urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST")
-    with urllib.request.urlopen(request, timeout=10):
-        pass
-
-
 def client(endpoint: str, service: str, **config: Any) -> Any:
     import boto3
     from botocore.config import Config
@@ -441,7 +414,10 @@ def measure(
     from controller.telemetry import decode_kinesis_event
 
     queues = [f"fleet-{index:04d}" for index in range(queue_count)]
-    with table_snapshots_by_index(not moto_deepcopy), moto_server() as endpoint:
+    from stack.emulator import EmbeddedAws
+
+    with table_snapshots_by_index(not moto_deepcopy), EmbeddedAws() as aws:
+        endpoint = aws.endpoint
         setup_started = time.perf_counter()
         fleet = build_fleet(endpoint, queues, register=True)
         setup_s = time.perf_counter() - setup_started
