@@ -10,14 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from controller.actuator import InMemoryActuator
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
-from controller.model import (
-    AuditEntry,
-    AuditEvent,
-    QueueConfig,
-    QueueState,
-    QueueStateName,
-    Sample,
-)
+from controller.model import Mode, QueueState, QueueStateName, Sample
 from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM, aimd_step
 from controller.settings import PolicyParams
 from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy
@@ -145,6 +138,9 @@ class QueueMeshPolicy:
         return self._ledger
 
     def start(self, scenario: Scenario) -> None:
+        from stack.ops import FleetOps
+
+        operator = FleetOps(self._ledger, self._actuator, clock=lambda: SIM_EPOCH)
         for spec in scenario.queues:
             uuid = f"esm-{spec.name}"
             self._uuids[spec.name] = uuid
@@ -154,41 +150,18 @@ class QueueMeshPolicy:
                 event_source_arn=f"arn:aws:sqs:us-east-1:000000000000:{spec.name}",
                 batch_size=spec.batch_size,
             )
-            self._ledger.put_config(
-                QueueConfig(
-                    queue=spec.name,
-                    esm_uuid=uuid,
-                    overrides={"cmax": spec.max_concurrency, "cmin": spec.min_concurrency},
-                )
+            # Registered as `queuemesh register` does: config, first state, and a wake-up so
+            # the first scheduled tick attaches the mapping.
+            operator.register(
+                spec.name,
+                uuid,
+                {"cmax": spec.max_concurrency, "cmin": spec.min_concurrency},
+                Mode.ACTIVE,
             )
-            self._register(spec.name, uuid, spec.max_concurrency)
         algorithm = None if self._algorithm is None else ALGORITHMS[self._algorithm]()
         self._controller = Controller(
             self._ledger, self._actuator, self._params, algorithm=algorithm, monotonic=lambda: 0.0
         )
-
-    def _register(self, queue: str, uuid: str, concurrency: int) -> None:
-        """What registering the mapping leaves in the ledger (``queuemesh register``): its
-        state at the mapping's value, due at once, so the first scheduled tick attaches it."""
-        state = QueueState(
-            queue=queue,
-            esm_uuid=uuid,
-            state=QueueStateName.HEALTHY,
-            concurrency=concurrency,
-            previous_concurrency=concurrency,
-            last_reason="Registered.",
-            wake_at=SIM_EPOCH,
-        )
-        audit = AuditEntry(
-            queue=queue,
-            timestamp=SIM_EPOCH,
-            event_type=AuditEvent.OPERATOR,
-            previous_value=concurrency,
-            new_value=concurrency,
-            action="REGISTER",
-            reason="Registered for the simulation.",
-        )
-        self._ledger.commit(state, audit)
 
     def on_batch(self, samples: Sequence[Sample], now: float) -> None:
         self._now = now
