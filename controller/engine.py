@@ -108,12 +108,6 @@ class Controller:
         self._states: dict[str, QueueState] = {}
         self._pending: set[str] = set()
 
-    @classmethod
-    def named(
-        cls, algorithm: str, ledger: Ledger, actuator: Actuator, params: PolicyParams
-    ) -> Controller:
-        return cls(ledger, actuator, params, algorithm=ALGORITHMS[algorithm]())
-
     # -- telemetry ------------------------------------------------------------------------
     def ingest(self, samples: Iterable[Sample], now: float) -> None:
         """Window the samples of registered queues; the rest are counted and dropped."""
@@ -149,25 +143,19 @@ class Controller:
                 self._configs[queue] = (now, fetched.get(queue))
         return {q: config for q in wanted if (config := self._configs[q][1]) is not None}
 
-    def window(self, queue: str) -> QueueWindow | None:
-        return self._windows.get(queue)
-
     def wake_due(self, now: float) -> int:
-        """Queue for deciding every state whose wake-up time has come, from the ledger.
+        """Learn every queue's state from the ledger, so the next plan decides those whose
+        wake-up time has come; returns how many are due.
 
         A paused mapping sends no telemetry, so nothing else would wake it; a scheduled tick
-        calls this, in whatever container it lands. Returns how many queues were due.
+        calls this, in whatever container it lands.
         """
-        due = 0
         for state in self.ledger.list_states():
             cached = self._states.get(state.queue)
             # Equal versions: the cache holds the same transition plus unwritten memory.
             if cached is None or cached.version < state.version:
                 self._states[state.queue] = state
-            if 0 < self._states[state.queue].wake_at <= now:
-                self._pending.add(state.queue)
-                due += 1
-        return due
+        return len(self._due(now))
 
     # -- deciding -------------------------------------------------------------------------
     def plan(self, now: float, deadline: float = math.inf) -> Plan:
@@ -176,10 +164,7 @@ class Controller:
         A ledger fault propagates with the pending queues kept, so a retried batch decides
         them again. A queue whose state could not be learned in time stays pending.
         """
-        # Queues whose state asked to be looked at again by now (a paused mapping sends no
-        # telemetry) are decided too.
-        due = {q for q, state in self._states.items() if 0 < state.wake_at <= now}
-        queues = sorted(self._pending | due)
+        queues = sorted(self._pending | self._due(now))
         configs = self.configs(queues, now)
         states = self.states(configs.values(), now, deadline)
         self._pending.clear()
@@ -195,6 +180,11 @@ class Controller:
             decision = decide(self.algorithm, state, config, window, now, self.params_for(config))
             plan.steps.append(Step(config, decision, state, window.newest_event_time))
         return plan
+
+    def _due(self, now: float) -> set[str]:
+        """Queues whose state asked to be looked at again by now (a paused mapping sends no
+        telemetry): decided with the next plan, evidence or not."""
+        return {queue for queue, state in self._states.items() if 0 < state.wake_at <= now}
 
     def evaluate(
         self, queue: str, pressure_rate: float, success_rate: float, now: float, deadline: float
@@ -292,9 +282,6 @@ class Controller:
         self.ingest(samples, now)
         return self.execute(self.plan(now, deadline), deadline)
 
-    def forget_state(self, queue: str) -> None:
-        self._states.pop(queue, None)
-
     def _run(self, step: Step, now: float, deadline: float) -> Decision | None:
         decision, config = step.decision, step.config
         if not step.records:
@@ -308,18 +295,11 @@ class Controller:
             ):
                 self._adopt_drift(step, view.max_concurrency, view.enabled, now)
                 return None
-        audit = self._audit(step, now)
-        try:
-            committed = self.ledger.commit(
-                decision.new_state.evolve(version=step.base_version), audit
-            )
-        except VersionConflict:
-            # Another invocation moved this queue first: re-read and judge afresh next batch.
-            self.counters["version_conflicts"] += 1
-            self.forget_state(config.queue)
-            self._pending.add(config.queue)
+        committed = self._commit(
+            decision.new_state.evolve(version=step.base_version), self._audit(step, now)
+        )
+        if committed is None:
             return None
-        self._states[config.queue] = committed
         if not step.actuates:
             return decision
         try:
@@ -379,11 +359,7 @@ class Controller:
             reason=reason,
         )
         self.counters["drift_detected"] += 1
-        try:
-            self._states[step.config.queue] = self.ledger.commit(state, audit)
-        except VersionConflict:
-            self.counters["version_conflicts"] += 1
-            self.forget_state(step.config.queue)
+        self._commit(state, audit)
 
     def _revert(self, step: Step, committed: QueueState, now: float, error: ActuationError) -> None:
         """The claim stands in the ledger but the mapping did not move: put the ledger back."""
@@ -403,8 +379,17 @@ class Controller:
         )
         self.counters["actuation_failures"] += 1
         self._pending.add(decision.queue)
+        self._commit(state, audit)
+
+    def _commit(self, state: QueueState, audit: AuditEntry) -> QueueState | None:
+        """Write state and audit together; ``None`` when another invocation moved the queue
+        first, whose state is then re-read and judged afresh with the next batch."""
         try:
-            self._states[decision.queue] = self.ledger.commit(state, audit)
+            committed = self.ledger.commit(state, audit)
         except VersionConflict:
             self.counters["version_conflicts"] += 1
-            self.forget_state(decision.queue)
+            self._states.pop(state.queue, None)
+            self._pending.add(state.queue)
+            return None
+        self._states[state.queue] = committed
+        return committed

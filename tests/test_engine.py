@@ -236,3 +236,16 @@ def test_manual_evaluation_follows_the_original_sequence(controller: Controller)
         (25, QueueStateName.CRITICAL_BACKOFF, True),
         (30, QueueStateName.RECOVERING, True),
     ]
+
+
+def test_describe_is_the_dry_run_of_a_plan(
+    controller: Controller, actuator: InMemoryActuator, ledger: InMemoryLedger
+) -> None:
+    controller.ingest(storm(100), 110.0)
+    plan = controller.plan(110.0)
+    assert plan.describe() == [
+        "update orders (esm-orders): 100 -> 50 [MULTIPLICATIVE_DECREASE] HTTP 429 breach: "
+        "Error rate 20.0% >= T1 (5.0%). Applied factor Beta=0.5. Scaled from 100 -> 50."
+    ]
+    assert actuator.calls == []
+    assert ledger.audit_trail("orders") == []
