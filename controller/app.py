@@ -99,15 +99,15 @@ class ControllerApp:
         now = self._clock()
         try:
             self.controller.ingest(decoded.samples, now)
-        except LedgerError as error:
-            return self._retry_batch(outcome, fresh, error)
+        except LedgerError:
+            return self._retry_batch(outcome, fresh)
         for record in fresh:
             self._mark_ingested(record)
         try:
             plan = self.controller.plan(now, deadline)
             outcome.decisions = self.controller.execute(plan, deadline)
-        except LedgerError as error:
-            return self._retry_batch(outcome, fresh, error)
+        except LedgerError:
+            return self._retry_batch(outcome, fresh)
         self._report(outcome, plan.decisions)
         return outcome
 
@@ -148,7 +148,7 @@ class ControllerApp:
         }
 
     def _retry_batch(
-        self, outcome: BatchOutcome, fresh: Sequence[Mapping[str, Any]], error: Exception
+        self, outcome: BatchOutcome, fresh: Sequence[Mapping[str, Any]]
     ) -> BatchOutcome:
         """A transient fault: report the first unprocessed record so Lambda retries from it."""
         self._logger.exception("ledger unavailable; the batch will be retried")
