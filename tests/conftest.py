@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from stack.emulator import EmbeddedAws
+
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_emulated_aws() -> Iterator[None]:
@@ -19,3 +21,15 @@ def fresh_emulated_aws() -> Iterator[None]:
 
     moto_api_backend.reset()
     yield
+
+
+@pytest.fixture(scope="module")
+def emulated_aws() -> Iterator[EmbeddedAws]:
+    """moto's server on 127.0.0.1 for one test module: the project's own embedded AWS."""
+    with EmbeddedAws() as aws:
+        yield aws
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint(emulated_aws: EmbeddedAws) -> str:
+    return emulated_aws.endpoint

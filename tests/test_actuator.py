@@ -7,7 +7,6 @@ import io
 import json
 import random
 import zipfile
-from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -17,7 +16,6 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from botocore.stub import Stubber
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from moto.server import ThreadedMotoServer
 
 from controller.actuator import (
     ActuationGaveUp,
@@ -486,17 +484,6 @@ def test_a_hand_edit_shows_in_the_next_read() -> None:
 
 
 # Against moto's Lambda.
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 def _aws(service: str, endpoint: str, **kwargs: Any) -> Any:

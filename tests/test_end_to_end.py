@@ -13,13 +13,12 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.moto_api._internal.models import moto_api_backend
-from moto.server import ThreadedMotoServer
 
 from controller import handler as controller_handler
 from controller.ledger import DynamoLedger, create_ledger_table
 from controller.model import Mode, QueueConfig
 from load.recording import emf_line
+from stack.emulator import EmbeddedAws
 from tests.factories import sample
 
 REGION = "us-east-1"
@@ -28,12 +27,9 @@ LOG_GROUP = "/aws/lambda/orders-worker"
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    moto_api_backend.reset()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
+def aws(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    emulated_aws.reset()
+    endpoint = emulated_aws.endpoint
     for key, value in {
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_DEFAULT_REGION": REGION,
@@ -43,10 +39,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(controller_handler, "_app", None)
-    try:
-        yield endpoint
-    finally:
-        server.stop()
+    yield endpoint
 
 
 def deploy_pipeline() -> tuple[str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import random
-from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -16,7 +15,6 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from moto.server import ThreadedMotoServer
 
 from controller.ledger import (
     BATCH_GET_LIMIT,
@@ -39,17 +37,6 @@ from controller.model import (
 from controller.ports import LedgerError, VersionConflict
 
 T0 = 1_790_000_000.0  # a fixed instant: 2026-09-21
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
 
 
 def dynamodb_client(endpoint: str) -> Any:

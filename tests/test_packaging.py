@@ -24,7 +24,6 @@ from typing import Any
 
 import boto3
 import pytest
-from moto.server import ThreadedMotoServer
 
 from controller.ledger import create_ledger_table
 from stack.template import transform_template
@@ -163,17 +162,6 @@ def assert_isolated(report: dict[str, Any], artifacts: Path, bundled: tuple[str,
 # ------------------------------------------------------------------ controller
 
 
-@pytest.fixture
-def aws_endpoint() -> Iterator[str]:
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
 def aws(endpoint: str, service: str) -> Any:
     return boto3.client(
         service,
@@ -259,16 +247,16 @@ def test_controller_artifact_handles_kinesis_and_manual_events_in_isolation(
     tmp_path: Path,
     lambda_runtime: Path,
     template_environment: dict[str, dict[str, str]],
-    aws_endpoint: str,
+    moto_endpoint: str,
 ) -> None:
     artifacts = build(tmp_path, "controller", "ControllerFunction", platform_flags="")
     assert (artifacts / "controller" / "handler.py").is_file()
     assert not (artifacts / "controller" / "Makefile").exists()
-    uuid = registered_mapping(aws_endpoint, "ledger", "orders")
+    uuid = registered_mapping(moto_endpoint, "ledger", "orders")
     env = {
         **template_environment["ControllerFunction"],
         "QUEUEMESH_TABLE": "ledger",
-        "AWS_ENDPOINT_URL": aws_endpoint,
+        "AWS_ENDPOINT_URL": moto_endpoint,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
@@ -295,7 +283,7 @@ def test_controller_artifact_handles_kinesis_and_manual_events_in_isolation(
     assert (manual_result["previous_concurrency"], manual_result["target_concurrency"]) == (100, 50)
     assert manual_result["action"] == "MULTIPLICATIVE_DECREASE"
     assert manual_result["esm_updated"] is True
-    mapping = aws(aws_endpoint, "lambda").get_event_source_mapping(UUID=uuid)
+    mapping = aws(moto_endpoint, "lambda").get_event_source_mapping(UUID=uuid)
     assert mapping["ScalingConfig"]["MaximumConcurrency"] == 50
 
 

@@ -6,7 +6,7 @@ import asyncio
 import http.client
 import socket
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -165,21 +165,6 @@ def test_calls_outside_an_invocation_are_not_counted(
     assert _with_urllib3(downstream, "/status/429") == 429
     sample = _sample_of(lambda: _with_urllib3(downstream, "/status/200"), capsys)
     assert (sample.requests, sample.ok, sample.throttled) == (1, 1, 0)
-
-
-@pytest.fixture
-def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.stop()
 
 
 def test_aws_sdk_calls_are_not_downstream_calls(
