@@ -250,7 +250,9 @@ def record_deliveries(
 
 
 def kinesis_event(
-    lines: Sequence[RecordedLine], stream_arn: str = f"arn:aws:kinesis:us-east-1:{ACCOUNT}:stream/t"
+    lines: Sequence[RecordedLine],
+    stream_arn: str = f"arn:aws:kinesis:us-east-1:{ACCOUNT}:stream/t",
+    region: str = "us-east-1",
 ) -> dict[str, Any]:
     """The Lambda event a Kinesis event source mapping delivers for these records."""
     return {
@@ -268,7 +270,7 @@ def kinesis_event(
                 "eventID": f"{line.shard}:{line.sequence}",
                 "eventName": "aws:kinesis:record",
                 "invokeIdentityArn": f"arn:aws:iam::{ACCOUNT}:role/queuemesh-controller",
-                "awsRegion": "us-east-1",
+                "awsRegion": region,
                 "eventSourceARN": stream_arn,
             }
             for line in lines

@@ -20,7 +20,6 @@ PutLogEvents, from where the emulator's subscription filter delivers them to Kin
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import io
 import itertools
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from load.recording import RecordedLine, kinesis_event
 from stack.emulator import ACCOUNT, Deployment, EmbeddedAws, QueueBinding
 
 INITIAL_POLLERS = 5
@@ -702,7 +702,11 @@ class StreamPoller:
         while records and not self._stop.is_set():
             with self._pool.container() as container:
                 result = container.invoke(
-                    kinesis_event(records, shard_id, self._stream_arn, self._region)
+                    kinesis_event(
+                        [RecordedLine.from_kinesis(shard_id, record) for record in records],
+                        self._stream_arn,
+                        self._region,
+                    )
                 )
             self.counters.invocations += 1
             try:
@@ -727,33 +731,6 @@ class StreamPoller:
             self.counters.retries += 1
 
 
-def kinesis_event(
-    records: list[dict[str, Any]], shard_id: str, stream_arn: str, region: str
-) -> dict[str, Any]:
-    """The event Lambda passes for a Kinesis batch, from GetRecords' answer."""
-    return {
-        "Records": [
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": record["PartitionKey"],
-                    "sequenceNumber": record["SequenceNumber"],
-                    "data": base64.b64encode(record["Data"]).decode(),
-                    "approximateArrivalTimestamp": _epoch(record["ApproximateArrivalTimestamp"]),
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": f"{shard_id}:{record['SequenceNumber']}",
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": f"arn:aws:iam::{ACCOUNT}:role/queuemesh-local",
-                "awsRegion": region,
-                "eventSourceARN": stream_arn,
-            }
-            for record in records
-        ]
-    }
-
-
 def first_failure(response: Any, records: list[dict[str, Any]]) -> int | None:
     """Index of the record to retry from (the lowest failed sequence number), or None.
 
@@ -776,12 +753,6 @@ def first_failure(response: Any, records: list[dict[str, Any]]) -> int | None:
         if int(record["SequenceNumber"]) >= lowest:
             return index
     return None
-
-
-def _epoch(value: Any) -> float:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return float(value)
 
 
 # -- scheduled rules -----------------------------------------------------------------------

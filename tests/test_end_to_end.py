@@ -3,7 +3,6 @@ mapping concurrency changed, state and audit in the ledger. All on moto's server
 
 from __future__ import annotations
 
-import base64
 import io
 import json
 import time
@@ -17,7 +16,7 @@ import pytest
 from controller import handler as controller_handler
 from controller.ledger import DynamoLedger, create_ledger_table
 from controller.model import Mode, QueueConfig
-from load.recording import emf_line
+from load.recording import RecordedLine, emf_line, kinesis_event
 from stack.emulator import EmbeddedAws
 from tests.factories import sample
 
@@ -94,26 +93,8 @@ def kinesis_event_from_stream(stream_arn: str) -> dict[str, Any]:
         StreamName="telemetry", ShardId=shard, ShardIteratorType="TRIM_HORIZON"
     )["ShardIterator"]
     records = kinesis.get_records(ShardIterator=iterator, Limit=1000)["Records"]
-    return {
-        "Records": [
-            {
-                "eventSource": "aws:kinesis",
-                "eventSourceARN": stream_arn,
-                "eventID": f"{shard}:{record['SequenceNumber']}",
-                "awsRegion": REGION,
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": record["PartitionKey"],
-                    "sequenceNumber": record["SequenceNumber"],
-                    "data": base64.b64encode(record["Data"]).decode(),
-                    "approximateArrivalTimestamp": record[
-                        "ApproximateArrivalTimestamp"
-                    ].timestamp(),
-                },
-            }
-            for record in records
-        ]
-    }
+    lines = [RecordedLine.from_kinesis(shard, record) for record in records]
+    return kinesis_event(lines, stream_arn, REGION)
 
 
 class LambdaContext:
