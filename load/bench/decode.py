@@ -13,10 +13,8 @@ bare scanner, as the decoder itself does, instead of ``json.loads``.
 from __future__ import annotations
 
 import argparse
-import base64
 import binascii
 import gc
-import gzip
 import json
 import random
 import sys
@@ -194,51 +192,41 @@ def build_event(
     records: int, max_events: int, queues: int, seed: int
 ) -> tuple[dict[str, Any], int, int]:
     """A Lambda Kinesis event of subscription payloads; its compressed size and EMF count."""
+    from load.recording import RecordedLine, kinesis_event, subscription_payload
+
     rng = random.Random(seed)
     queue_names = [f"orders-{index:02d}" for index in range(queues)]
-    kinesis_records = []
-    payload_bytes = 0
+    lines = []
     log_events = 0
     for index in range(records):
         events_here = rng.randint(max(1, max_events // 2), max_events)
         at_ms = BASE_TIME_MS + index * 10
-        payload = {
-            "messageType": "DATA_MESSAGE",
-            "owner": "123456789012",
-            "logGroup": f"/aws/lambda/worker-{index % 4}",
-            "logStream": f"2025/11/29/[$LATEST]{rng.getrandbits(128):032x}",
-            "subscriptionFilters": ["queuemesh-telemetry"],
-            "logEvents": [
-                {
-                    "id": str(rng.getrandbits(180)),
-                    "timestamp": at_ms + offset,
-                    "message": _worker_emf(rng, rng.choice(queue_names), at_ms + offset - 3),
-                }
+        data = subscription_payload(
+            [
+                (
+                    (at_ms + offset) / 1000,
+                    _worker_emf(rng, rng.choice(queue_names), at_ms + offset - 3),
+                )
                 for offset in range(events_here)
             ],
-        }
-        data = gzip.compress(json.dumps(payload, separators=(",", ":")).encode(), 6)
-        payload_bytes += len(data)
-        log_events += events_here
-        kinesis_records.append(
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": f"{rng.getrandbits(128):032x}",
-                    "sequenceNumber": str(49_656_798_632_213_455_391_620_093_153_372 + index),
-                    "data": base64.b64encode(data).decode(),
-                    "approximateArrivalTimestamp": at_ms / 1000 + 2,
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": f"shardId-000000000000:{index}",
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/queuemesh-controller",
-                "awsRegion": "eu-west-1",
-                "eventSourceARN": "arn:aws:kinesis:eu-west-1:123456789012:stream/telemetry",
-            }
+            f"/aws/lambda/worker-{index % 4}",
+            f"2025/11/29/[$LATEST]{rng.getrandbits(128):032x}",
+            first_id=log_events,
         )
-    return {"Records": kinesis_records}, payload_bytes, log_events
+        log_events += events_here
+        lines.append(
+            RecordedLine(
+                arrival=at_ms / 1000 + 2,
+                shard="shardId-000000000000",
+                # AWS's sequence numbers are 56 digits (moto's are small integers).
+                sequence=str(49_656_798_632_213_455_391_620_093_153_372 + index),
+                partition_key=f"{rng.getrandbits(128):032x}",
+                data=data,
+            )
+        )
+    payload_bytes = sum(len(line.data) for line in lines)
+    stream_arn = "arn:aws:kinesis:eu-west-1:123456789012:stream/telemetry"
+    return kinesis_event(lines, stream_arn, "eu-west-1"), payload_bytes, log_events
 
 
 def _worker_emf(rng: random.Random, queue: str, at_ms: int) -> str:
