@@ -22,8 +22,6 @@ class _Bucket:
     throttled: int = 0
     server_errors: int = 0
     client_errors: int = 0
-    latency_ms_sum: float = 0.0
-    latency_count: int = 0
     busy_ms: float = 0.0
     timed_samples: int = 0
     retry_after_s: float = 0.0
@@ -43,8 +41,6 @@ class WindowStats:
     throttled: int = 0
     server_errors: int = 0
     client_errors: int = 0
-    latency_ms_sum: float = 0.0
-    latency_count: int = 0
     busy_ms: float = 0.0
     timed_samples: int = 0
     retry_after_s: float = 0.0
@@ -57,10 +53,6 @@ class WindowStats:
     @property
     def success_rate(self) -> float:
         return self.ok / self.requests if self.requests else 0.0
-
-    @property
-    def mean_latency_ms(self) -> float | None:
-        return self.latency_ms_sum / self.latency_count if self.latency_count else None
 
     def in_use(self, span_s: float) -> float | None:
         """Concurrency really in use over ``span_s`` seconds: busy time / elapsed time."""
@@ -98,8 +90,6 @@ class QueueWindow:
         bucket.throttled += sample.throttled
         bucket.server_errors += sample.server_errors
         bucket.client_errors += sample.client_errors
-        bucket.latency_ms_sum += sample.latency_ms_sum
-        bucket.latency_count += sample.latency_count
         if sample.invocation_ms is not None:
             bucket.busy_ms += sample.invocation_ms
             bucket.timed_samples += 1
@@ -125,8 +115,6 @@ class QueueWindow:
             totals.throttled += bucket.throttled
             totals.server_errors += bucket.server_errors
             totals.client_errors += bucket.client_errors
-            totals.latency_ms_sum += bucket.latency_ms_sum
-            totals.latency_count += bucket.latency_count
             totals.busy_ms += bucket.busy_ms
             totals.timed_samples += bucket.timed_samples
             totals.retry_after_s = max(totals.retry_after_s, bucket.retry_after_s)
@@ -141,8 +129,6 @@ class QueueWindow:
             throttled=totals.throttled,
             server_errors=totals.server_errors,
             client_errors=totals.client_errors,
-            latency_ms_sum=totals.latency_ms_sum,
-            latency_count=totals.latency_count,
             busy_ms=totals.busy_ms,
             timed_samples=totals.timed_samples,
             retry_after_s=totals.retry_after_s,
