@@ -37,6 +37,7 @@ class BatchOutcome:
     samples: int = 0
     records: int = 0
     redelivered: int = 0
+    due: int = 0
 
     def response(self) -> dict[str, list[dict[str, str]]]:
         return {
@@ -74,20 +75,21 @@ class ControllerApp:
         if "queue" in event:
             return self.evaluate_manual(event, deadline)
         if event.get("detail-type") == "Scheduled Event":
-            return self.tick(deadline)
+            outcome = self.tick(deadline)
+            return {"due": outcome.due, "decided": len(outcome.decisions)}
         raise ValueError(
             "unrecognised event: expected a Kinesis batch ('Records'), a manual evaluation "
             "('queue', 'error_rate', 'success_rate') or a scheduled tick"
         )
 
-    def tick(self, deadline: float) -> dict[str, Any]:
+    def tick(self, deadline: float) -> BatchOutcome:
         """The scheduled wake-up: decide queues that asked to be looked at again (paused ones)."""
         now = self._clock()
-        due = self.controller.wake_due(now)
+        outcome = BatchOutcome(due=self.controller.wake_due(now))
         plan = self.controller.plan(now, deadline)
-        decisions = self.controller.execute(plan, deadline)
-        self._report(BatchOutcome(decisions=decisions), plan.decisions)
-        return {"due": due, "decided": len(decisions)}
+        outcome.decisions = self.controller.execute(plan, deadline)
+        self._report(outcome, plan.decisions)
+        return outcome
 
     def process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
         records: Sequence[Mapping[str, Any]] = event.get("Records") or []

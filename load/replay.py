@@ -427,26 +427,14 @@ def replay(
     app = ControllerApp(
         controller, clock=clock, namespace=config.namespace, emit=_discard, logger=logger
     )
-    # Decisions are taken from the engine's execution, so scheduled ticks (whose response
-    # carries only counts) are reported like Kinesis batches.
-    executed: list[Decision] = []
-    execute = controller.execute
-
-    def execute_and_keep(plan: Any, deadline: float = math.inf) -> list[Decision]:
-        done = execute(plan, deadline)
-        executed.extend(done)
-        return done
-
-    controller.execute = execute_and_keep  # type: ignore[method-assign]
     last_state: dict[str, str] = {}
 
-    def keep(time: float) -> None:
+    def keep(time: float, executed: Sequence[Decision]) -> None:
         for decision in executed:
             before = last_state.get(decision.queue, QueueStateName.HEALTHY.value)
             changed = decision.changes_mapping or decision.state.value != before
             last_state[decision.queue] = decision.state.value
             report.decisions.append(ReplayedDecision.of(time, decision, changed))
-        executed.clear()
 
     batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
     report.batches = len(batches)
@@ -454,7 +442,7 @@ def replay(
     for invocation in _invocations(batches, config.schedule_s):
         clock.now = invocation.time
         if invocation.batch is None:
-            app.tick(math.inf)
+            outcome = app.tick(math.inf)
             report.ticks += 1
         else:
             event = kinesis_event(invocation.batch.records, STREAM_ARN)
@@ -462,7 +450,7 @@ def replay(
             report.samples += outcome.samples
             report.redelivered += outcome.redelivered
             report.skipped.update(outcome.skipped)
-        keep(invocation.time)
+        keep(invocation.time, outcome.decisions)
     report.counters = Counter(controller.counters)
     return report
 
