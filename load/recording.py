@@ -21,7 +21,7 @@ import gzip
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -130,19 +130,50 @@ def write_recording(lines: Iterable[RecordedLine], target: Path | IO[str]) -> in
     return count
 
 
-def read_recording(source: Path | IO[str]) -> list[RecordedLine]:
-    """Every record of a recording, in file order; blank lines are skipped."""
+class UnreadableRecording(RecordingError):
+    """The recording's file itself could not be read."""
+
+
+@dataclass(slots=True)
+class Recording:
+    records: list[RecordedLine]
+    bad_lines: list[str] = field(default_factory=list)
+    duplicates: int = 0
+
+
+def read_recording(source: Path | IO[str], *, skip_bad: bool = False) -> Recording:
+    """The records of a recording, in arrival order (stable: file order breaks ties).
+
+    Blank lines are skipped. A broken line raises ``RecordingError`` naming it, unless
+    ``skip_bad``: then it is left out and listed. A record seen before (same shard and sequence
+    number) is left out and counted: Kinesis delivers a record once, so a repeat is a defect.
+    """
     if isinstance(source, Path):
         try:
             with source.open(encoding="utf-8") as stream:
-                return read_recording(stream)
-        except OSError as error:
-            raise RecordingError(f"cannot read {source}: {error.strerror or error}") from error
-    return [
-        RecordedLine.from_json(text, number)
-        for number, text in enumerate(source, start=1)
-        if text.strip()
-    ]
+                return read_recording(stream, skip_bad=skip_bad)
+        except (OSError, UnicodeDecodeError) as error:
+            raise UnreadableRecording(f"cannot read recording {source}: {error}") from error
+    recording = Recording(records=[])
+    seen: set[tuple[str, int]] = set()
+    for number, text in enumerate(source, start=1):
+        if not text.strip():
+            continue
+        try:
+            record = RecordedLine.from_json(text, number)
+        except RecordingError as error:
+            if not skip_bad:
+                raise
+            recording.bad_lines.append(str(error))
+            continue
+        position = (record.shard, int(record.sequence))
+        if position in seen:
+            recording.duplicates += 1
+            continue
+        seen.add(position)
+        recording.records.append(record)
+    recording.records.sort(key=lambda record: record.arrival)
+    return recording
 
 
 # --- encoders ----------------------------------------------------------------------------

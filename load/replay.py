@@ -26,7 +26,14 @@ from typing import Any
 from controller.model import Decision, Mode, QueueConfig, QueueStateName
 from controller.policy import DEFAULT_ALGORITHM
 from controller.settings import PolicyParams, SettingsError
-from load.recording import RecordedLine, RecordingError, kinesis_event
+from load.recording import (
+    RecordedLine,
+    Recording,
+    RecordingError,
+    UnreadableRecording,
+    kinesis_event,
+    read_recording,
+)
 from stack.errors import CliError
 
 # The controller's Kinesis mapping in template.yaml: BatchSize 1000, a 1 s batching window.
@@ -49,44 +56,14 @@ BATCHING_KEYS = {"batch_size", "window_s"}
 # --- recordings -----------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Recording:
-    records: list[RecordedLine]
-    bad_lines: list[str] = field(default_factory=list)
-    duplicates: int = 0
-
-
-def read_recording(path: Path, skip_bad: bool) -> Recording:
-    """The records of a recording, in arrival order (stable: file order breaks ties).
-
-    A broken line is an error naming it, unless ``skip_bad``: then it is left out and listed.
-    A record seen before (same shard and sequence number) is left out and counted: Kinesis
-    delivers a record once per batch, so a repeated line is a defect of the file.
-    """
+def load_recording(path: Path, skip_bad: bool) -> Recording:
+    """The recording's records (see ``load.recording.read_recording``), errors as one line."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise CliError(f"cannot read recording {path}: {error}") from error
-    recording = Recording(records=[])
-    seen: set[tuple[str, int]] = set()
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = RecordedLine.from_json(line, number)
-        except RecordingError as error:
-            if not skip_bad:
-                raise CliError(f"{path}: {error}; fix it or pass --skip-bad") from error
-            recording.bad_lines.append(str(error))
-            continue
-        position = (record.shard, int(record.sequence))
-        if position in seen:
-            recording.duplicates += 1
-            continue
-        seen.add(position)
-        recording.records.append(record)
-    recording.records.sort(key=lambda record: record.arrival)
-    return recording
+        return read_recording(path, skip_bad=skip_bad)
+    except UnreadableRecording as error:
+        raise CliError(str(error)) from error
+    except RecordingError as error:
+        raise CliError(f"{path}: {error}; fix it or pass --skip-bad") from error
 
 
 # --- replay configuration -------------------------------------------------------------------
@@ -599,7 +576,7 @@ def run(args: argparse.Namespace) -> int:
     config = load_config(args.config) if args.config else ReplayConfig()
     if args.algorithm is not None:
         config = dataclasses.replace(config, algorithm=args.algorithm)
-    recording = read_recording(args.file, args.skip_bad)
+    recording = load_recording(args.file, args.skip_bad)
     ledger = actuator = None
     if args.endpoint_url:
         ledger, actuator = _stack_adapters(args, config)

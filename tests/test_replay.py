@@ -16,7 +16,13 @@ from controller.policy import ALGORITHMS
 from controller.policy.aimd import hold
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
-from load.recording import RecordedLine, emf_line, log_group_of, subscription_payload
+from load.recording import (
+    RecordedLine,
+    emf_line,
+    log_group_of,
+    read_recording,
+    subscription_payload,
+)
 from load.replay import (
     QueueSetup,
     ReplayConfig,
@@ -24,7 +30,6 @@ from load.replay import (
     in_memory_adapters,
     kinesis_batches,
     parse_config,
-    read_recording,
     replay,
 )
 from stack.cli import main

@@ -104,7 +104,7 @@ def test_written_recordings_read_back(tmp_path: Path) -> None:
     lines = record_deliveries([(SIM_EPOCH + 1.25, sample)] * 3)
     path = tmp_path / "r.jsonl"
     assert write_recording(lines, path) == 3
-    assert read_recording(path) == lines
+    assert read_recording(path).records == lines
     raw = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
     assert set(raw) == {"arrival", "shard", "sequence", "partition_key", "data"}
 
