@@ -1,4 +1,4 @@
-"""`queuemesh record`: copy a Kinesis stream's records to a recording (JSON Lines).
+"""Recording a Kinesis stream: its records copied to a recording (JSON Lines).
 
 Every shard is read with its own iterator; records are written in arrival order across shards
 (see ``ArrivalMerger``). Polling stays within Kinesis' limits and leaves room for the
@@ -10,18 +10,15 @@ shard off exponentially.
 
 from __future__ import annotations
 
-import argparse
 import heapq
 import math
 import random
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from load.recording import RecordedLine
-from stack.errors import CliError
 
 IDLE_POLL_S = 1.0
 CATCH_UP_POLL_S = 0.2
@@ -35,6 +32,11 @@ SHARD_READ_BYTES_PER_S = 2 * 1024 * 1024
 # machine's clock (clock skew, Kinesis' own approximation): a caught-up shard promises only
 # records that arrive after now minus this margin.
 CLOCK_SKEW_MARGIN_S = 2.0
+
+
+class RecordError(Exception):
+    """The recording cannot go on (the stream was deleted, or stayed throttled); what was read
+    before is kept."""
 
 
 def arrival_order(record: RecordedLine) -> tuple[float, str, int]:
@@ -247,8 +249,8 @@ class Recorder:
             try:
                 page = self._kinesis.list_shards(**params)
             except Exception as error:
-                if _code(error) == "ResourceNotFoundException":
-                    raise CliError(f"stream {self._stream!r} not found (deleted?)") from error
+                if error_code(error) == "ResourceNotFoundException":
+                    raise RecordError(f"stream {self._stream!r} not found (deleted?)") from error
                 raise
             shards.extend(shard["ShardId"] for shard in page.get("Shards", []))
             token = page.get("NextToken")
@@ -306,7 +308,7 @@ class Recorder:
         cursor.next_poll = self._clock() + pause
 
     def _poll_failed(self, cursor: ShardCursor, error: Exception) -> None:
-        code = _code(error)
+        code = error_code(error)
         if code == "ExpiredIteratorException":
             cursor.iterator = None
             cursor.next_poll = self._clock()
@@ -315,7 +317,7 @@ class Recorder:
             raise error
         cursor.throttles += 1
         if cursor.throttles > MAX_CONSECUTIVE_THROTTLES:
-            raise CliError(
+            raise RecordError(
                 f"shard {cursor.shard} stayed throttled for {MAX_CONSECUTIVE_THROTTLES} "
                 "consecutive reads; another consumer is using the stream's read capacity"
             ) from error
@@ -341,98 +343,8 @@ class Recorder:
         self._out.flush()
 
 
-def _code(error: BaseException) -> str:
+def error_code(error: BaseException) -> str:
     response = getattr(error, "response", None)
     if isinstance(response, dict):
         return str(response.get("Error", {}).get("Code", ""))
     return ""
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from stack.aws import add_target_arguments
-
-    parser = subparsers.add_parser(
-        "record",
-        help="record a Kinesis telemetry stream to a JSON Lines file",
-        description=(
-            "Read every shard of a Kinesis stream and write its records, in arrival order, "
-            "as JSON Lines (the recording format `queuemesh replay` reads). Stops after "
-            "--duration, --max-records, or on Ctrl-C; what was read is always kept."
-        ),
-    )
-    parser.add_argument("--stream", required=True, help="Kinesis stream name")
-    parser.add_argument("--out", required=True, help="recording file to write (JSON Lines)")
-    parser.add_argument(
-        "--duration", type=_positive_seconds, help="stop after this many seconds (default: Ctrl-C)"
-    )
-    parser.add_argument(
-        "--from-start",
-        action="store_true",
-        help="start at the oldest record the stream holds (TRIM_HORIZON); default: new records "
-        "only (LATEST)",
-    )
-    parser.add_argument("--max-records", type=_positive_int, help="stop after this many records")
-    parser.add_argument("--quiet", action="store_true", help="no progress display")
-    add_target_arguments(parser)
-    parser.set_defaults(func=run)
-
-
-def _positive_seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {raw!r}") from error
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {raw!r}")
-    return value
-
-
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a whole number: {raw!r}") from error
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {raw!r}")
-    return value
-
-
-def run(args: argparse.Namespace) -> int:
-    from stack.aws import AwsTarget, aws_errors
-
-    target = AwsTarget.from_args(args)
-    with aws_errors(target):
-        kinesis = target.client("kinesis")
-        _check_stream(kinesis, args.stream, target.describe())
-        try:
-            out = open(args.out, "w", encoding="utf-8")  # noqa: SIM115 - closed in finally
-        except OSError as error:
-            raise CliError(f"cannot write {args.out}: {error.strerror}") from error
-        try:
-            recorder = Recorder(
-                kinesis,
-                args.stream,
-                out,
-                from_start=args.from_start,
-                duration_s=args.duration,
-                max_records=args.max_records,
-                progress=Progress(sys.stderr, not args.quiet, time.monotonic),
-            )
-            totals = recorder.run()
-        finally:
-            out.close()
-    if not args.quiet:
-        Progress(sys.stderr, True, time.monotonic).finish(totals, args.out)
-    return 0
-
-
-def _check_stream(kinesis: Any, stream: str, where: str) -> None:
-    try:
-        kinesis.describe_stream_summary(StreamName=stream)
-    except Exception as error:
-        if _code(error) == "ResourceNotFoundException":
-            raise CliError(
-                f"stream {stream!r} not found at {where}; check --stream, --region and "
-                "--endpoint-url"
-            ) from error
-        raise

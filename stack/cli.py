@@ -16,12 +16,12 @@ from typing import NoReturn
 from stack.errors import CliError
 
 COMMAND_MODULES: tuple[str, ...] = (
-    "load.bench",
-    "load.record",
-    "load.replay",
-    "load.simulate",
+    "stack.commands.bench",
+    "stack.commands.record",
+    "stack.commands.replay",
+    "stack.commands.simulate",
     "stack.demo",
-    "stack.ops",
+    "stack.commands.ops",
 )
 
 

@@ -17,10 +17,10 @@ from controller.ledger import DynamoLedger
 from controller.model import Mode
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
-from load.bench.fleet import LocalFleet, build_fleet, client
+from load.localfleet import LocalFleet, build_fleet, client
 from stack.cli import main
+from stack.commands.ops import parse_since
 from stack.emulator import EmbeddedAws
-from stack.ops import parse_since
 from tests.factories import sample
 
 

@@ -22,11 +22,11 @@ from load.record import (
     ArrivalMerger,
     Progress,
     Recorder,
+    RecordError,
     arrival_order,
 )
 from load.recording import RecordedLine
 from stack.cli import main
-from stack.errors import CliError
 
 CONTRACT_KEYS = {"arrival", "shard", "sequence", "partition_key", "data"}
 
@@ -193,7 +193,7 @@ def test_a_shard_throttled_without_end_stops_with_one_error_and_keeps_the_file()
     recorder = Recorder(
         FakeKinesis(clock, script), "s", out, clock=clock, wall_clock=clock, sleep=clock.sleep
     )
-    with pytest.raises(CliError, match="throttled"):
+    with pytest.raises(RecordError, match="throttled"):
         recorder.run()
     assert len(out.getvalue().splitlines()) == 1
 

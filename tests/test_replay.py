@@ -412,7 +412,7 @@ def test_batches_are_what_a_kinesis_mapping_would_deliver(
 def test_replay_against_the_local_stack_moves_its_mappings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from load.bench.fleet import build_fleet, client
+    from load.localfleet import build_fleet, client
     from stack.emulator import EmbeddedAws
 
     with EmbeddedAws() as aws:

@@ -12,7 +12,6 @@ bare scanner, as the decoder itself does, instead of ``json.loads``.
 
 from __future__ import annotations
 
-import argparse
 import binascii
 import gc
 import json
@@ -23,64 +22,11 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
-from stack.errors import CliError
+from load.bench import BenchError
 
 TARGET_MB_PER_S = 2.0
 TARGET_FLOOR_RATIO = 1.5
 BASE_TIME_MS = 1_764_428_400_000
-
-
-def register(bench_subparsers: Any) -> None:
-    parser = bench_subparsers.add_parser(
-        "decode",
-        help="telemetry decoder throughput and its ratio to the base64+gunzip+JSON floor",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    parser.add_argument("--records", type=int, default=10_000, help="Kinesis records per batch")
-    parser.add_argument(
-        "--events", type=int, default=4, help="largest number of log events per record (>= 1)"
-    )
-    parser.add_argument("--queues", type=int, default=8, help="distinct queues in the batch")
-    parser.add_argument(
-        "--repeat",
-        type=int,
-        default=5,
-        help="timed tries of each side per chunk of records; the best try counts",
-    )
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    for name in ("records", "events", "queues", "repeat"):
-        if getattr(args, name) < 1:
-            raise CliError(f"--{name} must be at least 1; got {getattr(args, name)}")
-    report = measure(
-        records=args.records,
-        max_events=args.events,
-        queues=args.queues,
-        repeat=args.repeat,
-        seed=args.seed,
-    )
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        print(
-            f"decode: {report['records']} records, {report['log_events']} log events, "
-            f"{report['payload_mb']:.2f} MB compressed, {report['queues']} queues\n"
-            f"  ours : {report['seconds'] * 1000:8.1f} ms  {report['mb_per_s']:6.2f} MB/s  "
-            f"{report['records_per_s']:9.0f} records/s\n"
-            f"  floor: {report['floor_seconds'] * 1000:8.1f} ms  "
-            f"{report['floor_mb_per_s']:6.2f} MB/s  (json.loads per payload and message)\n"
-            f"  bare scanner floor: {report['scanner_floor_seconds'] * 1000:8.1f} ms  "
-            f"ratio {report['scanner_floor_ratio']:.2f}\n"
-            f"  floor_ratio {report['floor_ratio']:.2f} (target <= {TARGET_FLOOR_RATIO}), "
-            f"{report['mb_per_s']:.2f} MB/s (target >= {TARGET_MB_PER_S}): "
-            f"{'met' if report['meets_targets'] else 'MISSED'}"
-        )
-    return 1 if args.check and not report["meets_targets"] else 0
 
 
 def measure(
@@ -104,13 +50,13 @@ def measure(
     decoded = ours(event)
     if decoded != log_events:
         skipped = dict(decode_kinesis_event(event).skipped)
-        raise CliError(
+        raise BenchError(
             f"the decoder read {decoded} of {log_events} generated documents (skipped: "
             f"{skipped}); the benchmark's batch no longer matches the telemetry contract"
         )
     for floor_run in (floor, floor_scanner):
         if floor_run(event) != log_events:
-            raise CliError(f"{floor_run.__name__} parsed a different number of log events")
+            raise BenchError(f"{floor_run.__name__} parsed a different number of log events")
 
     batches = [
         {"Records": event["Records"][start : start + chunk]} for start in range(0, records, chunk)

@@ -1,8 +1,9 @@
 """`queuemesh bench fleet`: one telemetry batch for a fleet of managed queues, on moto.
 
-Setup (not timed): moto's server in this process on 127.0.0.1, the ledger table, a worker
-function (a tiny zip), and per queue an SQS queue, an event source mapping at
-MaximumConcurrency 100 and a CONFIG item. Then one Kinesis batch carrying a 40% 429 storm for
+Setup (not timed), on the moto endpoint it is given (the command starts moto's server in this
+process on 127.0.0.1; see ``load.localfleet``): the ledger table, a worker function (a tiny
+zip), and per queue an SQS queue, an event source mapping at MaximumConcurrency 100 and a
+CONFIG item. Then one Kinesis batch carrying a 40% 429 storm for
 every queue goes through the real ``ControllerApp`` with ``DynamoLedger`` and
 ``LambdaActuator`` (real boto3 clients), with a Lambda-sized deadline.
 
@@ -17,192 +18,22 @@ its decided value, and reports how many batches and how long that took.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import gzip
-import io
 import json
 import math
 import threading
 import time
-import zipfile
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
-from controller.model import (
-    AuditEntry,
-    AuditEvent,
-    Mode,
-    QueueConfig,
-    QueueState,
-    QueueStateName,
-)
+from controller.model import AuditEntry, QueueConfig, QueueState
 from controller.ports import MappingView
+from load.localfleet import START_CONCURRENCY, LocalFleet, build_fleet, client
 
-REGION = "us-east-1"
-LOCAL_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-TABLE = "queuemesh-ledger"
-FUNCTION = "queuemesh-worker"
-START_CONCURRENCY = 100
-SETUP_THREADS = 8
 FLOOR_TRANSACTIONS = 50
 DECODE_REPEATS = 5
-ROLE_POLICY = {
-    "Version": "2012-10-17",
-    "Statement": [
-        {
-            "Effect": "Allow",
-            "Principal": {"Service": "lambda.amazonaws.com"},
-            "Action": "sts:AssumeRole",
-        }
-    ],
-}
-
-
-# --- the local fleet (shared with tests/test_ops.py) ----------------------------------------
-
-
-def client(endpoint: str, service: str, **config: Any) -> Any:
-    import boto3
-    from botocore.config import Config
-
-    return boto3.client(
-        service,
-        endpoint_url=endpoint,
-        region_name=REGION,
-        config=Config(max_pool_connections=SETUP_THREADS * 2, **config),
-        **LOCAL_KEYS,
-    )
-
-
-def create_function(endpoint: str, name: str = FUNCTION) -> str:
-    iam = client(endpoint, "iam")
-    role = iam.create_role(
-        RoleName=f"{name}-role", AssumeRolePolicyDocument=json.dumps(ROLE_POLICY)
-    )["Role"]["Arn"]
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w") as archive:
-        archive.writestr("app.py", "def handler(event, context):\n    return None\n")
-    client(endpoint, "lambda").create_function(
-        FunctionName=name,
-        Runtime="python3.12",
-        Role=role,
-        Handler="app.handler",
-        Code={"ZipFile": buffer.getvalue()},
-    )
-    return name
-
-
-def create_mapping(
-    sqs: Any,
-    lambda_api: Any,
-    queue: str,
-    function: str = FUNCTION,
-    concurrency: int = START_CONCURRENCY,
-) -> str:
-    """An SQS queue and its event source mapping; returns the mapping's UUID."""
-    url = sqs.create_queue(QueueName=queue)["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
-        "QueueArn"
-    ]
-    return str(
-        lambda_api.create_event_source_mapping(
-            EventSourceArn=arn,
-            FunctionName=function,
-            BatchSize=10,
-            ScalingConfig={"MaximumConcurrency": concurrency},
-        )["UUID"]
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class LocalFleet:
-    endpoint: str
-    table: str
-    function: str
-    mappings: dict[str, str]  # queue -> mapping UUID
-
-
-def build_fleet(
-    endpoint: str, queues: Sequence[str], register: bool = True, suffix: str = ""
-) -> LocalFleet:
-    """Table, function, queues and mappings on the emulator; registered when ``register``.
-
-    moto's backends are shared by every server in a process: ``suffix`` keeps the table and
-    function names of one fleet apart from another's.
-    """
-    from controller.ledger import create_ledger_table
-
-    dynamodb = client(endpoint, "dynamodb")
-    table = create_ledger_table(dynamodb, TABLE + suffix)
-    function = create_function(endpoint, FUNCTION + suffix)
-    # boto3 clients are thread-safe; making one costs more than a call to the emulator.
-    sqs, lambda_api = client(endpoint, "sqs"), client(endpoint, "lambda")
-    with ThreadPoolExecutor(SETUP_THREADS) as pool:
-        uuids = list(pool.map(lambda q: create_mapping(sqs, lambda_api, q, function), queues))
-    mappings = dict(zip(queues, uuids, strict=True))
-    if register:
-        seed_registrations(dynamodb, table, mappings, START_CONCURRENCY, time.time())
-    return LocalFleet(endpoint, table, function, mappings)
-
-
-def seed_registrations(
-    dynamodb: Any, table: str, mappings: Mapping[str, str], concurrency: int, now: float
-) -> None:
-    """The items ``queuemesh register`` writes (CONFIG, a first state at the mapping's known
-    value, the operator's audit item), batch-written: moto copies the whole table for every
-    transaction, which would make seeding a large fleet quadratic."""
-    from boto3.dynamodb.types import TypeSerializer
-
-    from controller.ledger import (
-        DEFAULT_RETENTION_S,
-        encode_audit,
-        encode_config,
-        encode_state,
-    )
-
-    serializer = TypeSerializer()
-    items = []
-    for queue, uuid in mappings.items():
-        state = QueueState(
-            queue=queue,
-            esm_uuid=uuid,
-            state=QueueStateName.HEALTHY,
-            concurrency=concurrency,
-            previous_concurrency=concurrency,
-            last_evaluated_at=now,
-            version=1,
-        )
-        audit = AuditEntry(
-            queue=queue,
-            timestamp=now,
-            event_type=AuditEvent.OPERATOR,
-            previous_value=concurrency,
-            new_value=concurrency,
-            action="REGISTER",
-            reason=f"Registered: mapping {uuid}, mode ACTIVE.",
-        )
-        items += [
-            encode_config(QueueConfig(queue, uuid, Mode.ACTIVE)),
-            encode_state(state),
-            encode_audit(audit, "seed", DEFAULT_RETENTION_S),
-        ]
-    for start in range(0, len(items), 25):
-        requests = [
-            {"PutRequest": {"Item": {k: serializer.serialize(v) for k, v in item.items()}}}
-            for item in items[start : start + 25]
-        ]
-        pending: dict[str, Any] = {table: requests}
-        for _ in range(10):
-            pending = dynamodb.batch_write_item(RequestItems=pending).get("UnprocessedItems")
-            if not pending:
-                break
-
-
-# --- the benchmark --------------------------------------------------------------------------
 
 
 class _TableSnapshots:
@@ -404,8 +235,14 @@ def _floor_decode(event: dict[str, Any]) -> int:
 
 
 def measure(
-    queue_count: int, timeout_s: float, max_invocations: int, moto_deepcopy: bool = False
+    endpoint: str,
+    queue_count: int,
+    timeout_s: float,
+    max_invocations: int,
+    moto_deepcopy: bool = False,
 ) -> dict[str, Any]:
+    """The benchmark on a fresh moto served in this process at ``endpoint`` (the transaction
+    snapshot shortcut patches this process's moto backend)."""
     from controller.actuator import LambdaActuator
     from controller.app import ControllerApp
     from controller.engine import Controller
@@ -414,10 +251,7 @@ def measure(
     from controller.telemetry import decode_kinesis_event
 
     queues = [f"fleet-{index:04d}" for index in range(queue_count)]
-    from stack.emulator import EmbeddedAws
-
-    with table_snapshots_by_index(not moto_deepcopy), EmbeddedAws() as aws:
-        endpoint = aws.endpoint
+    with table_snapshots_by_index(not moto_deepcopy):
         setup_started = time.perf_counter()
         fleet = build_fleet(endpoint, queues, register=True)
         setup_s = time.perf_counter() - setup_started
@@ -589,64 +423,3 @@ def _transaction_floor(dynamodb: Any, table: str, samples: int) -> float:
             ]
         )
     return (time.perf_counter() - started) / samples
-
-
-def register(bench_subparsers: Any) -> None:
-    parser = bench_subparsers.add_parser(
-        "fleet",
-        help="one telemetry batch for a fleet of managed queues, on the local emulator",
-        description=(
-            "Time decoding, deciding, the ledger and ESM updates for one batch that moves "
-            "every queue of a fleet, on moto; follow invocations until every mapping reads back "
-            "at its decided value; count control-plane calls per second."
-        ),
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--queues", type=int, default=1000, help="managed queues (default 1000)")
-    parser.add_argument(
-        "--timeout",
-        type=float,
-        default=120.0,
-        help="the controller invocation's time limit in seconds (template.yaml: 120)",
-    )
-    parser.add_argument(
-        "--max-invocations", type=int, default=20, help="give up after this many invocations"
-    )
-    parser.add_argument(
-        "--moto-deepcopy",
-        action="store_true",
-        help="keep moto's whole-table copy per DynamoDB transaction (slow: measures moto)",
-    )
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    from stack.errors import CliError
-
-    if not 1 <= args.queues <= 5000:
-        raise CliError(f"--queues must be 1..5000, got {args.queues}")
-    if not 5 <= args.timeout <= 900:
-        raise CliError(f"--timeout must be 5..900 s (Lambda's range), got {args.timeout}")
-    report = measure(args.queues, args.timeout, args.max_invocations, args.moto_deepcopy)
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return 0
-    print(
-        f"fleet of {report['queues']} queues, one batch of {report['records']} records "
-        f"({report['samples']} samples):\n"
-        f"  decode  {report['decode_s']:.3f} s ({report['decode_floor_ratio']}x the "
-        "base64+gunzip+JSON floor)\n"
-        f"  decide  {report['decide_s']:.3f} s\n"
-        f"  ledger  {report['ledger_s']:.2f} s, {report['ledger_ms_per_commit']} ms per commit "
-        f"({report['commit_floor_ratio']}x a bare two-item transaction on the same table)\n"
-        f"  actuate {report['actuate_s']:.1f} s for {report['control_plane_calls']} control-plane "
-        f"calls ({report['actuate_quota_ratio']}x the 15/s quota floor); at most "
-        f"{report['max_calls_in_any_1s']} calls in any 1 s\n"
-        f"  first invocation: {report['first_invocation_changes']} changes in "
-        f"{report['first_invocation_s']:.1f} s of a {report['timeout_s']:.0f} s timeout; all "
-        f"applied after {report['invocations_until_all_applied']} invocations, "
-        f"{report['all_applied_s']:.1f} s\n"
-        f"  read back: {report['readback']['matching_ledger']}/{report['readback']['mappings']} "
-        f"mappings match the ledger, {report['readback']['cut_below_start']} cut"
-    )
-    return 0

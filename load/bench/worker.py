@@ -11,8 +11,6 @@ The worst client is reported at the top; the target is under 50 us per call.
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import sys
 import threading
@@ -22,63 +20,11 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from stack.errors import CliError
+from load.bench import BenchError
 
 TARGET_OVERHEAD_US = 50.0
 CLIENTS = ("http.client", "urllib3", "requests", "httpx")
 WARMUP_CALLS = 20
-
-
-def register(bench_subparsers: Any) -> None:
-    parser = bench_subparsers.add_parser(
-        "worker",
-        help="per-call overhead of the worker's HTTP hooks against the same call uninstrumented",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    parser.add_argument(
-        "--calls", type=int, default=2_000, help="timed calls per side per client (default 2000)"
-    )
-    parser.add_argument(
-        "--block", type=int, default=25, help="calls per side before switching (default 25)"
-    )
-    parser.add_argument(
-        "--client",
-        action="append",
-        choices=CLIENTS,
-        help="client library to measure (repeatable; default: all)",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
-    parser.set_defaults(func=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    for name, ceiling in (("calls", 100_000), ("block", 10_000)):
-        value = getattr(args, name)
-        if not 1 <= value <= ceiling:
-            raise CliError(f"--{name} must be between 1 and {ceiling}; got {value}")
-    report = measure(calls=args.calls, block=args.block, clients=tuple(args.client or CLIENTS))
-    if args.json:
-        print(json.dumps(report, indent=2))
-    else:
-        lines = [
-            f"worker hooks: {report['calls']} calls per side in alternating blocks of "
-            f"{report['block']}, keep-alive GET on 127.0.0.1"
-        ]
-        for name, result in report["clients"].items():
-            lines.append(
-                f"  {name:<12} plain {result['uninstrumented_us']:7.1f} us  "
-                f"hooked {result['instrumented_us']:7.1f} us  "
-                f"overhead {result['overhead_us']:6.1f} us "
-                f"(cpu {result['cpu_overhead_us']:5.1f} us)  ratio {result['ratio']:.3f}"
-            )
-        lines.append(
-            f"  worst: overhead {report['overhead_us']:.1f} us per call, ratio "
-            f"{report['ratio']:.3f} (target < {TARGET_OVERHEAD_US:.0f} us): "
-            f"{'met' if report['meets_target'] else 'MISSED'}"
-        )
-        print("\n".join(lines))
-    return 1 if args.check and not report["meets_target"] else 0
 
 
 class _Answer(BaseHTTPRequestHandler):
@@ -197,7 +143,7 @@ def _measure_client(name: str, host: str, port: int, calls: int, block: int) -> 
             done += size
     counted = invocation.tallies["bench"].ok - WARMUP_CALLS
     if counted != calls:
-        raise CliError(
+        raise BenchError(
             f"the hooks counted {counted} of {calls} {name} calls: the measurement is not of "
             "instrumented calls; this is a QueueMesh bug, please report it"
         )

@@ -12,6 +12,7 @@ from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import Mode, QueueState, QueueStateName, Sample
 from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM, aimd_step
+from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy
 from load.sim.scenario import Scenario
@@ -138,9 +139,6 @@ class QueueMeshPolicy:
         return self._ledger
 
     def start(self, scenario: Scenario) -> None:
-        from stack.ops import FleetOps
-
-        operator = FleetOps(self._ledger, self._actuator, clock=lambda: SIM_EPOCH)
         for spec in scenario.queues:
             uuid = f"esm-{spec.name}"
             self._uuids[spec.name] = uuid
@@ -152,11 +150,15 @@ class QueueMeshPolicy:
             )
             # Registered as `queuemesh register` does: config, first state, and a wake-up so
             # the first scheduled tick attaches the mapping.
-            operator.register(
+            register_queue(
+                self._ledger,
+                self._actuator,
                 spec.name,
                 uuid,
                 {"cmax": spec.max_concurrency, "cmin": spec.min_concurrency},
                 Mode.ACTIVE,
+                clock=lambda: SIM_EPOCH,
+                deadline=lambda: math.inf,
             )
         algorithm = None if self._algorithm is None else ALGORITHMS[self._algorithm]()
         self._controller = Controller(

@@ -1,0 +1,184 @@
+"""Registering a queue, and recording an operator's change to it, as the controller reads them.
+
+There is one registration path, used by ``queuemesh register`` and by the simulator alike: the
+queue's CONFIG item, a mapping with a MaximumConcurrency to move from, and the queue's state
+committed with an ``OPERATOR`` audit item. The operator's other actions (pin, mode) record
+their changes with ``record_operator_change`` too, under the same conditional-write rules as
+the controller's own decisions: the loser of a race on ``Version`` re-reads and tries again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from controller.model import (
+    Action,
+    AuditEntry,
+    AuditEvent,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+)
+from controller.ports import (
+    ActuationError,
+    Actuator,
+    Ledger,
+    MappingNotFound,
+    MappingView,
+    VersionConflict,
+)
+from controller.settings import PolicyParams, SettingsError
+
+COMMIT_ATTEMPTS = 5
+
+
+class OperatorError(Exception):
+    """An operator's action on a queue could not be carried out; the message says why and
+    what to do about it."""
+
+
+def register_queue(
+    ledger: Ledger,
+    actuator: Actuator,
+    queue: str,
+    esm_uuid: str,
+    overrides: Mapping[str, float],
+    mode: Mode,
+    *,
+    clock: Callable[[], float],
+    deadline: Callable[[], float],
+) -> tuple[QueueConfig, MappingView]:
+    """Put ``queue``'s mapping under control: its CONFIG item, a MaximumConcurrency on an
+    active queue's mapping, and a first state (with a wake-up, so the controller's next tick
+    attaches it) committed with the operator's audit item.
+
+    ``clock`` gives epoch seconds for the ledger; ``deadline`` a fresh ``time.monotonic()``
+    deadline for each control-plane call.
+    """
+    try:
+        params = PolicyParams.from_env().with_overrides(overrides)
+    except SettingsError as error:
+        raise OperatorError(f"bad policy for {queue}: {error}") from error
+    view = read_mapping(actuator, esm_uuid, deadline())
+    if not view.event_source_arn.endswith(f":{queue}"):
+        raise OperatorError(
+            f"mapping {esm_uuid} reads from {view.event_source_arn or 'an unknown source'}, "
+            f"not from queue {queue!r}; check --esm (`aws lambda list-event-source-mappings`)"
+        )
+    config = QueueConfig(queue=queue, esm_uuid=esm_uuid, mode=mode, overrides=dict(overrides))
+    ledger.put_config(config)
+    view, capped = ensure_cap(actuator, config, view, params.cmax, deadline())
+    summary = ", ".join(f"{name}={value:g}" for name, value in sorted(overrides.items()))
+    record_operator_change(
+        ledger,
+        config,
+        view,
+        clock=clock,
+        action="REGISTER",
+        reason=(
+            f"Registered by operator: mapping {esm_uuid}, mode {mode.value}"
+            + (f", overrides {summary}" if summary else "")
+            + f"; MaximumConcurrency {capped or 'is'} {concurrency_text(view)}."
+        ),
+        concurrency=view.max_concurrency,
+    )
+    return config, view
+
+
+def read_mapping(actuator: Actuator, esm_uuid: str, deadline: float) -> MappingView:
+    try:
+        return actuator.read(esm_uuid, deadline)
+    except MappingNotFound as error:
+        raise OperatorError(
+            f"event source mapping {esm_uuid} not found; check the UUID "
+            "(`aws lambda list-event-source-mappings`) and --region/--endpoint-url"
+        ) from error
+
+
+def ensure_cap(
+    actuator: Actuator, config: QueueConfig, view: MappingView, cmax: int, deadline: float
+) -> tuple[MappingView, str]:
+    """An active queue's mapping must have a MaximumConcurrency: with none set, Lambda's
+    own scaler is the only limit and the controller has no value to move from (its drift
+    check would find "unset" forever). Such a mapping is set to the queue's Cmax."""
+    if config.mode is not Mode.ACTIVE or view.max_concurrency is not None:
+        return view, ""
+    try:
+        after = actuator.apply(config.esm_uuid, cmax, view.enabled, deadline)
+    except ActuationError as error:
+        raise OperatorError(
+            f"mapping {config.esm_uuid} has no MaximumConcurrency and setting it to {cmax} "
+            f"failed: {error}"
+        ) from error
+    return after, "was unset; set to"
+
+
+def record_operator_change(
+    ledger: Ledger,
+    config: QueueConfig,
+    view: MappingView,
+    *,
+    clock: Callable[[], float],
+    action: str,
+    reason: str,
+    concurrency: int | None,
+    enabled: bool | None = None,
+    changed: bool = False,
+) -> QueueState:
+    """Commit the queue's state with an OPERATOR audit item, re-reading on a race."""
+    for _ in range(COMMIT_ATTEMPTS):
+        now = clock()
+        current = ledger.get_states([config.queue]).get(config.queue)
+        value = concurrency if concurrency is not None else _fallback(current, view)
+        if current is None:
+            current = QueueState(
+                queue=config.queue,
+                esm_uuid=config.esm_uuid,
+                state=QueueStateName.HEALTHY,
+                concurrency=value,
+                previous_concurrency=value,
+                enabled=view.enabled,
+            )
+        previous_value = view.max_concurrency or current.concurrency
+        state = current.evolve(
+            esm_uuid=config.esm_uuid,
+            concurrency=value,
+            previous_concurrency=previous_value if changed else current.concurrency,
+            enabled=view.enabled if enabled is None else enabled,
+            last_action=Action.HOLD,
+            last_reason=reason,
+            last_evaluated_at=now,
+            last_change_at=now if changed else current.last_change_at,
+            # The controller's next scheduled tick looks at the queue, telemetry or not:
+            # a newly registered mapping is attached before any storm builds up.
+            wake_at=now,
+        )
+        audit = AuditEntry(
+            queue=config.queue,
+            timestamp=now,
+            event_type=AuditEvent.OPERATOR,
+            previous_value=previous_value,
+            new_value=value,
+            action=action,
+            reason=reason,
+        )
+        try:
+            return ledger.commit(state, audit)
+        except VersionConflict:
+            continue
+    raise OperatorError(
+        f"queue {config.queue}: the controller kept changing its state; the change is "
+        "applied but its audit item is not written, try the command again"
+    )
+
+
+def concurrency_text(view: MappingView) -> str:
+    """The mapping's MaximumConcurrency as reasons and messages spell it."""
+    return "unset" if view.max_concurrency is None else str(view.max_concurrency)
+
+
+def _fallback(state: QueueState | None, view: MappingView) -> int:
+    if view.max_concurrency is not None:
+        return view.max_concurrency
+    return state.concurrency if state is not None else PolicyParams.from_env().cmax

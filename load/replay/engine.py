@@ -1,0 +1,168 @@
+"""The replay itself: batches and scheduled ticks through a ``ControllerApp`` on a virtual
+clock, with in-memory adapters unless given others."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.model import Decision, Mode, QueueConfig, QueueStateName
+from load.recording import RecordedLine, kinesis_event
+from load.replay.batching import Batch, kinesis_batches
+from load.replay.config import QueueSetup, ReplayConfig
+from load.replay.report import ReplayedDecision
+
+REPLAY_ACCOUNT = "000000000000"
+REPLAY_REGION = "us-east-1"
+STREAM_ARN = f"arn:aws:kinesis:{REPLAY_REGION}:{REPLAY_ACCOUNT}:stream/queuemesh-replay"
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    decisions: list[ReplayedDecision] = field(default_factory=list)
+    records: int = 0
+    batches: int = 0
+    samples: int = 0
+    ticks: int = 0
+    redelivered: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    counters: Counter[str] = field(default_factory=Counter)
+    queues: list[str] = field(default_factory=list)
+    start: float | None = None
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def queues_in(records: Iterable[RecordedLine], namespace: str) -> list[str]:
+    """Every queue some record of the recording carries telemetry for."""
+    from controller.telemetry import DecodeResult, decode_record_data
+
+    seen: set[str] = set()
+    for record in records:
+        result = decode_record_data(record.data, namespace=namespace, into=DecodeResult())
+        seen.update(sample.queue for sample in result.samples)
+    return sorted(seen)
+
+
+def in_memory_adapters(
+    config: ReplayConfig, queues: Sequence[str], clock: VirtualClock
+) -> tuple[Any, Any]:
+    """The in-memory ledger and actuator, with the replayed queues registered."""
+    from controller.actuator import InMemoryActuator
+    from controller.ledger import InMemoryLedger
+
+    ledger = InMemoryLedger()
+    actuator = InMemoryActuator(clock=clock)
+    setups = config.queues if config.queues is not None else dict.fromkeys(queues, QueueSetup())
+    for queue, setup in sorted(setups.items()):
+        esm_uuid = setup.esm_uuid or f"replay-{queue}"
+        cmax = config.params.with_overrides(setup.overrides).cmax
+        concurrency = setup.concurrency if setup.concurrency is not None else cmax
+        actuator.add_mapping(
+            esm_uuid,
+            concurrency,
+            event_source_arn=f"arn:aws:sqs:{REPLAY_REGION}:{REPLAY_ACCOUNT}:{queue}",
+        )
+        ledger.put_config(
+            QueueConfig(
+                queue=queue,
+                esm_uuid=esm_uuid,
+                mode=setup.mode,
+                pinned_concurrency=concurrency if setup.mode is Mode.PINNED else None,
+                overrides=dict(setup.overrides),
+            )
+        )
+    return ledger, actuator
+
+
+def replay(
+    records: Sequence[RecordedLine],
+    config: ReplayConfig,
+    *,
+    ledger: Any = None,
+    actuator: Any = None,
+) -> ReplayReport:
+    """Feed ``records`` through a fresh ``ControllerApp``; in-memory adapters unless given."""
+    import logging
+
+    from aws_lambda_powertools import Logger
+
+    from controller.app import ControllerApp
+    from controller.engine import Controller
+    from controller.policy import ALGORITHMS
+
+    clock = VirtualClock()
+    report = ReplayReport(records=len(records))
+    report.queues = queues_in(records, config.namespace)
+    if ledger is None or actuator is None:
+        ledger, actuator = in_memory_adapters(config, report.queues, clock)
+    controller = Controller(
+        ledger, actuator, config.params, algorithm=ALGORITHMS[config.algorithm]()
+    )
+    # The controller's logs are for CloudWatch; here only its warnings matter, on stderr.
+    logger = Logger(
+        service="queuemesh-replay",
+        level="WARNING",
+        logger_handler=logging.StreamHandler(sys.stderr),
+    )
+    app = ControllerApp(
+        controller, clock=clock, namespace=config.namespace, emit=_discard, logger=logger
+    )
+    last_state: dict[str, str] = {}
+
+    def keep(time: float, executed: Sequence[Decision]) -> None:
+        for decision in executed:
+            before = last_state.get(decision.queue, QueueStateName.HEALTHY.value)
+            changed = decision.changes_mapping or decision.state.value != before
+            last_state[decision.queue] = decision.state.value
+            report.decisions.append(ReplayedDecision.of(time, decision, changed))
+
+    batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
+    report.batches = len(batches)
+    report.start = records[0].arrival if records else None
+    for invocation in _invocations(batches, config.schedule_s):
+        clock.now = invocation.time
+        if invocation.batch is None:
+            outcome = app.tick(math.inf)
+            report.ticks += 1
+        else:
+            event = kinesis_event(invocation.batch.records, STREAM_ARN)
+            outcome = app.process_kinesis(event, math.inf)
+            report.samples += outcome.samples
+            report.redelivered += outcome.redelivered
+            report.skipped.update(outcome.skipped)
+        keep(invocation.time, outcome.decisions)
+    report.counters = Counter(controller.counters)
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    time: float
+    batch: Batch | None  # None: a scheduled tick
+
+
+def _invocations(batches: Sequence[Batch], schedule_s: float | None) -> list[Invocation]:
+    """The batches, and scheduled ticks every ``schedule_s`` from the first batch to the last
+    (a tick at the same moment as a batch runs after it)."""
+    invocations = [Invocation(batch.time, batch) for batch in batches]
+    if schedule_s is None or not batches:
+        return invocations
+    first, last = batches[0].time, batches[-1].time
+    ticks = math.floor((last - first) / schedule_s)
+    invocations += [Invocation(first + n * schedule_s, None) for n in range(1, ticks + 1)]
+    return sorted(invocations, key=lambda invocation: (invocation.time, invocation.batch is None))
+
+
+def _discard(_: str) -> None:
+    """The controller's dashboard metrics have no CloudWatch to go to in a replay."""

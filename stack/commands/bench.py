@@ -1,0 +1,231 @@
+"""`queuemesh bench ...`: benchmarks (``load.bench``), each printed as a ratio to a floor
+measured in the same run. One subcommand per benchmark: its arguments are checked here, its
+``measure`` runs, and its report is printed (``--json``: as it is)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from load.bench import BenchError, decode, fleet, worker
+from stack.errors import CliError
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "bench",
+        help="measure QueueMesh's hot paths against a floor measured in the same run",
+        description="Benchmarks. Each prints its throughput and its ratio to a floor.",
+    )
+    bench_subparsers = parser.add_subparsers(
+        dest="benchmark", metavar="BENCHMARK", parser_class=type(parser)
+    )
+    for register_benchmark in (_register_decode, _register_fleet, _register_worker):
+        register_benchmark(bench_subparsers)
+    parser.set_defaults(func=lambda _args: _missing_benchmark(parser))
+
+
+def _missing_benchmark(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _one_line(
+    run: Callable[[argparse.Namespace], int],
+) -> Callable[[argparse.Namespace], int]:
+    """``run`` with a broken measurement (``BenchError``) as a one-line error."""
+
+    def translated(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except BenchError as error:
+            raise CliError(str(error)) from error
+
+    return translated
+
+
+def _first_line(doc: str | None) -> str | None:
+    return doc.splitlines()[0] if doc else None
+
+
+# --- decode ---------------------------------------------------------------------------------
+
+
+def _register_decode(bench_subparsers: Any) -> None:
+    parser = bench_subparsers.add_parser(
+        "decode",
+        help="telemetry decoder throughput and its ratio to the base64+gunzip+JSON floor",
+        description=_first_line(decode.__doc__),
+    )
+    parser.add_argument("--records", type=int, default=10_000, help="Kinesis records per batch")
+    parser.add_argument(
+        "--events", type=int, default=4, help="largest number of log events per record (>= 1)"
+    )
+    parser.add_argument("--queues", type=int, default=8, help="distinct queues in the batch")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=5,
+        help="timed tries of each side per chunk of records; the best try counts",
+    )
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
+    parser.set_defaults(func=_one_line(_run_decode))
+
+
+def _run_decode(args: argparse.Namespace) -> int:
+    for name in ("records", "events", "queues", "repeat"):
+        if getattr(args, name) < 1:
+            raise CliError(f"--{name} must be at least 1; got {getattr(args, name)}")
+    report = decode.measure(
+        records=args.records,
+        max_events=args.events,
+        queues=args.queues,
+        repeat=args.repeat,
+        seed=args.seed,
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(
+            f"decode: {report['records']} records, {report['log_events']} log events, "
+            f"{report['payload_mb']:.2f} MB compressed, {report['queues']} queues\n"
+            f"  ours : {report['seconds'] * 1000:8.1f} ms  {report['mb_per_s']:6.2f} MB/s  "
+            f"{report['records_per_s']:9.0f} records/s\n"
+            f"  floor: {report['floor_seconds'] * 1000:8.1f} ms  "
+            f"{report['floor_mb_per_s']:6.2f} MB/s  (json.loads per payload and message)\n"
+            f"  bare scanner floor: {report['scanner_floor_seconds'] * 1000:8.1f} ms  "
+            f"ratio {report['scanner_floor_ratio']:.2f}\n"
+            f"  floor_ratio {report['floor_ratio']:.2f} (target <= {decode.TARGET_FLOOR_RATIO}), "
+            f"{report['mb_per_s']:.2f} MB/s (target >= {decode.TARGET_MB_PER_S}): "
+            f"{'met' if report['meets_targets'] else 'MISSED'}"
+        )
+    return 1 if args.check and not report["meets_targets"] else 0
+
+
+# --- fleet ----------------------------------------------------------------------------------
+
+
+def _register_fleet(bench_subparsers: Any) -> None:
+    parser = bench_subparsers.add_parser(
+        "fleet",
+        help="one telemetry batch for a fleet of managed queues, on the local emulator",
+        description=(
+            "Time decoding, deciding, the ledger and ESM updates for one batch that moves "
+            "every queue of a fleet, on moto; follow invocations until every mapping reads back "
+            "at its decided value; count control-plane calls per second."
+        ),
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--queues", type=int, default=1000, help="managed queues (default 1000)")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="the controller invocation's time limit in seconds (template.yaml: 120)",
+    )
+    parser.add_argument(
+        "--max-invocations", type=int, default=20, help="give up after this many invocations"
+    )
+    parser.add_argument(
+        "--moto-deepcopy",
+        action="store_true",
+        help="keep moto's whole-table copy per DynamoDB transaction (slow: measures moto)",
+    )
+    parser.set_defaults(func=_one_line(_run_fleet))
+
+
+def _run_fleet(args: argparse.Namespace) -> int:
+    if not 1 <= args.queues <= 5000:
+        raise CliError(f"--queues must be 1..5000, got {args.queues}")
+    if not 5 <= args.timeout <= 900:
+        raise CliError(f"--timeout must be 5..900 s (Lambda's range), got {args.timeout}")
+    from stack.emulator import EmbeddedAws
+
+    with EmbeddedAws() as aws:
+        report = fleet.measure(
+            aws.endpoint, args.queues, args.timeout, args.max_invocations, args.moto_deepcopy
+        )
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(
+        f"fleet of {report['queues']} queues, one batch of {report['records']} records "
+        f"({report['samples']} samples):\n"
+        f"  decode  {report['decode_s']:.3f} s ({report['decode_floor_ratio']}x the "
+        "base64+gunzip+JSON floor)\n"
+        f"  decide  {report['decide_s']:.3f} s\n"
+        f"  ledger  {report['ledger_s']:.2f} s, {report['ledger_ms_per_commit']} ms per commit "
+        f"({report['commit_floor_ratio']}x a bare two-item transaction on the same table)\n"
+        f"  actuate {report['actuate_s']:.1f} s for {report['control_plane_calls']} control-plane "
+        f"calls ({report['actuate_quota_ratio']}x the 15/s quota floor); at most "
+        f"{report['max_calls_in_any_1s']} calls in any 1 s\n"
+        f"  first invocation: {report['first_invocation_changes']} changes in "
+        f"{report['first_invocation_s']:.1f} s of a {report['timeout_s']:.0f} s timeout; all "
+        f"applied after {report['invocations_until_all_applied']} invocations, "
+        f"{report['all_applied_s']:.1f} s\n"
+        f"  read back: {report['readback']['matching_ledger']}/{report['readback']['mappings']} "
+        f"mappings match the ledger, {report['readback']['cut_below_start']} cut"
+    )
+    return 0
+
+
+# --- worker ---------------------------------------------------------------------------------
+
+
+def _register_worker(bench_subparsers: Any) -> None:
+    parser = bench_subparsers.add_parser(
+        "worker",
+        help="per-call overhead of the worker's HTTP hooks against the same call uninstrumented",
+        description=_first_line(worker.__doc__),
+    )
+    parser.add_argument(
+        "--calls", type=int, default=2_000, help="timed calls per side per client (default 2000)"
+    )
+    parser.add_argument(
+        "--block", type=int, default=25, help="calls per side before switching (default 25)"
+    )
+    parser.add_argument(
+        "--client",
+        action="append",
+        choices=worker.CLIENTS,
+        help="client library to measure (repeatable; default: all)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
+    parser.set_defaults(func=_one_line(_run_worker))
+
+
+def _run_worker(args: argparse.Namespace) -> int:
+    for name, ceiling in (("calls", 100_000), ("block", 10_000)):
+        value = getattr(args, name)
+        if not 1 <= value <= ceiling:
+            raise CliError(f"--{name} must be between 1 and {ceiling}; got {value}")
+    report = worker.measure(
+        calls=args.calls, block=args.block, clients=tuple(args.client or worker.CLIENTS)
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        lines = [
+            f"worker hooks: {report['calls']} calls per side in alternating blocks of "
+            f"{report['block']}, keep-alive GET on 127.0.0.1"
+        ]
+        for name, result in report["clients"].items():
+            lines.append(
+                f"  {name:<12} plain {result['uninstrumented_us']:7.1f} us  "
+                f"hooked {result['instrumented_us']:7.1f} us  "
+                f"overhead {result['overhead_us']:6.1f} us "
+                f"(cpu {result['cpu_overhead_us']:5.1f} us)  ratio {result['ratio']:.3f}"
+            )
+        lines.append(
+            f"  worst: overhead {report['overhead_us']:.1f} us per call, ratio "
+            f"{report['ratio']:.3f} (target < {worker.TARGET_OVERHEAD_US:.0f} us): "
+            f"{'met' if report['meets_target'] else 'MISSED'}"
+        )
+        print("\n".join(lines))
+    return 1 if args.check and not report["meets_target"] else 0

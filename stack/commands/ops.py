@@ -1,0 +1,279 @@
+"""`queuemesh register | status | audit | pin | unpin | mode`: the operator's actions
+(``stack.ops.FleetOps``) on the ledger table and account the arguments name, their output,
+and their failures as one line."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from controller.model import AuditEntry, Mode
+from controller.ports import ActuationError, LedgerError
+from controller.registration import OperatorError, concurrency_text
+from stack.errors import CliError
+from stack.ops import MAX_CONCURRENCY, MIN_CONCURRENCY, FleetOps, StatusRow, iso_time
+
+MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
+POLICY_FLAGS = ("t1", "t2", "beta", "alpha", "cmin", "cmax")
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+# --- times ----------------------------------------------------------------------------------
+
+
+def parse_since(raw: str, now: float) -> float:
+    """``--since``: ISO-8601 (UTC when no offset is given) or relative (``90s``, ``30m``,
+    ``1h``, ``2d``: that long before ``now``)."""
+    relative = _RELATIVE.match(raw.strip().lower())
+    if relative:
+        return now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
+    try:
+        moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+    except ValueError as error:
+        raise CliError(
+            f"--since {raw!r} is neither ISO-8601 (2026-11-29T18:00:00Z) nor relative (30m, 1h, 2d)"
+        ) from error
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to fit; the last column (a reason) runs free."""
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        lines.append("  ".join([*cells, row[-1]]).rstrip())
+    return "\n".join(lines)
+
+
+def _percent(rate: float | None) -> str:
+    return "-" if rate is None else f"{rate * 100:.1f}%"
+
+
+def status_table(rows: Sequence[StatusRow]) -> str:
+    header = ("queue", "mode", "state", "concurrency", "pressure", "last change", "last reason")
+    body = [
+        (
+            row.queue,
+            row.mode,
+            row.state,
+            "-"
+            if row.concurrency is None
+            else f"{row.concurrency}" + ("" if row.enabled is not False else " (paused)"),
+            _percent(row.pressure_rate),
+            iso_time(row.last_change) or "-",
+            row.last_reason,
+        )
+        for row in rows
+    ]
+    return _table(header, body)
+
+
+def audit_json(entry: AuditEntry) -> dict[str, Any]:
+    return {
+        "time": iso_time(entry.timestamp),
+        "timestamp": entry.timestamp,
+        "event_type": entry.event_type.value,
+        "action": entry.action,
+        "previous": entry.previous_value,
+        "new": entry.new_value,
+        "error_rate": entry.error_rate,
+        "success_rate": entry.success_rate,
+        "control_loop_latency_ms": entry.control_loop_latency_ms,
+        "reason": entry.reason,
+    }
+
+
+def audit_table(entries: Sequence[AuditEntry]) -> str:
+    header = ("time", "event", "action", "concurrency", "pressure", "reason")
+    body = [
+        (
+            iso_time(entry.timestamp) or "-",
+            entry.event_type.value,
+            entry.action,
+            f"{entry.previous_value} -> {entry.new_value}",
+            _percent(entry.error_rate),
+            entry.reason,
+        )
+        for entry in entries
+    ]
+    return _table(header, body)
+
+
+# --- command line ---------------------------------------------------------------------------
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    def command(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> Any:
+        from stack.aws import add_target_arguments
+
+        parser = subparsers.add_parser(name, help=help_text, description=help_text)
+        parser.add_argument(
+            "--table",
+            default=os.environ.get("QUEUEMESH_TABLE"),
+            help="ledger table (default: QUEUEMESH_TABLE)",
+        )
+        add_target_arguments(parser)
+        parser.set_defaults(func=func)
+        return parser
+
+    parser = command("register", "put a queue's event source mapping under control", _register)
+    parser.add_argument("queue", help="SQS queue name")
+    parser.add_argument("--esm", required=True, help="UUID of the queue's event source mapping")
+    for flag, kind in zip(POLICY_FLAGS, (float, float, float, int, int, int), strict=True):
+        parser.add_argument(f"--{flag}", type=kind, help=f"policy override {flag.upper()}")
+    parser.add_argument("--mode", default="active", help="active (default) or dry-run")
+
+    parser = command("status", "every managed queue: state, concurrency, pressure", _status)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+    parser = command("audit", "a queue's audit trail, oldest first", _audit)
+    parser.add_argument("queue")
+    parser.add_argument("--since", help="ISO-8601 time or relative (30m, 1h, 2d)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+
+    parser = command("pin", "set a queue's mapping to N now and hold it there", _pin)
+    parser.add_argument("queue")
+    parser.add_argument("concurrency", metavar="N", help="MaximumConcurrency, 2..1000")
+
+    parser = command("unpin", "hand a pinned queue back to the controller", _unpin)
+    parser.add_argument("queue")
+
+    parser = command("mode", "let the controller act (active) or only decide (dry-run)", _mode)
+    parser.add_argument("queue")
+    parser.add_argument("mode", help="active or dry-run")
+
+
+def _mode_named(name: str) -> Mode:
+    # Checked here rather than by argparse, so a bad value is a CliError (status 2, one line)
+    # however the CLI is invoked.
+    try:
+        return MODE_NAMES[name.lower()]
+    except KeyError:
+        raise CliError(
+            f"mode must be one of {', '.join(sorted(MODE_NAMES))}, got {name!r} "
+            "(to hold a value, use `queuemesh pin`)"
+        ) from None
+
+
+def _concurrency(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError as error:
+        raise CliError(f"N must be a whole number, got {raw!r}") from error
+    if not MIN_CONCURRENCY <= value <= MAX_CONCURRENCY:
+        raise CliError(
+            f"N must be {MIN_CONCURRENCY}..{MAX_CONCURRENCY} (AWS' MaximumConcurrency range), "
+            f"got {value}"
+        )
+    return value
+
+
+@contextlib.contextmanager
+def fleet(args: argparse.Namespace) -> Iterator[FleetOps]:
+    """FleetOps on the table and account the arguments name; AWS failures as one line."""
+    from controller.actuator import LambdaActuator
+    from controller.ledger import DynamoLedger
+    from stack.aws import AwsTarget, aws_errors, explain, root_cause
+
+    if not args.table:
+        raise CliError("no ledger table: pass --table or set QUEUEMESH_TABLE")
+    target = AwsTarget.from_args(args)
+    with aws_errors(target):
+        try:
+            ledger = DynamoLedger(args.table, target.client("dynamodb"))
+            actuator = LambdaActuator(target.client("lambda", retries=False))
+            yield FleetOps(ledger, actuator)
+        except OperatorError as error:
+            raise CliError(str(error)) from error
+        except (LedgerError, ActuationError) as error:
+            cause = root_cause(error)
+            code = getattr(cause, "response", {}).get("Error", {}).get("Code", "")
+            if isinstance(error, LedgerError) and code == "ResourceNotFoundException":
+                raise CliError(
+                    f"ledger table {args.table!r} not found at {target.describe()}; deploy the "
+                    "stack or name the right table (--table, QUEUEMESH_TABLE)"
+                ) from error
+            raise CliError(explain(cause, target) or str(error)) from error
+
+
+def _register(args: argparse.Namespace) -> int:
+    overrides = {
+        flag: float(value) for flag in POLICY_FLAGS if (value := getattr(args, flag)) is not None
+    }
+    mode = _mode_named(args.mode)
+    with fleet(args) as ops:
+        config, view = ops.register(args.queue, args.esm, overrides, mode)
+    print(
+        f"registered {config.queue}: mapping {config.esm_uuid} ({view.state}, "
+        f"MaximumConcurrency {concurrency_text(view)}), mode {config.mode.value}"
+    )
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    with fleet(args) as ops:
+        rows = ops.status()
+    if args.json:
+        print(json.dumps([row.to_json() for row in rows], indent=2))
+    elif rows:
+        print(status_table(rows))
+    else:
+        print(f"no registered queues in {args.table}", file=sys.stderr)
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    since = None if args.since is None else parse_since(args.since, time.time())
+    with fleet(args) as ops:
+        entries = ops.audit(args.queue, since)
+    if args.json:
+        print(json.dumps([audit_json(entry) for entry in entries], indent=2))
+    elif entries:
+        print(audit_table(entries))
+    else:
+        print(f"no audit entries for {args.queue}" + (f" since {args.since}" if since else ""))
+    return 0
+
+
+def _pin(args: argparse.Namespace) -> int:
+    concurrency = _concurrency(args.concurrency)
+    with fleet(args) as ops:
+        was, now = ops.pin(args.queue, concurrency)
+    print(
+        f"pinned {args.queue} at {now} (was {'unset' if was is None else was}); "
+        "the controller holds it until `queuemesh unpin`"
+    )
+    return 0
+
+
+def _unpin(args: argparse.Namespace) -> int:
+    with fleet(args) as ops:
+        before, _ = ops.set_mode(args.queue, Mode.ACTIVE)
+    if before is not Mode.PINNED:
+        print(f"{args.queue} was not pinned (mode {before.value}); it is now ACTIVE")
+    else:
+        print(f"unpinned {args.queue}: the controller adjusts it again")
+    return 0
+
+
+def _mode(args: argparse.Namespace) -> int:
+    mode = _mode_named(args.mode)
+    with fleet(args) as ops:
+        before, after = ops.set_mode(args.queue, mode)
+    print(f"{args.queue}: mode {before.value} -> {after.value}")
+    return 0

@@ -1,0 +1,148 @@
+"""The local Lambda runtime: the pollers Lambda runs in AWS, over the embedded AWS's APIs.
+
+``LocalRuntime`` wires a deployment's parts, one module each:
+
+- ``containers``: functions run in containers, one spawned process each, one invocation at a
+  time, cold-started on demand and reused while warm, as Lambda's execution environments are.
+- ``logs``: each invocation's output goes to its function's log group with PutLogEvents, from
+  where the emulator's subscription filter delivers it to Kinesis.
+- ``sqs_poller``: ``QueuePoller``, an SQS event source mapping (the workers).
+- ``kinesis_poller``: ``StreamPoller``, the Kinesis event source mapping (the controller).
+- ``schedule``: ``ScheduleRunner``, EventBridge's ``rate(...)`` rules (the controller's tick).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from stack.emulator import Deployment, EmbeddedAws
+from stack.runtime.containers import ContainerPool, FunctionSpec, InvocationFailed
+from stack.runtime.kinesis_poller import StreamPoller, first_failure
+from stack.runtime.logs import LogShipper, ensure_log_group
+from stack.runtime.schedule import ScheduleRunner, rate_seconds
+from stack.runtime.sqs_poller import QueuePoller, failed_item_ids, sqs_event
+
+__all__ = [
+    "ContainerPool",
+    "FunctionSpec",
+    "InvocationFailed",
+    "LocalRuntime",
+    "LogShipper",
+    "QueuePoller",
+    "ScheduleRunner",
+    "StreamPoller",
+    "failed_item_ids",
+    "first_failure",
+    "rate_seconds",
+    "sqs_event",
+]
+
+
+class LocalRuntime:
+    """Every poller of a deployment, and the containers they run. Stop it in a ``finally``."""
+
+    def __init__(
+        self,
+        aws: EmbeddedAws,
+        deployment: Deployment,
+        *,
+        on_error: Callable[[str], None] | None = None,
+        on_record: Callable[[str, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self._aws = aws
+        self._deployment = deployment
+        self._on_error = on_error
+        self._on_record = on_record
+        self._controller_log_group = deployment.controller_log_group
+        self._pools: list[ContainerPool] = []
+        self.queues: dict[str, QueuePoller] = {}
+        self.stream: StreamPoller | None = None
+        self.schedules: ScheduleRunner | None = None
+
+    def start(self) -> LocalRuntime:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        aws, deployment = self._aws, self._deployment
+        lambda_client = aws.client("lambda")
+        logs = aws.client("logs")
+        environment = {**aws.environment(), "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST"}
+        ensure_log_group(logs, self._controller_log_group)
+        controller = ContainerPool(
+            FunctionSpec.read(
+                lambda_client,
+                deployment.controller_function,
+                self._controller_log_group,
+                {**environment, "AWS_LAMBDA_FUNCTION_NAME": deployment.controller_function},
+            )
+        )
+        self._pools.append(controller)
+        controller_logs = LogShipper(logs, self._controller_log_group)
+        self.stream = StreamPoller(
+            aws,
+            deployment.stream_name,
+            deployment.stream_arn,
+            deployment.controller_esm_uuid,
+            controller,
+            controller_logs,
+            on_error=self._on_error,
+            on_record=self._on_record,
+        ).start()
+        workers: dict[str, ContainerPool] = {}
+        for binding in deployment.queues:
+            if binding.function_name not in workers:
+                workers[binding.function_name] = ContainerPool(
+                    FunctionSpec.read(
+                        lambda_client,
+                        binding.function_name,
+                        deployment.worker_log_group,
+                        {**environment, "AWS_LAMBDA_FUNCTION_NAME": binding.function_name},
+                    )
+                )
+                self._pools.append(workers[binding.function_name])
+            self.queues[binding.name] = QueuePoller(
+                aws,
+                binding,
+                workers[binding.function_name],
+                LogShipper(logs, deployment.worker_log_group),
+                on_error=self._on_error,
+            ).start()
+        self.schedules = ScheduleRunner(
+            aws,
+            {deployment.controller_function: controller},
+            {deployment.controller_function: controller_logs},
+            on_error=self._on_error,
+        ).start()
+
+    def stop(self) -> None:
+        """Stop polling, give invocations in progress a few seconds to finish, then stop every
+        container (which ends any invocation still running) and join what is left."""
+        pollers: list[QueuePoller | StreamPoller | ScheduleRunner] = list(self.queues.values())
+        if self.stream is not None:
+            pollers.append(self.stream)
+        if self.schedules is not None:
+            pollers.append(self.schedules)
+        for poller in pollers:
+            poller.request_stop()
+        for poller in pollers:
+            poller.stop()
+        for pool in self._pools:
+            pool.close()
+        for poller in pollers:
+            poller.stop()
+
+    def __enter__(self) -> LocalRuntime:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def cold_starts(self) -> int:
+        return sum(pool.cold_starts for pool in self._pools)
