@@ -64,10 +64,8 @@ def project_modules() -> list[tuple[str, Path]]:
     modules = []
     for layer in ALLOWED:
         for path in sorted((ROOT / layer).rglob("*.py")):
-            parts = path.relative_to(ROOT).with_suffix("").parts
-            if parts[-1] == "__init__":
-                parts = parts[:-1] + ("__init__",)
-            modules.append((".".join(parts), path))
+            # A package's __init__ keeps its name: its relative imports start at the package.
+            modules.append((".".join(path.relative_to(ROOT).with_suffix("").parts), path))
     return modules
 
 

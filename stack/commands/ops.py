@@ -185,7 +185,8 @@ def _concurrency(raw: str) -> int:
 
 @contextlib.contextmanager
 def fleet(args: argparse.Namespace) -> Iterator[FleetOps]:
-    """FleetOps on the table and account the arguments name; AWS failures as one line."""
+    """FleetOps on the table and account the arguments name; its ``OperatorError``s and AWS
+    failures as one line."""
     from controller.actuator import LambdaActuator
     from controller.ledger import DynamoLedger
     from stack.aws import AwsTarget, aws_errors, explain, root_cause
