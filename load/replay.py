@@ -107,7 +107,7 @@ def load_config(path: Path) -> ReplayConfig:
 
 def parse_config(raw: object) -> ReplayConfig:
     """The replay configuration from its JSON form (docs/operations.md describes it)."""
-    from controller.policy import ALGORITHMS
+    from controller.policy import algorithm_named
 
     table = _object(raw, "the configuration", CONFIG_KEYS)
     params = PolicyParams().with_overrides(_object(table.get("params", {}), "'params'", None))
@@ -126,8 +126,7 @@ def parse_config(raw: object) -> ReplayConfig:
     if not isinstance(namespace, str) or not namespace:
         raise ValueError(f"'namespace' must be a non-empty string, got {namespace!r}")
     algorithm = table.get("algorithm", DEFAULT_ALGORITHM)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"'algorithm' must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    algorithm_named(algorithm)
     schedule_s = table.get("schedule_s", DEFAULT_SCHEDULE_S)
     if schedule_s is not None and (
         isinstance(schedule_s, bool)
@@ -385,7 +384,7 @@ def replay(
 
     from controller.app import ControllerApp
     from controller.engine import Controller
-    from controller.policy import ALGORITHMS
+    from controller.policy import algorithm_named
 
     clock = VirtualClock()
     report = ReplayReport(records=len(records))
@@ -393,7 +392,7 @@ def replay(
     if ledger is None or actuator is None:
         ledger, actuator = in_memory_adapters(config, report.queues, clock)
     controller = Controller(
-        ledger, actuator, config.params, algorithm=ALGORITHMS[config.algorithm]()
+        ledger, actuator, config.params, algorithm=algorithm_named(config.algorithm)
     )
     # The controller's logs are for CloudWatch; here only its warnings matter, on stderr.
     logger = Logger(

@@ -43,6 +43,7 @@ from controller.ports import (
     VersionConflict,
 )
 from controller.settings import PolicyParams, SettingsError
+from controller.transitions import Transition
 from stack.errors import CliError
 
 MIN_CONCURRENCY = 2
@@ -306,17 +307,16 @@ class FleetOps:
                 # a newly registered mapping is attached before any storm builds up.
                 wake_at=now,
             )
-            audit = AuditEntry(
-                queue=config.queue,
-                timestamp=now,
-                event_type=AuditEvent.OPERATOR,
+            transition = Transition(
+                state,
+                at=now,
+                event=AuditEvent.OPERATOR,
                 previous_value=previous_value,
-                new_value=value,
                 action=action,
                 reason=reason,
             )
             try:
-                return self.ledger.commit(state, audit)
+                return transition.commit(self.ledger)
             except VersionConflict:
                 continue
         raise CliError(
