@@ -136,3 +136,25 @@ def test_overload_at_the_floor_pauses_then_tests_and_resumes() -> None:
     current, resumed = run(current, storm, memory_of(current).judge_at)
     assert resumed.action is Action.RESUME and resumed.enabled
     assert memory_of(current).paused_until == 0 and current.enabled
+
+
+def test_memory_kept_under_another_algorithm_is_not_read() -> None:
+    """A queue whose algorithm changes starts that algorithm fresh."""
+    window = window_of(*steady(960, 30, 10, ok=10))
+    near_ceiling = attached(8, ceiling=9)
+    probed = decide(ALGORITHM, near_ceiling, config(), window, 992.0, PARAMS)
+    assert probed.target == 9  # a pulse probe just under the remembered ceiling
+    foreign = near_ceiling.evolve(algorithm="aimd")
+    grown = decide(ALGORITHM, foreign, config(), window, 992.0, PARAMS)
+    assert grown.target == 8 * ALGORITHM.first_growth  # no ceiling known: a first growth
+    assert grown.new_state.algorithm == "adaptive"
+    assert memory_of(grown.new_state).ceiling == 0
+
+
+def test_growth_waits_out_retry_after() -> None:
+    window = window_of(*steady(960, 30, 13, ok=10))
+    held = attached(10).evolve(hold_until=1000.0)
+    decision = decide(ALGORITHM, held, config(), window, 992.0, PARAMS)
+    assert (decision.action, decision.target) == (Action.HOLD, 10)
+    assert "Retry-After" in decision.reason
+    assert decision.new_state.memory == held.memory
