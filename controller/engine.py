@@ -13,10 +13,10 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller.model import (
     Action,
-    AuditEntry,
     AuditEvent,
     Decision,
     Mode,
@@ -25,10 +25,10 @@ from controller.model import (
     QueueStateName,
     Sample,
 )
-from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM, LimitAlgorithm, decide
-from controller.policy.aimd import aimd_step
+from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, aimd_step, algorithm_named, decide
 from controller.ports import ActuationError, Actuator, Ledger, LedgerError, VersionConflict
 from controller.settings import PolicyParams
+from controller.transitions import Transition
 from controller.window import QueueWindow
 
 # Time kept in hand for one step (read, claim, update) before the invocation's deadline.
@@ -90,7 +90,7 @@ class Controller:
         actuator: Actuator,
         params: PolicyParams,
         *,
-        algorithm: LimitAlgorithm | None = None,
+        algorithm: LimitAlgorithm[Any] | None = None,
         config_ttl_s: float = 60.0,
         retention_s: float = 600.0,
         monotonic: Callable[[], float] = time.monotonic,
@@ -98,7 +98,7 @@ class Controller:
         self.ledger = ledger
         self.actuator = actuator
         self.params = params
-        self.algorithm: LimitAlgorithm = algorithm or ALGORITHMS[DEFAULT_ALGORITHM]()
+        self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
         self.counters: Counter[str] = Counter()
         self._config_ttl_s = config_ttl_s
         self._retention_s = retention_s
@@ -295,9 +295,7 @@ class Controller:
             ):
                 self._adopt_drift(step, view.max_concurrency, view.enabled, now)
                 return None
-        committed = self._commit(
-            decision.new_state.evolve(version=step.base_version), self._audit(step, now)
-        )
+        committed = self._commit(self._transition(step, now))
         if committed is None:
             return None
         if not step.actuates:
@@ -310,18 +308,17 @@ class Controller:
         self.counters["esm_updates"] += 1
         return decision
 
-    def _audit(self, step: Step, now: float) -> AuditEntry:
+    def _transition(self, step: Step, now: float) -> Transition:
         decision = step.decision
         dry_run = step.config.mode is Mode.DRY_RUN and decision.changes_mapping
         latency_ms = (
             0.0 if step.evidence_time is None else max(0.0, now - step.evidence_time) * 1000
         )
-        return AuditEntry(
-            queue=decision.queue,
-            timestamp=now,
-            event_type=step.event_type,
+        return Transition(
+            decision.new_state.evolve(version=step.base_version),
+            at=now,
+            event=step.event_type,
             previous_value=decision.previous,
-            new_value=decision.target,
             action=decision.action.value,
             reason=f"[dry-run] {decision.reason}" if dry_run else decision.reason,
             error_rate=decision.pressure_rate,
@@ -349,17 +346,17 @@ class Controller:
             last_change_at=now,
             version=step.base_version,
         )
-        audit = AuditEntry(
-            queue=decision.queue,
-            timestamp=now,
-            event_type=AuditEvent.DRIFT_DETECTED,
-            previous_value=decision.previous,
-            new_value=value,
-            action=Action.HOLD.value,
-            reason=reason,
-        )
         self.counters["drift_detected"] += 1
-        self._commit(state, audit)
+        self._commit(
+            Transition(
+                state,
+                at=now,
+                event=AuditEvent.DRIFT_DETECTED,
+                previous_value=decision.previous,
+                action=Action.HOLD.value,
+                reason=reason,
+            )
+        )
 
     def _revert(self, step: Step, committed: QueueState, now: float, error: ActuationError) -> None:
         """The claim stands in the ledger but the mapping did not move: put the ledger back."""
@@ -368,28 +365,29 @@ class Controller:
         state = step.decided_from.evolve(
             version=committed.version, last_reason=reason, last_evaluated_at=now
         )
-        audit = AuditEntry(
-            queue=decision.queue,
-            timestamp=now,
-            event_type=AuditEvent.ACTUATION_FAILED,
-            previous_value=decision.target,
-            new_value=decision.previous,
-            action=Action.HOLD.value,
-            reason=reason,
-        )
         self.counters["actuation_failures"] += 1
         self._pending.add(decision.queue)
-        self._commit(state, audit)
+        self._commit(
+            Transition(
+                state,
+                at=now,
+                event=AuditEvent.ACTUATION_FAILED,
+                previous_value=decision.target,
+                action=Action.HOLD.value,
+                reason=reason,
+            )
+        )
 
-    def _commit(self, state: QueueState, audit: AuditEntry) -> QueueState | None:
-        """Write state and audit together; ``None`` when another invocation moved the queue
-        first, whose state is then re-read and judged afresh with the next batch."""
+    def _commit(self, transition: Transition) -> QueueState | None:
+        """Write the transition; ``None`` when another invocation moved the queue first, whose
+        state is then re-read and judged afresh with the next batch."""
+        queue = transition.state.queue
         try:
-            committed = self.ledger.commit(state, audit)
+            committed = transition.commit(self.ledger)
         except VersionConflict:
             self.counters["version_conflicts"] += 1
-            self._states.pop(state.queue, None)
-            self._pending.add(state.queue)
+            self._states.pop(queue, None)
+            self._pending.add(queue)
             return None
-        self._states[state.queue] = committed
+        self._states[queue] = committed
         return committed

@@ -11,7 +11,7 @@ from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
-from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM
+from controller.policy import DEFAULT_ALGORITHM, algorithm_named
 from controller.settings import PolicyParams
 
 logger = Logger(service="queuemesh-controller")
@@ -23,16 +23,12 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
     table = env.get("QUEUEMESH_TABLE")
     if not table:
         raise RuntimeError("QUEUEMESH_TABLE is not set: name the ledger's DynamoDB table")
-    algorithm_name = env.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM)
-    if algorithm_name not in ALGORITHMS:
-        raise RuntimeError(
-            f"QUEUEMESH_ALGORITHM={algorithm_name!r} is unknown; choose one of {sorted(ALGORITHMS)}"
-        )
+    try:
+        algorithm = algorithm_named(env.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM))
+    except ValueError as error:
+        raise RuntimeError(f"QUEUEMESH_ALGORITHM: {error}") from error
     controller = Controller(
-        DynamoLedger(table),
-        LambdaActuator(),
-        PolicyParams.from_env(env),
-        algorithm=ALGORITHMS[algorithm_name](),
+        DynamoLedger(table), LambdaActuator(), PolicyParams.from_env(env), algorithm=algorithm
     )
     return ControllerApp(controller, logger=logger)
 

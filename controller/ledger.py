@@ -36,6 +36,7 @@ from controller.model import (
     QueueState,
     QueueStateName,
 )
+from controller.policy import memory_type
 from controller.ports import LedgerError, VersionConflict
 
 Item = dict[str, Any]
@@ -62,17 +63,26 @@ TRANSIENT_CANCELLATIONS = frozenset(
 )
 
 
-_memory_fields: dict[type, tuple[tuple[str, Any], ...]] = {}
+# The guards every algorithm shares, by ``QueueState`` field: top-level attributes of the state
+# item (docs/ledger.md).
+GUARD_ATTRIBUTES = {
+    "last_change_at": "LastChangeAt",
+    "hold_until": "HoldUntil",
+    "enabled": "Enabled",
+    "wake_at": "WakeAt",
+}
+# Items written before memory was kept per algorithm hold the guards and the adaptive
+# algorithm's fields flat in ``Memory``; this key tells them apart.
+LEGACY_MEMORY_KEY = "last_change_at"
+LEGACY_MEMORY_ALGORITHM = "adaptive"
+
+_type_hints: dict[type, dict[str, Any]] = {}
 
 
-def memory_fields(state_type: type[QueueState]) -> tuple[tuple[str, Any], ...]:
-    """The policy-memory fields (those after ``version``) with their resolved types."""
-    if state_type not in _memory_fields:
-        names = [f.name for f in dataclasses.fields(state_type)]
-        hints = typing.get_type_hints(state_type)
-        memory = names[names.index("version") + 1 :]
-        _memory_fields[state_type] = tuple((name, hints[name]) for name in memory)
-    return _memory_fields[state_type]
+def _hints(record_type: type) -> dict[str, Any]:
+    if record_type not in _type_hints:
+        _type_hints[record_type] = typing.get_type_hints(record_type)
+    return _type_hints[record_type]
 
 
 def queue_key(queue: str) -> str:
@@ -140,7 +150,7 @@ def _from_attribute(value: object, annotation: Any) -> object:
 
 
 def encode_state(state: QueueState) -> Item:
-    return {
+    item: Item = {
         "PK": queue_key(state.queue),
         "SK": STATE_SK,
         "CurrentState": str(state.state),
@@ -152,21 +162,23 @@ def encode_state(state: QueueState) -> Item:
         "TargetEsmUuid": state.esm_uuid,
         "LastEvaluatedTimestamp": iso_utc(state.last_evaluated_at),
         "Version": Decimal(state.version),
-        "Memory": {
-            name: _to_attribute(getattr(state, name)) for name, _ in memory_fields(type(state))
-        },
+        "Memory": _encode_memory(state.algorithm, state.memory),
     }
+    for name, attribute in GUARD_ATTRIBUTES.items():
+        item[attribute] = _to_attribute(getattr(state, name))
+    return item
 
 
-def decode_state(item: Mapping[str, Any], state_type: type[QueueState] = QueueState) -> QueueState:
-    memory: Mapping[str, Any] = item.get("Memory") or {}
-    # Unknown memory keys (a field since removed) are dropped; missing ones take the default.
-    remembered = {
-        name: _from_attribute(memory[name], annotation)
-        for name, annotation in memory_fields(state_type)
-        if name in memory
-    }
-    return state_type(
+def decode_state(item: Mapping[str, Any]) -> QueueState:
+    stored: Mapping[str, Any] = item.get("Memory") or {}
+    guards: Mapping[str, Any]
+    if LEGACY_MEMORY_KEY in stored:
+        guards, stored = stored, {LEGACY_MEMORY_ALGORITHM: stored}
+    else:
+        guards = {name: item[attr] for name, attr in GUARD_ATTRIBUTES.items() if attr in item}
+    state_hints = _hints(QueueState)
+    algorithm, memory = _decode_memory(stored)
+    return QueueState(
         queue=_queue_of(item),
         esm_uuid=str(item.get("TargetEsmUuid", "")),
         state=QueueStateName(item["CurrentState"]),
@@ -177,8 +189,43 @@ def decode_state(item: Mapping[str, Any], state_type: type[QueueState] = QueueSt
         last_reason=str(item.get("LastReason", "")),
         last_evaluated_at=epoch_of(item["LastEvaluatedTimestamp"]),
         version=int(item["Version"]),
-        **remembered,  # type: ignore[arg-type]
+        algorithm=algorithm,
+        memory=memory,
+        **{  # type: ignore[arg-type]
+            name: _from_attribute(guards[name], state_hints[name])
+            for name in GUARD_ATTRIBUTES
+            if name in guards
+        },
     )
+
+
+def _encode_memory(algorithm: str, memory: object) -> Item:
+    """``{algorithm: {field: value}}``, by the record's own field names; ``{}`` for none."""
+    if not algorithm or memory is None:
+        return {}
+    if not dataclasses.is_dataclass(memory) or isinstance(memory, type):
+        raise LedgerError(f"cannot store memory {memory!r}: not a dataclass record")
+    fields = dataclasses.fields(memory)
+    return {algorithm: {f.name: _to_attribute(getattr(memory, f.name)) for f in fields}}
+
+
+def _decode_memory(stored: Mapping[str, Any]) -> tuple[str, object]:
+    """The algorithm's name and its record. A record of an algorithm not registered (any
+    more) is dropped; a stored field the record no longer has is ignored, and one it lacks
+    takes its default."""
+    for algorithm, fields in stored.items():
+        record_type = memory_type(algorithm)
+        if record_type is None:
+            continue
+        hints = _hints(record_type)
+        return algorithm, record_type(
+            **{
+                f.name: _from_attribute(fields[f.name], hints[f.name])
+                for f in dataclasses.fields(record_type)
+                if f.name in fields
+            }
+        )
+    return "", None
 
 
 def audit_sort_key(timestamp: float, suffix: str) -> str:

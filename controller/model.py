@@ -80,8 +80,10 @@ class QueueConfig:
 class QueueState:
     """The ledger's STATE#CURRENT item.
 
-    Fields after ``version`` are the policy's memory: they persist across cold starts and are
-    stored in the ledger's ``Memory`` map, so an algorithm that needs a new one adds a field here.
+    The contract's fields, then the guards every algorithm shares, then the deciding
+    algorithm's own memory: a typed record private to the algorithm named ``algorithm``
+    (``None`` until it first decides the queue). The ledger stores each by name
+    (docs/ledger.md).
     """
 
     queue: str
@@ -95,27 +97,14 @@ class QueueState:
     last_evaluated_at: float = 0.0
     version: int = 0
     last_change_at: float = 0.0
+    # No raise before this time: the largest Retry-After seen at the last cut.
     hold_until: float = 0.0
     enabled: bool = True
     # Ask the engine to decide this queue again at this time even without new telemetry (a
     # paused mapping sends none); 0: no wake-up wanted.
     wake_at: float = 0.0
-    # The adaptive algorithm's memory (controller/policy/adaptive.py).
-    ceiling: int = 0
-    good_level: int = 0
-    probe_base: int = 0
-    probe_step: int = 0
-    probe_streak: int = 0
-    plateau: int = 0
-    cut_at: float = 0.0
-    probe_started_at: float = 0.0
-    probe_until: float = 0.0
-    probe_ended_at: float = 0.0
-    judge_at: float = 0.0
-    probe_backoff_s: float = 0.0
-    next_probe_at: float = 0.0
-    pause_s: float = 0.0
-    paused_until: float = 0.0
+    algorithm: str = ""
+    memory: object = None
 
     def evolve(self, **changes: object) -> QueueState:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]

@@ -13,7 +13,6 @@ from collections.abc import Callable, Mapping
 
 from controller.model import (
     Action,
-    AuditEntry,
     AuditEvent,
     Mode,
     QueueConfig,
@@ -29,6 +28,7 @@ from controller.ports import (
     VersionConflict,
 )
 from controller.settings import PolicyParams, SettingsError
+from controller.transitions import Transition
 
 COMMIT_ATTEMPTS = 5
 
@@ -154,17 +154,16 @@ def record_operator_change(
             # a newly registered mapping is attached before any storm builds up.
             wake_at=now,
         )
-        audit = AuditEntry(
-            queue=config.queue,
-            timestamp=now,
-            event_type=AuditEvent.OPERATOR,
+        transition = Transition(
+            state,
+            at=now,
+            event=AuditEvent.OPERATOR,
             previous_value=previous_value,
-            new_value=value,
             action=action,
             reason=reason,
         )
         try:
-            return ledger.commit(state, audit)
+            return transition.commit(ledger)
         except VersionConflict:
             continue
     raise OperatorError(

@@ -14,26 +14,13 @@ from controller.model import Sample
 
 
 @dataclass(slots=True)
-class _Bucket:
-    samples: int = 0
-    requests: int = 0
-    ok: int = 0
-    pressure: int = 0
-    throttled: int = 0
-    server_errors: int = 0
-    client_errors: int = 0
-    busy_ms: float = 0.0
-    timed_samples: int = 0
-    retry_after_s: float = 0.0
-    newest_event_time: float = -math.inf
+class Totals:
+    """What some invocations' telemetry adds up to: one second's bucket, or a span of them.
 
+    ``add`` and ``count`` accumulate in place; the window keeps one per second of invocation
+    starts and sums them into a fresh ``WindowStats``.
+    """
 
-@dataclass(frozen=True, slots=True)
-class WindowStats:
-    """What one queue's telemetry says over ``[since, until)`` (invocation start times)."""
-
-    since: float
-    until: float
     samples: int = 0
     requests: int = 0
     ok: int = 0
@@ -54,6 +41,51 @@ class WindowStats:
     def success_rate(self) -> float:
         return self.ok / self.requests if self.requests else 0.0
 
+    def count(self, sample: Sample) -> None:
+        """Add one worker document."""
+        self.samples += 1
+        self.requests += sample.requests
+        self.ok += sample.ok
+        self.pressure += sample.pressure
+        self.throttled += sample.throttled
+        self.server_errors += sample.server_errors
+        self.client_errors += sample.client_errors
+        if sample.invocation_ms is not None:
+            self.busy_ms += sample.invocation_ms
+            self.timed_samples += 1
+        self.retry_after_s = max(self.retry_after_s, sample.retry_after_s)
+        self._saw(sample.event_time)
+
+    def add(self, other: Totals) -> None:
+        """Add another span's totals."""
+        self.samples += other.samples
+        self.requests += other.requests
+        self.ok += other.ok
+        self.pressure += other.pressure
+        self.throttled += other.throttled
+        self.server_errors += other.server_errors
+        self.client_errors += other.client_errors
+        self.busy_ms += other.busy_ms
+        self.timed_samples += other.timed_samples
+        self.retry_after_s = max(self.retry_after_s, other.retry_after_s)
+        if other.newest_event_time is not None:
+            self._saw(other.newest_event_time)
+
+    def _saw(self, event_time: float) -> None:
+        if self.newest_event_time is None or event_time > self.newest_event_time:
+            self.newest_event_time = event_time
+
+
+@dataclass(slots=True, kw_only=True)
+class WindowStats(Totals):
+    """What one queue's telemetry says over ``[since, until)`` (invocation start times).
+
+    A snapshot the window hands out: deciders read it and never change it.
+    """
+
+    since: float
+    until: float
+
     def in_use(self, span_s: float) -> float | None:
         """Concurrency really in use over ``span_s`` seconds: busy time / elapsed time."""
         if not self.timed_samples or span_s <= 0:
@@ -64,7 +96,7 @@ class WindowStats:
 class QueueWindow:
     def __init__(self, retention_s: float = 600.0) -> None:
         self._retention_s = retention_s
-        self._buckets: dict[int, _Bucket] = {}
+        self._buckets: dict[int, Totals] = {}
         self._newest_event_time: float | None = None
         self.dropped_too_old = 0
 
@@ -82,19 +114,7 @@ class QueueWindow:
         if newest is not None and sample.event_time < newest - self._retention_s:
             self.dropped_too_old += 1
             return False
-        bucket = self._buckets.setdefault(math.floor(sample.started_at), _Bucket())
-        bucket.samples += 1
-        bucket.requests += sample.requests
-        bucket.ok += sample.ok
-        bucket.pressure += sample.pressure
-        bucket.throttled += sample.throttled
-        bucket.server_errors += sample.server_errors
-        bucket.client_errors += sample.client_errors
-        if sample.invocation_ms is not None:
-            bucket.busy_ms += sample.invocation_ms
-            bucket.timed_samples += 1
-        bucket.retry_after_s = max(bucket.retry_after_s, sample.retry_after_s)
-        bucket.newest_event_time = max(bucket.newest_event_time, sample.event_time)
+        self._buckets.setdefault(math.floor(sample.started_at), Totals()).count(sample)
         if newest is None or sample.event_time > newest:
             self._newest_event_time = sample.event_time
             self._prune(sample.event_time - self._retention_s)
@@ -102,38 +122,13 @@ class QueueWindow:
 
     def stats(self, since: float, until: float) -> WindowStats:
         """Totals of the one-second buckets starting in ``[since, until)``."""
-        totals = _Bucket()
+        stats = WindowStats(since=since, until=until)
         for key, bucket in self._buckets.items():
             # A bucket straddling ``since`` is left out whole: invocations that began before a
             # change must not be judged under it.
-            if not since <= key < until:
-                continue
-            totals.samples += bucket.samples
-            totals.requests += bucket.requests
-            totals.ok += bucket.ok
-            totals.pressure += bucket.pressure
-            totals.throttled += bucket.throttled
-            totals.server_errors += bucket.server_errors
-            totals.client_errors += bucket.client_errors
-            totals.busy_ms += bucket.busy_ms
-            totals.timed_samples += bucket.timed_samples
-            totals.retry_after_s = max(totals.retry_after_s, bucket.retry_after_s)
-            totals.newest_event_time = max(totals.newest_event_time, bucket.newest_event_time)
-        return WindowStats(
-            since=since,
-            until=until,
-            samples=totals.samples,
-            requests=totals.requests,
-            ok=totals.ok,
-            pressure=totals.pressure,
-            throttled=totals.throttled,
-            server_errors=totals.server_errors,
-            client_errors=totals.client_errors,
-            busy_ms=totals.busy_ms,
-            timed_samples=totals.timed_samples,
-            retry_after_s=totals.retry_after_s,
-            newest_event_time=totals.newest_event_time if totals.samples else None,
-        )
+            if since <= key < until:
+                stats.add(bucket)
+        return stats
 
     def _prune(self, horizon: float) -> None:
         cutoff = math.floor(horizon)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from controller.policy import ALGORITHMS
 from stack.errors import CliError
 
 DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "load" / "scenarios" / "demo.json"
@@ -71,7 +72,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--algorithm",
-        choices=("adaptive", "aimd"),
+        choices=sorted(ALGORITHMS),
         help="the controller's algorithm (the template's PolicyAlgorithm; default: its default)",
     )
     parser.add_argument(

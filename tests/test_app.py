@@ -14,6 +14,7 @@ from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig
 from controller.policy import ALGORITHMS
+from controller.policy.adaptive import AdaptiveMemory
 from controller.policy.aimd import Aimd
 from controller.ports import LedgerError
 from controller.settings import PolicyParams
@@ -191,7 +192,11 @@ def test_a_scheduled_tick_wakes_due_queues_in_a_cold_container(
     stored = Controller(ledger, actuator, PolicyParams()).states([config("orders")], 100.0)
     ledger.commit(
         stored["orders"].evolve(
-            concurrency=2, enabled=False, wake_at=105.0, paused_until=105.0, pause_s=15.0
+            concurrency=2,
+            enabled=False,
+            wake_at=105.0,
+            algorithm="adaptive",
+            memory=AdaptiveMemory(paused_until=105.0, pause_s=15.0),
         ),
         AuditEntry("orders", 100.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "paused"),
     )

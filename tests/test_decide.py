@@ -1,17 +1,16 @@
-"""The guards every algorithm shares, and the original rule's invariants."""
+"""The guards every algorithm shares, and the original rule (``aimd``)."""
 
 from __future__ import annotations
-
-import itertools
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Action, Mode, QueueStateName
-from controller.policy import ALGORITHMS, decide
+from controller.model import Action, Mode, QueueState, QueueStateName
+from controller.policy import ALGORITHMS, LimitAlgorithm, Verdict, decide
 from controller.policy.aimd import aimd_step
+from controller.policy.base import NoMemory
 from controller.settings import PolicyParams
-from controller.window import QueueWindow
+from controller.window import QueueWindow, WindowStats
 from tests.factories import config, sample, state
 
 PARAMS = PolicyParams()
@@ -143,36 +142,60 @@ def test_aimd_bounds_hold_and_pressure_never_raises(
     assert decision.reason
 
 
-@settings(max_examples=100, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.floats(min_value=0, max_value=60, allow_nan=False),
-            st.integers(0, 20),
-            st.integers(0, 20),
-        ),
-        min_size=1,
-        max_size=80,
-    ),
-    st.sampled_from(sorted(ALGORITHMS)),
-)
-def test_one_decrease_per_settle_period(
-    documents: list[tuple[float, int, int]], algorithm_name: str
-) -> None:
-    """Whatever arrives, a second decrease needs evidence from after the first one."""
-    algorithm = ALGORITHMS[algorithm_name]()
-    window = QueueWindow()
-    current = state(100)
-    decreases: list[float] = []
-    for offset, ok, throttled in documents:
-        window.add(sample(at=1000 + offset, ok=ok, throttled=throttled, invocation_ms=300))
-    for tick in range(0, 70, 2):
-        now = 1000.0 + tick
-        decision = decide(algorithm, current, config(), window, now, PARAMS)
-        assert PARAMS.cmin <= decision.target <= PARAMS.cmax
-        if decision.target < decision.previous:
-            decreases.append(now)
-        current = decision.new_state
-    for first, second in itertools.pairwise(decreases):
-        evidence_between = window.stats(first + PARAMS.settle_margin_s, second + 1.0)
-        assert evidence_between.requests >= PARAMS.min_samples
+class Reckless(LimitAlgorithm[NoMemory]):
+    """Asks for ``wanted`` whatever the evidence says: what is left is the guards' doing."""
+
+    name = "reckless"
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+
+    def on_evidence(
+        self,
+        state: QueueState,
+        memory: NoMemory,
+        stats: WindowStats,
+        now: float,
+        params: PolicyParams,
+    ) -> Verdict[NoMemory]:
+        reason = f"Wants {self.wanted}."
+        return Verdict(self.wanted, state.state, reason, memory, wake_at=now + 1)
+
+
+def test_a_verdict_outside_the_bounds_is_clamped() -> None:
+    healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    raised = decide(Reckless(5000), state(50), config(), healthy, 110.0, PARAMS)
+    assert (raised.target, raised.new_state.concurrency) == (PARAMS.cmax, PARAMS.cmax)
+    cut = decide(Reckless(0), state(50), config(), healthy, 110.0, PARAMS)
+    assert (cut.target, cut.action) == (PARAMS.cmin, Action.MULTIPLICATIVE_DECREASE)
+
+
+def test_refused_evidence_holds_before_on_evidence_is_asked() -> None:
+    decision = decide(Reckless(80), state(50), config(), QueueWindow(), 110.0, PARAMS)
+    assert decision.action is Action.HOLD
+    assert decision.reason.startswith("No telemetry since the last change")
+
+
+def test_retry_after_holds_any_algorithms_raise() -> None:
+    held = state(50).evolve(hold_until=130.0)
+    healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    decision = decide(Reckless(80), held, config(), healthy, 110.0, PARAMS)
+    assert (decision.action, decision.target) == (Action.HOLD, 50)
+    assert "Retry-After" in decision.reason
+    assert decision.new_state.wake_at == held.wake_at  # the raise's other wishes are dropped
+
+
+def test_a_cut_on_evidence_with_retry_after_holds_raises_until_it_passes() -> None:
+    window = window_of(*(sample(at=100 + s + 0.9, retry_after_s=30) for s in range(10)))
+    decision = decide(Reckless(20), state(50), config(), window, 110.0, PARAMS)
+    assert decision.new_state.hold_until == 140.0
+
+
+def test_the_verdict_names_the_action_and_keeps_the_algorithms_memory() -> None:
+    healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    decision = decide(Reckless(80), state(50), config(), healthy, 110.0, PARAMS)
+    assert decision.action is Action.ADDITIVE_INCREASE
+    assert (decision.new_state.algorithm, decision.new_state.memory) == ("reckless", NoMemory())
+    assert decision.new_state.last_change_at == 110.0
+    assert decision.new_state.previous_concurrency == 50
+    assert decision.new_state.wake_at == 111.0

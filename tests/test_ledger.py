@@ -34,6 +34,8 @@ from controller.model import (
     QueueState,
     QueueStateName,
 )
+from controller.policy import ALGORITHMS, LimitAlgorithm
+from controller.policy.adaptive import AdaptiveMemory
 from controller.ports import LedgerError, VersionConflict
 
 T0 = 1_790_000_000.0  # a fixed instant: 2026-09-21
@@ -102,6 +104,9 @@ def test_commit_round_trips_state_with_memory(ledger: DynamoLedger | InMemoryLed
         last_change_at=T0 + 0.125,
         hold_until=T0 + 30.5,
         enabled=False,
+        wake_at=T0 + 15.0,
+        algorithm="adaptive",
+        memory=AdaptiveMemory(ceiling=51, good_level=40, probe_backoff_s=20.5, cut_at=T0),
     )
 
     stored = ledger.commit(state, audit())
@@ -390,7 +395,7 @@ def test_cancellation_named_only_in_the_message_is_a_conflict() -> None:
         ledger.commit(fresh_state(version=4), audit())
 
 
-# The Memory map is generic: any QueueState survives the item encoding.
+# Guards and each algorithm's memory record are stored by field name: any state survives.
 
 finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 
@@ -428,19 +433,59 @@ def test_state_items_round_trip(
     decoded = decode_state(item)
 
     assert decoded == state
-    assert item["Memory"]["enabled"] is enabled
-    assert isinstance(item["Memory"]["hold_until"], Decimal)
+    assert item["Enabled"] is enabled
+    assert isinstance(item["HoldUntil"], Decimal)
 
 
-def test_missing_memory_takes_defaults_and_unknown_memory_is_ignored() -> None:
-    item = encode_state(fresh_state(hold_until=T0, version=1))
-    item["Memory"] = {"hold_until": Decimal("12.5"), "retired_field": "x"}
+def test_missing_fields_take_defaults_and_unknown_ones_are_ignored() -> None:
+    item = encode_state(fresh_state(hold_until=T0, wake_at=T0, version=1))
+    del item["WakeAt"], item["LastChangeAt"]
+    item["Memory"] = {"adaptive": {"ceiling": Decimal(9), "retired_field": "x"}}
 
     decoded = decode_state(item)
 
-    assert decoded.hold_until == 12.5
-    assert decoded.enabled is True
-    assert decoded.last_change_at == 0.0
+    assert (decoded.hold_until, decoded.wake_at, decoded.last_change_at) == (T0, 0.0, 0.0)
+    assert decoded.algorithm == "adaptive"
+    assert decoded.memory == AdaptiveMemory(ceiling=9)
+
+
+def test_memory_of_an_unknown_algorithm_is_dropped() -> None:
+    item = encode_state(fresh_state(version=1))
+    item["Memory"] = {"retired-algorithm": {"ceiling": Decimal(9)}}
+
+    decoded = decode_state(item)
+
+    assert (decoded.algorithm, decoded.memory) == ("", None)
+
+
+def test_items_written_before_memory_was_kept_per_algorithm_still_read() -> None:
+    """The old layout: guards and the adaptive algorithm's fields flat in ``Memory``."""
+    item = encode_state(fresh_state(version=3))
+    for attribute in ("LastChangeAt", "HoldUntil", "Enabled", "WakeAt"):
+        del item[attribute]
+    item["Memory"] = {
+        "last_change_at": Decimal("1790000000.125"),
+        "hold_until": Decimal(0),
+        "enabled": False,
+        "wake_at": Decimal("1790000015.5"),
+        "ceiling": Decimal(9),
+        "good_level": Decimal(8),
+        "probe_backoff_s": Decimal(20),
+        "paused_until": Decimal("1790000015.5"),
+    }
+
+    decoded = decode_state(item)
+
+    assert (decoded.last_change_at, decoded.enabled, decoded.wake_at) == (
+        T0 + 0.125,
+        False,
+        T0 + 15.5,
+    )
+    assert decoded.algorithm == "adaptive"
+    assert decoded.memory == AdaptiveMemory(
+        ceiling=9, good_level=8, probe_backoff_s=20.0, paused_until=T0 + 15.5
+    )
+    assert isinstance(decoded.memory.probe_backoff_s, float)
 
 
 class RecordingDynamo:
@@ -530,8 +575,8 @@ def test_the_commit_gives_up_at_its_deadline() -> None:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class StateWithMoreMemory(QueueState):
-    """A policy that remembers more: new memory fields need no ledger change."""
+class RicherMemory:
+    """An algorithm that remembers more: its record needs no ledger change."""
 
     ceiling: int | None = None
     probe_backoff_s: float = 10.0
@@ -540,33 +585,41 @@ class StateWithMoreMemory(QueueState):
     note: str = ""
 
 
-def test_new_memory_fields_round_trip_without_ledger_changes() -> None:
-    state = StateWithMoreMemory(
-        queue="orders",
-        esm_uuid="esm-1",
-        state=QueueStateName.RECOVERING,
-        concurrency=30,
-        previous_concurrency=25,
-        version=3,
-        hold_until=T0 + 0.5,
+class Remembering(LimitAlgorithm[RicherMemory]):
+    name = "remembering"
+    memory_type = RicherMemory
+
+
+def test_a_new_memory_record_round_trips_without_ledger_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(ALGORITHMS, Remembering.name, Remembering)
+    memory = RicherMemory(
         ceiling=48,
         probe_backoff_s=20.5,
         recent_levels=(25, 30),
         last_mode=Mode.DRY_RUN,
         note="plateau",
     )
+    state = fresh_state(
+        state=QueueStateName.RECOVERING,
+        concurrency=30,
+        previous_concurrency=25,
+        version=3,
+        hold_until=T0 + 0.5,
+        algorithm=Remembering.name,
+        memory=memory,
+    )
 
     wire = {k: TypeSerializer().serialize(v) for k, v in encode_state(state).items()}
     item = {k: TypeDeserializer().deserialize(v) for k, v in wire.items()}  # as DynamoDB holds it
-    decoded = decode_state(item, StateWithMoreMemory)
+    decoded = decode_state(item)
 
     assert decoded == state
-    assert isinstance(decoded, StateWithMoreMemory)
-    assert item["Memory"]["ceiling"] == Decimal(48)
-    assert item["Memory"]["last_mode"] == "DRY_RUN"
-    assert (
-        decode_state(encode_state(state.evolve(ceiling=None)), StateWithMoreMemory).ceiling is None
-    )
+    assert item["Memory"]["remembering"]["ceiling"] == Decimal(48)
+    assert item["Memory"]["remembering"]["last_mode"] == "DRY_RUN"
+    without_ceiling = state.evolve(memory=dataclasses.replace(memory, ceiling=None))
+    assert decode_state(encode_state(without_ceiling)) == without_ceiling
 
 
 def test_unstorable_memory_is_a_ledger_error() -> None:

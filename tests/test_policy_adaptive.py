@@ -1,15 +1,13 @@
-"""The adaptive limit algorithm: its steps one by one, and invariants under any evidence."""
+"""The adaptive limit algorithm: its steps one by one (the invariants every algorithm keeps
+are in test_algorithm_contract.py)."""
 
 from __future__ import annotations
 
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from controller.model import Action, Decision, QueueState, Sample
-from controller.policy import ALGORITHMS, decide, evidence_since
-from controller.policy.adaptive import AdaptiveLimit
+from controller.policy import ALGORITHMS, decide
+from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
+from controller.window import QueueWindow
 from tests.factories import config, sample, state
 
 PARAMS = PolicyParams()
@@ -18,7 +16,13 @@ ALGORITHM = AdaptiveLimit()
 
 def attached(concurrency: int, at: float = 900.0, **memory: object) -> QueueState:
     """A queue the algorithm has run for a while, last changed at ``at``."""
-    return state(concurrency, last_change_at=at).evolve(good_level=concurrency, **memory)
+    record = AdaptiveMemory(good_level=concurrency, **memory)  # type: ignore[arg-type]
+    return state(concurrency, last_change_at=at).evolve(algorithm="adaptive", memory=record)
+
+
+def memory_of(current: QueueState) -> AdaptiveMemory:
+    assert isinstance(current.memory, AdaptiveMemory)
+    return current.memory
 
 
 def window_of(*documents: Sample) -> QueueWindow:
@@ -67,7 +71,7 @@ def test_a_storm_is_cut_in_proportion_to_the_accepted_share_in_one_step() -> Non
     decision = decide(ALGORITHM, attached(20), config(), window, 992.0, PARAMS)
     assert decision.action is Action.MULTIPLICATIVE_DECREASE
     assert 2 <= decision.target <= 6
-    assert decision.new_state.ceiling == decision.target + 1
+    assert memory_of(decision.new_state).ceiling == decision.target + 1
 
 
 def test_clean_and_fully_used_it_grows_and_idle_it_holds() -> None:
@@ -85,15 +89,15 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     window = window_of(*steady(960, 30, 10, ok=10))
     current, raised = run(current, window, 992.0)
     assert (raised.action, raised.target) == (Action.ADDITIVE_INCREASE, 9)
-    assert current.probe_until == 992.0 + ALGORITHM.pulse_s
+    assert memory_of(current).probe_until == 992.0 + ALGORITHM.pulse_s
     current, reverted = run(current, window, 993.0)
     assert reverted.target == 8
-    assert current.judge_at == 993.0 + ALGORITHM.judge_after_s
+    assert memory_of(current).judge_at == 993.0 + ALGORITHM.judge_after_s
     for document in steady(992, 8, 11, ok=10):
         window.add(document)
     current, verdict = run(current, window, 999.5)
     assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 9)
-    assert current.ceiling == 10
+    assert memory_of(current).ceiling == 10
 
 
 def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
@@ -107,8 +111,8 @@ def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
         window.add(document)
     current, verdict = run(current, window, 999.5)
     assert verdict.action is Action.HOLD
-    assert current.concurrency == 8 and current.ceiling == 9
-    assert current.next_probe_at > 999.5 + ALGORITHM.probe_backoff_s[0] * 0.5
+    assert current.concurrency == 8 and memory_of(current).ceiling == 9
+    assert memory_of(current).next_probe_at > 999.5 + ALGORITHM.probe_backoff_s[0] * 0.5
     current, later = run(current, window, 1001.0)
     assert later.action is Action.HOLD
     assert "next probe" in later.reason
@@ -122,80 +126,35 @@ def test_overload_at_the_floor_pauses_then_tests_and_resumes() -> None:
     assert current.wake_at == 992.0 + ALGORITHM.pause_s[0]
     current, waiting = run(current, storm, 1000.0)
     assert waiting.action is Action.HOLD and not current.enabled
-    test_at = current.paused_until
+    test_at = memory_of(current).paused_until
     current, testing = run(current, storm, test_at)
     assert testing.action is Action.RESUME and testing.enabled
     current, _ = run(current, storm, test_at + ALGORITHM.pulse_s)
-    assert not current.enabled and current.judge_at > 0
+    assert not current.enabled and memory_of(current).judge_at > 0
     for document in steady(int(test_at), 2, 3, ok=10):
         storm.add(document)
-    current, resumed = run(current, storm, current.judge_at)
+    current, resumed = run(current, storm, memory_of(current).judge_at)
     assert resumed.action is Action.RESUME and resumed.enabled
-    assert current.paused_until == 0 and current.enabled
+    assert memory_of(current).paused_until == 0 and current.enabled
 
 
-# --- invariants ------------------------------------------------------------------------
-documents = st.lists(
-    st.tuples(
-        st.floats(0, 120, allow_nan=False),
-        st.integers(0, 20),
-        st.integers(0, 20),
-        st.integers(100, 2000),
-    ),
-    max_size=120,
-)
-bounds = st.tuples(st.integers(2, 40), st.integers(0, 60)).map(
-    lambda pair: PolicyParams(cmin=pair[0], cmax=pair[0] + pair[1])
-)
+def test_memory_kept_under_another_algorithm_is_not_read() -> None:
+    """A queue whose algorithm changes starts that algorithm fresh."""
+    window = window_of(*steady(960, 30, 10, ok=10))
+    near_ceiling = attached(8, ceiling=9)
+    probed = decide(ALGORITHM, near_ceiling, config(), window, 992.0, PARAMS)
+    assert probed.target == 9  # a pulse probe just under the remembered ceiling
+    foreign = near_ceiling.evolve(algorithm="aimd")
+    grown = decide(ALGORITHM, foreign, config(), window, 992.0, PARAMS)
+    assert grown.target == 8 * ALGORITHM.first_growth  # no ceiling known: a first growth
+    assert grown.new_state.algorithm == "adaptive"
+    assert memory_of(grown.new_state).ceiling == 0
 
 
-def replay(
-    found: list[tuple[float, int, int, int]], params: PolicyParams, start: int
-) -> list[tuple[Decision, WindowStats]]:
-    """Decide once a second while the documents arrive; each decision with the evidence since
-    the last change (and its settle margin) as it stood when the decision was made."""
-    window = QueueWindow()
-    current = state(start)
-    pending = sorted(found)
-    steps = []
-    for tick in range(0, 130):
-        now = 1000.0 + tick
-        while pending and pending[0][0] + 1000.0 <= now:
-            offset, ok, throttled, duration = pending.pop(0)
-            window.add(
-                sample(at=1000.0 + offset, ok=ok, throttled=throttled, invocation_ms=duration)
-            )
-        evidence = window.stats(evidence_since(current, now, params), now + 1.0)
-        decision = decide(ALGORITHM, current, config(), window, now, params)
-        steps.append((decision, evidence))
-        current = decision.new_state
-    return steps
-
-
-@settings(max_examples=40, deadline=None)
-@given(documents, bounds, st.integers(2, 100))
-def test_bounds_always_hold(
-    found: list[tuple[float, int, int, int]], params: PolicyParams, start: int
-) -> None:
-    steps = replay(found, params, start)
-    # The first decision may pull a mapping found outside the bounds inside them.
-    for decision, _ in steps:
-        assert params.cmin <= decision.target <= params.cmax
-
-
-@settings(max_examples=40, deadline=None)
-@given(documents, st.integers(2, 100))
-def test_never_raises_on_evidence_of_pressure(
-    found: list[tuple[float, int, int, int]], start: int
-) -> None:
-    for decision, evidence in replay(found, PARAMS, start):
-        if decision.target > decision.previous:
-            assert evidence.pressure_rate < PARAMS.t1
-
-
-@settings(max_examples=30, deadline=None)
-@given(documents, st.integers(2, 100))
-def test_the_same_inputs_give_the_same_decisions(
-    found: list[tuple[float, int, int, int]], start: int
-) -> None:
-    assert replay(found, PARAMS, start) == replay(found, PARAMS, start)
+def test_growth_waits_out_retry_after() -> None:
+    window = window_of(*steady(960, 30, 13, ok=10))
+    held = attached(10).evolve(hold_until=1000.0)
+    decision = decide(ALGORITHM, held, config(), window, 992.0, PARAMS)
+    assert (decision.action, decision.target) == (Action.HOLD, 10)
+    assert "Retry-After" in decision.reason
+    assert decision.new_state.memory == held.memory

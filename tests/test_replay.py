@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import json
 from pathlib import Path
@@ -11,9 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Decision, Mode, QueueState, Sample
-from controller.policy import ALGORITHMS
-from controller.policy.aimd import hold
+from controller.model import Mode, QueueState, Sample
+from controller.policy import ALGORITHMS, LimitAlgorithm, Verdict
+from controller.policy.base import NoMemory
+from controller.policy.evidence import Evidence
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 from load.recording import (
@@ -257,23 +257,29 @@ def test_scheduled_ticks_run_between_batches_and_change_nothing_for_aimd(
     assert ticking.decisions == plain.decisions
 
 
-class AlarmClock:
+class AlarmClock(LimitAlgorithm[NoMemory]):
     """A test algorithm that only ever asks to be woken again 7 s later (as a paused mapping
     does), holding its value: what it decides shows when the controller looked at the queue."""
 
     name = "alarm-clock"
 
-    def decide_window(
-        self, state: QueueState, window: QueueWindow, now: float, params: PolicyParams
-    ) -> Decision:
-        decision = hold(state, f"Looked at {now:.1f}; again in 7s.", now)
-        return dataclasses.replace(decision, new_state=decision.new_state.evolve(wake_at=now + 7))
+    def decide(
+        self,
+        state: QueueState,
+        memory: NoMemory,
+        evidence: Evidence,
+        window: QueueWindow,
+        now: float,
+        params: PolicyParams,
+    ) -> Verdict[NoMemory]:
+        reason = f"Looked at {now:.1f}; again in 7s."
+        return Verdict(state.concurrency, state.state, reason, memory, wake_at=now + 7)
 
 
 def test_ticks_look_at_queues_while_no_telemetry_arrives(
     storm_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(ALGORITHMS, AlarmClock.name, AlarmClock)  # type: ignore[arg-type]
+    monkeypatch.setitem(ALGORITHMS, AlarmClock.name, AlarmClock)
     # Forty seconds in which no record arrives at all (every worker paused or gone quiet).
     gap = (START + 120.0, START + 160.0)
     records = [

@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
-from controller.model import Decision, QueueState
-from controller.policy.aimd import hold
+from dataclasses import dataclass
+
+from controller.model import QueueState
 from controller.settings import PolicyParams
 from controller.window import QueueWindow, WindowStats
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why no verdict may rest on the evidence yet: the reason (and rates) of the HOLD."""
+
+    reason: str
+    pressure_rate: float = 0.0
+    success_rate: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """The invocations since the last change settled; admissible unless ``refusal`` says why."""
+
+    stats: WindowStats
+    refusal: Refusal | None = None
 
 
 def evidence_since(state: QueueState, now: float, params: PolicyParams) -> float:
@@ -15,8 +33,8 @@ def evidence_since(state: QueueState, now: float, params: PolicyParams) -> float
 
 def vetted_evidence(
     state: QueueState, window: QueueWindow, now: float, params: PolicyParams
-) -> WindowStats | Decision:
-    """The invocations a verdict may judge, or the HOLD that says why there are none yet.
+) -> Evidence:
+    """The invocations a verdict may judge, or why there are none yet.
 
     Only invocations that started after the last change (plus its settle margin) count, so a
     lagging stream of old 429s cannot cut twice; stale telemetry and too few calls hold.
@@ -24,21 +42,15 @@ def vetted_evidence(
     stats = window.stats(evidence_since(state, now, params), now + 1.0)
     if stats.newest_event_time is None:
         reason = f"No telemetry since the last change; holding at {state.concurrency}."
-        return hold(state, reason, now)
+        return Evidence(stats, Refusal(reason))
     age = now - stats.newest_event_time
     if age > params.stale_after_s:
-        return hold(
-            state,
-            f"Telemetry stale: newest sample {age:.0f}s old; holding at {state.concurrency}.",
-            now,
-        )
+        reason = f"Telemetry stale: newest sample {age:.0f}s old; holding at {state.concurrency}."
+        return Evidence(stats, Refusal(reason))
     if stats.requests < params.min_samples:
-        return hold(
-            state,
+        reason = (
             f"Insufficient evidence: {stats.requests} calls since the last change "
-            f"(< {params.min_samples}); holding at {state.concurrency}.",
-            now,
-            stats.pressure_rate,
-            stats.success_rate,
+            f"(< {params.min_samples}); holding at {state.concurrency}."
         )
-    return stats
+        return Evidence(stats, Refusal(reason, stats.pressure_rate, stats.success_rate))
+    return Evidence(stats)

@@ -69,7 +69,7 @@ def load_config(path: Path) -> ReplayConfig:
 
 def parse_config(raw: object) -> ReplayConfig:
     """The replay configuration from its JSON form (docs/operations.md describes it)."""
-    from controller.policy import ALGORITHMS
+    from controller.policy import algorithm_named
 
     table = _object(raw, "the configuration", CONFIG_KEYS)
     params = PolicyParams().with_overrides(_object(table.get("params", {}), "'params'", None))
@@ -88,8 +88,7 @@ def parse_config(raw: object) -> ReplayConfig:
     if not isinstance(namespace, str) or not namespace:
         raise ValueError(f"'namespace' must be a non-empty string, got {namespace!r}")
     algorithm = table.get("algorithm", DEFAULT_ALGORITHM)
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"'algorithm' must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    algorithm_named(algorithm)
     schedule_s = table.get("schedule_s", DEFAULT_SCHEDULE_S)
     if schedule_s is not None and (
         isinstance(schedule_s, bool)

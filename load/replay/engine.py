@@ -99,7 +99,7 @@ def replay(
 
     from controller.app import ControllerApp
     from controller.engine import Controller
-    from controller.policy import ALGORITHMS
+    from controller.policy import algorithm_named
 
     clock = VirtualClock()
     report = ReplayReport(records=len(records))
@@ -107,7 +107,7 @@ def replay(
     if ledger is None or actuator is None:
         ledger, actuator = in_memory_adapters(config, report.queues, clock)
     controller = Controller(
-        ledger, actuator, config.params, algorithm=ALGORITHMS[config.algorithm]()
+        ledger, actuator, config.params, algorithm=algorithm_named(config.algorithm)
     )
     # The controller's logs are for CloudWatch; here only its warnings matter, on stderr.
     logger = Logger(

@@ -11,7 +11,7 @@ from controller.actuator import InMemoryActuator
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import Mode, QueueState, QueueStateName, Sample
-from controller.policy import ALGORITHMS, DEFAULT_ALGORITHM, aimd_step
+from controller.policy import DEFAULT_ALGORITHM, aimd_step, algorithm_named
 from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy
@@ -160,7 +160,7 @@ class QueueMeshPolicy:
                 clock=lambda: SIM_EPOCH,
                 deadline=lambda: math.inf,
             )
-        algorithm = None if self._algorithm is None else ALGORITHMS[self._algorithm]()
+        algorithm = None if self._algorithm is None else algorithm_named(self._algorithm)
         self._controller = Controller(
             self._ledger, self._actuator, self._params, algorithm=algorithm, monotonic=lambda: 0.0
         )

@@ -103,7 +103,9 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
 
 def _check_algorithm(name: str) -> None:
-    from controller.policy import ALGORITHMS
+    from controller.policy import algorithm_named
 
-    if name not in ALGORITHMS:
-        raise CliError(f"unknown algorithm {name!r}; choose one of {', '.join(sorted(ALGORITHMS))}")
+    try:
+        algorithm_named(name)
+    except ValueError as error:
+        raise CliError(f"--algorithm: {error}") from error

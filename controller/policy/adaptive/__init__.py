@@ -1,0 +1,169 @@
+"""The adaptive limit: proportional cuts, pulse probes, a remembered ceiling, pausing.
+
+Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md):
+
+- **Attach modestly.** A mapping first seen at a high cap is set to a modest level (its last
+  known good level, else ``start_level``) before the poller's ramp turns into a storm.
+- **Cut in proportion** (``sizing``). On pressure at or above T1 the target is the concurrency
+  really in use (busy time / elapsed time from the invocations' durations, or the cap when the
+  poller fills it) times the accepted share, which lands near the fitting level in one step.
+- **Judge only fresh evidence.** Every verdict on the queue's telemetry uses the shared guards'
+  vetted evidence: invocations that started after the last change (plus the settle margin).
+- **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``
+  and the allowance actually in use; near the remembered ceiling (the last level that broke)
+  growth is by pulse probes, which judge only the invocations that started during the pulse.
+- **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
+  is disabled for a bounded, growing period, then tested with a short pulse at Cmin.
+
+Every time is the caller's ``now``: pure, no clock reads, no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from controller.model import QueueState, QueueStateName
+from controller.policy.adaptive import pausing, probing, sizing
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold
+from controller.policy.adaptive.tuning import Tuning
+from controller.policy.base import LimitAlgorithm, refused
+from controller.policy.evidence import Evidence
+from controller.settings import PolicyParams
+from controller.window import QueueWindow, WindowStats
+
+__all__ = ["AdaptiveLimit", "AdaptiveMemory", "Tuning"]
+
+
+@dataclass(frozen=True)
+class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
+    """The adaptive limit with its tunables (``Tuning``).
+
+    It selects its own evidence: a pulse probe is judged on the invocations that started during
+    it (older than the last change), and a paused mapping is decided without telemetry.
+    """
+
+    name = "adaptive"
+    memory_type = AdaptiveMemory
+
+    def decide(
+        self,
+        state: QueueState,
+        memory: AdaptiveMemory,
+        evidence: Evidence,
+        window: QueueWindow,
+        now: float,
+        params: PolicyParams,
+    ) -> AdaptiveVerdict:
+        if memory.paused_until > 0:
+            return pausing.while_paused(self, state, memory, window, now, params)
+        if memory.probe_until > 0:
+            if now >= memory.probe_until:
+                return probing.end_pulse(self, state, memory, now)
+            return hold(state, f"Probing at {state.concurrency}; judging after the pulse.", memory)
+        if memory.judge_at > 0 and now >= memory.judge_at:
+            return self._judge_probe(state, memory, evidence, window, now, params)
+        return self._evaluate(state, memory, evidence, window, now, params)
+
+    def _judge_probe(
+        self,
+        state: QueueState,
+        memory: AdaptiveMemory,
+        evidence: Evidence,
+        window: QueueWindow,
+        now: float,
+        params: PolicyParams,
+    ) -> AdaptiveVerdict:
+        pulse = probing.pulse_stats(memory, window)
+        if probing.awaiting_telemetry(self, memory, pulse, now, params):
+            reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
+            return hold(state, reason, memory, pulse)
+        if probing.passed(self, pulse, evidence.stats, params):
+            return probing.commit(self, state, memory, pulse, now, params)
+        failed = probing.back_off(self, state, memory, pulse, now, params)
+        # A failed probe may have met a real overload at the base level: judge the base's own
+        # evidence now rather than a batch later.
+        verdict = self._evaluate(state, failed.memory, evidence, window, now, params)
+        if verdict.target == state.concurrency and verdict.enabled in (None, state.enabled):
+            return failed
+        # The probe is over whatever the base's evidence calls for.
+        return verdict if verdict.wake_at is not None else replace(verdict, wake_at=0.0)
+
+    def _evaluate(
+        self,
+        state: QueueState,
+        memory: AdaptiveMemory,
+        evidence: Evidence,
+        window: QueueWindow,
+        now: float,
+        params: PolicyParams,
+    ) -> AdaptiveVerdict:
+        if state.last_change_at == 0 and memory.good_level == 0:
+            attach = sizing.attach(self, state, memory, params)
+            if attach is not None:
+                return attach
+        if evidence.refusal is not None:
+            return refused(state, memory, evidence.refusal)
+        return self._judge(state, memory, evidence.stats, window, now, params)
+
+    def _judge(
+        self,
+        state: QueueState,
+        memory: AdaptiveMemory,
+        stats: WindowStats,
+        window: QueueWindow,
+        now: float,
+        params: PolicyParams,
+    ) -> AdaptiveVerdict:
+        """The queue's own evidence, in order: overload (cut, or pause at Cmin), a level just
+        over the capacity (trim), the band between, then growth while clean and used."""
+        current, pressure = state.concurrency, stats.pressure_rate
+        storm, sizing_pressure = sizing.latest_pressure(self, stats, window, params)
+        # A few rejections over the whole evidence with a burst in its newest second are the
+        # first reports of a storm, not a level just over the capacity.
+        beginning = pressure >= self.trim_above and sizing_pressure >= self.storm_factor * params.t1
+        if max(pressure, storm) >= params.t1 or beginning:
+            if current > params.cmin:
+                latest = max(storm, sizing_pressure)
+                return sizing.cut(self, state, memory, stats, now, params, latest)
+            if pressure >= pausing.pause_above(self, params):
+                return pausing.pause(self, state, memory, stats, now)
+            return hold(
+                state,
+                f"Overload at Cmin ({params.cmin}): pressure {pressure:.1%} >= T1 "
+                f"({params.t1:.1%}); cannot cut further, and not enough to pause.",
+                memory,
+                stats,
+            )
+        if memory.judge_at > 0:
+            return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
+        if (
+            pressure >= self.trim_above
+            and stats.requests >= self.trim_evidence
+            and current > params.cmin
+        ):
+            return sizing.trim(self, state, memory, stats, now, params)
+        if pressure >= self.grow_below:
+            return hold(
+                state,
+                f"Within band: pressure {pressure:.1%} < T1 ({params.t1:.1%}) but not under "
+                f"{self.grow_below:.1%}; holding at {current}.",
+                memory,
+                stats,
+            )
+        good = replace(memory, good_level=current)
+        if current >= params.cmax:
+            reason = f"Healthy at Cmax ({params.cmax})."
+            return hold(state, reason, good, stats, name=QueueStateName.HEALTHY)
+        used = sizing.busy_concurrency(stats, self.estimate_span_s)
+        if used is not None and used < self.used_share * current:
+            return hold(
+                state,
+                f"Clean but the allowance is not used (about {used:.1f} of {current} in use); "
+                f"holding at {current}.",
+                good,
+                stats,
+            )
+        # Growth waits out any Retry-After: the shared guards hold a raise until then.
+        if memory.ceiling == 0 or current + 1 < memory.ceiling:
+            return probing.grow(self, state, memory, stats, now, params)
+        return probing.probe(self, state, memory, stats, now, params)

@@ -1,0 +1,85 @@
+"""What the adaptive limit remembers about a queue between decisions, and its verdicts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from controller.model import QueueState, QueueStateName
+from controller.policy.base import Verdict
+from controller.settings import PolicyParams
+from controller.window import WindowStats
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptiveMemory:
+    """The adaptive limit's private record (the ledger keeps it under ``adaptive``).
+
+    Zero means "not set" throughout: a fresh record is a queue never decided.
+    """
+
+    # The lowest level known to break (probes near it are pulses), and the last clean one.
+    ceiling: int = 0
+    good_level: int = 0
+    # The pulse probe in progress: the level it raises from, by how much, and its timeline.
+    probe_base: int = 0
+    probe_step: int = 0
+    probe_started_at: float = 0.0
+    probe_until: float = 0.0
+    probe_ended_at: float = 0.0
+    judge_at: float = 0.0
+    # Probes passed in a row (the next step's size), the backoff after a failed one, and when
+    # the next may start.
+    probe_streak: int = 0
+    probe_backoff_s: float = 0.0
+    next_probe_at: float = 0.0
+    # The level that was good before the last cut, to grow back to, and when that cut was.
+    plateau: int = 0
+    cut_at: float = 0.0
+    # Pausing below the floor: the current period, and when it ends.
+    pause_s: float = 0.0
+    paused_until: float = 0.0
+
+
+AdaptiveVerdict = Verdict[AdaptiveMemory]
+
+
+def move(
+    target: int,
+    name: QueueStateName,
+    reason: str,
+    memory: AdaptiveMemory,
+    stats: WindowStats | None = None,
+    *,
+    enabled: bool | None = None,
+    breaches: int | None = None,
+    wake_at: float | None = None,
+) -> AdaptiveVerdict:
+    """A verdict resting on ``stats`` (its rates reported; none: 0)."""
+    return Verdict(
+        target,
+        name,
+        reason,
+        memory,
+        enabled=enabled,
+        consecutive_breaches=breaches,
+        wake_at=wake_at,
+        pressure_rate=stats.pressure_rate if stats else 0.0,
+        success_rate=stats.success_rate if stats else 0.0,
+    )
+
+
+def hold(
+    state: QueueState,
+    reason: str,
+    memory: AdaptiveMemory,
+    stats: WindowStats | None = None,
+    *,
+    name: QueueStateName | None = None,
+    wake_at: float | None = None,
+) -> AdaptiveVerdict:
+    """Keep the mapping as it is (``name``: a new state name for the queue)."""
+    return move(state.concurrency, name or state.state, reason, memory, stats, wake_at=wake_at)
+
+
+def rising(target: int, params: PolicyParams) -> QueueStateName:
+    return QueueStateName.HEALTHY if target >= params.cmax else QueueStateName.RECOVERING

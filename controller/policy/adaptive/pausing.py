@@ -1,0 +1,141 @@
+"""Pausing below the floor: overload at Cmin cannot be cut further.
+
+The mapping is disabled for a bounded, growing period, then tested with a short pulse at Cmin,
+and resumed only if that pulse was clean. A paused mapping sends no telemetry: every step asks
+to be woken (``wake_at``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from controller.model import QueueState, QueueStateName
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold, move
+from controller.policy.adaptive.probing import awaiting_telemetry, pulse_stats, spread
+from controller.policy.adaptive.tuning import Tuning
+from controller.settings import PolicyParams
+from controller.window import QueueWindow, WindowStats
+
+
+def pause_above(tuning: Tuning, params: PolicyParams) -> float:
+    """The pressure at Cmin that pauses the mapping: a share of failed calls at which messages
+    would run through their receives into the dead-letter queue. Below it the queue keeps
+    running at Cmin (pausing on a downstream shared with busier queues would only hand them
+    its share)."""
+    return max(params.t1, tuning.pause_above)
+
+
+def pause(
+    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, stats: WindowStats, now: float
+) -> AdaptiveVerdict:
+    period = _next_period(tuning, memory)
+    return move(
+        state.concurrency,
+        QueueStateName.CRITICAL_BACKOFF,
+        f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at {state.concurrency}; "
+        f"pausing the mapping for {period:.0f}s.",
+        replace(memory, pause_s=period, paused_until=now + period),
+        stats,
+        enabled=False,
+        breaches=state.consecutive_breaches + 1,
+        wake_at=now + period,
+    )
+
+
+def while_paused(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    window: QueueWindow,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    """Paused, then testing Cmin, then judging the test."""
+    if state.enabled:
+        return _testing(tuning, state, memory, now)
+    if memory.judge_at > 0:
+        return _judging(tuning, state, memory, window, now, params)
+    if now < memory.paused_until:
+        return hold(
+            state,
+            f"Paused for {memory.paused_until - now:.0f}s more (overload at Cmin).",
+            memory,
+            wake_at=memory.paused_until,
+        )
+    return move(
+        state.concurrency,
+        QueueStateName.CRITICAL_BACKOFF,
+        f"Pause over: testing {state.concurrency} for {tuning.pulse_s:g}s.",
+        replace(memory, probe_started_at=now, probe_until=now + tuning.pulse_s),
+        enabled=True,
+        wake_at=now + tuning.pulse_s,
+    )
+
+
+def _testing(
+    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, now: float
+) -> AdaptiveVerdict:
+    if now < memory.probe_until:
+        return hold(state, f"Testing Cmin ({state.concurrency}) after a pause.", memory)
+    judge_at = now + tuning.judge_after_s
+    return move(
+        state.concurrency,
+        QueueStateName.CRITICAL_BACKOFF,
+        "Pause test over: paused again until its invocations are judged.",
+        replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
+        enabled=False,
+        wake_at=judge_at,
+    )
+
+
+def _judging(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    window: QueueWindow,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    if now < memory.judge_at:
+        return hold(state, "Paused; judging the test at Cmin.", memory)
+    test = pulse_stats(memory, window)
+    if awaiting_telemetry(tuning, memory, test, now, params):
+        return hold(state, "Paused; waiting for the test's telemetry.", memory, test)
+    limit = pause_above(tuning, params)
+    if test.requests == 0 or test.pressure_rate < limit:
+        verdict = (
+            "no calls seen"
+            if test.requests == 0
+            else f"pressure {test.pressure_rate:.1%} < {limit:.1%}"
+        )
+        return move(
+            state.concurrency,
+            QueueStateName.RECOVERING,
+            f"Pause test passed ({verdict}); resuming at {state.concurrency}.",
+            replace(
+                memory,
+                pause_s=0.0,
+                paused_until=0.0,
+                judge_at=0.0,
+                ceiling=state.concurrency + 1,
+                next_probe_at=now + spread(tuning, state, now, 0.0),
+            ),
+            test,
+            enabled=True,
+            breaches=0,
+            wake_at=0.0,
+        )
+    period = _next_period(tuning, memory)
+    return hold(
+        state,
+        f"Pause test failed (pressure {test.pressure_rate:.1%} at {state.concurrency}); "
+        f"paused for {period:.0f}s more.",
+        replace(memory, pause_s=period, paused_until=now + period, judge_at=0.0),
+        test,
+        wake_at=now + period,
+    )
+
+
+def _next_period(tuning: Tuning, memory: AdaptiveMemory) -> float:
+    low, high = tuning.pause_s
+    return min(high, 2 * memory.pause_s) if memory.pause_s else low

@@ -1,0 +1,255 @@
+"""Probing: growing while clean, and pulse probes near the remembered ceiling.
+
+Far from any known ceiling the level grows by real steps. Near it, a pulse probe raises the
+cap by a step for about one invocation time and puts it back; only invocations that started
+during the pulse are judged, so a failed probe costs about one invocation per extra slot
+whatever the telemetry delay. Failed probes back off (doubling); a passing one commits the step
+and clears the ceiling when it passes it.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import replace
+
+from controller.model import QueueState
+from controller.policy.adaptive.memory import (
+    AdaptiveMemory,
+    AdaptiveVerdict,
+    hold,
+    move,
+    rising,
+)
+from controller.policy.adaptive.tuning import Tuning
+from controller.policy.base import clamp
+from controller.settings import PolicyParams
+from controller.window import QueueWindow, WindowStats
+
+
+def grow(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    """Below any level known to break: grow by real steps, fast before the queue's first
+    overload, gently after it, halving the gap to a known ceiling. A step that breaks is cut
+    in proportion."""
+    current, ceiling = state.concurrency, memory.ceiling
+    factor = tuning.first_growth if memory.probe_backoff_s == 0 else tuning.growth
+    target = max(current + 1, math.floor(current * factor))
+    if ceiling:
+        target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
+    remembered = replace(memory, good_level=current)
+    if memory.plateau > current:
+        # Capacity has come back past the ceiling the last cut left: grow back towards the
+        # level that was good before that cut, the more boldly the longer ago the cut was (a
+        # probe that passes soon after it more likely shows a cut that went too deep), at most
+        # doubling. The level above the plateau broke then: probe it only after the longest
+        # backoff.
+        boldness = min(1.0, max(0.0, now - memory.cut_at) / tuning.plateau_ramp_s)
+        step = max(1, math.ceil((memory.plateau - current) * boldness))
+        target = min(memory.plateau, 2 * current, current + step)
+        if target == memory.plateau:
+            longest = tuning.probe_backoff_s[1]
+            remembered = replace(
+                remembered,
+                probe_backoff_s=longest,
+                next_probe_at=now + spread(tuning, state, now, longest),
+            )
+    target = clamp(target, params)
+    if target <= current:
+        return hold(state, f"At the ceiling ({ceiling}); holding at {current}.", memory)
+    limit = f"below the ceiling {ceiling}" if ceiling else "no known ceiling"
+    return move(
+        target,
+        rising(target, params),
+        f"Clean: pressure {stats.pressure_rate:.1%} < {tuning.grow_below:.1%} with the "
+        f"allowance in use, {limit}. Scaled from {current} -> {target}.",
+        remembered,
+        stats,
+        breaches=0,
+    )
+
+
+def probe(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    """Near the ceiling: a pulse probe once the backoff has passed, with steps doubling while
+    probes pass."""
+    current, ceiling = state.concurrency, memory.ceiling
+    good = replace(memory, good_level=current)
+    if now < memory.next_probe_at:
+        return hold(
+            state,
+            f"Clean; next probe in {memory.next_probe_at - now:.0f}s (ceiling {ceiling}). "
+            f"Holding at {current}.",
+            good,
+            stats,
+        )
+    step = max(1, min(memory.probe_streak, math.floor(current * (tuning.growth - 1.0))))
+    target = clamp(current + step, params)
+    # The poller adds a few invocations per second: a bigger step needs a longer pulse.
+    pulse = tuning.pulse_s + (step - 1) / tuning.poller_ramp_per_s
+    return move(
+        target,
+        rising(target, params),
+        f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}; "
+        f"raising to {target} for {pulse:.1f}s, then back to {current} until the probe's "
+        "invocations are judged.",
+        replace(
+            good,
+            probe_base=current,
+            probe_step=target - current,
+            probe_started_at=now,
+            probe_until=now + pulse,
+        ),
+        stats,
+        breaches=0,
+        wake_at=now + pulse,
+    )
+
+
+def end_pulse(
+    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, now: float
+) -> AdaptiveVerdict:
+    """The pulse is over: back to the base level, and judge the pulse's invocations once
+    their telemetry has had time to arrive."""
+    base = memory.probe_base
+    judge_at = now + tuning.judge_after_s
+    return move(
+        base,
+        state.state,
+        f"Probe pulse over: back to {base}; judging the invocations that started at "
+        f"{state.concurrency}. Scaled from {state.concurrency} -> {base}.",
+        replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
+        wake_at=judge_at,
+    )
+
+
+def pulse_stats(memory: AdaptiveMemory, window: QueueWindow) -> WindowStats:
+    """Whole seconds from the pulse's start to its end: invocations started under the raised
+    cap, and the base level running beside them."""
+    return window.stats(math.floor(memory.probe_started_at), memory.probe_ended_at)
+
+
+def awaiting_telemetry(
+    tuning: Tuning, memory: AdaptiveMemory, pulse: WindowStats, now: float, params: PolicyParams
+) -> bool:
+    """Too few of the pulse's calls reported yet, and still worth waiting for."""
+    overdue = now >= memory.judge_at + tuning.judge_patience_s
+    return pulse.requests < params.min_samples and not overdue
+
+
+def passed(tuning: Tuning, pulse: WindowStats, base: WindowStats, params: PolicyParams) -> bool:
+    """Clean at the probed level, and the base level's own evidence since the pulse ended
+    clean too: a probe never commits a raise into an overload that began after it."""
+    return (
+        pulse.requests >= params.min_samples
+        and pulse.pressure_rate < tuning.probe_tolerance
+        and base.pressure_rate < params.t1
+    )
+
+
+def commit(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    pulse: WindowStats,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    """A passed probe: the probed level becomes the level."""
+    probed = memory.probe_base + memory.probe_step
+    target = clamp(probed, params)
+    ceiling, streak, plateau = memory.ceiling, memory.probe_streak, memory.plateau
+    if probed >= ceiling:
+        # The ceiling was stale (capacity came back). Grow by real steps back to the level
+        # that was good before the last cut, if above; else keep probing, with steps doubling
+        # while probes pass.
+        if plateau > probed:
+            ceiling, streak = plateau + 1, 0
+        else:
+            ceiling, streak, plateau = probed + 1, 2 * max(1, streak), 0
+    return move(
+        target,
+        rising(target, params),
+        f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}. "
+        f"Scaled from {state.concurrency} -> {target}.",
+        replace(
+            memory,
+            ceiling=ceiling,
+            plateau=plateau,
+            good_level=target,
+            probe_backoff_s=tuning.probe_backoff_s[0],
+            probe_streak=streak,
+            next_probe_at=now,
+            judge_at=0.0,
+            probe_step=0,
+        ),
+        pulse,
+        breaches=0,
+        wake_at=0.0,
+    )
+
+
+def back_off(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    pulse: WindowStats,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    """A failed probe: the probed level is the ceiling; a big step is retried smaller at once,
+    a step of one waits a doubled backoff."""
+    probed = memory.probe_base + memory.probe_step
+    low, high = tuning.probe_backoff_s
+    if memory.probe_step > 1:
+        backoff = memory.probe_backoff_s or low
+        next_probe_at = now
+    else:
+        backoff = min(high, 2 * memory.probe_backoff_s if memory.probe_backoff_s else low)
+        next_probe_at = now + spread(tuning, state, now, backoff)
+    verdict = (
+        f"pressure {pulse.pressure_rate:.1%} at {probed}"
+        if pulse.requests >= params.min_samples
+        else "too little telemetry"
+    )
+    return hold(
+        state,
+        f"Probe failed ({verdict}); next probe in {next_probe_at - now:.0f}s. Holding at "
+        f"{state.concurrency}.",
+        replace(
+            memory,
+            ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
+            probe_backoff_s=backoff,
+            probe_streak=0,
+            next_probe_at=next_probe_at,
+            judge_at=0.0,
+            probe_step=0,
+        ),
+        pulse,
+        wake_at=0.0,
+    )
+
+
+def spread(tuning: Tuning, state: QueueState, now: float, backoff_s: float) -> float:
+    """The wait before the next probe, spread by up to ``probe_jitter`` either way.
+
+    Queues sharing a downstream would otherwise probe in step (and a probe's blind seconds
+    would fall at the same phase every cycle). The spread comes from a hash of the queue and
+    the time, so the same inputs give the same decision.
+    """
+    base = backoff_s or tuning.probe_backoff_s[0]
+    digest = zlib.crc32(f"{state.queue}:{now:.3f}".encode())
+    unit = digest / 0xFFFFFFFF * 2.0 - 1.0
+    return base * (1.0 + tuning.probe_jitter * unit)

@@ -1,0 +1,177 @@
+"""Sizing: how many invocations really run, and how far to cut when they overload."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from controller.model import QueueState, QueueStateName
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, move
+from controller.policy.adaptive.probing import spread
+from controller.policy.adaptive.tuning import Tuning
+from controller.policy.base import clamp
+from controller.settings import PolicyParams
+from controller.window import QueueWindow, WindowStats
+
+
+def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
+    """Busy time / elapsed time over the invocations the stats cover (``None``: too short)."""
+    if not stats.timed_samples or stats.newest_event_time is None:
+        return None
+    mean_s = stats.busy_ms / stats.timed_samples / 1000.0
+    first_start = math.ceil(stats.since)
+    last_start = stats.newest_event_time - mean_s
+    span = last_start - first_start + mean_s
+    if span < min_span_s:
+        return None
+    return stats.busy_ms / 1000.0 / span
+
+
+def in_use(tuning: Tuning, state: QueueState, stats: WindowStats) -> float:
+    """Invocations really running, from their durations; the cap once they fill it.
+
+    Telemetry of the last seconds is still arriving, so a short span under-counts: the
+    estimate is trusted only over ``estimate_span_s`` and only to say "well under the cap".
+    """
+    estimate = busy_concurrency(stats, tuning.estimate_span_s)
+    if estimate is None or estimate >= tuning.saturated_share * state.concurrency:
+        estimate = float(state.concurrency)
+    # After a raise the poller climbs a few invocations per second: the newest evidence
+    # cannot have run more than that ramp allows.
+    if state.previous_concurrency < state.concurrency and stats.newest_event_time is not None:
+        ramp_s = max(0.0, stats.newest_event_time - state.last_change_at)
+        reachable = state.previous_concurrency + tuning.poller_ramp_per_s * ramp_s
+        estimate = min(estimate, reachable)
+    return estimate
+
+
+def latest_pressure(
+    tuning: Tuning, stats: WindowStats, window: QueueWindow, params: PolicyParams
+) -> tuple[float, float]:
+    """The pressure among the newest second of invocation starts, as (storm, sizing).
+
+    A storm that began a moment ago shows there before it shows in the whole evidence's
+    share: ``storm`` is that pressure when it is clear (enough calls, well above T1), else
+    0. ``sizing`` is the same pressure on half the evidence, to size a cut the whole
+    evidence has already called for, which the older, cleaner seconds would understate.
+    """
+    if stats.newest_event_time is None:
+        return 0.0, 0.0
+    mean_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
+    newest = math.floor(stats.newest_event_time - mean_s)
+    latest = window.stats(max(stats.since, newest - tuning.latest_s + 1), newest + 1)
+    pressure = latest.pressure_rate
+    sizing = pressure if 2 * latest.requests >= params.min_samples else 0.0
+    clear = (
+        latest.requests >= 2 * params.min_samples and pressure >= tuning.storm_factor * params.t1
+    )
+    return (pressure if clear else 0.0), sizing
+
+
+def attach(
+    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, params: PolicyParams
+) -> AdaptiveVerdict | None:
+    """A queue never decided is set to a modest level at once, before any storm builds up
+    (``None``: it is there already)."""
+    start = clamp(tuning.start_level, params)
+    if state.concurrency <= start:
+        return None
+    return move(
+        start,
+        QueueStateName.RECOVERING,
+        f"Attaching: first decision for this queue; starting at {start} rather than "
+        f"{state.concurrency} and growing while clean. Scaled from {state.concurrency} -> "
+        f"{start}.",
+        replace(memory, good_level=start),
+    )
+
+
+def cut(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+    latest_pressure: float,
+) -> AdaptiveVerdict:
+    """Cut to the accepted share of the invocations in use, and remember the level above as
+    the ceiling."""
+    current = state.concurrency
+    pressure = max(stats.pressure_rate, latest_pressure)
+    fresh = stats.pressure_rate < params.t1
+    # Size the cut on a pessimistic share: a decision on a few dozen calls would otherwise
+    # under-cut and need a second cut a settle period later, the storm going on meanwhile.
+    margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, stats.requests))
+    running = in_use(tuning, state, stats)
+    proportional = math.floor(running * (1.0 - min(1.0, pressure + margin)))
+    if fresh:
+        # A storm seen only in the newest seconds: their first reports come from the calls
+        # made early in each second, which the downstream still accepted, so the share
+        # understates it. Cut at least by beta.
+        proportional = min(proportional, math.floor(current * params.beta))
+    target = clamp(min(current - 1, proportional), params)
+    breaches = state.consecutive_breaches + 1
+    name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
+    backoff = memory.probe_backoff_s or tuning.probe_backoff_s[0]
+    remembered = replace(
+        memory,
+        ceiling=target + 1,
+        plateau=_plateau_after_cut(state, memory, target),
+        cut_at=now,
+        probe_streak=0,
+        next_probe_at=now + spread(tuning, state, now, backoff),
+        probe_backoff_s=backoff,
+        judge_at=0.0,
+        probe_step=0,
+    )
+    return move(
+        target,
+        name,
+        f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
+        f"({params.t1:.1%}) with about {running:.1f} invocations in use; cut to the accepted "
+        f"share{' (at least by beta)' if fresh else ''}. Scaled from {current} -> {target}.",
+        remembered,
+        stats,
+        breaches=breaches,
+        wake_at=0.0,
+    )
+
+
+def trim(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    """A level that keeps drawing a few rejections is just over the capacity: each rejected
+    message comes back a visibility timeout later, which is what a drain waits for at the
+    end. Step down one and remember the level."""
+    current = state.concurrency
+    target = current - 1
+    return move(
+        target,
+        state.state,
+        f"Trim: pressure {stats.pressure_rate:.2%} over {stats.requests} calls stays above "
+        f"{tuning.trim_above:.2%} (under T1 {params.t1:.1%}). Scaled from {current} -> "
+        f"{target}.",
+        replace(
+            memory,
+            ceiling=current,
+            next_probe_at=now + spread(tuning, state, now, memory.probe_backoff_s),
+            probe_streak=0,
+        ),
+        stats,
+    )
+
+
+def _plateau_after_cut(state: QueueState, memory: AdaptiveMemory, target: int) -> int:
+    """The level to grow back to after this cut: the one that was good before it. A cut at or
+    under the old plateau shows that one is stale."""
+    if memory.good_level > target and memory.good_level <= state.concurrency:
+        return memory.good_level
+    if memory.plateau and state.concurrency <= memory.plateau:
+        return 0
+    return memory.plateau

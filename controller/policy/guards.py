@@ -1,0 +1,129 @@
+"""The guards every algorithm gets, and the one way a verdict becomes a ``Decision``.
+
+In order: the operator's mode (a pinned queue is held), the bounds (a mapping found outside
+Cmin..Cmax is pulled inside before any algorithm runs), the evidence (only invocations that
+started after the last change settled, enough of them, not stale: ``evidence.py``), then the
+algorithm's verdict, clamped to Cmin..Cmax, never raised before the Retry-After of the last
+cut, and a cut made on evidence carrying Retry-After holds raises until it has passed.
+Dry-run is the engine's: it decides and records, and only the execution is skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.model import Action, Decision, Mode, QueueConfig, QueueState
+from controller.policy.base import LimitAlgorithm, Verdict, clamp
+from controller.policy.evidence import vetted_evidence
+from controller.settings import PolicyParams
+from controller.window import QueueWindow
+
+
+def decide(
+    algorithm: LimitAlgorithm[Any],
+    state: QueueState,
+    config: QueueConfig,
+    window: QueueWindow,
+    now: float,
+    params: PolicyParams,
+) -> Decision:
+    """The queue's next decision: the shared guards around ``algorithm``'s verdict."""
+    if config.mode is Mode.PINNED:
+        reason = f"Pinned by operator at {state.concurrency}; not adjusting."
+        return decision_from(state, _holding(state, reason), now)
+    if not params.cmin <= state.concurrency <= params.cmax:
+        target = clamp(state.concurrency, params)
+        reason = (
+            f"Bounds are Cmin={params.cmin}, Cmax={params.cmax}. "
+            f"Scaled from {state.concurrency} -> {target}."
+        )
+        return decision_from(state, _holding(state, reason, target), now)
+    memory = algorithm.memory_of(state)
+    evidence = vetted_evidence(state, window, now, params)
+    verdict = algorithm.decide(state, memory, evidence, window, now, params)
+    target = clamp(verdict.target, params)
+    if target > state.concurrency and now < state.hold_until:
+        reason = (
+            f"Honouring Retry-After until {state.hold_until - now:.0f}s from now; "
+            f"holding at {state.concurrency}."
+        )
+        held = Verdict(
+            state.concurrency,
+            state.state,
+            reason,
+            memory,
+            pressure_rate=evidence.stats.pressure_rate,
+            success_rate=evidence.stats.success_rate,
+        )
+        return decision_from(state, held, now, algorithm.name)
+    hold_until = state.hold_until
+    retry_after_s = evidence.stats.retry_after_s
+    if target < state.concurrency and evidence.refusal is None and retry_after_s > 0:
+        hold_until = max(hold_until, now + retry_after_s)
+    return decision_from(state, verdict, now, algorithm.name, target=target, hold_until=hold_until)
+
+
+def decision_from(
+    state: QueueState,
+    verdict: Verdict[Any],
+    now: float,
+    algorithm: str | None = None,
+    *,
+    target: int | None = None,
+    hold_until: float | None = None,
+) -> Decision:
+    """The decision that carries out ``verdict`` on ``state``, with the state to record.
+
+    ``algorithm`` names whose memory the verdict holds (default: the state's). The action is
+    what the verdict does to the mapping: a pause or resume when it flips ``enabled``, else
+    an increase, a decrease or a hold.
+    """
+    target = verdict.target if target is None else target
+    enabled = state.enabled if verdict.enabled is None else verdict.enabled
+    moved = target != state.concurrency or enabled != state.enabled
+    action = _action(state, target, enabled)
+    breaches = verdict.consecutive_breaches
+    new_state = state.evolve(
+        state=verdict.state,
+        concurrency=target,
+        previous_concurrency=state.concurrency if moved else state.previous_concurrency,
+        consecutive_breaches=state.consecutive_breaches if breaches is None else breaches,
+        last_action=action,
+        last_reason=verdict.reason,
+        last_evaluated_at=now,
+        last_change_at=now if moved else state.last_change_at,
+        hold_until=state.hold_until if hold_until is None else hold_until,
+        enabled=enabled,
+        wake_at=state.wake_at if verdict.wake_at is None else verdict.wake_at,
+        algorithm=state.algorithm if algorithm is None else algorithm,
+        memory=verdict.memory,
+    )
+    return Decision(
+        queue=state.queue,
+        action=action,
+        previous=state.concurrency,
+        target=target,
+        state=verdict.state,
+        reason=verdict.reason,
+        pressure_rate=verdict.pressure_rate,
+        success_rate=verdict.success_rate,
+        new_state=new_state,
+        previous_enabled=state.enabled,
+        enabled=enabled,
+    )
+
+
+def _action(state: QueueState, target: int, enabled: bool) -> Action:
+    if enabled != state.enabled:
+        return Action.RESUME if enabled else Action.PAUSE
+    if target > state.concurrency:
+        return Action.ADDITIVE_INCREASE
+    if target < state.concurrency:
+        return Action.MULTIPLICATIVE_DECREASE
+    return Action.HOLD
+
+
+def _holding(state: QueueState, reason: str, target: int | None = None) -> Verdict[object]:
+    """A guard's own verdict: the state's memory, whichever algorithm it belongs to, kept."""
+    target = state.concurrency if target is None else target
+    return Verdict(target, state.state, reason, state.memory)
