@@ -1,10 +1,12 @@
-"""Each function's code directory builds the way `sam build` lays it out, and runs from there.
+"""Each function's and layer's code directory builds the way `sam build` lays it out, and runs
+from there.
 
 The Makefile target SAM runs (``build-<LogicalId>``) fills a clean ARTIFACTS_DIR; the handler
 named in the template then imports and handles a sample event in a separate interpreter whose
-only code is that folder, the standard library and what the Lambda runtime provides (boto3 and
-its dependencies): no site-packages of this virtualenv. pip fetches the pinned requirements
-from the package index (its cache makes reruns quick).
+only code is the function's folder (then its layers' ``python/`` folders, as Lambda orders
+them), the standard library and what the Lambda runtime provides (boto3 and its dependencies):
+no site-packages of this virtualenv. pip fetches the requirements from the package index (its
+cache makes reruns quick). tests/test_sam_build.py runs the same through `sam build` itself.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ MARKER = "QUEUEMESH-PACKAGING "
 LAMBDA_RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3")
 
 RUNNER = """
-import importlib, json, sys
-code_dir, runtime_dir, handler_name, report_modules, *event_paths = sys.argv[1:]
-sys.path.insert(0, code_dir)
+import importlib, json, os, sys
+code_dirs, runtime_dir, handler_name, report_modules, *event_paths = sys.argv[1:]
+sys.path[0:0] = code_dirs.split(os.pathsep)
 sys.path.append(runtime_dir)
 
 
@@ -67,7 +69,8 @@ print("QUEUEMESH-PACKAGING " + json.dumps(report))
 """
 
 
-def build(tmp_path: Path, package: str, logical_id: str, platform_flags: str) -> Path:
+def build(tmp_path: Path, code_dir: str, logical_id: str, platform_flags: str) -> Path:
+    """``code_dir``: the CodeUri / ContentUri, relative to the template."""
     artifacts = tmp_path / f"{logical_id}-artifacts"
     artifacts.mkdir()
     subprocess.run(
@@ -75,7 +78,7 @@ def build(tmp_path: Path, package: str, logical_id: str, platform_flags: str) ->
             "make",
             "--no-print-directory",
             "-f",
-            str(ROOT / package / "Makefile"),
+            str(ROOT / code_dir / "Makefile"),
             f"build-{logical_id}",
             f"ARTIFACTS_DIR={artifacts}",
             f"PIP={sys.executable} -m pip",
@@ -120,7 +123,7 @@ def template_environment() -> dict[str, dict[str, str]]:
 
 def run_handler(
     tmp_path: Path,
-    artifacts: Path,
+    code_dirs: list[Path],
     runtime: Path,
     handler: str,
     events: list[dict[str, Any]],
@@ -138,7 +141,17 @@ def run_handler(
     clean_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), **env}
     # -I: no PYTHON* variables, no user site, no script directory; -S: no site-packages.
     completed = subprocess.run(
-        [sys.executable, "-I", "-S", runner, artifacts, runtime, handler, ",".join(report), *paths],
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            runner,
+            os.pathsep.join(map(str, code_dirs)),
+            runtime,
+            handler,
+            ",".join(report),
+            *paths,
+        ],
         cwd=tmp_path,
         env=clean_env,
         capture_output=True,
@@ -152,11 +165,12 @@ def run_handler(
     return json.loads(lines[0][len(MARKER) :]), completed.stdout
 
 
-def assert_isolated(report: dict[str, Any], artifacts: Path, bundled: tuple[str, ...]) -> None:
+def assert_isolated(report: dict[str, Any], folder: Path, bundled: tuple[str, ...]) -> None:
+    """No site-packages on the path, and each ``bundled`` module imported from ``folder``."""
     assert not [entry for entry in report["path"] if "site-packages" in entry]
     for name in bundled:
         origin = report["origins"][name]
-        assert Path(origin).resolve().is_relative_to(artifacts.resolve()), (name, origin)
+        assert Path(origin).resolve().is_relative_to(folder.resolve()), (name, origin)
 
 
 # ------------------------------------------------------------------ controller
@@ -265,7 +279,7 @@ def test_controller_artifact_handles_kinesis_and_manual_events_in_isolation(
 
     report, _ = run_handler(
         tmp_path,
-        artifacts,
+        [artifacts],
         lambda_runtime,
         "controller.handler.handler",
         [kinesis_event_without_queuemesh_samples(), manual],
@@ -343,33 +357,36 @@ def sqs_event(queue: str, bodies: list[str]) -> dict[str, Any]:
     }
 
 
-def test_worker_artifact_runs_the_example_behind_the_wrapper_in_isolation(
+def test_example_function_runs_behind_the_wrapper_from_the_worker_layer_in_isolation(
     tmp_path: Path,
     lambda_runtime: Path,
     template_environment: dict[str, dict[str, str]],
     downstream_url: str,
 ) -> None:
-    artifacts = build(tmp_path, "worker", "ExampleWorkerFunction", platform_flags="")
-    assert (artifacts / "worker" / "wrapper.py").is_file()
-    assert (artifacts / "worker" / "example" / "app.py").is_file()
+    layer = build(tmp_path, "worker", "WorkerLayer", platform_flags="")
+    assert (layer / "python" / "worker" / "wrapper.py").is_file()
+    assert not (layer / "python" / "worker" / "example").exists()
+    assert not (layer / "python" / "worker" / "Makefile").exists()
+    function = build(tmp_path, "worker/example", "ExampleWorkerFunction", platform_flags="")
+    assert sorted(path.name for path in function.iterdir()) == ["app.py"]
     env = {
         **template_environment["ExampleWorkerFunction"],
         "DOWNSTREAM_URL": downstream_url,
         "AWS_DEFAULT_REGION": REGION,
     }
-    assert env["QUEUEMESH_HANDLER"] == "worker.example.app.handler"
+    assert env["QUEUEMESH_HANDLER"] == "app.handler"
 
     report, stdout = run_handler(
         tmp_path,
-        artifacts,
+        [function, layer / "python"],
         lambda_runtime,
         "worker.wrapper.handler",
         [sqs_event("orders", ['{"order": 1}', '{"order": 2, "refuse": true}'])],
         env,
-        report=("aws_lambda_powertools", "urllib3"),
+        report=("worker", "aws_lambda_powertools", "urllib3"),
     )
 
-    assert_isolated(report, artifacts, ("aws_lambda_powertools", "urllib3"))
+    assert_isolated(report, layer / "python", ("worker", "aws_lambda_powertools", "urllib3"))
     (result,) = report["results"]
     assert result == {"batchItemFailures": [{"itemIdentifier": "message-1"}]}
     documents = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"_aws"')]
@@ -392,31 +409,46 @@ AARCH64 = 183  # ELF e_machine of arm64
 
 
 @pytest.mark.parametrize(
-    ("package", "logical_id"),
-    [("controller", "ControllerFunction"), ("worker", "ExampleWorkerFunction")],
+    ("code_dir", "logical_id", "root"),
+    [("controller", "ControllerFunction", ""), ("worker", "WorkerLayer", "python")],
 )
 def test_default_build_fetches_arm64_wheels_for_lambda(
-    tmp_path: Path, package: str, logical_id: str
+    tmp_path: Path, code_dir: str, logical_id: str, root: str
 ) -> None:
     artifacts = build(
         tmp_path,
-        package,
+        code_dir,
         logical_id,
         platform_flags="--platform manylinux2014_aarch64 --implementation cp "
         "--python-version 3.13 --only-binary=:all:",
     )
-    assert (artifacts / package / "__init__.py").is_file()
-    assert (artifacts / "aws_lambda_powertools").is_dir()
+    assert (artifacts / root / code_dir / "__init__.py").is_file()
+    assert (artifacts / root / "aws_lambda_powertools").is_dir()
     machines = set()
     for library in artifacts.rglob("*.so"):
         header = library.read_bytes()[:20]
         assert header[:4] == b"\x7fELF", library
         machines.add(int.from_bytes(header[18:20], "little"))
-    assert machines <= {AARCH64}
-    if package == "controller":
+    if code_dir == "controller":
         # protobuf's compiled backend is the one native piece; it must be the arm64 build.
         assert machines == {AARCH64}
         assert (artifacts / "six.py").is_file()
+    else:
+        # No native code at all: the layer serves arm64 and x86_64 functions alike.
+        assert machines == set()
+
+
+def test_worker_layer_declares_what_its_build_serves() -> None:
+    cfn = transform_template(ROOT / "template.yaml", {"ExampleDownstreamUrl": "http://unset/"})
+    [layer] = [r for r in cfn["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+    properties = layer["Properties"]
+    assert set(properties["CompatibleArchitectures"]) == {"arm64", "x86_64"}
+    function = cfn["Resources"]["ExampleWorkerFunction"]["Properties"]
+    assert function["Runtime"] in properties["CompatibleRuntimes"]
+    # The layer's wheels are fetched for the newest runtime it names.
+    newest = max(properties["CompatibleRuntimes"], key=lambda r: tuple(map(int, r[6:].split("."))))
+    makefile = (ROOT / "worker" / "Makefile").read_text(encoding="utf-8")
+    assert f"--python-version {newest.removeprefix('python')}" in makefile
 
 
 def test_makefile_default_flags_target_the_template_runtime() -> None:
