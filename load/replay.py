@@ -26,6 +26,7 @@ from typing import Any
 from controller.model import Decision, Mode, QueueConfig, QueueStateName
 from controller.policy import DEFAULT_ALGORITHM
 from controller.settings import PolicyParams, SettingsError
+from load.progress import Progress, ProgressCallback
 from load.recording import (
     RecordedLine,
     Recording,
@@ -377,8 +378,10 @@ def replay(
     *,
     ledger: Any = None,
     actuator: Any = None,
+    progress: ProgressCallback | None = None,
 ) -> ReplayReport:
-    """Feed ``records`` through a fresh ``ControllerApp``; in-memory adapters unless given."""
+    """Feed ``records`` through a fresh ``ControllerApp``; in-memory adapters unless given;
+    ``progress`` hears of each invocation."""
     import logging
 
     from aws_lambda_powertools import Logger
@@ -416,7 +419,10 @@ def replay(
     batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
     report.batches = len(batches)
     report.start = records[0].arrival if records else None
-    for invocation in _invocations(batches, config.schedule_s):
+    invocations = _invocations(batches, config.schedule_s)
+    for done, invocation in enumerate(invocations):
+        if progress is not None:
+            progress(done, len(invocations), "controller invocations")
         clock.now = invocation.time
         if invocation.batch is None:
             outcome = app.tick(math.inf)
@@ -580,7 +586,10 @@ def run(args: argparse.Namespace) -> int:
     ledger = actuator = None
     if args.endpoint_url:
         ledger, actuator = _stack_adapters(args, config)
-    report = replay(recording.records, config, ledger=ledger, actuator=actuator)
+    with Progress.for_command("replay", json_output=args.json) as progress:
+        report = replay(
+            recording.records, config, ledger=ledger, actuator=actuator, progress=progress.update
+        )
     decisions = [d for d in report.decisions if d.changed or not args.changes]
     print(_summary(report, recording, decisions), file=sys.stderr)
     if args.expect is not None:

@@ -65,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     from controller.policy import DEFAULT_ALGORITHM
     from load.plot import plot_runs
+    from load.progress import Progress
     from load.recording import record_deliveries, write_recording
     from load.scorecard import scorecard
     from load.sim.engine import SIM_EPOCH, SimResult, simulate
@@ -90,16 +91,21 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     cards: list[dict[str, Any]] = []
     timings: list[float] = []
     runs: list[SimResult] = []
-    for scenario in scenarios:
-        for name in policies:
-            policy = (
-                QueueMeshPolicy(algorithm=algorithm) if name == "queuemesh" else POLICIES[name]()
-            )
-            started = time.perf_counter()
-            result = simulate(scenario, policy, seed=args.seed)
-            timings.append(time.perf_counter() - started)
-            runs.append(result)
-            cards.append(scorecard(result))
+    total = len(scenarios) * len(policies)
+    with Progress.for_command("simulate", json_output=args.json, stdout=stream) as progress:
+        for scenario in scenarios:
+            for name in policies:
+                progress.update(len(runs), total, f"runs ({scenario.name}, {name})")
+                policy = (
+                    QueueMeshPolicy(algorithm=algorithm)
+                    if name == "queuemesh"
+                    else POLICIES[name]()
+                )
+                started = time.perf_counter()
+                result = simulate(scenario, policy, seed=args.seed)
+                timings.append(time.perf_counter() - started)
+                runs.append(result)
+                cards.append(scorecard(result))
 
     if args.json:
         payload: object = cards[0] if len(cards) == 1 else cards

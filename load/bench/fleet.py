@@ -41,6 +41,7 @@ from controller.model import (
     QueueStateName,
 )
 from controller.ports import MappingView
+from load.progress import Progress, ProgressCallback
 
 REGION = "us-east-1"
 LOCAL_KEYS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
@@ -339,11 +340,15 @@ class TimedLedger:
 
 
 class TimedActuator:
-    """The actuator, with the time spent in it (pacing included) accounted."""
+    """The actuator, with the time spent in it (pacing included) accounted; ``on_apply``
+    hears of each mapping update."""
 
-    def __init__(self, inner: Any, watch: Stopwatch) -> None:
+    def __init__(
+        self, inner: Any, watch: Stopwatch, on_apply: Callable[[], None] = lambda: None
+    ) -> None:
         self._inner = inner
         self._watch = watch
+        self._on_apply = on_apply
 
     def read(self, uuid: str, deadline: float) -> MappingView:
         with self._watch.timing("actuate"):
@@ -353,7 +358,8 @@ class TimedActuator:
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
         with self._watch.timing("actuate"):
             view: MappingView = self._inner.apply(uuid, max_concurrency, enabled, deadline)
-            return view
+        self._on_apply()
+        return view
 
 
 class CallLog:
@@ -404,8 +410,13 @@ def _floor_decode(event: dict[str, Any]) -> int:
 
 
 def measure(
-    queue_count: int, timeout_s: float, max_invocations: int, moto_deepcopy: bool = False
+    queue_count: int,
+    timeout_s: float,
+    max_invocations: int,
+    moto_deepcopy: bool = False,
+    progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
+    """Run the benchmark; ``progress`` hears of the setup and of each mapping update."""
     from controller.actuator import LambdaActuator
     from controller.app import ControllerApp
     from controller.engine import Controller
@@ -418,6 +429,8 @@ def measure(
 
     with table_snapshots_by_index(not moto_deepcopy), EmbeddedAws() as aws:
         endpoint = aws.endpoint
+        notify = progress or (lambda done, total, what: None)
+        notify(0, queue_count, "setting up queues, mappings and registrations")
         setup_started = time.perf_counter()
         fleet = build_fleet(endpoint, queues, register=True)
         setup_s = time.perf_counter() - setup_started
@@ -430,7 +443,13 @@ def measure(
         calls.attach(lambda_client)
         plain_ledger = DynamoLedger(fleet.table, client(endpoint, "dynamodb"))
         ledger = TimedLedger(plain_ledger, watch)
-        actuator = TimedActuator(LambdaActuator(lambda_client), watch)
+        updates = [0]
+
+        def updated() -> None:
+            updates[0] += 1
+            notify(updates[0], queue_count, "mappings updated")
+
+        actuator = TimedActuator(LambdaActuator(lambda_client), watch, updated)
         controller = Controller(ledger, actuator, PolicyParams())
         plan = controller.plan
 
@@ -627,7 +646,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"--queues must be 1..5000, got {args.queues}")
     if not 5 <= args.timeout <= 900:
         raise CliError(f"--timeout must be 5..900 s (Lambda's range), got {args.timeout}")
-    report = measure(args.queues, args.timeout, args.max_invocations, args.moto_deepcopy)
+    with Progress.for_command("bench fleet", json_output=args.json) as progress:
+        report = measure(
+            args.queues, args.timeout, args.max_invocations, args.moto_deepcopy, progress.update
+        )
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
