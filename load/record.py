@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from load.progress import ProgressCallback
 from load.recording import RecordedLine
 
 IDLE_POLL_S = 1.0
@@ -115,13 +116,20 @@ class RecordingTotals:
     stopped_by: str = ""
 
     def line(self) -> str:
+        return f"{self.records:,} records, {_size(self.bytes)} in {self.elapsed_s:.1f} s" + (
+            self._shards()
+        )
+
+    def progress_detail(self) -> str:
+        """What the progress line says after the record count."""
+        return f"records, {_size(self.bytes)}" + self._shards()
+
+    def _shards(self) -> str:
         shards = ", ".join(
             f"{shard}: {count:,} rec / {_size(size)}"
             for shard, (count, size) in sorted(self.per_shard.items())
         )
-        return f"{self.records:,} records, {_size(self.bytes)} in {self.elapsed_s:.1f} s" + (
-            f" [{shards}]" if shards else ""
-        )
+        return f" [{shards}]" if shards else ""
 
 
 def _size(size: int) -> str:
@@ -130,37 +138,6 @@ def _size(size: int) -> str:
     if size < 1024 * 1024:
         return f"{size / 1024:.1f} KB"
     return f"{size / (1024 * 1024):.1f} MB"
-
-
-class Progress:
-    """The progress line on stderr: rewritten in place on a terminal, else every few seconds."""
-
-    def __init__(self, stream: IO[str], enabled: bool, clock: Callable[[], float]) -> None:
-        self._stream = stream
-        self._enabled = enabled
-        self._clock = clock
-        self._tty = enabled and stream.isatty()
-        self._interval = 0.25 if self._tty else 10.0
-        self._last = -math.inf
-
-    def update(self, totals: RecordingTotals, force: bool = False) -> None:
-        if not self._enabled:
-            return
-        now = self._clock()
-        if not force and now - self._last < self._interval:
-            return
-        self._last = now
-        if self._tty:
-            self._stream.write("\r\x1b[K" + totals.line())
-        else:
-            self._stream.write(totals.line() + "\n")
-        self._stream.flush()
-
-    def finish(self, totals: RecordingTotals, out: str) -> None:
-        if self._tty:
-            self._stream.write("\r\x1b[K")
-        self._stream.write(f"recorded {totals.line()} to {out} ({totals.stopped_by})\n")
-        self._stream.flush()
 
 
 class Recorder:
@@ -180,7 +157,7 @@ class Recorder:
         from_start: bool = False,
         duration_s: float | None = None,
         max_records: int | None = None,
-        progress: Progress | None = None,
+        progress: ProgressCallback | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
@@ -237,7 +214,8 @@ class Recorder:
             self._poll(cursor)
             self._write(self._merger.release())
             if self._progress is not None:
-                self._progress.update(self.totals)
+                limit = self._max_records or 0
+                self._progress(self.totals.records, limit, self.totals.progress_detail())
 
     def _written_or_buffered(self) -> int:
         return self.totals.records + self._merger.buffered

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from load.progress import ProgressCallback
     from load.sim.engine import SimResult
     from load.sim.scenario import Scenario
 
@@ -25,16 +26,24 @@ class PolicyRun:
 
 
 def run_policies(
-    scenarios: Sequence[Scenario], policies: Sequence[str], algorithm: str, seed: int | None
+    scenarios: Sequence[Scenario],
+    policies: Sequence[str],
+    algorithm: str,
+    seed: int | None,
+    progress: ProgressCallback | None = None,
 ) -> list[PolicyRun]:
-    """Every scenario under every named policy, in that order (``algorithm`` for queuemesh)."""
+    """Every scenario under every named policy, in that order (``algorithm`` for queuemesh);
+    ``progress`` hears of each run as it starts."""
     from load.scorecard import scorecard
     from load.sim.engine import simulate
     from load.sim.policies import POLICIES, QueueMeshPolicy
 
     runs: list[PolicyRun] = []
+    total = len(scenarios) * len(policies)
     for scenario in scenarios:
         for name in policies:
+            if progress is not None:
+                progress(len(runs), total, f"runs ({scenario.name}, {name})")
             policy = (
                 QueueMeshPolicy(algorithm=algorithm) if name == "queuemesh" else POLICIES[name]()
             )

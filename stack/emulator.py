@@ -29,6 +29,7 @@ from stack.errors import CliError
 from stack.template import (
     TemplateError,
     load_template,
+    local_code_resources,
     parameter_values,
     transform_document,
 )
@@ -37,6 +38,7 @@ REGION = "us-east-1"
 ACCOUNT = "123456789012"  # moto's default account
 LOCAL_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 CODE_BUCKET = "queuemesh-local-code"
+SERVERLESS_FUNCTION = "AWS::Serverless::Function"
 DEFAULT_TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
 
 # Types moto's CloudFormation does not create; deploy() makes them through the API instead.
@@ -72,6 +74,8 @@ class Deployment:
     created_through_api: tuple[str, ...] = ()
     not_created: tuple[str, ...] = ()
     resources: Mapping[str, str] = field(default_factory=dict)
+    # Function name -> its CodeUri folder in this checkout (Lambda's task root, locally).
+    code_dirs: Mapping[str, str] = field(default_factory=dict)
 
     def queue(self, name: str) -> QueueBinding:
         for binding in self.queues:
@@ -188,13 +192,7 @@ class EmbeddedAws:
             transformed = transform_document(
                 template,
                 parameters,
-                code_uris={
-                    logical: package
-                    for logical, spec in template.get("Resources", {}).items()
-                    if isinstance(spec, dict)
-                    and spec.get("Type") == "AWS::Serverless::Function"
-                    and "CodeUri" in spec.get("Properties", {})
-                },
+                code_uris=dict.fromkeys(local_code_resources(template), package),
                 region=self.region,
                 account_id=ACCOUNT,
             )
@@ -236,7 +234,10 @@ class EmbeddedAws:
             for logical, spec in sorted({**resources, **custom}.items())
             if logical not in physical and spec["Type"] != SUBSCRIPTION_FILTER
         )
-        deployment = self._discover(name, physical, resources, resolver, through_api, not_created)
+        code_dirs = _code_dirs(template, Path(template_path), physical)
+        deployment = self._discover(
+            name, physical, resources, resolver, through_api, not_created, code_dirs
+        )
         self.detach_moto_pollers()
         return deployment
 
@@ -287,6 +288,7 @@ class EmbeddedAws:
         resolver: _Resolver,
         through_api: list[str],
         not_created: tuple[str, ...],
+        code_dirs: Mapping[str, str],
     ) -> Deployment:
         lambda_client = self.client("lambda")
         sqs = self.client("sqs")
@@ -330,6 +332,7 @@ class EmbeddedAws:
             created_through_api=tuple(through_api),
             not_created=not_created,
             resources=dict(physical),
+            code_dirs=dict(code_dirs),
         )
 
     def _ensure_subscription(self, log_group: str, stream_arn: str) -> list[str]:
@@ -422,6 +425,16 @@ def _speed_up_moto_sqs() -> Callable[[], None]:
         setattr(models.SQSBackend, retention_check, original_retention_check)
 
     return restore
+
+
+def _code_dirs(
+    template: Mapping[str, Any], template_path: Path, physical: Mapping[str, str]
+) -> dict[str, str]:
+    return {
+        physical[logical]: str((template_path.parent / folder).resolve())
+        for logical, folder in local_code_resources(template).items()
+        if logical in physical and template["Resources"][logical]["Type"] == SERVERLESS_FUNCTION
+    }
 
 
 def placeholder_code_zip() -> bytes:

@@ -154,9 +154,9 @@ def transform_template(
 ) -> dict[str, Any]:
     """The CloudFormation template ``sam deploy`` would submit for ``path``; no AWS calls.
 
-    ``code_uris`` maps a function's logical id to where its built code lives (``s3://b/k`` or
-    ``{"Bucket": ..., "Key": ...}``); functions with a local ``CodeUri`` not in it point at a
-    placeholder object in ``OFFLINE_ARTIFACT_BUCKET``.
+    ``code_uris`` maps a function's or layer's logical id to where its built code lives
+    (``s3://b/k`` or ``{"Bucket": ..., "Key": ...}``); those with a local ``CodeUri`` /
+    ``ContentUri`` not in it point at a placeholder object in ``OFFLINE_ARTIFACT_BUCKET``.
     """
     return transform_document(
         load_template(path),
@@ -371,6 +371,26 @@ def _substitute_sub(argument: Any, identifier: str, item: str) -> Any:
     return argument
 
 
+# Where each serverless resource type names its local code.
+CODE_PROPERTIES = {
+    "AWS::Serverless::Function": "CodeUri",
+    "AWS::Serverless::LayerVersion": "ContentUri",
+}
+
+
+def local_code_resources(template: Mapping[str, Any]) -> dict[str, str]:
+    """Functions and layers whose code is a local folder: logical id -> that folder, as written
+    in the template (relative to it); what ``sam build`` builds and ``code_uris`` replaces."""
+    found = {}
+    for logical_id, resource in (template.get("Resources") or {}).items():
+        if not isinstance(resource, dict) or resource.get("Type") not in CODE_PROPERTIES:
+            continue
+        code = (resource.get("Properties") or {}).get(CODE_PROPERTIES[resource["Type"]])
+        if _is_local_path(code):
+            found[logical_id] = str(code)
+    return found
+
+
 def _point_code_at_artifacts(
     template: dict[str, Any], code_uris: Mapping[str, str | Mapping[str, str]]
 ) -> None:
@@ -378,14 +398,16 @@ def _point_code_at_artifacts(
     unknown = sorted(set(code_uris) - set(resources))
     if unknown:
         raise TemplateError(f"code_uris names resources the template lacks: {unknown}")
+    local = local_code_resources(template)
     for logical_id, resource in resources.items():
-        if resource.get("Type") != "AWS::Serverless::Function":
+        if not isinstance(resource, dict) or resource.get("Type") not in CODE_PROPERTIES:
             continue
         properties = resource.setdefault("Properties", {})
+        key = CODE_PROPERTIES[resource["Type"]]
         if logical_id in code_uris:
-            properties["CodeUri"] = copy.deepcopy(code_uris[logical_id])
-        elif _is_local_path(properties.get("CodeUri")):
-            properties["CodeUri"] = f"s3://{OFFLINE_ARTIFACT_BUCKET}/{logical_id}.zip"
+            properties[key] = copy.deepcopy(code_uris[logical_id])
+        elif logical_id in local:
+            properties[key] = f"s3://{OFFLINE_ARTIFACT_BUCKET}/{logical_id}.zip"
 
 
 def _is_local_path(code_uri: Any) -> bool:

@@ -1,10 +1,17 @@
-"""Each function's code directory builds the way `sam build` lays it out, and runs from there.
+"""`sam build` on template.yaml, by the real SAM CLI, and what it builds runs.
 
-The Makefile target SAM runs (``build-<LogicalId>``) fills a clean ARTIFACTS_DIR; the handler
-named in the template then imports and handles a sample event in a separate interpreter whose
-only code is that folder, the standard library and what the Lambda runtime provides (boto3 and
-its dependencies): no site-packages of this virtualenv. pip fetches the pinned requirements
-from the package index (its cache makes reruns quick).
+The SAM CLI lives in a virtualenv of its own (`make sam`: .sam-venv/, version pinned in the
+Makefile), so its dependencies never meet the project's. It builds the template as is
+(python3.13, arm64) into a temporary folder, running the same Makefiles a deploy runs, with
+wheels fetched for Lambda's platform from the package index. Each function's handler named in
+the template then imports and handles sample events in a separate interpreter (-I -S) whose
+only code is the function's build folder, then its layers' python/ folders (Lambda's order),
+the standard library and what the Lambda runtime provides (boto3 and its dependencies): no
+site-packages of this virtualenv.
+
+What differs from a build and a run in Lambda: this interpreter is CPython 3.11 on this
+machine's architecture, so the one native module built for arm64 (protobuf's upb backend)
+does not load here and protobuf runs its pure-Python backend; everything else is pure Python.
 """
 
 from __future__ import annotations
@@ -26,18 +33,20 @@ import boto3
 import pytest
 
 from controller.ledger import create_ledger_table
-from stack.template import transform_template
+from stack.template import load_template, transform_template
 
 ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "template.yaml"
+SAM_VENV = ".sam-venv"
 REGION = "us-east-1"
 MARKER = "QUEUEMESH-PACKAGING "
 # What the Lambda Python runtime ships besides the standard library.
 LAMBDA_RUNTIME_MODULES = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3")
 
 RUNNER = """
-import importlib, json, sys
-code_dir, runtime_dir, handler_name, report_modules, *event_paths = sys.argv[1:]
-sys.path.insert(0, code_dir)
+import importlib, json, os, sys
+code_dirs, runtime_dir, handler_name, report_modules, *event_paths = sys.argv[1:]
+sys.path[0:0] = code_dirs.split(os.pathsep)
 sys.path.append(runtime_dir)
 
 
@@ -67,26 +76,67 @@ print("QUEUEMESH-PACKAGING " + json.dumps(report))
 """
 
 
-def build(tmp_path: Path, package: str, logical_id: str, platform_flags: str) -> Path:
-    artifacts = tmp_path / f"{logical_id}-artifacts"
-    artifacts.mkdir()
-    subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            "-f",
-            str(ROOT / package / "Makefile"),
-            f"build-{logical_id}",
-            f"ARTIFACTS_DIR={artifacts}",
-            f"PIP={sys.executable} -m pip",
-            f"PIP_PLATFORM_FLAGS={platform_flags}",
-        ],
-        cwd=tmp_path,
-        check=True,
+def sam_environment(home: Path) -> dict[str, str]:
+    """The SAM CLI's own interpreter first on PATH (the Makefiles' `python3 -m pip`), no
+    telemetry, no credentials: nothing here may reach AWS."""
+    sam_bin = ROOT / SAM_VENV / "bin"
+    return {
+        "PATH": f"{sam_bin}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HOME": str(home),
+        "SAM_CLI_TELEMETRY": "0",
+        "AWS_DEFAULT_REGION": REGION,
+        "LANG": "C.UTF-8",
+    }
+
+
+def sam(arguments: list[str], home: Path, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(ROOT / SAM_VENV / "bin" / "sam"), *arguments],
+        cwd=cwd,
+        env=sam_environment(home),
         capture_output=True,
+        text=True,
         timeout=600,
+        check=False,
     )
-    return artifacts
+
+
+@pytest.fixture(scope="module")
+def sam_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SAM CLI installed (`make sam`, quick when it is), and a HOME for its settings."""
+    subprocess.run(
+        ["make", "--no-print-directory", "sam"], cwd=ROOT, check=True, capture_output=True
+    )
+    return tmp_path_factory.mktemp("sam-home")
+
+
+@pytest.fixture(scope="module")
+def built(sam_home: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """`sam build` (settings from samconfig.toml) into a fresh folder: logical id -> code."""
+    out = tmp_path_factory.mktemp("sam-build")
+    completed = sam(
+        [
+            "build",
+            "--template-file",
+            str(TEMPLATE),
+            "--build-dir",
+            str(out / "build"),
+            "--cache-dir",
+            str(out / "cache"),
+        ],
+        sam_home,
+    )
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    template = load_template(out / "build" / "template.yaml")
+    code = {}
+    for logical_id, resource in template["Resources"].items():
+        if logical_id.startswith("Fn::ForEach::"):
+            continue  # kept for CloudFormation to expand; it builds no code
+        properties = resource.get("Properties") or {}
+        for key in ("CodeUri", "ContentUri"):
+            if key in properties:
+                code[logical_id] = out / "build" / properties[key]
+    return code
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +155,7 @@ def lambda_runtime(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def template_environment() -> dict[str, dict[str, str]]:
     """Each function's environment as the template sets it (parameters at their defaults)."""
-    cfn = transform_template(ROOT / "template.yaml", {"ExampleDownstreamUrl": "http://unset/"})
+    cfn = transform_template(TEMPLATE, {"ExampleDownstreamUrl": "http://unset/"})
     defaults = {name: str(spec.get("Default")) for name, spec in cfn["Parameters"].items()}
     environments = {}
     for logical_id in ("ControllerFunction", "ExampleWorkerFunction"):
@@ -120,7 +170,7 @@ def template_environment() -> dict[str, dict[str, str]]:
 
 def run_handler(
     tmp_path: Path,
-    artifacts: Path,
+    code_dirs: list[Path],
     runtime: Path,
     handler: str,
     events: list[dict[str, Any]],
@@ -138,7 +188,17 @@ def run_handler(
     clean_env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), **env}
     # -I: no PYTHON* variables, no user site, no script directory; -S: no site-packages.
     completed = subprocess.run(
-        [sys.executable, "-I", "-S", runner, artifacts, runtime, handler, ",".join(report), *paths],
+        [
+            sys.executable,
+            "-I",
+            "-S",
+            runner,
+            os.pathsep.join(map(str, code_dirs)),
+            runtime,
+            handler,
+            ",".join(report),
+            *paths,
+        ],
         cwd=tmp_path,
         env=clean_env,
         capture_output=True,
@@ -152,11 +212,12 @@ def run_handler(
     return json.loads(lines[0][len(MARKER) :]), completed.stdout
 
 
-def assert_isolated(report: dict[str, Any], artifacts: Path, bundled: tuple[str, ...]) -> None:
+def assert_isolated(report: dict[str, Any], folder: Path, bundled: tuple[str, ...]) -> None:
+    """No site-packages on the path, and each ``bundled`` module imported from ``folder``."""
     assert not [entry for entry in report["path"] if "site-packages" in entry]
     for name in bundled:
         origin = report["origins"][name]
-        assert Path(origin).resolve().is_relative_to(artifacts.resolve()), (name, origin)
+        assert Path(origin).resolve().is_relative_to(folder.resolve()), (name, origin)
 
 
 # ------------------------------------------------------------------ controller
@@ -243,13 +304,14 @@ def kinesis_event_without_queuemesh_samples() -> dict[str, Any]:
     }
 
 
-def test_controller_artifact_handles_kinesis_and_manual_events_in_isolation(
+def test_built_controller_handles_kinesis_and_manual_events_in_isolation(
     tmp_path: Path,
+    built: dict[str, Path],
     lambda_runtime: Path,
     template_environment: dict[str, dict[str, str]],
     moto_endpoint: str,
 ) -> None:
-    artifacts = build(tmp_path, "controller", "ControllerFunction", platform_flags="")
+    artifacts = built["ControllerFunction"]
     assert (artifacts / "controller" / "handler.py").is_file()
     assert not (artifacts / "controller" / "Makefile").exists()
     uuid = registered_mapping(moto_endpoint, "ledger", "orders")
@@ -265,7 +327,7 @@ def test_controller_artifact_handles_kinesis_and_manual_events_in_isolation(
 
     report, _ = run_handler(
         tmp_path,
-        artifacts,
+        [artifacts],
         lambda_runtime,
         "controller.handler.handler",
         [kinesis_event_without_queuemesh_samples(), manual],
@@ -343,33 +405,37 @@ def sqs_event(queue: str, bodies: list[str]) -> dict[str, Any]:
     }
 
 
-def test_worker_artifact_runs_the_example_behind_the_wrapper_in_isolation(
+def test_built_example_function_runs_behind_the_wrapper_from_the_layer_in_isolation(
     tmp_path: Path,
+    built: dict[str, Path],
     lambda_runtime: Path,
     template_environment: dict[str, dict[str, str]],
     downstream_url: str,
 ) -> None:
-    artifacts = build(tmp_path, "worker", "ExampleWorkerFunction", platform_flags="")
-    assert (artifacts / "worker" / "wrapper.py").is_file()
-    assert (artifacts / "worker" / "example" / "app.py").is_file()
+    layer = built["WorkerLayer"]
+    assert (layer / "python" / "worker" / "wrapper.py").is_file()
+    assert not (layer / "python" / "worker" / "example").exists()
+    assert not (layer / "python" / "worker" / "Makefile").exists()
+    function = built["ExampleWorkerFunction"]
+    assert sorted(path.name for path in function.iterdir()) == ["app.py"]
     env = {
         **template_environment["ExampleWorkerFunction"],
         "DOWNSTREAM_URL": downstream_url,
         "AWS_DEFAULT_REGION": REGION,
     }
-    assert env["QUEUEMESH_HANDLER"] == "worker.example.app.handler"
+    assert env["QUEUEMESH_HANDLER"] == "app.handler"
 
     report, stdout = run_handler(
         tmp_path,
-        artifacts,
+        [function, layer / "python"],
         lambda_runtime,
         "worker.wrapper.handler",
         [sqs_event("orders", ['{"order": 1}', '{"order": 2, "refuse": true}'])],
         env,
-        report=("aws_lambda_powertools", "urllib3"),
+        report=("worker", "aws_lambda_powertools", "urllib3"),
     )
 
-    assert_isolated(report, artifacts, ("aws_lambda_powertools", "urllib3"))
+    assert_isolated(report, layer / "python", ("worker", "aws_lambda_powertools", "urllib3"))
     (result,) = report["results"]
     assert result == {"batchItemFailures": [{"itemIdentifier": "message-1"}]}
     documents = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"_aws"')]
@@ -391,36 +457,60 @@ def test_worker_artifact_runs_the_example_behind_the_wrapper_in_isolation(
 AARCH64 = 183  # ELF e_machine of arm64
 
 
-@pytest.mark.parametrize(
-    ("package", "logical_id"),
-    [("controller", "ControllerFunction"), ("worker", "ExampleWorkerFunction")],
-)
-def test_default_build_fetches_arm64_wheels_for_lambda(
-    tmp_path: Path, package: str, logical_id: str
-) -> None:
-    artifacts = build(
-        tmp_path,
-        package,
-        logical_id,
-        platform_flags="--platform manylinux2014_aarch64 --implementation cp "
-        "--python-version 3.13 --only-binary=:all:",
-    )
-    assert (artifacts / package / "__init__.py").is_file()
-    assert (artifacts / "aws_lambda_powertools").is_dir()
+def elf_machines(folder: Path) -> set[int]:
     machines = set()
-    for library in artifacts.rglob("*.so"):
+    for library in folder.rglob("*.so"):
         header = library.read_bytes()[:20]
         assert header[:4] == b"\x7fELF", library
         machines.add(int.from_bytes(header[18:20], "little"))
-    assert machines <= {AARCH64}
-    if package == "controller":
-        # protobuf's compiled backend is the one native piece; it must be the arm64 build.
-        assert machines == {AARCH64}
-        assert (artifacts / "six.py").is_file()
+    return machines
+
+
+def test_build_fetches_lambda_platform_wheels_and_the_layer_is_pure_python(
+    built: dict[str, Path],
+) -> None:
+    assert set(built) == {"ControllerFunction", "ExampleWorkerFunction", "WorkerLayer"}
+    controller, layer = built["ControllerFunction"], built["WorkerLayer"] / "python"
+    assert (controller / "aws_lambda_powertools").is_dir()
+    assert (controller / "six.py").is_file()
+    # protobuf's compiled backend is the one native piece; it must be the arm64 build.
+    assert elf_machines(controller) == {AARCH64}
+    assert (layer / "aws_lambda_powertools").is_dir()
+    assert (layer / "urllib3").is_dir()
+    # No native code at all: the layer serves arm64 and x86_64 functions alike.
+    assert elf_machines(layer) == set()
+
+
+def test_sam_validate_lint_passes_offline_and_catches_a_broken_template(
+    sam_home: Path, tmp_path: Path
+) -> None:
+    completed = sam(["validate", "--lint", "--template-file", str(TEMPLATE)], sam_home)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    # The example worker pointed at a layer the template does not define.
+    source = TEMPLATE.read_text(encoding="utf-8")
+    assert source.count("Layers: [!Ref WorkerLayer]") == 1
+    broken = tmp_path / "template.yaml"
+    broken.write_text(source.replace("[!Ref WorkerLayer]", "[!Ref NoSuchLayer]"), "utf-8")
+    completed = sam(["validate", "--lint", "--template-file", str(broken)], sam_home, tmp_path)
+    assert completed.returncode != 0
+    assert "NoSuchLayer" in completed.stdout + completed.stderr
+
+
+def test_worker_layer_declares_what_its_build_serves() -> None:
+    cfn = transform_template(TEMPLATE, {"ExampleDownstreamUrl": "http://unset/"})
+    [layer] = [r for r in cfn["Resources"].values() if r["Type"] == "AWS::Lambda::LayerVersion"]
+    properties = layer["Properties"]
+    assert set(properties["CompatibleArchitectures"]) == {"arm64", "x86_64"}
+    function = cfn["Resources"]["ExampleWorkerFunction"]["Properties"]
+    assert function["Runtime"] in properties["CompatibleRuntimes"]
+    # The layer's wheels are fetched for the newest runtime it names.
+    newest = max(properties["CompatibleRuntimes"], key=lambda r: tuple(map(int, r[6:].split("."))))
+    makefile = (ROOT / "worker" / "Makefile").read_text(encoding="utf-8")
+    assert f"--python-version {newest.removeprefix('python')}" in makefile
 
 
 def test_makefile_default_flags_target_the_template_runtime() -> None:
-    cfn = transform_template(ROOT / "template.yaml", {"ExampleDownstreamUrl": "http://unset/"})
+    cfn = transform_template(TEMPLATE, {"ExampleDownstreamUrl": "http://unset/"})
     function = cfn["Resources"]["ControllerFunction"]["Properties"]
     version = function["Runtime"].removeprefix("python")
     for package in ("controller", "worker"):

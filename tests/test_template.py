@@ -122,6 +122,8 @@ def test_code_uris_point_functions_at_built_artifacts() -> None:
     assert code == {"S3Bucket": "artifacts", "S3Key": "controller.zip"}
     worker_code = cfn["Resources"]["ExampleWorkerFunction"]["Properties"]["Code"]
     assert worker_code["S3Key"] == "ExampleWorkerFunction.zip"
+    [layer] = of_type(cfn["Resources"], "AWS::Lambda::LayerVersion").values()
+    assert layer["Properties"]["Content"]["S3Key"] == "WorkerLayer.zip"
 
 
 def apply_edits(template: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
@@ -389,15 +391,35 @@ def test_example_queue_has_dead_letter_queue(resources: dict[str, Any]) -> None:
     assert queue["VisibilityTimeout"] >= 6 * worker_timeout
 
 
-def test_example_worker_runs_behind_the_wrapper(resources: dict[str, Any]) -> None:
+def test_example_worker_runs_behind_the_wrapper_from_the_layer(resources: dict[str, Any]) -> None:
     worker = resources["ExampleWorkerFunction"]["Properties"]
     assert worker["Handler"] == "worker.wrapper.handler"
+    [layer] = of_type(resources, "AWS::Lambda::LayerVersion")
+    assert worker["Layers"] == [{"Ref": layer}]
     env = worker["Environment"]["Variables"]
-    assert env["QUEUEMESH_HANDLER"] == "worker.example.app.handler"
+    assert env["QUEUEMESH_HANDLER"] == "app.handler"
     assert env["DOWNSTREAM_URL"] == {"Ref": "ExampleDownstreamUrl"}
     # The namespace the wrapper emits is the one the subscription filter lets through.
     filter_pattern = resources["ExampleWorkerTelemetrySubscription"]["Properties"]["FilterPattern"]
     assert f'Namespace = "{env["QUEUEMESH_NAMESPACE"]}"' in filter_pattern
+
+
+def test_worker_layer_is_built_from_worker_and_published_for_other_stacks(
+    cfn: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    source = load_template(TEMPLATE)["Resources"]
+    assert source["WorkerLayer"]["Properties"]["ContentUri"] == "worker/"
+    assert source["WorkerLayer"]["Metadata"]["BuildMethod"] == "makefile"
+    assert source["ExampleWorkerFunction"]["Properties"]["CodeUri"] == "worker/example/"
+    [(layer, resource)] = of_type(resources, "AWS::Lambda::LayerVersion").items()
+    assert resource["Properties"]["LayerName"] == {"Fn::Sub": "${AWS::StackName}-queuemesh-worker"}
+    output = cfn["Outputs"]["WorkerLayerArn"]
+    assert output["Value"] == {"Ref": layer}
+    assert output["Export"]["Name"] == {"Fn::Sub": "${AWS::StackName}-WorkerLayerArn"}
+    parameter = resources["WorkerLayerParameter"]["Properties"]
+    assert parameter["Value"] == {"Ref": layer}
+    assert parameter["Type"] == "String"
+    assert cfn["Outputs"]["WorkerLayerParameterName"]["Value"] == {"Ref": "WorkerLayerParameter"}
 
 
 def test_example_mapping_has_maximum_concurrency_and_partial_failures(

@@ -31,6 +31,7 @@ from typing import Any
 from controller.model import AuditEntry, QueueConfig, QueueState
 from controller.ports import MappingView
 from load.localfleet import START_CONCURRENCY, LocalFleet, build_fleet, client
+from load.progress import ProgressCallback
 
 FLOOR_TRANSACTIONS = 50
 DECODE_REPEATS = 5
@@ -170,11 +171,15 @@ class TimedLedger:
 
 
 class TimedActuator:
-    """The actuator, with the time spent in it (pacing included) accounted."""
+    """The actuator, with the time spent in it (pacing included) accounted; ``on_apply``
+    hears of each mapping update."""
 
-    def __init__(self, inner: Any, watch: Stopwatch) -> None:
+    def __init__(
+        self, inner: Any, watch: Stopwatch, on_apply: Callable[[], None] = lambda: None
+    ) -> None:
         self._inner = inner
         self._watch = watch
+        self._on_apply = on_apply
 
     def read(self, uuid: str, deadline: float) -> MappingView:
         with self._watch.timing("actuate"):
@@ -184,7 +189,8 @@ class TimedActuator:
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
         with self._watch.timing("actuate"):
             view: MappingView = self._inner.apply(uuid, max_concurrency, enabled, deadline)
-            return view
+        self._on_apply()
+        return view
 
 
 class CallLog:
@@ -240,9 +246,11 @@ def measure(
     timeout_s: float,
     max_invocations: int,
     moto_deepcopy: bool = False,
+    progress: ProgressCallback | None = None,
 ) -> dict[str, Any]:
     """The benchmark on a fresh moto served in this process at ``endpoint`` (the transaction
-    snapshot shortcut patches this process's moto backend)."""
+    snapshot shortcut patches this process's moto backend); ``progress`` hears of the setup and
+    of each mapping update."""
     from controller.actuator import LambdaActuator
     from controller.app import ControllerApp
     from controller.engine import Controller
@@ -252,6 +260,8 @@ def measure(
 
     queues = [f"fleet-{index:04d}" for index in range(queue_count)]
     with table_snapshots_by_index(not moto_deepcopy):
+        notify = progress or (lambda done, total, what: None)
+        notify(0, queue_count, "setting up queues, mappings and registrations")
         setup_started = time.perf_counter()
         fleet = build_fleet(endpoint, queues, register=True)
         setup_s = time.perf_counter() - setup_started
@@ -264,7 +274,13 @@ def measure(
         calls.attach(lambda_client)
         plain_ledger = DynamoLedger(fleet.table, client(endpoint, "dynamodb"))
         ledger = TimedLedger(plain_ledger, watch)
-        actuator = TimedActuator(LambdaActuator(lambda_client), watch)
+        updates = [0]
+
+        def updated() -> None:
+            updates[0] += 1
+            notify(updates[0], queue_count, "mappings updated")
+
+        actuator = TimedActuator(LambdaActuator(lambda_client), watch, updated)
         controller = Controller(ledger, actuator, PolicyParams())
         plan = controller.plan
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.model import Decision, Mode, QueueConfig, QueueStateName
+from load.progress import ProgressCallback
 from load.recording import RecordedLine, kinesis_event
 from load.replay.batching import Batch, kinesis_batches
 from load.replay.config import QueueSetup, ReplayConfig
@@ -91,8 +92,10 @@ def replay(
     *,
     ledger: Any = None,
     actuator: Any = None,
+    progress: ProgressCallback | None = None,
 ) -> ReplayReport:
-    """Feed ``records`` through a fresh ``ControllerApp``; in-memory adapters unless given."""
+    """Feed ``records`` through a fresh ``ControllerApp``; in-memory adapters unless given;
+    ``progress`` hears of each invocation."""
     import logging
 
     from aws_lambda_powertools import Logger
@@ -130,7 +133,10 @@ def replay(
     batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
     report.batches = len(batches)
     report.start = records[0].arrival if records else None
-    for invocation in _invocations(batches, config.schedule_s):
+    invocations = _invocations(batches, config.schedule_s)
+    for done, invocation in enumerate(invocations):
+        if progress is not None:
+            progress(done, len(invocations), "controller invocations")
         clock.now = invocation.time
         if invocation.batch is None:
             outcome = app.tick(math.inf)

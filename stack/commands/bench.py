@@ -144,11 +144,20 @@ def _run_fleet(args: argparse.Namespace) -> int:
         raise CliError(f"--queues must be 1..5000, got {args.queues}")
     if not 5 <= args.timeout <= 900:
         raise CliError(f"--timeout must be 5..900 s (Lambda's range), got {args.timeout}")
+    from load.progress import Progress
     from stack.emulator import EmbeddedAws
 
-    with EmbeddedAws() as aws:
+    with (
+        EmbeddedAws() as aws,
+        Progress.for_command("bench fleet", json_output=args.json) as progress,
+    ):
         report = fleet.measure(
-            aws.endpoint, args.queues, args.timeout, args.max_invocations, args.moto_deepcopy
+            aws.endpoint,
+            args.queues,
+            args.timeout,
+            args.max_invocations,
+            args.moto_deepcopy,
+            progress.update,
         )
     if args.json:
         print(json.dumps(report, indent=2))

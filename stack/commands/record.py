@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
-import time
 from typing import Any
 
-from load.record import Progress, Recorder, RecordError, error_code
+from load.progress import Progress
+from load.record import Recorder, RecordError, error_code
 from stack.errors import CliError
 
 
@@ -73,22 +73,23 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             raise CliError(f"cannot write {args.out}: {error.strerror}") from error
         try:
-            recorder = Recorder(
-                kinesis,
-                args.stream,
-                out,
-                from_start=args.from_start,
-                duration_s=args.duration,
-                max_records=args.max_records,
-                progress=Progress(sys.stderr, not args.quiet, time.monotonic),
-            )
-            totals = recorder.run()
+            with Progress.for_command("record") as progress:
+                recorder = Recorder(
+                    kinesis,
+                    args.stream,
+                    out,
+                    from_start=args.from_start,
+                    duration_s=args.duration,
+                    max_records=args.max_records,
+                    progress=None if args.quiet else progress.update,
+                )
+                totals = recorder.run()
         except RecordError as error:
             raise CliError(str(error)) from error
         finally:
             out.close()
     if not args.quiet:
-        Progress(sys.stderr, True, time.monotonic).finish(totals, args.out)
+        print(f"recorded {totals.line()} to {args.out} ({totals.stopped_by})", file=sys.stderr)
     return 0
 
 

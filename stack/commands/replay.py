@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.policy import DEFAULT_ALGORITHM
+from load.progress import Progress
 from load.recording import Recording, RecordingError, UnreadableRecording, read_recording
 from load.replay import (
     ReplayConfig,
@@ -104,7 +105,10 @@ def _run(args: argparse.Namespace) -> int:
     ledger = actuator = None
     if args.endpoint_url:
         ledger, actuator = _stack_adapters(args, config)
-    report = replay(recording.records, config, ledger=ledger, actuator=actuator)
+    with Progress.for_command("replay", json_output=args.json) as progress:
+        report = replay(
+            recording.records, config, ledger=ledger, actuator=actuator, progress=progress.update
+        )
     decisions = [d for d in report.decisions if d.changed or not args.changes]
     print(_summary(report, recording, decisions), file=sys.stderr)
     if args.expect is not None:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import IO
 
+from load.progress import Progress
 from load.simulate import POLICY_NAMES, render_table, run_policies
 from stack.errors import CliError
 
@@ -82,7 +83,8 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     algorithm = args.algorithm or DEFAULT_ALGORITHM
     _check_algorithm(algorithm)
 
-    runs = run_policies(scenarios, policies, algorithm, args.seed)
+    with Progress.for_command("simulate", json_output=args.json, stdout=stream) as progress:
+        runs = run_policies(scenarios, policies, algorithm, args.seed, progress.update)
     cards = [run.card for run in runs]
     if args.json:
         payload: object = cards[0] if len(cards) == 1 else cards

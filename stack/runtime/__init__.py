@@ -102,7 +102,11 @@ class LocalRuntime:
                         lambda_client,
                         binding.function_name,
                         deployment.worker_log_group,
-                        {**environment, "AWS_LAMBDA_FUNCTION_NAME": binding.function_name},
+                        {
+                            **environment,
+                            "AWS_LAMBDA_FUNCTION_NAME": binding.function_name,
+                            "LAMBDA_TASK_ROOT": deployment.code_dirs.get(binding.function_name, ""),
+                        },
                     )
                 )
                 self._pools.append(workers[binding.function_name])

@@ -219,6 +219,9 @@ def _container_main(
     stop. Ctrl-C is the parent's to handle; it stops the containers itself."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ.update(environment)
+    # Lambda imports a function's code from its task root; the project's packages stay first.
+    if environment.get("LAMBDA_TASK_ROOT"):
+        sys.path.append(environment["LAMBDA_TASK_ROOT"])
     output = _CapturedOutput()
     sys.stdout = sys.stderr = output
     handler: Callable[[Any, Any], Any] | None = None
