@@ -20,9 +20,10 @@ What is modelled (AWS's documented behaviour where there is one):
 - A downstream: answers 429 to the calls above its capacity in each second (unless it never
   answers 429); optionally answers a share of the others with a 500 that is not overload
   (noise); a 429 takes as long as a 200. Its latency is constant, or grows with load (the
-  queueing model: the no-load latency x 1 / (1 - utilisation), utilisation = accepted calls
-  over the last second / capacity), optionally with a heavy (Pareto) tail. A call that takes
-  longer than the worker's client timeout ends at the timeout and fails its message like a 429.
+  queueing model: the no-load latency plus the calls already in progress at the downstream over
+  its capacity), optionally with a heavy (Pareto) tail. A call that takes longer than the
+  worker's client timeout ends for the worker at the timeout and fails its message like a 429;
+  the downstream still works on it until its latency has passed.
 - Telemetry: each sample reaches Kinesis after a uniform random delay in
   ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
   window (no invocation when nothing arrived). The controller also runs on a schedule (an
@@ -48,10 +49,9 @@ SIM_EPOCH = 1_767_225_600.0
 POLLER_START = 5
 POLLER_STEP_PER_S = 5
 ARRIVAL_STEP_S = 0.1
-# The queueing model's utilisation is measured over the last second of accepted calls, and
-# capped so that the latency stays finite (at most 100 x the no-load latency).
-UTILISATION_WINDOW_S = 1.0
-MAX_UTILISATION = 0.99
+# The queueing model's latency is at most this multiple of the no-load latency (the
+# utilisation it stands for is capped at 0.99), so that a collapse stays finite.
+MAX_QUEUEING_FACTOR = 100.0
 # The status of a call the worker gave up on at its client timeout (no answer, no HTTP status).
 TIMED_OUT = 0
 
@@ -139,11 +139,11 @@ class _Downstream:
     __slots__ = (
         "answers_429",
         "capacity",
+        "in_progress",
         "latency_s",
         "noise",
         "noise_rng",
         "queueing",
-        "recent",
         "second",
         "tail_rng",
         "tail_scale",
@@ -164,7 +164,8 @@ class _Downstream:
         )
         self.queueing = spec.latency_model == "queueing"
         self.answers_429 = spec.answers_429
-        self.recent: deque[float] = deque()
+        # When each accepted call of a queueing downstream is done (a heap).
+        self.in_progress: list[float] = []
         self.second = -1
         self.used = 0
 
@@ -180,25 +181,32 @@ class _Downstream:
         if self.tail_shape is not None:
             latency *= self.tail_scale * (1.0 - self.tail_rng.random()) ** (-1.0 / self.tail_shape)
         if self.queueing:
-            latency /= 1.0 - self.utilisation(now, capacity)
+            latency = self.queued(now, latency, capacity)
         if self.answers_429 and self.used >= capacity:
             return 429, latency
         self.used += 1
         if self.queueing:
-            self.recent.append(now)
+            heapq.heappush(self.in_progress, now + latency)
         noise = self.noise[index]
         if noise > 0.0 and self.noise_rng.random() < noise:
             return 500, latency
         return 200, latency
 
-    def utilisation(self, now: float, capacity: float) -> float:
-        """Accepted calls over the last ``UTILISATION_WINDOW_S`` against the capacity, capped."""
-        recent = self.recent
-        while recent and recent[0] <= now - UTILISATION_WINDOW_S:
-            recent.popleft()
+    def queued(self, now: float, no_load_s: float, capacity: float) -> float:
+        """The latency of a call that waits behind the calls in progress, served at capacity.
+
+        ``no_load + in_progress / capacity``: with N callers in a closed loop this settles at
+        ``no_load / (1 - utilisation)`` (utilisation = throughput / capacity), the queueing
+        curve; computed from the work in progress rather than from a measured rate, it has no
+        measurement lag to oscillate on.
+        """
+        in_progress = self.in_progress
+        while in_progress and in_progress[0] <= now:
+            heapq.heappop(in_progress)
+        ceiling = no_load_s * MAX_QUEUEING_FACTOR
         if capacity <= 0:
-            return MAX_UTILISATION
-        return min(MAX_UTILISATION, len(recent) / (capacity * UTILISATION_WINDOW_S))
+            return ceiling
+        return min(ceiling, no_load_s + len(in_progress) / capacity)
 
 
 class _Queue:
