@@ -1,13 +1,28 @@
-"""The scorecard of one simulated run: the contract's keys, per queue and in total."""
+"""The scorecard of one simulated run: the contract's keys, per queue and in total.
+
+Message age and goodput share (docs/simulator.md, "The scorecard"):
+
+- ``age_p50_s`` / ``age_p99_s``: nearest-rank percentiles of the ages of done messages
+  (arrival to the end of the invocation that did them); totals pool every queue's messages.
+- ``goodput_share``: calls answered 2xx over what the downstream could have answered for the
+  queue while it had work waiting. Per whole second, the queue's demand is its 2xx calls plus
+  the messages still waiting at the second's end (visible, or invisible after a failed call;
+  not those in flight); the downstream's capacity that second is shared max-min fairly between
+  the demands of the queues on it (a queue alone gets ``min(capacity, demand)``). The share is
+  the sum of 2xx calls over the sum of fair shares, at most 1; totals divide all 2xx calls by
+  all fair shares, which is each downstream's pooled ``min(capacity, demand)``. ``None`` when
+  the downstream could have answered nothing.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from load.oracle import ideal_drain_times
 from load.sim.engine import QueueTrace, SimResult
-from load.sim.scenario import Schedule
+from load.sim.scenario import Schedule, value_at
 
 # The rejected share behind ``reaction_s`` is taken over the last few seconds of calls (those
 # since the drop only), so one clean second amid a storm does not end it.
@@ -19,6 +34,7 @@ def scorecard(result: SimResult, t1: float = DEFAULT_T1) -> dict[str, Any]:
     """``{"scenario", "policy", "seed", "queues": {name: {...}}, "totals": {...}}``."""
     scenario = result.scenario
     ideals = ideal_drain_times(scenario)
+    fair = fair_shares(result)
     queues: dict[str, dict[str, Any]] = {}
     for spec in scenario.queues:
         trace = result.queues[spec.name]
@@ -28,13 +44,99 @@ def scorecard(result: SimResult, t1: float = DEFAULT_T1) -> dict[str, Any]:
             ideals.get(spec.name),
             result.esm_updates.get(spec.name, 0),
             reaction_time(trace, capacity, t1, result.ended_at),
+            fair[spec.name],
         )
+    traces = list(result.queues.values())
     return {
         "scenario": scenario.name,
         "policy": result.policy,
         "seed": result.seed,
         "queues": queues,
-        "totals": _totals(list(queues.values())),
+        "totals": {
+            **_totals(list(queues.values())),
+            **_age_and_goodput(
+                [age for trace in traces for age in trace.ages_s],
+                sum(sum(trace.ok_per_s) for trace in traces),
+                sum(fair.values()),
+            ),
+        },
+    }
+
+
+def fair_shares(result: SimResult) -> dict[str, float]:
+    """Per queue, the calls its downstream could have answered for it while it had work waiting.
+
+    Each second's capacity is split max-min fairly between the demands (2xx calls plus messages
+    left waiting at the second's end) of the queues on that downstream.
+    """
+    scenario = result.scenario
+    totals = dict.fromkeys(result.queues, 0.0)
+    for downstream in scenario.downstreams:
+        traces = [trace for trace in result.queues.values() if trace.downstream == downstream.name]
+        seconds = max((len(trace.waiting_end_per_s) for trace in traces), default=0)
+        for second in range(seconds):
+            demands = [
+                trace.ok_per_s[second] + trace.waiting_end_per_s[second]
+                if second < len(trace.waiting_end_per_s)
+                else 0
+                for trace in traces
+            ]
+            capacity = value_at(downstream.capacity_rps, second)
+            for trace, share in zip(traces, max_min_fair(capacity, demands), strict=True):
+                totals[trace.name] += share
+    return totals
+
+
+def max_min_fair(capacity: float, demands: Sequence[float]) -> list[float]:
+    """Water-filling: the smallest demands are met in full, the rest split what is left evenly."""
+    shares = [0.0] * len(demands)
+    left = capacity
+    order = sorted(range(len(demands)), key=lambda index: demands[index])
+    for position, index in enumerate(order):
+        shares[index] = min(demands[index], left / (len(order) - position))
+        left -= shares[index]
+    return shares
+
+
+def percentile(values: Sequence[float], share: float) -> float | None:
+    """The nearest-rank percentile (``share`` in (0, 1]) of ``values``; ``None`` when empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(share * len(ordered)) - 1)]
+
+
+# Across seeds, the worst of a total is its lowest value for these keys and its highest for
+# every other (seed-independent facts such as messages_total and ideal_drain_s are the same in
+# every run, so their worst is their value).
+LOWER_IS_WORSE = frozenset({"goodput_share", "messages_done"})
+
+
+def seed_summary(
+    scenario: str, policy: str, runs: Sequence[tuple[int, dict[str, Any]]]
+) -> dict[str, Any]:
+    """``{"scenario", "policy", "seeds", "mean", "worst", "runs"}`` over per-seed totals.
+
+    A key that is ``None`` in any run (not drained, no drop, nothing done) is ``None`` in the mean
+    and the worst: a null drain ratio is worse than any number.
+    """
+    keys = list(runs[0][1]) if runs else []
+    mean: dict[str, Any] = {}
+    worst: dict[str, Any] = {}
+    for key in keys:
+        values = [totals[key] for _, totals in runs]
+        if any(value is None for value in values):
+            mean[key] = worst[key] = None
+            continue
+        mean[key] = round(sum(values) / len(values), 4)
+        worst[key] = min(values) if key in LOWER_IS_WORSE else max(values)
+    return {
+        "scenario": scenario,
+        "policy": policy,
+        "seeds": [seed for seed, _ in runs],
+        "mean": mean,
+        "worst": worst,
+        "runs": [{"seed": seed, "totals": totals} for seed, totals in runs],
     }
 
 
@@ -72,7 +174,11 @@ def reaction_time(
 
 
 def _queue_score(
-    trace: QueueTrace, ideal: float | None, esm_updates: int, reaction: float | None
+    trace: QueueTrace,
+    ideal: float | None,
+    esm_updates: int,
+    reaction: float | None,
+    fair_share: float,
 ) -> dict[str, Any]:
     drained = trace.messages_done == trace.messages_total and trace.pending_at_end == 0
     drain = trace.last_done_at if drained else None
@@ -92,6 +198,16 @@ def _queue_score(
         "drain_ratio": _drain_ratio(drain, ideal),
         "esm_updates": esm_updates,
         "reaction_s": _round(reaction, 2),
+        "calls_timed_out": trace.calls_timed_out,
+        **_age_and_goodput(trace.ages_s, sum(trace.ok_per_s), fair_share),
+    }
+
+
+def _age_and_goodput(ages: Sequence[float], ok: int, fair_share: float) -> dict[str, Any]:
+    return {
+        "age_p50_s": _round(percentile(ages, 0.50), 2),
+        "age_p99_s": _round(percentile(ages, 0.99), 2),
+        "goodput_share": round(min(1.0, ok / fair_share), 4) if fair_share > 0 else None,
     }
 
 
@@ -107,6 +223,7 @@ def _totals(queues: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "calls_rejected",
             "calls_5xx_noise",
             "esm_updates",
+            "calls_timed_out",
         )
     }
     drains = [queue["drain_s"] for queue in queues]

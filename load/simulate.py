@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from load.progress import ProgressCallback
-    from load.sim.engine import SimResult
+    from load.sim.engine import SimPolicy, SimResult
     from load.sim.scenario import Scenario
 
 POLICY_NAMES = ("static", "seed", "queuemesh")
+# Seeds run in a small process pool: the simulator is CPU-bound, one run per core.
+SEED_WORKERS = 2
+MAX_SEEDS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +40,6 @@ def run_policies(
     ``progress`` hears of each run as it starts."""
     from load.scorecard import scorecard
     from load.sim.engine import simulate
-    from load.sim.policies import POLICIES, QueueMeshPolicy
 
     runs: list[PolicyRun] = []
     total = len(scenarios) * len(policies)
@@ -44,14 +47,79 @@ def run_policies(
         for name in policies:
             if progress is not None:
                 progress(len(runs), total, f"runs ({scenario.name}, {name})")
-            policy = (
-                QueueMeshPolicy(algorithm=algorithm) if name == "queuemesh" else POLICIES[name]()
-            )
+            policy = make_policy(name, algorithm)
             started = time.perf_counter()
             result = simulate(scenario, policy, seed=seed)
             wall_s = time.perf_counter() - started
             runs.append(PolicyRun(scorecard(result), result, wall_s))
     return runs
+
+
+def make_policy(name: str, algorithm: str) -> SimPolicy:
+    """A fresh policy by its ``--policy`` name (queuemesh with the limit ``algorithm``)."""
+    from load.sim.policies import POLICIES, QueueMeshPolicy
+
+    return QueueMeshPolicy(algorithm=algorithm) if name == "queuemesh" else POLICIES[name]()
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``1-10`` or ``3,5,8`` (or both: ``1-3,7``) as a list of seeds, in the order given.
+
+    Raises ``ValueError`` saying what is wrong and how to write it.
+    """
+    how = "write a range like 1-10 or a list like 3,5,8"
+    seeds: list[int] = []
+    for part in text.split(","):
+        low, dash, high = part.strip().partition("-")
+        if not low.isdigit() or (dash and not high.isdigit()):
+            raise ValueError(f"{part.strip()!r} is not a seed or a range of seeds; {how}")
+        first, last = int(low), int(high) if dash else int(low)
+        if last < first:
+            raise ValueError(f"the range {part.strip()} runs backwards; {how}")
+        if len(seeds) + last - first + 1 > MAX_SEEDS:
+            raise ValueError(f"more than {MAX_SEEDS} seeds; name fewer")
+        for seed in range(first, last + 1):
+            if seed in seeds:
+                raise ValueError(f"seed {seed} is named twice; name each seed once")
+            seeds.append(seed)
+    return seeds
+
+
+def run_seeds(
+    scenarios: Sequence[Scenario], policies: Sequence[str], algorithm: str, seeds: Sequence[int]
+) -> list[dict[str, Any]]:
+    """One ``seed_summary`` per (scenario, policy), each over every seed."""
+    from load.scorecard import seed_summary
+
+    jobs = [
+        (scenario, policy, algorithm, seed)
+        for scenario in scenarios
+        for policy in policies
+        for seed in seeds
+    ]
+    if len(jobs) > 1:
+        with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
+            totals = list(pool.map(_seed_totals, jobs))
+    else:
+        totals = [_seed_totals(job) for job in jobs]
+    summaries = []
+    for index in range(0, len(jobs), len(seeds)):
+        scenario, policy, _, _ = jobs[index]
+        runs = list(zip(seeds, totals[index : index + len(seeds)], strict=True))
+        summaries.append(seed_summary(scenario.name, policy, runs))
+    return summaries
+
+
+def _seed_totals(job: tuple[Scenario, str, str, int]) -> dict[str, Any]:
+    """One run's totals (a top-level function, so the process pool can call it)."""
+    from load.scorecard import scorecard
+    from load.sim.engine import simulate
+
+    scenario, policy, algorithm, seed = job
+    totals: dict[str, Any] = scorecard(
+        simulate(scenario, make_policy(policy, algorithm), seed=seed)
+    )["totals"]
+    return totals
 
 
 _COLUMNS = (
@@ -97,6 +165,45 @@ def render_table(cards: Sequence[dict[str, Any]], timings: Sequence[float]) -> s
             "  ".join(f"{h:{a}{w}}" for h, a, w in zip(headers, aligns, widths, strict=True))
         )
         for row in rows:
+            lines.append(
+                "  ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
+            )
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
+
+
+_SEED_COLUMNS = (
+    ("done", "messages_done"),
+    ("dlq", "dlq_messages"),
+    ("rejected", "calls_rejected"),
+    ("timed_out", "calls_timed_out"),
+    ("wasted", "wasted_ratio"),
+    ("ratio", "drain_ratio"),
+    ("age_p50", "age_p50_s"),
+    ("age_p99", "age_p99_s"),
+    ("goodput", "goodput_share"),
+    ("esm", "esm_updates"),
+)
+
+
+def render_seed_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """Per scenario, a mean and a worst row per policy over the seeds' totals."""
+    blocks: list[str] = []
+    by_scenario: dict[str, list[dict[str, Any]]] = {}
+    for summary in summaries:
+        by_scenario.setdefault(summary["scenario"], []).append(summary)
+    for scenario, entries in by_scenario.items():
+        headers = ["policy", "over"] + [title for title, _ in _SEED_COLUMNS]
+        rows = [
+            [summary["policy"], stat] + [_cell(summary[stat][key]) for _, key in _SEED_COLUMNS]
+            for summary in entries
+            for stat in ("mean", "worst")
+        ]
+        widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
+        aligns = ["<", "<"] + [">"] * len(_SEED_COLUMNS)
+        seeds = ",".join(str(seed) for seed in entries[0]["seeds"])
+        lines = [f"scenario {scenario} (seeds {seeds}: mean and worst of the totals)"]
+        for row in [headers, *rows]:
             lines.append(
                 "  ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
             )

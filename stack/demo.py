@@ -206,6 +206,7 @@ def run_demo(
     from controller.ledger import DynamoLedger
     from load.downstream import Downstream, DownstreamSpec
     from load.recording import RecordedLine
+    from load.sim.scenario import value_at
     from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
     from stack.runtime import LocalRuntime
 
@@ -221,7 +222,8 @@ def run_demo(
             {
                 "name": downstream_spec.name,
                 "capacity_rps": [list(step) for step in downstream_spec.capacity_rps],
-                "latency_ms": downstream_spec.latency_ms,
+                # The live downstream answers in constant time: the schedule's first latency.
+                "latency_ms": value_at(downstream_spec.latency_ms, 0.0),
             }
         ),
         clock=clock,

@@ -43,7 +43,19 @@ CONTRACT_EXAMPLE: dict[str, Any] = {
     ],
 }
 
-REQUIRED = {"capacity-drop", "flash-crowd", "slow-recovery", "shared-downstream", "noisy"}
+REQUIRED = {
+    "capacity-drop",
+    "flash-crowd",
+    "slow-recovery",
+    "shared-downstream",
+    "noisy",
+    "ample-capacity",
+    "steady-surges",
+    "long-recovery",
+    "heavy-tail-latency",
+    "slow-database",
+    "brownout",
+}
 # `queuemesh demo`'s scenario: sized for a live two-minute run, not for the scorecard.
 DEMO_ONLY = {"demo"}
 
@@ -64,6 +76,28 @@ def test_every_shipped_scenario_loads_and_stops_arriving_before_it_ends() -> Non
         for queue in scenario.queues:
             assert queue.arrivals_rps[-1][1] == 0, f"{name}: {queue.name} arrives until the end"
             assert queue.arrivals_rps[-1][0] < scenario.duration_s / 2
+
+
+def test_the_latency_keys_load() -> None:
+    document = copy.deepcopy(CONTRACT_EXAMPLE)
+    document["downstreams"][0].update(
+        latency_ms=[[0, 80], [60, 160]], latency_model="queueing", answers_429=False
+    )
+    document["queues"][0]["timeout_ms"] = 1000
+    scenario = parse_scenario(json.dumps(document), source="latency.json")
+    downstream = scenario.downstreams[0]
+    assert downstream.latency_ms == ((0, 80), (60, 160))
+    assert (downstream.latency_model, downstream.answers_429) == ("queueing", False)
+    assert downstream.latency_tail is None
+    assert scenario.queues[0].timeout_ms == 1000
+    # Left out: the contract's model (constant latency, 429 above capacity, no client timeout).
+    plain = load_scenario("capacity-drop")
+    assert (plain.downstreams[0].latency_model, plain.downstreams[0].answers_429) == (
+        "constant",
+        True,
+    )
+    assert plain.downstreams[0].latency_ms == ((0, 80),)
+    assert plain.queues[0].timeout_ms is None
 
 
 def test_a_scenario_file_loads_by_path(tmp_path: Path) -> None:
@@ -139,6 +173,31 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
             _set("downstreams.0.noise_5xx_rate", 2),
             "downstreams[0].noise_5xx_rate[0][1] must be a number in [0, 1], got 2",
         ),
+        (
+            _set("downstreams.0.latency_ms", 0),
+            "downstreams[0].latency_ms[0][1] must be a number > 0, got 0",
+        ),
+        (
+            _set("downstreams.0.latency_ms", [[0, 80], [60, -5]]),
+            "downstreams[0].latency_ms[1][1] must be a number > 0, got -5",
+        ),
+        (
+            _set("downstreams.0.latency_model", "fast"),
+            'downstreams[0].latency_model must be one of constant, queueing, got "fast"',
+        ),
+        (
+            _set("downstreams.0.answers_429", "no"),
+            'downstreams[0].answers_429 must be true or false, got "no"',
+        ),
+        (
+            _set("downstreams.0.answers_429", False),
+            'downstreams[0].answers_429 may be false only with "latency_model": "queueing"',
+        ),
+        (
+            _set("downstreams.0.latency_tail", 1),
+            "downstreams[0].latency_tail must be a Pareto shape > 1 (e.g. 2), got 1",
+        ),
+        (_set("queues.0.timeout_ms", 0), "queues[0].timeout_ms must be a number > 0, got 0"),
     ],
 )
 def test_a_bad_scenario_names_the_key_and_what_is_wrong(
@@ -178,3 +237,18 @@ def test_the_cli_prints_one_line_for_a_bad_file(
         "queuemesh simulate: error: scenario capacity-drop.json: queues[0].batch_size must be "
         'an integer >= 1, got "ten"\n'
     )
+
+
+def test_the_latency_scenarios_are_what_their_names_say() -> None:
+    slow = load_scenario("slow-database")
+    assert slow.downstreams[0].latency_model == "queueing"
+    assert not slow.downstreams[0].answers_429
+    assert slow.queues[0].timeout_ms is not None
+    brownout = load_scenario("brownout")
+    latency = [value for _, value in brownout.downstreams[0].latency_ms]
+    assert latency == [latency[0], 2 * latency[0], latency[0]]
+    assert len(brownout.downstreams[0].capacity_rps) == 1
+    heavy = load_scenario("heavy-tail-latency")
+    assert heavy.downstreams[0].latency_tail is not None
+    assert heavy.downstreams[0].latency_model == "constant"
+    assert heavy.queues[0].timeout_ms is None

@@ -29,12 +29,17 @@ def tiny(**changes: Any) -> Scenario:
         "max_receive_count": 3,
         "max_concurrency": 20,
         "min_concurrency": 2,
+        "invocation_overhead_ms": 30,
+        "timeout_ms": None,
     }
     downstream: dict[str, Any] = {
         "name": "api",
         "capacity_rps": [[0, 1000]],
         "latency_ms": 50,
         "noise_5xx_rate": 0,
+        "latency_model": "constant",
+        "latency_tail": None,
+        "answers_429": True,
     }
     document: dict[str, Any] = {
         "name": "tiny",

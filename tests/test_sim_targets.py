@@ -1,6 +1,6 @@
-"""The targets of issue 7 on the shipped scenarios (behaviour, not timing).
+"""The targets of issue 7 on its shipped scenarios (behaviour, not timing).
 
-Every shipped scorecard scenario runs once per session under ``seed`` and ``queuemesh``, at the
+Each of those scenarios runs once per session under ``seed`` and ``queuemesh``, at the
 scenario's own seed; the assertions read the scorecards.
 """
 
@@ -13,11 +13,18 @@ import pytest
 from load.scorecard import scorecard
 from load.sim.engine import simulate
 from load.sim.policies import QueueMeshPolicy, SeedPolicy
-from load.sim.scenario import load_scenario, shipped_scenarios
+from load.sim.scenario import load_scenario
 
-# `queuemesh demo`'s scenario: sized for a live two-minute run, not for the scorecard.
-DEMO_ONLY = {"demo"}
-SCENARIOS = [name for name in shipped_scenarios() if name not in DEMO_ONLY]
+# Issue 7's scenarios. The later ones (healthy days, long recovery, latency-signalled overload)
+# come with the targets of the control law that is to meet them, and are not judged here.
+SCENARIOS = [
+    "below-floor",
+    "capacity-drop",
+    "flash-crowd",
+    "noisy",
+    "shared-downstream",
+    "slow-recovery",
+]
 # Below the floor no policy can meet drain and waste targets while capacity stays under what
 # Cmin sends; there the policy must protect the queue (no dead letters) and beat the seed rule.
 BELOW_FLOOR = "below-floor"

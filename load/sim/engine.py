@@ -17,8 +17,13 @@ What is modelled (AWS's documented behaviour where there is one):
 - A worker invocation: the poller's overhead, then one downstream call per message, in turn;
   a call answered 429 or 5xx fails its message (a partial batch response), which returns after
   the visibility timeout; one telemetry sample per invocation.
-- A downstream: answers 429 to the calls above its capacity in each second; optionally answers
-  a share of the others with a 500 that is not overload (noise); a 429 takes as long as a 200.
+- A downstream: answers 429 to the calls above its capacity in each second (unless it never
+  answers 429); optionally answers a share of the others with a 500 that is not overload
+  (noise); a 429 takes as long as a 200. Its latency is constant, or grows with load (the
+  queueing model: the no-load latency plus the calls already in progress at the downstream over
+  its capacity), optionally with a heavy (Pareto) tail. A call that takes longer than the
+  worker's client timeout ends for the worker at the timeout and fails its message like a 429;
+  the downstream still works on it until its latency has passed.
 - Telemetry: each sample reaches Kinesis after a uniform random delay in
   ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
   window (no invocation when nothing arrived). The controller also runs on a schedule (an
@@ -31,18 +36,24 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.model import Sample
-from load.sim.scenario import QueueSpec, Scenario, Schedule, value_at
+from load.sim.scenario import DownstreamSpec, QueueSpec, Scenario, Schedule, value_at
 
 # 2026-01-01T00:00:00Z: virtual time 0, as epoch seconds, for the controller and recordings.
 SIM_EPOCH = 1_767_225_600.0
 POLLER_START = 5
 POLLER_STEP_PER_S = 5
 ARRIVAL_STEP_S = 0.1
+# The queueing model's latency is at most this multiple of the no-load latency (the
+# utilisation it stands for is capped at 0.99), so that a collapse stays finite.
+MAX_QUEUEING_FACTOR = 100.0
+# The status of a call the worker gave up on at its client timeout (no answer, no HTTP status).
+TIMED_OUT = 0
 
 _CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK = range(7)
 
@@ -96,6 +107,7 @@ class QueueTrace:
     dlq_messages: int = 0
     calls_total: int = 0
     calls_rejected: int = 0
+    calls_timed_out: int = 0
     calls_noise: int = 0
     last_done_at: float | None = None
     pending_at_end: int = 0
@@ -105,6 +117,11 @@ class QueueTrace:
     cap_per_s: list[int] = field(default_factory=list)
     running_per_s: list[int] = field(default_factory=list)
     enabled_per_s: list[bool] = field(default_factory=list)
+    # Per whole second: messages left waiting at its end (visible, or invisible after a failed
+    # call), not counting those in flight; the goodput share's "work waiting".
+    waiting_end_per_s: list[int] = field(default_factory=list)
+    # Per message done: its age when done (arrival to the end of its invocation), in seconds.
+    ages_s: list[float] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -119,30 +136,77 @@ class SimResult:
 
 
 class _Downstream:
-    __slots__ = ("capacity", "latency_s", "noise", "noise_rng", "second", "used")
+    __slots__ = (
+        "answers_429",
+        "capacity",
+        "in_progress",
+        "latency_s",
+        "noise",
+        "noise_rng",
+        "queueing",
+        "second",
+        "tail_rng",
+        "tail_scale",
+        "tail_shape",
+        "used",
+    )
 
-    def __init__(self, capacity: list[float], latency_s: float, noise: list[float], seed: str):
-        self.capacity = capacity
-        self.latency_s = latency_s
-        self.noise = noise
-        self.noise_rng = random.Random(seed)
+    def __init__(self, spec: DownstreamSpec, seconds: int, seed: int) -> None:
+        self.capacity = [value_at(spec.capacity_rps, s) for s in range(seconds)]
+        self.latency_s = [value_at(spec.latency_ms, s) / 1000.0 for s in range(seconds)]
+        self.noise = [value_at(spec.noise_5xx_rate, s) for s in range(seconds)]
+        self.noise_rng = random.Random(f"{seed}:noise:{spec.name}")
+        self.tail_rng = random.Random(f"{seed}:latency:{spec.name}")
+        self.tail_shape = spec.latency_tail
+        # A Pareto factor with this minimum has a mean of 1: latency_ms stays the mean latency.
+        self.tail_scale = (
+            0.0 if spec.latency_tail is None else (spec.latency_tail - 1.0) / spec.latency_tail
+        )
+        self.queueing = spec.latency_model == "queueing"
+        self.answers_429 = spec.answers_429
+        # When each accepted call of a queueing downstream is done (a heap).
+        self.in_progress: list[float] = []
         self.second = -1
         self.used = 0
 
-    def answer(self, now: float) -> int:
-        """The status code of a call made at ``now``."""
+    def answer(self, now: float) -> tuple[int, float]:
+        """The status code of a call made at ``now``, and how long the answer takes (s)."""
         second = int(now)
         if second != self.second:
             self.second = second
             self.used = 0
         index = min(second, len(self.capacity) - 1)
-        if self.used >= self.capacity[index]:
-            return 429
+        capacity = self.capacity[index]
+        latency = self.latency_s[index]
+        if self.tail_shape is not None:
+            latency *= self.tail_scale * (1.0 - self.tail_rng.random()) ** (-1.0 / self.tail_shape)
+        if self.queueing:
+            latency = self.queued(now, latency, capacity)
+        if self.answers_429 and self.used >= capacity:
+            return 429, latency
         self.used += 1
+        if self.queueing:
+            heapq.heappush(self.in_progress, now + latency)
         noise = self.noise[index]
         if noise > 0.0 and self.noise_rng.random() < noise:
-            return 500
-        return 200
+            return 500, latency
+        return 200, latency
+
+    def queued(self, now: float, no_load_s: float, capacity: float) -> float:
+        """The latency of a call that waits behind the calls in progress, served at capacity.
+
+        ``no_load + in_progress / capacity``: with N callers in a closed loop this settles at
+        ``no_load / (1 - utilisation)`` (utilisation = throughput / capacity), the queueing
+        curve; computed from the work in progress rather than from a measured rate, it has no
+        measurement lag to oscillate on.
+        """
+        in_progress = self.in_progress
+        while in_progress and in_progress[0] <= now:
+            heapq.heappop(in_progress)
+        ceiling = no_load_s * MAX_QUEUEING_FACTOR
+        if capacity <= 0:
+            return ceiling
+        return min(ceiling, no_load_s + len(in_progress) / capacity)
 
 
 class _Queue:
@@ -151,6 +215,7 @@ class _Queue:
         "downstream",
         "enabled",
         "fresh",
+        "fresh_arrivals",
         "in_flight",
         "in_flight_messages",
         "level",
@@ -160,6 +225,7 @@ class _Queue:
         "pick_rng",
         "retry",
         "spec",
+        "timeout_s",
         "trace",
     )
 
@@ -167,8 +233,12 @@ class _Queue:
         self.spec = spec
         self.downstream = downstream
         self.trace = QueueTrace(name=spec.name, downstream=spec.downstream)
+        # Never-received messages: a count, and their arrival times as [time, count] runs,
+        # oldest first (standard queues' best-effort ordering among them).
         self.fresh = 0
-        self.retry: list[int] = []
+        self.fresh_arrivals: deque[list[float]] = deque()
+        # Messages back from a failed receive: (receive count, arrival time).
+        self.retry: list[tuple[int, float]] = []
         self.in_flight = 0
         self.in_flight_messages = 0
         self.pending_returns = 0
@@ -178,6 +248,7 @@ class _Queue:
         self.limit = self.level
         self.pick_rng = random.Random(seed)
         self.arrivals = 0
+        self.timeout_s = None if spec.timeout_ms is None else spec.timeout_ms / 1000.0
 
     def set_mapping(self, setting: MappingSetting) -> None:
         if setting.enabled and not self.enabled:
@@ -200,13 +271,31 @@ class _Queue:
     def _refresh_limit(self) -> None:
         self.limit = min(self.level, self.max_concurrency) if self.enabled else 0
 
-    def receive(self) -> list[int]:
-        """Up to one batch of visible messages (their receive counts, after this receive).
+    def arrive(self, count: int, now: float) -> None:
+        self.fresh += count
+        self.fresh_arrivals.append([now, count])
+
+    def take_fresh(self, count: int) -> list[tuple[int, float]]:
+        """The ``count`` oldest never-received messages, received once."""
+        taken: list[tuple[int, float]] = []
+        runs = self.fresh_arrivals
+        while len(taken) < count:
+            run = runs[0]
+            take = min(count - len(taken), int(run[1]))
+            taken.extend([(1, run[0])] * take)
+            run[1] -= take
+            if not run[1]:
+                runs.popleft()
+        self.fresh -= count
+        return taken
+
+    def receive(self) -> list[tuple[int, float]]:
+        """Up to one batch of visible messages: (receive count after this receive, arrival).
 
         Each pick is uniform over the visible messages: one draw both chooses between the
         never-received ones and those back from a failed receive, and indexes the latter.
         """
-        batch: list[int] = []
+        batch: list[tuple[int, float]] = []
         size = self.spec.batch_size
         limit = self.spec.max_receive_count
         retry = self.retry
@@ -214,37 +303,54 @@ class _Queue:
         while len(batch) < size:
             waiting = len(retry)
             if not waiting:
-                take = min(size - len(batch), self.fresh)
-                self.fresh -= take
-                batch.extend([1] * take)
+                batch.extend(self.take_fresh(min(size - len(batch), self.fresh)))
                 break
             point = draw() * (self.fresh + waiting)
             if point >= waiting:
-                self.fresh -= 1
-                batch.append(1)
+                batch.extend(self.take_fresh(1))
                 continue
             index = int(point)
             retry[index], retry[-1] = retry[-1], retry[index]
-            count = retry.pop()
+            count, arrived = retry.pop()
             if count >= limit:
                 self.trace.dlq_messages += 1
                 continue
-            batch.append(count + 1)
+            batch.append((count + 1, arrived))
         return batch
+
+    @property
+    def waiting(self) -> int:
+        """Messages not done and not in flight: visible, or invisible after a failed call."""
+        return self.fresh + len(self.retry) + self.pending_returns
 
 
 class _Invocation:
-    __slots__ = ("failed", "messages", "next_call", "noise", "ok", "queue", "rejected", "started")
+    __slots__ = (
+        "busy_ms",
+        "done_arrivals",
+        "failed",
+        "messages",
+        "next_call",
+        "noise",
+        "ok",
+        "queue",
+        "rejected",
+        "started",
+        "timed_out",
+    )
 
-    def __init__(self, queue: _Queue, messages: list[int], started: float) -> None:
+    def __init__(self, queue: _Queue, messages: list[tuple[int, float]], started: float) -> None:
         self.queue = queue
         self.messages = messages
         self.started = started
         self.next_call = 0
         self.ok = 0
         self.rejected = 0
+        self.timed_out = 0
         self.noise = 0
-        self.failed: list[int] = []
+        self.busy_ms = 0.0
+        self.failed: list[tuple[int, float]] = []
+        self.done_arrivals: list[float] = []
 
 
 def arrived_by(backlog: int, arrivals: Schedule, t: float) -> int:
@@ -286,13 +392,7 @@ class _Run:
         seconds = math.ceil(scenario.duration_s) + 1
         self.seconds = seconds
         self.downstreams = {
-            spec.name: _Downstream(
-                [value_at(spec.capacity_rps, s) for s in range(seconds)],
-                spec.latency_ms / 1000.0,
-                [value_at(spec.noise_5xx_rate, s) for s in range(seconds)],
-                f"{seed}:noise:{spec.name}",
-            )
-            for spec in scenario.downstreams
+            spec.name: _Downstream(spec, seconds, seed) for spec in scenario.downstreams
         }
         self.queues = [
             _Queue(spec, self.downstreams[spec.downstream], f"{seed}:sqs:{spec.name}")
@@ -355,9 +455,8 @@ class _Run:
             arrival, _, sample = heapq.heappop(self.in_transit)
             self.deliveries.append(TelemetryDelivery(arrival, sample))
         for queue in self.queues:
-            queue.trace.pending_at_end = (
-                queue.fresh + len(queue.retry) + queue.pending_returns + queue.in_flight_messages
-            )
+            queue.trace.pending_at_end = queue.waiting + queue.in_flight_messages
+            queue.trace.waiting_end_per_s.append(queue.waiting)
         return SimResult(
             scenario=scenario,
             policy=self.policy.name,
@@ -385,26 +484,35 @@ class _Run:
 
     def call(self, now: float, invocation: _Invocation) -> None:
         queue = invocation.queue
-        downstream = queue.downstream
-        status = downstream.answer(now)
+        status, latency = queue.downstream.answer(now)
+        timeout = queue.timeout_s
+        if timeout is not None and latency > timeout:
+            status, latency = TIMED_OUT, timeout
         trace = queue.trace
         second = int(now)
         trace.calls_total += 1
         trace.calls_per_s[second] += 1
+        message = invocation.messages[invocation.next_call]
         if status == 200:
             invocation.ok += 1
+            invocation.done_arrivals.append(message[1])
             trace.ok_per_s[second] += 1
         else:
-            invocation.failed.append(invocation.messages[invocation.next_call])
-            if status == 429:
-                invocation.rejected += 1
+            invocation.failed.append(message)
+            if status == 429 or status == TIMED_OUT:
+                if status == 429:
+                    invocation.rejected += 1
+                else:
+                    invocation.timed_out += 1
+                    trace.calls_timed_out += 1
                 trace.calls_rejected += 1
                 trace.rejected_per_s[second] += 1
             else:
                 invocation.noise += 1
                 trace.calls_noise += 1
+        invocation.busy_ms += latency * 1000.0
         invocation.next_call += 1
-        answered = now + downstream.latency_s
+        answered = now + latency
         if invocation.next_call < len(invocation.messages):
             self.push(answered, _CALL, invocation)
         else:
@@ -418,32 +526,40 @@ class _Run:
         if invocation.ok:
             trace.messages_done += invocation.ok
             trace.last_done_at = now
+            trace.ages_s.extend(now - arrived for arrived in invocation.done_arrivals)
         if invocation.failed:
             queue.pending_returns += len(invocation.failed)
             returns_at = max(now, invocation.started + queue.spec.visibility_timeout_s)
             self.push(returns_at, _RETURN, (queue, invocation.failed))
+        low, high = self.scenario.telemetry_delay_s
+        arrival = now + self.delay_rng.uniform(low, high)
+        self.sequence += 1
+        heapq.heappush(self.in_transit, (arrival, self.sequence, self.sample(invocation, now)))
+        self.dispatch(queue, now)
+
+    def sample(self, invocation: _Invocation, now: float) -> Sample:
+        """The one place an invocation becomes telemetry (what its worker would emit).
+
+        ``invocation.timed_out`` is not on the sample: the telemetry schema has no member for
+        client-side timeouts yet, so they count in ``requests`` only (a failure the controller
+        cannot classify). When the schema gains one, it is set here.
+        """
         calls = len(invocation.messages)
-        busy_ms = calls * queue.downstream.latency_s * 1000.0
-        sample = Sample(
-            queue=queue.spec.name,
+        return Sample(
+            queue=invocation.queue.spec.name,
             event_time=SIM_EPOCH + now,
             requests=calls,
             ok=invocation.ok,
             throttled=invocation.rejected,
             server_errors=invocation.noise,
             overloaded=0,
-            latency_ms_sum=busy_ms,
+            latency_ms_sum=invocation.busy_ms,
             latency_count=calls,
-            invocation_ms=busy_ms,
-            downstream=queue.spec.downstream,
+            invocation_ms=invocation.busy_ms,
+            downstream=invocation.queue.spec.downstream,
         )
-        low, high = self.scenario.telemetry_delay_s
-        arrival = now + self.delay_rng.uniform(low, high)
-        self.sequence += 1
-        heapq.heappush(self.in_transit, (arrival, self.sequence, sample))
-        self.dispatch(queue, now)
 
-    def returned(self, now: float, payload: tuple[_Queue, list[int]]) -> None:
+    def returned(self, now: float, payload: tuple[_Queue, list[tuple[int, float]]]) -> None:
         queue, counts = payload
         queue.pending_returns -= len(counts)
         queue.retry.extend(counts)
@@ -454,7 +570,7 @@ class _Run:
             spec = queue.spec
             total = arrived_by(spec.backlog, spec.arrivals_rps, now)
             if total > queue.arrivals:
-                queue.fresh += total - queue.arrivals
+                queue.arrive(total - queue.arrivals, now)
                 queue.trace.messages_total = total
                 queue.arrivals = total
                 self.dispatch(queue, now)
@@ -466,9 +582,10 @@ class _Run:
         """The once-a-second housekeeping; ``True`` when nothing is left to happen."""
         finished = now > self.arrivals_over
         for queue in self.queues:
-            if second:
-                queue.scale()
             trace = queue.trace
+            if second:
+                trace.waiting_end_per_s.append(queue.waiting)
+                queue.scale()
             trace.cap_per_s.append(queue.max_concurrency)
             trace.running_per_s.append(queue.in_flight)
             trace.enabled_per_s.append(queue.enabled)

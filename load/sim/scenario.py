@@ -3,8 +3,9 @@
 A scenario is JSON (see ARCHITECTURE.md, "Scenario files"): times in seconds from the start,
 schedules as ``[[t, value], ...]`` steps. Keys beyond the contract's are optional and keep their
 meaning everywhere: ``description``, ``kinesis_batch_window_s``, ``controller_schedule_s`` (the
-scenario-level ones), ``noise_5xx_rate`` (per downstream) and ``invocation_overhead_ms`` (per
-queue).
+scenario-level ones); per downstream ``noise_5xx_rate``, ``latency_model``, ``latency_tail`` and
+``answers_429`` (and ``latency_ms`` may be a schedule); per queue ``invocation_overhead_ms`` and
+``timeout_ms``. docs/simulator.md says what each one means.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ DEFAULT_KINESIS_BATCH_WINDOW_S = 1.0
 # The controller also runs on a schedule (an EventBridge rule; rate(1 minute) is the shortest),
 # so a paused mapping, which emits no telemetry, is still looked at.
 DEFAULT_CONTROLLER_SCHEDULE_S = 60.0
+# How a downstream's latency responds to load: "constant" (the contract's model) or "queueing"
+# (latency grows as the recent calls approach the capacity).
+LATENCY_MODELS = ("constant", "queueing")
 
 
 class ScenarioError(ValueError):
@@ -37,8 +41,12 @@ class ScenarioError(ValueError):
 class DownstreamSpec:
     name: str
     capacity_rps: Schedule
-    latency_ms: float
+    latency_ms: Schedule
     noise_5xx_rate: Schedule = ((0.0, 0.0),)
+    latency_model: str = "constant"
+    # The Pareto shape of each call's latency around ``latency_ms`` (its mean); None: no tail.
+    latency_tail: float | None = None
+    answers_429: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +61,8 @@ class QueueSpec:
     max_concurrency: int
     min_concurrency: int
     invocation_overhead_ms: float = DEFAULT_INVOCATION_OVERHEAD_MS
+    # The worker's client timeout per downstream call; None: the client waits for the answer.
+    timeout_ms: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +138,15 @@ _SCENARIO_KEYS = {
     "downstreams",
     "queues",
 }
-_DOWNSTREAM_KEYS = {"name", "capacity_rps", "latency_ms", "noise_5xx_rate"}
+_DOWNSTREAM_KEYS = {
+    "name",
+    "capacity_rps",
+    "latency_ms",
+    "noise_5xx_rate",
+    "latency_model",
+    "latency_tail",
+    "answers_429",
+}
 _QUEUE_KEYS = {
     "name",
     "downstream",
@@ -140,6 +158,7 @@ _QUEUE_KEYS = {
     "max_concurrency",
     "min_concurrency",
     "invocation_overhead_ms",
+    "timeout_ms",
 }
 _MISSING = object()
 
@@ -220,21 +239,40 @@ class _Reader:
         if not isinstance(item, dict):
             raise self.fail(path, "must be an object", item)
         self._known_keys(item, _DOWNSTREAM_KEYS, path)
-        noise = item.get("noise_5xx_rate", 0.0)
+        if "latency_ms" not in item:
+            raise self.fail(f"{path}.latency_ms", "is required (a number > 0, or a schedule)")
+        model = item.get("latency_model", "constant")
+        if model not in LATENCY_MODELS:
+            raise self.fail(
+                f"{path}.latency_model", f"must be one of {', '.join(LATENCY_MODELS)}", model
+            )
+        answers_429 = item.get("answers_429", True)
+        if not isinstance(answers_429, bool):
+            raise self.fail(f"{path}.answers_429", "must be true or false", answers_429)
+        if not answers_429 and model != "queueing":
+            raise self.fail(
+                f"{path}.answers_429",
+                'may be false only with "latency_model": "queueing" (else nothing limits the '
+                "downstream)",
+                answers_429,
+            )
+        tail = item.get("latency_tail")
         return DownstreamSpec(
             name=self._text(item, "name", path),
             capacity_rps=self._schedule(item, "capacity_rps", path, "a number >= 0", 0.0),
-            latency_ms=float(
-                self._number(item, "latency_ms", path, lambda v: v > 0, "a number > 0")
+            latency_ms=self._number_or_schedule(
+                item, "latency_ms", path, "a number > 0", 0.0, exclusive=True
             ),
-            noise_5xx_rate=self._schedule(
-                {"noise_5xx_rate": [[0, noise]] if _is_number(noise) else noise},
-                "noise_5xx_rate",
-                path,
-                "a number in [0, 1]",
-                0.0,
-                upper=1.0,
+            noise_5xx_rate=self._number_or_schedule(
+                item, "noise_5xx_rate", path, "a number in [0, 1]", 0.0, upper=1.0, default=0.0
             ),
+            latency_model=model,
+            latency_tail=None
+            if tail is None
+            else self._number(
+                item, "latency_tail", path, lambda v: v > 1, "a Pareto shape > 1 (e.g. 2)"
+            ),
+            answers_429=answers_429,
         )
 
     def _queue(self, item: object, path: str, downstreams: set[str]) -> QueueSpec:
@@ -276,6 +314,9 @@ class _Reader:
                     default=DEFAULT_INVOCATION_OVERHEAD_MS,
                 )
             ),
+            timeout_ms=None
+            if item.get("timeout_ms") is None
+            else self._number(item, "timeout_ms", path, lambda v: v > 0, "a number > 0"),
         )
 
     def _known_keys(self, item: Mapping[str, Any], known: set[str], path: str) -> None:
@@ -364,6 +405,24 @@ class _Reader:
             raise self.fail("telemetry_delay_s", f"must be {shape}", value)
         return float(value[0]), float(value[1])
 
+    def _number_or_schedule(
+        self,
+        item: Mapping[str, Any],
+        key: str,
+        path: str,
+        value_expectation: str,
+        lower: float,
+        upper: float = math.inf,
+        default: float | None = None,
+        exclusive: bool = False,
+    ) -> Schedule:
+        """A schedule, or one number meaning that value from t=0 on."""
+        value = item.get(key, default)
+        steps = [[0, value]] if _is_number(value) else value
+        return self._schedule(
+            {key: steps}, key, path, value_expectation, lower, upper, exclusive=exclusive
+        )
+
     def _schedule(
         self,
         item: Mapping[str, Any],
@@ -372,7 +431,9 @@ class _Reader:
         value_expectation: str,
         lower: float,
         upper: float = math.inf,
+        exclusive: bool = False,
     ) -> Schedule:
+        """Steps whose values lie in [lower, upper] (in (lower, upper] when ``exclusive``)."""
         where = f"{path}.{key}" if path else key
         value = item.get(key, _MISSING)
         shape = "a list of [t, value] steps starting at t=0"
@@ -392,7 +453,11 @@ class _Reader:
                 raise self.fail(f"{step_path}[0]", "must be 0 (a schedule starts at t=0)", start)
             if steps and start <= steps[-1][0]:
                 raise self.fail(f"{step_path}[0]", "must be later than the step before it", start)
-            if not _is_number(step_value) or not lower <= step_value <= upper:
+            if (
+                not _is_number(step_value)
+                or not lower <= step_value <= upper
+                or (exclusive and step_value == lower)
+            ):
                 raise self.fail(f"{step_path}[1]", f"must be {value_expectation}", step_value)
             steps.append((float(start), float(step_value)))
         return tuple(steps)

@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import IO
 
 from load.progress import Progress
-from load.simulate import POLICY_NAMES, render_table, run_policies
+from load.simulate import (
+    POLICY_NAMES,
+    parse_seeds,
+    render_seed_table,
+    render_table,
+    run_policies,
+    run_seeds,
+)
 from stack.errors import CliError
 
 
@@ -46,6 +53,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="the queuemesh policy's limit algorithm (default: the simulator's, 'adaptive')",
     )
     parser.add_argument("--seed", type=int, metavar="N", help="override the scenario's seed")
+    parser.add_argument(
+        "--seeds",
+        metavar="LIST",
+        help="run every seed of a range or list (1-10, 3,5,8) and print the totals' mean and worst",
+    )
     parser.add_argument(
         "--json", action="store_true", help="print the scorecard JSON instead of a table"
     )
@@ -82,6 +94,20 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         )
     algorithm = args.algorithm or DEFAULT_ALGORITHM
     _check_algorithm(algorithm)
+    if args.seeds is not None:
+        if args.seed is not None or args.plot or args.record:
+            raise CliError("--seeds runs many seeds: leave out --seed, --plot and --record")
+        try:
+            seeds = parse_seeds(args.seeds)
+        except ValueError as error:
+            raise CliError(f"--seeds {args.seeds!r}: {error}") from error
+        summaries = run_seeds(scenarios, policies, algorithm, seeds)
+        if args.json:
+            stream.write(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
+            stream.write("\n")
+        else:
+            stream.write(render_seed_table(summaries))
+        return 0
 
     with Progress.for_command("simulate", json_output=args.json, stdout=stream) as progress:
         runs = run_policies(scenarios, policies, algorithm, args.seed, progress.update)
