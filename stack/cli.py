@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "load.record",
     "load.replay",
     "load.simulate",
+    "stack.dashboard",
     "stack.demo",
     "stack.ops",
 )

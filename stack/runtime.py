@@ -40,6 +40,7 @@ from typing import Any
 
 from load.recording import RecordedLine, kinesis_event
 from stack.emulator import ACCOUNT, Deployment, EmbeddedAws, QueueBinding
+from stack.metrics import EmfMetricsPublisher
 
 INITIAL_POLLERS = 5
 POLLERS_ADDED_PER_SECOND = 5
@@ -279,11 +280,15 @@ def _container_main(
 
 class LogShipper:
     """PutLogEvents of each invocation's lines into the function's log group (one call per
-    invocation: the subscription delivers one Kinesis record per call)."""
+    invocation: the subscription delivers one Kinesis record per call); the EMF documents among
+    them become metrics, as CloudWatch Logs makes them in AWS."""
 
-    def __init__(self, logs_client: Any, log_group: str) -> None:
+    def __init__(
+        self, logs_client: Any, log_group: str, metrics: EmfMetricsPublisher | None = None
+    ) -> None:
         self._logs = logs_client
         self._log_group = log_group
+        self._metrics = metrics
         self._streams: set[str] = set()
         self._lock = threading.Lock()
         self.calls = 0
@@ -305,6 +310,8 @@ class LogShipper:
         )
         with self._lock:
             self.calls += 1
+        if self._metrics is not None:
+            self._metrics.publish(lines)
 
 
 # -- SQS event source mapping --------------------------------------------------------------
@@ -874,7 +881,8 @@ class LocalRuntime:
             )
         )
         self._pools.append(controller)
-        controller_logs = LogShipper(logs, self._controller_log_group)
+        metrics = EmfMetricsPublisher(aws.client("cloudwatch"))
+        controller_logs = LogShipper(logs, self._controller_log_group, metrics)
         self.stream = StreamPoller(
             aws,
             deployment.stream_name,
@@ -901,7 +909,7 @@ class LocalRuntime:
                 aws,
                 binding,
                 workers[binding.function_name],
-                LogShipper(logs, deployment.worker_log_group),
+                LogShipper(logs, deployment.worker_log_group, metrics),
                 on_error=self._on_error,
             ).start()
         self.schedules = ScheduleRunner(
