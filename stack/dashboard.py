@@ -32,7 +32,7 @@ DEFAULT_WINDOW = "3h"  # the CloudWatch console's default time range
 DEFAULT_REFRESH_S = 10.0
 # Several browser tabs polling at once share one evaluation at most this often.
 MIN_EVALUATION_INTERVAL_S = 1.0
-TRANSITIONS_SHOWN = 30
+TRANSITIONS_SHOWN = 30  # per queue, the most recent
 STOP_JOIN_S = 5.0
 
 
@@ -149,11 +149,13 @@ class DashboardSource:
         try:
             for row in self._ops.status():
                 queues.append(row.to_json())
-                for entry in self._ops.ledger.audit_trail(row.queue, since=start):
-                    transitions.append({"queue": row.queue, **audit_json(entry)})
+                trail = self._ops.ledger.audit_trail(row.queue, since=start)
+                transitions.extend(
+                    {"queue": row.queue, **audit_json(entry)}
+                    for entry in reversed(trail[-TRANSITIONS_SHOWN:])
+                )
         except Exception as error:
             errors.append(f"ledger {self.table}: {error}")
-        transitions.sort(key=lambda item: item["timestamp"], reverse=True)
         return {
             "name": self.name,
             "stack": self.stack.name,
@@ -171,7 +173,7 @@ class DashboardSource:
             "ledger": {
                 "table": self.table,
                 "queues": queues,
-                "transitions": transitions[:TRANSITIONS_SHOWN],
+                "transitions": transitions,
             },
             "errors": errors,
         }

@@ -191,7 +191,6 @@ class Search:
     metric: str
     stat: str
     period_s: int
-    label: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +232,7 @@ class Widget:
         }
 
 
-def parse_search(expression: str, label: str = "") -> Search:
+def parse_search(expression: str) -> Search:
     """The SEARCH subset the template uses; anything else is a ``DashboardError``."""
     match = _SEARCH.match(expression.strip())
     query = _SEARCH_QUERY.match(match.group("query").strip()) if match else None
@@ -251,7 +250,6 @@ def parse_search(expression: str, label: str = "") -> Search:
         metric=query.group("metric"),
         stat=match.group("stat"),
         period_s=int(match.group("period")),
-        label=label,
     )
 
 
@@ -293,9 +291,9 @@ def _queries(title: str, properties: Mapping[str, Any]) -> Iterator[Search | Met
             raise DashboardError(f"widget {title!r}: a metrics entry is not a list")
         options = line[-1] if isinstance(line[-1], dict) else {}
         names = [str(item) for item in (line[:-1] if options else line)]
-        label = str(options.get("label", ""))
         if "expression" in options:
-            yield parse_search(str(options["expression"]), label)
+            # A search's lines are named by what they find (see _label).
+            yield parse_search(str(options["expression"]))
             continue
         if len(names) < 2 or len(names) % 2:
             raise DashboardError(
@@ -308,7 +306,7 @@ def _queries(title: str, properties: Mapping[str, Any]) -> Iterator[Search | Met
             dimensions=tuple(zip(names[2::2], names[3::2], strict=True)),
             stat=str(options.get("stat", widget_stat)),
             period_s=int(options.get("period", widget_period)),
-            label=label,
+            label=str(options.get("label", "")),
         )
 
 

@@ -60,8 +60,8 @@ LEDGER_ROWS = """JSON.stringify({
   queues: [...document.querySelectorAll('#queues tbody tr')].map(r =>
     [...r.children].map(c => c.textContent)),
   transitions: [...document.querySelectorAll('#transitions tbody tr[data-queue]')].map(r =>
-    ({queue: r.dataset.queue, change: r.children[2].textContent,
-      reason: r.children[3].textContent}))})"""
+    ({queue: r.dataset.queue, change: r.children[1].textContent,
+      reason: r.children[2].textContent}))})"""
 
 
 def metric_data(endpoint: str, line: dict[str, Any], start: float, end: float) -> list[Any]:
