@@ -434,7 +434,7 @@ class MetricsReader:
 
 
 def _label(lines: list[Series]) -> None:
-    """Labels for lines without one: the dimension values (a queue's name), with the metric
+    """Labels for lines without one: the dimension values (a queue's name), after the metric
     name when the widget shows several metrics or one metric with no dimension to tell apart."""
     metrics = {line.metric for line in lines}
     for line in lines:
@@ -442,6 +442,6 @@ def _label(lines: list[Series]) -> None:
             continue
         values = " ".join(value for _, value in line.dimensions)
         if len(metrics) > 1 or not values:
-            line.label = f"{values} {line.metric}".strip()
+            line.label = f"{line.metric} {values}".strip()
         else:
             line.label = values
