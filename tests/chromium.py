@@ -107,7 +107,12 @@ class Chromium:
         raise TimeoutError(f"{method}: no answer in {CALL_TIMEOUT_S:.0f} s")
 
     def navigate(self, url: str) -> None:
+        """Open ``url`` and wait until the document has loaded."""
         self.call("Page.navigate", url=url)
+        self.wait_for(
+            f"location.href === {json.dumps(url)} && document.readyState === 'complete'",
+            START_TIMEOUT_S,
+        )
 
     def evaluate(self, expression: str) -> Any:
         answer = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
