@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stack.commands.record",
     "stack.commands.replay",
     "stack.commands.simulate",
+    "stack.dashboard",
     "stack.demo",
     "stack.commands.ops",
 )

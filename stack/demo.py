@@ -17,7 +17,7 @@ import math
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -31,6 +31,10 @@ VIEW_REFRESH_S = 1.0
 PLAIN_VIEW_EVERY_S = 5.0
 RATE_WINDOW_S = 3
 DEFAULT_GRACE_S = 60.0
+# The demo lasts two minutes: the dashboard shows it from its start, in 5 s periods (moto keeps
+# every data point, so periods under a minute work here; see docs/dashboard.md).
+DASHBOARD_PERIOD_S = 5
+DASHBOARD_REFRESH_S = 2.0
 
 
 def register(subparsers: Any) -> None:
@@ -80,6 +84,12 @@ def register(subparsers: Any) -> None:
         metavar="JSONL",
         help="also write the telemetry stream as a recording (for queuemesh replay)",
     )
+    parser.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="also serve the template's dashboard and the ledger on 127.0.0.1 (its URL is "
+        "printed); it stays up after the summary until Ctrl-C",
+    )
     parser.set_defaults(func=run)
 
 
@@ -106,7 +116,18 @@ def run(args: argparse.Namespace) -> int:
     live = not args.headless and not args.json and out.isatty()
     template = Path(args.template) if args.template else None
     record = Path(args.record) if args.record else None
-    result = run_demo(
+
+    def report(result: dict[str, Any]) -> None:
+        if plot is not None:
+            result["plot"] = str(write_plot(result, plot))
+        if args.json:
+            print(json.dumps(result, indent=2, default=str), flush=True)
+        else:
+            print_summary(result, out)
+        if args.dashboard:
+            _hold_dashboard(result["dashboard"], sys.stderr if args.json else out)
+
+    run_demo(
         scenario,
         duration,
         args.grace,
@@ -114,14 +135,20 @@ def run(args: argparse.Namespace) -> int:
         template=template,
         record=record,
         algorithm=args.algorithm,
+        dashboard=args.dashboard,
+        on_result=report,
     )
-    if plot is not None:
-        result["plot"] = str(write_plot(result, plot))
-    if args.json:
-        print(json.dumps(result, indent=2, default=str))
-    else:
-        print_summary(result, out)
     return 0
+
+
+def _hold_dashboard(url: str, out: TextIO) -> None:
+    """Keep the stack and the page up for a look after the run, until Ctrl-C."""
+    out.write(f"queuemesh demo: the dashboard stays up at {url}; Ctrl-C to stop\n")
+    out.flush()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        out.write("queuemesh demo: stopping\n")
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -200,13 +227,17 @@ def run_demo(
     template: Path | None = None,
     record: Path | None = None,
     algorithm: str | None = None,
+    dashboard: bool = False,
+    on_result: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Deploy, run and tear down; every server, thread and process stops before it returns
-    (also on Ctrl-C)."""
+    (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
+    view); ``on_result`` gets the result while everything still runs."""
     from controller.ledger import DynamoLedger
     from load.downstream import Downstream, DownstreamSpec
     from load.recording import RecordedLine
     from load.sim.scenario import value_at
+    from stack.dashboard import DashboardServer, DashboardSettings, DashboardSource
     from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
     from stack.runtime import LocalRuntime
 
@@ -231,6 +262,7 @@ def run_demo(
     aws = EmbeddedAws()
     runtime: LocalRuntime | None = None
     producer: Producer | None = None
+    page: DashboardServer | None = None
     errors: list[str] = []
     wall_started = time.monotonic()
     recording = contextlib.ExitStack()
@@ -271,6 +303,24 @@ def run_demo(
         producer.send(spec.backlog, first=0)
         view.note(f"stack {deployment.stack_name} deployed; {producer.sent} messages in the queue")
         ledger = DynamoLedger(deployment.table_name, client=aws.client("dynamodb"))
+        if dashboard:
+            settings = DashboardSettings(
+                window_s=math.inf,
+                start=time.time() - DASHBOARD_PERIOD_S,
+                period_s=DASHBOARD_PERIOD_S,
+                refresh_s=DASHBOARD_REFRESH_S,
+            )
+            source = DashboardSource(
+                aws.client,
+                deployment.stack_name,
+                template or DEFAULT_TEMPLATE,
+                deployment.table_name,
+                settings,
+                target=aws.endpoint,
+            )
+            page = DashboardServer(source)
+            view.dashboard = page.start()
+            view.note(f"dashboard on {view.dashboard}")
         origin = time.monotonic()
         runtime = LocalRuntime(aws, deployment, on_error=errors.append, on_record=on_record).start()
         producer.start(clock)
@@ -319,7 +369,9 @@ def run_demo(
         ended_at = clock()
         runtime.stop()
         endpoints = {"aws": aws.endpoint, "downstream": downstream.url}
-        return endpoints | _result(
+        if page is not None:
+            endpoints["dashboard"] = page.url
+        result = endpoints | _result(
             scenario,
             policy,
             duration_s,
@@ -335,12 +387,17 @@ def run_demo(
             origin,
             errors,
         )
+        if on_result is not None:
+            on_result(result)
+        return result
     finally:
         view.close()
         if producer is not None:
             producer.stop()
         if runtime is not None:
             runtime.stop()
+        if page is not None:
+            page.stop()
         aws.stop()
         downstream.stop()
         recording.close()
@@ -503,6 +560,7 @@ class LiveView:
         self._live = live
         self._drawn = 0
         self._last_plain = -math.inf
+        self.dashboard: str | None = None
 
     def note(self, message: str) -> None:
         self._out.write(f"queuemesh demo: {message}\n")
@@ -554,6 +612,8 @@ class LiveView:
             f"{_colour(share)}{share:6.1%}\x1b[0m   state \x1b[1m{state_name}\x1b[0m",
             f"  last decision: {reason[:100]}",
         ]
+        if self.dashboard is not None:
+            lines.append(f"  dashboard: {self.dashboard}")
         if self._drawn:
             self._out.write(f"\x1b[{self._drawn}F")
         for line in lines:

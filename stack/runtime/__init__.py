@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stack.emulator import Deployment, EmbeddedAws
+from stack.metrics import EmfMetricsPublisher
 from stack.runtime.containers import ContainerPool, FunctionSpec, InvocationFailed
 from stack.runtime.kinesis_poller import StreamPoller, first_failure
 from stack.runtime.logs import LogShipper, ensure_log_group
@@ -83,7 +84,8 @@ class LocalRuntime:
             )
         )
         self._pools.append(controller)
-        controller_logs = LogShipper(logs, self._controller_log_group)
+        metrics = EmfMetricsPublisher(aws.client("cloudwatch"))
+        controller_logs = LogShipper(logs, self._controller_log_group, metrics)
         self.stream = StreamPoller(
             aws,
             deployment.stream_name,
@@ -114,7 +116,7 @@ class LocalRuntime:
                 aws,
                 binding,
                 workers[binding.function_name],
-                LogShipper(logs, deployment.worker_log_group),
+                LogShipper(logs, deployment.worker_log_group, metrics),
                 on_error=self._on_error,
             ).start()
         self.schedules = ScheduleRunner(

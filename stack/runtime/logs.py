@@ -8,14 +8,20 @@ import threading
 import time
 from typing import Any
 
+from stack.metrics import EmfMetricsPublisher
+
 
 class LogShipper:
     """PutLogEvents of each invocation's lines into the function's log group (one call per
-    invocation: the subscription delivers one Kinesis record per call)."""
+    invocation: the subscription delivers one Kinesis record per call); the EMF documents among
+    them become metrics, as CloudWatch Logs makes them in AWS."""
 
-    def __init__(self, logs_client: Any, log_group: str) -> None:
+    def __init__(
+        self, logs_client: Any, log_group: str, metrics: EmfMetricsPublisher | None = None
+    ) -> None:
         self._logs = logs_client
         self._log_group = log_group
+        self._metrics = metrics
         self._streams: set[str] = set()
         self._lock = threading.Lock()
         self.calls = 0
@@ -37,6 +43,8 @@ class LogShipper:
         )
         with self._lock:
             self.calls += 1
+        if self._metrics is not None:
+            self._metrics.publish(lines)
 
 
 def ensure_log_group(logs: Any, name: str) -> None:

@@ -1,0 +1,262 @@
+"""`queuemesh dashboard`: the template's body for a stack, SEARCH evaluation, the command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stack.cli import main
+from stack.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
+from stack.metrics import EmfMetricsPublisher
+from stack.template import load_template
+from stack.widgets import (
+    DashboardError,
+    MetricLine,
+    MetricsReader,
+    Search,
+    StackFacts,
+    dashboard_body,
+    dashboard_name,
+    parse_search,
+    parse_widgets,
+    valid_period,
+)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STACK = StackFacts(
+    name="prod",
+    region="eu-west-1",
+    account_id="111122223333",
+    physical={
+        "ControllerFunction": "prod-ControllerFunction-ABC",
+        "ExampleDeadLetterQueue": "https://sqs.eu-west-1.amazonaws.com/111122223333/prod-dlq",
+        "ControllerFailureQueue": "https://sqs.eu-west-1.amazonaws.com/111122223333/prod-fail",
+    },
+)
+
+
+# -- the body, for one stack -----------------------------------------------------------------
+
+
+def test_the_body_is_the_templates_with_the_stacks_names() -> None:
+    template = load_template(DEFAULT_TEMPLATE)
+    body = dashboard_body(template, STACK)
+    widgets = parse_widgets(body)
+    assert dashboard_name(template, STACK) == "prod-queuemesh"
+    assert {widget["properties"]["region"] for widget in body["widgets"]} == {"eu-west-1"}
+    lines = [q for w in widgets for q in w.queries if isinstance(q, MetricLine)]
+    assert (
+        MetricLine(
+            "AWS/Lambda", "Errors", (("FunctionName", "prod-ControllerFunction-ABC"),), "Sum", 60
+        )
+        in lines
+    )
+    dead_letters = {q.dimensions for q in lines if q.metric.startswith("Approximate")}
+    assert dead_letters == {(("QueueName", "prod-dlq"),), (("QueueName", "prod-fail"),)}
+    [concurrency] = [w for w in widgets if w.title.startswith("MaximumConcurrency")]
+    assert concurrency.queries == (
+        Search("QueueMeshController", ("QueueName",), "MaximumConcurrency", "Maximum", 60),
+    )
+
+
+def test_sub_variables_the_stack_lacks_are_named() -> None:
+    template = load_template(DEFAULT_TEMPLATE)
+    with pytest.raises(DashboardError, match="ControllerFunction"):
+        dashboard_body(template, StackFacts(name="prod", region="eu-west-1"))
+    with pytest.raises(DashboardError, match="one AWS::CloudWatch::Dashboard"):
+        dashboard_body({"Resources": {}}, STACK)
+
+
+def test_the_search_subset() -> None:
+    assert parse_search(
+        """SEARCH('{QueueMesh,QueueName,Downstream} MetricName="Downstream429"', 'Sum', 60)"""
+    ) == Search("QueueMesh", ("QueueName", "Downstream"), "Downstream429", "Sum", 60)
+    assert parse_search("""SEARCH('{"AWS/Lambda"} MetricName="Errors"', 'p99', 300)""") == (
+        Search("AWS/Lambda", (), "Errors", "p99", 300)
+    )
+    for unsupported in (
+        "SEARCH('Namespace=\"QueueMesh\" Downstream429', 'Sum', 60)",
+        "SEARCH('{QueueMesh,QueueName} MetricName=\"X\"', 'Sum')",
+        "SUM(METRICS())",
+        "SEARCH('{,QueueName} MetricName=\"X\"', 'Sum', 60)",
+    ):
+        with pytest.raises(DashboardError, match=r"unsupported|empty name"):
+            parse_search(unsupported)
+
+
+def test_getmetricdata_periods() -> None:
+    assert [p for p in range(1, 200) if valid_period(p)] == [1, 5, 10, 30, 60, 120, 180]
+
+
+# -- SEARCH evaluated against CloudWatch (the local stack's) ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[EmbeddedAws]:
+    with EmbeddedAws() as emulator:
+        yield emulator
+
+
+def emf(namespace: str, stamp_s: float, dimensions: dict[str, str], **values: Any) -> str:
+    return json.dumps(
+        {
+            "_aws": {
+                "Timestamp": int(stamp_s * 1000),
+                "CloudWatchMetrics": [
+                    {
+                        "Namespace": namespace,
+                        "Dimensions": [list(dimensions)],
+                        "Metrics": [{"Name": name} for name in values],
+                    }
+                ],
+            },
+            **dimensions,
+            **values,
+        }
+    )
+
+
+def test_search_finds_exactly_its_schema_one_line_per_queue(aws: EmbeddedAws) -> None:
+    now = time.time() // 60 * 60 - 600
+    EmfMetricsPublisher(aws.client("cloudwatch")).publish(
+        [
+            emf("SearchTest", now + 1, {"QueueName": "orders"}, Depth=10),
+            emf("SearchTest", now + 2, {"QueueName": "orders"}, Depth=30),
+            emf("SearchTest", now + 61, {"QueueName": "orders"}, Depth=5),
+            emf("SearchTest", now + 3, {"QueueName": "billing"}, Depth=7),
+            # Another schema: a SEARCH for {SearchTest,QueueName} does not match it.
+            emf("SearchTest", now + 4, {"QueueName": "orders", "Host": "a"}, Depth=99),
+            emf("SearchTest", now + 5, {"QueueName": "orders"}, Other=1),
+        ]
+    )
+    search = parse_search("""SEARCH('{SearchTest,QueueName} MetricName="Depth"', 'Maximum', 60)""")
+    reader = MetricsReader(aws.client("cloudwatch"))
+    assert reader.found(search) == [(("QueueName", "billing"),), (("QueueName", "orders"),)]
+    widgets = parse_widgets(
+        {
+            "widgets": [
+                {
+                    "type": "metric",
+                    "properties": {
+                        "title": "depth",
+                        "metrics": [
+                            [{"expression": search_expression(search)}],
+                            [
+                                "SearchTest",
+                                "Depth",
+                                "QueueName",
+                                "orders",
+                                "Host",
+                                "a",
+                                {"label": "host a"},
+                            ],
+                        ],
+                    },
+                }
+            ]
+        }
+    )
+    [lines] = reader.series(widgets, now, now + 180, period_override=None)
+    assert [(line.label, line.timestamps, line.values) for line in lines] == [
+        ("billing", [now], [7.0]),
+        ("orders", [now, now + 60], [30.0, 5.0]),
+        ("host a", [now], [99.0]),
+    ]
+    [overridden] = reader.series(widgets, now, now + 180, period_override=120)
+    assert overridden[1].values == [30.0]
+
+
+def search_expression(search: Search) -> str:
+    schema = ",".join([search.namespace, *search.dimensions])
+    return (
+        f"SEARCH('{{{schema}}} MetricName=\"{search.metric}\"', '{search.stat}', {search.period_s})"
+    )
+
+
+# -- the command ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def deployment(aws: EmbeddedAws) -> Deployment:
+    return aws.deploy(parameters={"ExampleDownstreamUrl": "http://127.0.0.1:9/"})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--port", "http"], "--port must be 0..65535"),
+        (["--period", "7"], "--period must be 1, 5, 10, 30 or a multiple of 60"),
+        (["--refresh", "0"], "--refresh must be 1..3600"),
+        (["--since", "soon"], "--since 'soon' is neither ISO-8601"),
+        (["--stack-name", "nope"], "stack 'nope' not found at http://127.0.0.1:"),
+        (["--template", "missing.yaml"], "cannot read the dashboard of missing.yaml"),
+    ],
+)
+def test_bad_input_is_one_line_and_status_2(
+    aws: EmbeddedAws,
+    deployment: Deployment,
+    capsys: pytest.CaptureFixture[str],
+    arguments: list[str],
+    message: str,
+) -> None:
+    base = ["dashboard", "--endpoint-url", aws.endpoint, "--stack-name", deployment.stack_name]
+    assert main([*base, *arguments]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith("queuemesh dashboard: error: ")
+    assert message in line
+
+
+def test_the_url_comes_first_and_the_page_shows_the_stack(
+    aws: EmbeddedAws, deployment: Deployment
+) -> None:
+    aws.register_queue(deployment, deployment.queues[0].name)
+    EmfMetricsPublisher(aws.client("cloudwatch")).publish(
+        [
+            emf(
+                "QueueMeshController",
+                time.time() - 30,
+                {"QueueName": deployment.queues[0].name},
+                MaximumConcurrency=40,
+            )
+        ]
+    )
+    environment = {**os.environ, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+    environment.pop("QUEUEMESH_TABLE", None)
+    command = [sys.executable, "-m", "stack.cli", "dashboard", "--endpoint-url", aws.endpoint]
+    command += ["--stack-name", deployment.stack_name, "--port", "0", "--since", "10m"]
+    process = subprocess.Popen(
+        command, cwd=REPO_ROOT, env=environment, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert process.stdout is not None
+        url = process.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/")
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            page = answer.read().decode()
+        # Nothing loaded from elsewhere: the machine may have no network.
+        assert re.findall(r"(?:src|href)=\"([^\"]*)\"", page) == ["data:,"]
+        with urllib.request.urlopen(f"{url}api/dashboard", timeout=30) as answer:
+            data: dict[str, Any] = json.load(answer)
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=15) == 0
+    assert data["name"] == f"{deployment.stack_name}-queuemesh"
+    assert data["ledger"]["table"] == deployment.table_name  # the stack's output
+    assert [q["queue"] for q in data["ledger"]["queues"]] == [deployment.queues[0].name]
+    [concurrency] = [w for w in data["widgets"] if w["title"].startswith("MaximumConcurrency")]
+    [line] = concurrency["series"]
+    assert (line["label"], line["values"]) == (deployment.queues[0].name, [40.0])
+    assert data["errors"] == []
