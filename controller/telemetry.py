@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
+from controller import schema
 from controller.model import Sample
 
-DEFAULT_NAMESPACE: Final = "QueueMesh"
+DEFAULT_NAMESPACE: Final = schema.NAMESPACE
 
 # Upper bound for any one count, latency or duration value of a document (and for a count's
 # array sum). A worker invocation makes far fewer calls and Lambda runs at most 900,000 ms;
@@ -47,19 +48,16 @@ _scan_json: Final[_Scanner] = json.JSONDecoder().scan_once  # type: ignore[attr-
 _JSON_ERRORS: Final = (ValueError, StopIteration, RecursionError)
 _JSON_WHITESPACE: Final = " \t\n\r"
 
-_COUNT_ORDER: Final = (
-    "Downstream2xx",
-    "Downstream429",
-    "Downstream5xx",
-    "Downstream4xx",
-    "Downstream503",
-    "DownstreamRequests",
-)
-TELEMETRY_MEMBERS: Final = (
-    *_COUNT_ORDER,
-    "DownstreamLatency",
-    "RetryAfterSeconds",
-    "InvocationDurationMs",
+_COUNT_ORDER: Final = tuple(
+    metric.name
+    for metric in (
+        schema.OK,
+        schema.THROTTLED,
+        schema.SERVER_ERRORS,
+        schema.CLIENT_ERRORS,
+        schema.OVERLOADED,
+        schema.REQUESTS,
+    )
 )
 
 
@@ -401,11 +399,11 @@ def _sample_from_document(
         skipped[SkipReason.OTHER_NAMESPACE] += 1
         return None
 
-    queue = document.get("QueueName")
+    queue = document.get(schema.QUEUE_DIMENSION)
     if type(queue) is not str or not queue:
         skipped[SkipReason.MISSING_QUEUE] += 1
         return None
-    downstream = document.get("Downstream")
+    downstream = document.get(schema.DOWNSTREAM_DIMENSION)
     if downstream is not None and type(downstream) is not str:
         skipped[SkipReason.BAD_DIMENSION] += 1
         return None
@@ -438,9 +436,9 @@ def _sample_from_document(
                     return None
         counts.append(value)
     ok, throttled, server_errors, client_errors, overloaded, requests = counts
-    latency = get("DownstreamLatency")
-    retry_after = get("RetryAfterSeconds")
-    duration = get("InvocationDurationMs")
+    latency = get(schema.LATENCY.name)
+    retry_after = get(schema.RETRY_AFTER.name)
+    duration = get(schema.INVOCATION_DURATION.name)
     if (
         latency is None
         and retry_after is None
@@ -561,7 +559,6 @@ def _largest(value: Any) -> float:
 __all__ = [
     "DEFAULT_NAMESPACE",
     "MAX_VALUE",
-    "TELEMETRY_MEMBERS",
     "DecodeResult",
     "RecordOutcome",
     "RecordStatus",

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
 from controller.model import (
     Action,
     AuditEntry,
@@ -45,8 +46,6 @@ from controller.ports import (
 from controller.settings import PolicyParams, SettingsError
 from stack.errors import CliError
 
-MIN_CONCURRENCY = 2
-MAX_CONCURRENCY = 1000
 # One operator command makes a handful of control-plane calls; this bounds their retries.
 CALL_BUDGET_S = 30.0
 COMMIT_ATTEMPTS = 5
@@ -482,7 +481,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     parser = command("pin", "set a queue's mapping to N now and hold it there", _pin)
     parser.add_argument("queue")
-    parser.add_argument("concurrency", metavar="N", help="MaximumConcurrency, 2..1000")
+    parser.add_argument(
+        "concurrency", metavar="N", help=f"MaximumConcurrency, {MIN_CONCURRENCY}..{MAX_CONCURRENCY}"
+    )
 
     parser = command("unpin", "hand a pinned queue back to the controller", _unpin)
     parser.add_argument("queue")

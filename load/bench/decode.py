@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stack.errors import CliError
+from worker import schema
 
 TARGET_MB_PER_S = 2.0
 TARGET_FLOOR_RATIO = 1.5
@@ -230,40 +231,28 @@ def build_event(
 
 
 def _worker_emf(rng: random.Random, queue: str, at_ms: int) -> str:
-    """One worker invocation's document, shaped as aws-lambda-powertools prints it."""
+    """One worker invocation's document, with the members aws-lambda-powertools prints."""
     calls = rng.randint(1, 10)
     throttled = rng.choice((0, 0, 0, rng.randint(0, calls)))
     overloaded = rng.choice((0, 0, 0, 0, rng.randint(0, calls - throttled)))
     ok = calls - throttled - overloaded
-    metrics = {
-        "DownstreamRequests": [float(calls)],
-        "Downstream2xx": [float(ok)],
-        "Downstream429": [float(throttled)],
-        "Downstream5xx": [float(overloaded)],
-        "Downstream503": [float(overloaded)],
-        "Downstream4xx": [0.0],
-        "DownstreamLatency": [round(rng.uniform(20, 200), 2) for _ in range(calls)],
-        "InvocationDurationMs": [float(rng.randint(100, 3000))],
-    }
-    document: dict[str, Any] = {
-        "_aws": {
-            "Timestamp": at_ms,
-            "CloudWatchMetrics": [
-                {
-                    "Namespace": "QueueMesh",
-                    "Dimensions": [["QueueName", "Downstream", "service"]],
-                    "Metrics": [
-                        {"Name": name, "Unit": "Milliseconds" if "Latency" in name else "Count"}
-                        for name in metrics
-                    ],
-                }
-            ],
-        },
-        "QueueName": queue,
-        "Downstream": "payments.example.com",
-        "service": "worker",
-        **metrics,
-    }
+    members: list[tuple[schema.Metric, Any]] = [
+        (schema.REQUESTS, [float(calls)]),
+        (schema.OK, [float(ok)]),
+        (schema.THROTTLED, [float(throttled)]),
+        (schema.SERVER_ERRORS, [float(overloaded)]),
+        (schema.OVERLOADED, [float(overloaded)]),
+        (schema.CLIENT_ERRORS, [0.0]),
+        (schema.LATENCY, [round(rng.uniform(20, 200), 2) for _ in range(calls)]),
+        (schema.INVOCATION_DURATION, [float(rng.randint(100, 3000))]),
+    ]
     if throttled:
-        document["RetryAfterSeconds"] = rng.randint(1, 30)
+        members.append((schema.RETRY_AFTER, rng.randint(1, 30)))
+    document = schema.emf_document(
+        queue,
+        members,
+        timestamp_ms=at_ms,
+        dimensions={schema.DOWNSTREAM_DIMENSION: "payments.example.com", "service": "worker"},
+        undeclared=(schema.RETRY_AFTER,),
+    )
     return json.dumps(document, separators=(",", ":")) + "\n"
