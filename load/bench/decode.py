@@ -5,9 +5,11 @@ each a gzip'd CloudWatch Logs subscription payload carrying a few worker EMF doc
 several queues. The decoder's run (decode, then group samples per queue) is timed against a
 floor measured in the same process with the same JSON library: base64, gunzip and JSON-parse
 each payload and each log event's message, nothing else. ``floor_ratio`` is our time over the
-floor's; it is what to watch, as it depends far less on the machine than MB/s do.
-``scanner_floor_ratio`` is the same against a stricter floor that calls the JSON library's
-bare scanner, as the decoder itself does, instead of ``json.loads``.
+floor's; it is what to watch, as it depends far less on the machine than MB/s do. The decoder
+parses less than the floor: it recognises the metric declarations a worker repeats in every
+document and skips them (``controller/telemetry.py``). ``scanner_floor_ratio`` is the same
+against a stricter floor that calls the JSON library's bare scanner, as the decoder itself
+does, instead of ``json.loads``.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from stack.errors import CliError
 from worker import schema
 
 TARGET_MB_PER_S = 2.0
-TARGET_FLOOR_RATIO = 1.5
+TARGET_FLOOR_RATIO = 1.2
 BASE_TIME_MS = 1_764_428_400_000
 
 
@@ -72,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             f"decode: {report['records']} records, {report['log_events']} log events, "
             f"{report['payload_mb']:.2f} MB compressed, {report['queues']} queues\n"
             f"  ours : {report['seconds'] * 1000:8.1f} ms  {report['mb_per_s']:6.2f} MB/s  "
-            f"{report['records_per_s']:9.0f} records/s\n"
+            f"{report['records_per_s']:9.0f} records/s  {report['samples_per_s']:9.0f} samples/s\n"
             f"  floor: {report['floor_seconds'] * 1000:8.1f} ms  "
             f"{report['floor_mb_per_s']:6.2f} MB/s  (json.loads per payload and message)\n"
             f"  bare scanner floor: {report['scanner_floor_seconds'] * 1000:8.1f} ms  "
@@ -145,7 +147,7 @@ def measure(
 
 
 def floor(event: dict[str, Any]) -> int:
-    """Read every byte the decoder must read and nothing more; return the log events parsed."""
+    """Decompress and fully parse every payload and message; return the log events parsed."""
     loads = json.loads
     parsed = 0
     for record in event["Records"]:
@@ -231,7 +233,8 @@ def build_event(
 
 
 def _worker_emf(rng: random.Random, queue: str, at_ms: int) -> str:
-    """One worker invocation's document, with the members aws-lambda-powertools prints."""
+    """One worker invocation's document, with the members and declarations the worker prints
+    through aws-lambda-powertools (``RetryAfterSeconds`` declared when there is one)."""
     calls = rng.randint(1, 10)
     throttled = rng.choice((0, 0, 0, rng.randint(0, calls)))
     overloaded = rng.choice((0, 0, 0, 0, rng.randint(0, calls - throttled)))
@@ -253,6 +256,5 @@ def _worker_emf(rng: random.Random, queue: str, at_ms: int) -> str:
         members,
         timestamp_ms=at_ms,
         dimensions={schema.DOWNSTREAM_DIMENSION: "payments.example.com", "service": "worker"},
-        undeclared=(schema.RETRY_AFTER,),
     )
     return json.dumps(document, separators=(",", ":")) + "\n"
