@@ -11,10 +11,8 @@ from typing import Any, NamedTuple
 
 from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, TokenBucket
 from controller.aws import client as aws_client
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
 from controller.ports import ActuationError, MappingNotFound, MappingView
-
-MIN_CONCURRENCY = 2
-MAX_CONCURRENCY = 1000
 
 # States in which the mapping polls, or is about to. AWS reports a change to an enabled
 # mapping's settings as Updating (a disable goes through Disabling), so Updating counts as on.

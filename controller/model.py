@@ -7,13 +7,17 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sample:
     """What one worker telemetry document says about one queue's downstream calls.
 
     ``event_time`` is the document's ``_aws.Timestamp`` (epoch seconds). ``invocation_ms`` lets
     the controller place the invocation's start (and so judge it against the last change) and
     estimate the concurrency really in use.
+
+    A value: nothing changes a sample once decoded. It is not a frozen dataclass only because
+    the decoder makes one per document and a frozen one costs four times as much to build
+    (``queuemesh bench decode``).
     """
 
     queue: str

@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
+
 
 class SettingsError(ValueError):
     """A policy parameter that is missing its meaning: wrong type or out of range."""
@@ -31,7 +33,10 @@ class PolicyParams:
             (0.0 < self.t2 <= 1.0, "T2 must be in (0, 1]"),
             (0.0 < self.beta < 1.0, "beta must be in (0, 1)"),
             (self.alpha >= 1, "alpha must be at least 1"),
-            (2 <= self.cmin <= self.cmax <= 1000, "need 2 <= Cmin <= Cmax <= 1000"),
+            (
+                MIN_CONCURRENCY <= self.cmin <= self.cmax <= MAX_CONCURRENCY,
+                f"need {MIN_CONCURRENCY} <= Cmin <= Cmax <= {MAX_CONCURRENCY}",
+            ),
             (self.window_s > 0, "window_s must be positive"),
             (self.min_samples >= 1, "min_samples must be at least 1"),
             (self.settle_margin_s >= 0, "settle_margin_s must not be negative"),

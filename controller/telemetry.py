@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
+from controller import schema
 from controller.model import Sample
 
-DEFAULT_NAMESPACE: Final = "QueueMesh"
+DEFAULT_NAMESPACE: Final = schema.NAMESPACE
 
 # Upper bound for any one count, latency or duration value of a document (and for a count's
 # array sum). A worker invocation makes far fewer calls and Lambda runs at most 900,000 ms;
@@ -46,20 +47,33 @@ _Scanner = Callable[[str, int], tuple[Any, int]]
 _scan_json: Final[_Scanner] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 _JSON_ERRORS: Final = (ValueError, StopIteration, RecursionError)
 _JSON_WHITESPACE: Final = " \t\n\r"
+# The key of a directive's metric declarations, as it reads inside a payload's message string.
+_DECLARATIONS_KEY: Final = '\\"Metrics\\":['
+# Declarations seen to be flat objects, escaped and with their closing bracket (see
+# _without_known_declarations), newest first.
+_MAX_KNOWN_DECLARATIONS: Final = 16
+_known_declarations: list[str] = []
 
-_COUNT_ORDER: Final = (
-    "Downstream2xx",
-    "Downstream429",
-    "Downstream5xx",
-    "Downstream4xx",
-    "Downstream503",
-    "DownstreamRequests",
+_QUEUE: Final = schema.QUEUE_DIMENSION
+_DOWNSTREAM: Final = schema.DOWNSTREAM_DIMENSION
+# The order _sample_from_document unpacks them in.
+_COUNT_NAMES: Final = tuple(
+    metric.name
+    for metric in (
+        schema.OK,
+        schema.THROTTLED,
+        schema.SERVER_ERRORS,
+        schema.CLIENT_ERRORS,
+        schema.OVERLOADED,
+        schema.REQUESTS,
+    )
 )
-TELEMETRY_MEMBERS: Final = (
-    *_COUNT_ORDER,
-    "DownstreamLatency",
-    "RetryAfterSeconds",
-    "InvocationDurationMs",
+_ABSENT: Final = [None] * len(_COUNT_NAMES)
+# Counts as powertools writes them (integral floats), read by lookup: a count this small is
+# the common case, and a lookup is a third of the float checks and conversion it replaces.
+_SMALL_COUNTS: Final = {float(count): count for count in range(1024)}
+_MEASURE_NAMES: Final = tuple(
+    metric.name for metric in (schema.LATENCY, schema.RETRY_AFTER, schema.INVOCATION_DURATION)
 )
 
 
@@ -277,7 +291,7 @@ def _decode_payload(compressed: bytes, namespace: str, result: DecodeResult) -> 
         ] += 1
         return False
     try:
-        payload = _parse_json(text.decode())
+        payload = _parse_json(_without_known_declarations(text.decode()))
     except (*_JSON_ERRORS, UnicodeDecodeError):
         skipped[SkipReason.BAD_PAYLOAD] += 1
         return False
@@ -330,6 +344,68 @@ def _decode_payload(compressed: bytes, namespace: str, result: DecodeResult) -> 
         if sample is not None:
             append(sample)
     return True
+
+
+def _without_known_declarations(text: str) -> str:
+    """The payload with the metric declarations it repeats from earlier ones left out.
+
+    EMF's declarations (``"Metrics":[{"Name": ..., "Unit": ...}, ...]`` in each directive) are
+    a third of a worker document and the decoder needs nothing of them but a list. A worker
+    repeats the same declarations in every document, so the decoder remembers the few it has
+    seen parse as a list of flat objects and, where a payload's message repeats one, cuts it:
+    that document reads ``"Metrics":[]``. The outcome is that of a full parse, whatever the
+    payload: the cut text is a valid string's content by itself (so the payload parses, or
+    fails, alike) and a valid list's content once unescaped (so the message does), and where
+    the key's escaped quotes are not inside a string, the payload is not JSON either way.
+    """
+    at = text.find(_DECLARATIONS_KEY)
+    if at < 0:
+        return text
+    pieces = []
+    kept_from = 0
+    while at >= 0:
+        start = at + len(_DECLARATIONS_KEY)
+        for known in _known_declarations:
+            if text.startswith(known, start):
+                end = start + len(known) - 1  # the closing bracket stays
+                break
+        else:
+            end = _learn_declarations(text, start)
+        if end > start:
+            pieces.append(text[kept_from:start])
+            kept_from = end
+        at = text.find(_DECLARATIONS_KEY, start)
+    if not pieces:
+        return text
+    pieces.append(text[kept_from:])
+    return "".join(pieces)
+
+
+def _learn_declarations(text: str, start: int) -> int:
+    """Where the declarations starting at ``start`` end (their ``]``), remembered, if they
+    are flat objects; -1 if not."""
+    end = text.find("]", start)
+    if end <= start or not _flat_objects(text[start:end]):
+        return -1
+    _known_declarations.insert(0, text[start : end + 1])
+    del _known_declarations[_MAX_KNOWN_DECLARATIONS:]
+    return end
+
+
+def _flat_objects(escaped: str) -> bool:
+    """Whether ``escaped`` is, as a JSON string's content, a list's content of objects that
+    hold only scalars."""
+    try:
+        content, end = _scan_json(f'"{escaped}"', 0)
+        if end != len(escaped) + 2:
+            return False
+        items, end = _scan_json(f"[{content}]", 0)
+    except _JSON_ERRORS:
+        return False
+    return end == len(content) + 2 and all(
+        type(item) is dict and all(type(v) in (str, int, float) for v in item.values())
+        for item in items
+    )
 
 
 # --- EMF documents --------------------------------------------------------------------------
@@ -401,11 +477,12 @@ def _sample_from_document(
         skipped[SkipReason.OTHER_NAMESPACE] += 1
         return None
 
-    queue = document.get("QueueName")
+    get = document.get
+    queue = get(_QUEUE)
     if type(queue) is not str or not queue:
         skipped[SkipReason.MISSING_QUEUE] += 1
         return None
-    downstream = document.get("Downstream")
+    downstream = get(_DOWNSTREAM)
     if downstream is not None and type(downstream) is not str:
         skipped[SkipReason.BAD_DIMENSION] += 1
         return None
@@ -421,41 +498,59 @@ def _sample_from_document(
         skipped[SkipReason.BAD_TIMESTAMP] += 1
         return None
 
-    get = document.get
-    # Read the counts in one pass; the inline test is the shape powertools writes (an array
-    # of one integral float), anything else goes through _count. None: absent (or null).
-    counts: list[int | None] = []
-    for name in _COUNT_ORDER:
-        value = get(name)
-        if value is not None:
-            number = value[0] if type(value) is list and len(value) == 1 else value
-            if type(number) is float and 0.0 <= number <= MAX_VALUE and number.is_integer():
-                value = int(number)
-            else:
-                value = _count(value)
-                if value < 0:
-                    skipped[SkipReason.BAD_VALUE] += 1
-                    return None
-        counts.append(value)
+    # Read inline: the shape powertools writes, each count an array of one small integral float.
+    # Anything else (None where absent or null) goes through _counts.
+    values = map(get, _COUNT_NAMES)
+    try:
+        (ok,), (throttled,), (server_errors,), (client_errors,), (overloaded,), (requests,) = values  # type: ignore[misc]
+        inline = (
+            float
+            is type(ok)
+            is type(throttled)
+            is type(server_errors)
+            is type(client_errors)
+            is type(overloaded)
+            is type(requests)
+        )
+    except (TypeError, ValueError):
+        inline = False
+    counts: list[int | None] | None = None
+    if inline:
+        small = _SMALL_COUNTS.get
+        counts = [
+            small(ok),
+            small(throttled),
+            small(server_errors),
+            small(client_errors),
+            small(overloaded),
+            small(requests),
+        ]
+        if None in counts:
+            counts = None
+    if counts is None:
+        counts = _counts(list(map(get, _COUNT_NAMES)))
+        if counts is None:
+            skipped[SkipReason.BAD_VALUE] += 1
+            return None
     ok, throttled, server_errors, client_errors, overloaded, requests = counts
-    latency = get("DownstreamLatency")
-    retry_after = get("RetryAfterSeconds")
-    duration = get("InvocationDurationMs")
-    if (
-        latency is None
-        and retry_after is None
-        and duration is None
-        and counts.count(None) == len(counts)
-    ):
+    latency, retry_after, duration = map(get, _MEASURE_NAMES)
+    if latency is None and retry_after is None and duration is None and counts == _ABSENT:
         skipped[SkipReason.NO_TELEMETRY] += 1
         return None
-    ok = ok or 0
-    throttled = throttled or 0
-    server_errors = server_errors or 0
-    client_errors = client_errors or 0
 
     latency_sum, latency_count = 0.0, 0
-    if latency is not None:
+    if type(latency) is list:
+        # One value per call: the longest array of a document, summed here rather than in
+        # _sum_and_count to save a call per document.
+        for item in latency:
+            kind = type(item)
+            if (kind is float or kind is int) and 0 <= item <= MAX_VALUE:
+                latency_sum += item
+            else:
+                skipped[SkipReason.BAD_VALUE] += 1
+                return None
+        latency_count = len(latency)
+    elif latency is not None:
         latency_sum, latency_count = _sum_and_count(latency)
         if latency_count < 0:
             skipped[SkipReason.BAD_VALUE] += 1
@@ -476,6 +571,10 @@ def _sample_from_document(
             skipped[SkipReason.BAD_VALUE] += 1
             return None
 
+    ok = ok or 0
+    throttled = throttled or 0
+    client_errors = client_errors or 0
+    server_errors = server_errors or 0
     if overloaded is not None and overloaded > server_errors:
         server_errors = overloaded  # 503s are 5xx: a worker reporting only 503s still has them
     counted = ok + throttled + server_errors + client_errors
@@ -486,20 +585,34 @@ def _sample_from_document(
         return None
 
     return Sample(
-        queue=queue,
-        event_time=emitted_ms / 1000.0,
-        requests=requests,
-        ok=ok,
-        throttled=throttled,
-        server_errors=server_errors,
-        overloaded=overloaded,
-        client_errors=client_errors,
-        latency_ms_sum=latency_sum,
-        latency_count=latency_count,
-        retry_after_s=retry_after_s,
-        invocation_ms=invocation_ms,
-        downstream=downstream,
+        queue,
+        emitted_ms / 1000.0,
+        requests,
+        ok,
+        throttled,
+        server_errors,
+        overloaded,
+        client_errors,
+        latency_sum,
+        latency_count,
+        retry_after_s,
+        invocation_ms,
+        downstream,
     )
+
+
+def _counts(values: list[Any]) -> list[int | None] | None:
+    """Count members (None where absent); None when one is not a count."""
+    counts: list[int | None] = []
+    for value in values:
+        if value is None:
+            counts.append(None)
+            continue
+        count = _count(value)
+        if count < 0:
+            return None
+        counts.append(count)
+    return counts
 
 
 def _count(value: Any) -> int:
@@ -561,7 +674,6 @@ def _largest(value: Any) -> float:
 __all__ = [
     "DEFAULT_NAMESPACE",
     "MAX_VALUE",
-    "TELEMETRY_MEMBERS",
     "DecodeResult",
     "RecordOutcome",
     "RecordStatus",

@@ -26,21 +26,13 @@ from pathlib import Path
 from typing import IO, Any
 
 from controller.model import Sample
+from worker import schema
 
-NAMESPACE = "QueueMesh"
 DEFAULT_SHARD = "shardId-000000000000"
 # Kinesis sequence numbers are long decimal strings; this one only has to look like them and
 # grow with each record.
 SEQUENCE_BASE = 49_600_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000
 ACCOUNT = "000000000000"
-
-_COUNT_METRICS = (
-    ("DownstreamRequests", "requests"),
-    ("Downstream2xx", "ok"),
-    ("Downstream429", "throttled"),
-    ("Downstream5xx", "server_errors"),
-    ("Downstream4xx", "client_errors"),
-)
 
 
 class RecordingError(ValueError):
@@ -177,40 +169,38 @@ def read_recording(source: Path | IO[str], *, skip_bad: bool = False) -> Recordi
 
 
 # --- encoders ----------------------------------------------------------------------------
-def emf_document(sample: Sample, namespace: str = NAMESPACE) -> dict[str, Any]:
+def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str, Any]:
     """The EMF document a worker emits for one invocation (the telemetry contract)."""
-    metrics: list[dict[str, str]] = []
-    document: dict[str, Any] = {"QueueName": sample.queue}
-    for name, attribute in _COUNT_METRICS:
-        metrics.append({"Name": name, "Unit": "Count"})
-        document[name] = getattr(sample, attribute)
+    members: list[tuple[schema.Metric, Any]] = [
+        (schema.REQUESTS, sample.requests),
+        (schema.OK, sample.ok),
+        (schema.THROTTLED, sample.throttled),
+        (schema.SERVER_ERRORS, sample.server_errors),
+        (schema.CLIENT_ERRORS, sample.client_errors),
+    ]
     if sample.overloaded is not None:
-        metrics.append({"Name": "Downstream503", "Unit": "Count"})
-        document["Downstream503"] = sample.overloaded
+        members.append((schema.OVERLOADED, sample.overloaded))
     if sample.latency_count:
         # One value per call (EMF takes arrays): the mean, so the sum and count survive.
-        metrics.append({"Name": "DownstreamLatency", "Unit": "Milliseconds"})
         mean = sample.latency_ms_sum / sample.latency_count
-        document["DownstreamLatency"] = [mean] * sample.latency_count
+        members.append((schema.LATENCY, [mean] * sample.latency_count))
     if sample.retry_after_s:
-        document["RetryAfterSeconds"] = sample.retry_after_s
+        members.append((schema.RETRY_AFTER, sample.retry_after_s))
     if sample.invocation_ms is not None:
-        metrics.append({"Name": "InvocationDurationMs", "Unit": "Milliseconds"})
-        document["InvocationDurationMs"] = sample.invocation_ms
-    dimensions = [["QueueName"]]
-    if sample.downstream is not None:
-        document["Downstream"] = sample.downstream
-        dimensions = [["QueueName", "Downstream"]]
-    document["_aws"] = {
-        "Timestamp": round(sample.event_time * 1000),
-        "CloudWatchMetrics": [
-            {"Namespace": namespace, "Dimensions": dimensions, "Metrics": metrics}
-        ],
-    }
-    return document
+        members.append((schema.INVOCATION_DURATION, sample.invocation_ms))
+    return schema.emf_document(
+        sample.queue,
+        members,
+        timestamp_ms=round(sample.event_time * 1000),
+        namespace=namespace,
+        dimensions=(
+            None if sample.downstream is None else {schema.DOWNSTREAM_DIMENSION: sample.downstream}
+        ),
+        undeclared=(schema.RETRY_AFTER,),
+    )
 
 
-def emf_line(sample: Sample, namespace: str = NAMESPACE) -> str:
+def emf_line(sample: Sample, namespace: str = schema.NAMESPACE) -> str:
     """``emf_document`` as the one log line a worker prints."""
     return json.dumps(emf_document(sample, namespace), separators=(",", ":"))
 
@@ -251,7 +241,7 @@ def record_deliveries(
     deliveries: Iterable[tuple[float, Sample]],
     *,
     shard: str = DEFAULT_SHARD,
-    namespace: str = NAMESPACE,
+    namespace: str = schema.NAMESPACE,
 ) -> list[RecordedLine]:
     """One Kinesis record per telemetry sample, arriving at its (epoch) arrival time.
 

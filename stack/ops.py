@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
 from controller.model import AuditEntry, Mode, QueueConfig, QueueState
 from controller.ports import ActuationError, Actuator, Ledger, MappingView
 from controller.registration import (
@@ -33,8 +34,6 @@ from controller.registration import (
 )
 from controller.settings import PolicyParams
 
-MIN_CONCURRENCY = 2
-MAX_CONCURRENCY = 1000
 # One operator command makes a handful of control-plane calls; this bounds their retries.
 CALL_BUDGET_S = 30.0
 STATUS_THREADS = 8

@@ -7,18 +7,18 @@ import os
 import sys
 from typing import Any
 
-from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
+from aws_lambda_powertools.metrics import EphemeralMetrics
 
+from worker import schema
 from worker.instrument import Tally
 
-DEFAULT_NAMESPACE = "QueueMesh"
 NAMESPACE_ENV = "QUEUEMESH_NAMESPACE"
 # EMF allows 100 values per metric; powertools publishes a partial document when one reaches it.
 MAX_LATENCY_VALUES = 99
 
 
 def namespace_from_env() -> str:
-    return os.environ.get(NAMESPACE_ENV) or DEFAULT_NAMESPACE
+    return os.environ.get(NAMESPACE_ENV) or schema.NAMESPACE
 
 
 def latency_values(latencies_ms: list[float], limit: int = MAX_LATENCY_VALUES) -> list[float]:
@@ -51,31 +51,31 @@ def document(
     """The EMF document for one queue's share of an invocation."""
     # service="" keeps POWERTOOLS_SERVICE_NAME from adding a dimension to the control signal.
     metrics = EphemeralMetrics(namespace=namespace, service="")
-    metrics.add_dimension(name="QueueName", value=queue)
+    metrics.add_dimension(name=schema.QUEUE_DIMENSION, value=queue)
     if len(tally.downstreams) == 1:
-        metrics.add_dimension(name="Downstream", value=next(iter(tally.downstreams)))
-    counts = {
-        "DownstreamRequests": tally.requests,
-        "Downstream2xx": tally.ok,
-        "Downstream429": tally.throttled,
-        "Downstream5xx": tally.server_errors,
-        "Downstream503": tally.overloaded,
-        "Downstream4xx": tally.client_errors,
-    }
-    for name, value in counts.items():
-        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    for latency in latency_values(tally.latencies_ms):
-        metrics.add_metric(name="DownstreamLatency", unit=MetricUnit.Milliseconds, value=latency)
-    if tally.retry_after_s > 0:
-        metrics.add_metric(
-            name="RetryAfterSeconds", unit=MetricUnit.Seconds, value=tally.retry_after_s
-        )
-    metrics.add_metric(
-        name="InvocationDurationMs", unit=MetricUnit.Milliseconds, value=invocation_ms
+        metrics.add_dimension(name=schema.DOWNSTREAM_DIMENSION, value=next(iter(tally.downstreams)))
+    counts = (
+        (schema.REQUESTS, tally.requests),
+        (schema.OK, tally.ok),
+        (schema.THROTTLED, tally.throttled),
+        (schema.SERVER_ERRORS, tally.server_errors),
+        (schema.OVERLOADED, tally.overloaded),
+        (schema.CLIENT_ERRORS, tally.client_errors),
     )
+    for metric, value in counts:
+        _add(metrics, metric, value)
+    for latency in latency_values(tally.latencies_ms):
+        _add(metrics, schema.LATENCY, latency)
+    if tally.retry_after_s > 0:
+        _add(metrics, schema.RETRY_AFTER, tally.retry_after_s)
+    _add(metrics, schema.INVOCATION_DURATION, invocation_ms)
     for key, value in (notes or {}).items():
         metrics.add_metadata(key=key, value=value)
     return dict(metrics.serialize_metric_set())
+
+
+def _add(metrics: EphemeralMetrics, metric: schema.Metric, value: float) -> None:
+    metrics.add_metric(name=metric.name, unit=metric.unit, value=value)
 
 
 def emit(document_: dict[str, Any]) -> None:

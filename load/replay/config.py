@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
 from controller.model import Mode
 from controller.policy import DEFAULT_ALGORITHM
+from controller.schema import NAMESPACE
 from controller.settings import PolicyParams, SettingsError
 
 DEFAULT_BATCH_SIZE = 1000
@@ -49,7 +51,7 @@ class ReplayConfig:
     queues: Mapping[str, QueueSetup] | None = None
     batch_size: int = DEFAULT_BATCH_SIZE
     batch_window_s: float = DEFAULT_BATCH_WINDOW_S
-    namespace: str = "QueueMesh"
+    namespace: str = NAMESPACE
     algorithm: str = DEFAULT_ALGORITHM
     schedule_s: float | None = DEFAULT_SCHEDULE_S
 
@@ -84,7 +86,7 @@ def parse_config(raw: object) -> ReplayConfig:
         raise ValueError(f"'batching.window_s' must be seconds, got {window!r}")
     if not 0 <= window <= MAX_BATCH_WINDOW_S:
         raise ValueError(f"'batching.window_s' must be 0..{MAX_BATCH_WINDOW_S:g}, got {window}")
-    namespace = table.get("namespace", "QueueMesh")
+    namespace = table.get("namespace", NAMESPACE)
     if not isinstance(namespace, str) or not namespace:
         raise ValueError(f"'namespace' must be a non-empty string, got {namespace!r}")
     algorithm = table.get("algorithm", DEFAULT_ALGORITHM)
@@ -125,9 +127,12 @@ def _queue_setup(name: str, raw: object, params: PolicyParams) -> QueueSetup:
     if concurrency is not None and (
         isinstance(concurrency, bool)
         or not isinstance(concurrency, int)
-        or not 2 <= concurrency <= 1000
+        or not MIN_CONCURRENCY <= concurrency <= MAX_CONCURRENCY
     ):
-        raise ValueError(f"queue {name!r}: 'concurrency' must be a whole number in 2..1000")
+        raise ValueError(
+            f"queue {name!r}: 'concurrency' must be a whole number in "
+            f"{MIN_CONCURRENCY}..{MAX_CONCURRENCY}"
+        )
     esm_uuid = spec.get("esm_uuid")
     if esm_uuid is not None and not isinstance(esm_uuid, str):
         raise ValueError(f"queue {name!r}: 'esm_uuid' must be a string")

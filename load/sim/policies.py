@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 from controller.actuator import InMemoryActuator
+from controller.constants import MAX_CONCURRENCY
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import Mode, QueueState, QueueStateName, Sample
@@ -179,7 +180,7 @@ class QueueMeshPolicy:
         settings = {}
         for queue, uuid in self._uuids.items():
             view = self._actuator.read(uuid, math.inf)
-            cap = view.max_concurrency if view.max_concurrency is not None else 1000
+            cap = view.max_concurrency if view.max_concurrency is not None else MAX_CONCURRENCY
             settings[queue] = MappingSetting(cap, view.enabled)
         return settings
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
+
 Schedule = tuple[tuple[float, float], ...]
 
 SCENARIO_DIR = Path(__file__).resolve().parent.parent / "scenarios"
@@ -287,7 +289,9 @@ class _Reader:
                 downstream,
             )
         arrivals = item.get("arrivals_rps", [[0, 0]])
-        max_concurrency = self._integer(item, "max_concurrency", path, 2, upper=1000)
+        max_concurrency = self._integer(
+            item, "max_concurrency", path, MIN_CONCURRENCY, upper=MAX_CONCURRENCY
+        )
         return QueueSpec(
             name=self._text(item, "name", path),
             downstream=downstream,
@@ -302,7 +306,12 @@ class _Reader:
             max_receive_count=self._integer(item, "max_receive_count", path, 1, upper=1000),
             max_concurrency=max_concurrency,
             min_concurrency=self._integer(
-                item, "min_concurrency", path, 2, upper=max_concurrency, default=2
+                item,
+                "min_concurrency",
+                path,
+                MIN_CONCURRENCY,
+                upper=max_concurrency,
+                default=MIN_CONCURRENCY,
             ),
             invocation_overhead_ms=float(
                 self._number(

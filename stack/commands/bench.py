@@ -95,7 +95,7 @@ def _run_decode(args: argparse.Namespace) -> int:
             f"decode: {report['records']} records, {report['log_events']} log events, "
             f"{report['payload_mb']:.2f} MB compressed, {report['queues']} queues\n"
             f"  ours : {report['seconds'] * 1000:8.1f} ms  {report['mb_per_s']:6.2f} MB/s  "
-            f"{report['records_per_s']:9.0f} records/s\n"
+            f"{report['records_per_s']:9.0f} records/s  {report['samples_per_s']:9.0f} samples/s\n"
             f"  floor: {report['floor_seconds'] * 1000:8.1f} ms  "
             f"{report['floor_mb_per_s']:6.2f} MB/s  (json.loads per payload and message)\n"
             f"  bare scanner floor: {report['scanner_floor_seconds'] * 1000:8.1f} ms  "

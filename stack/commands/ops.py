@@ -15,11 +15,12 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
 from controller.model import AuditEntry, Mode
 from controller.ports import ActuationError, LedgerError
 from controller.registration import OperatorError, concurrency_text
 from stack.errors import CliError
-from stack.ops import MAX_CONCURRENCY, MIN_CONCURRENCY, FleetOps, StatusRow, iso_time
+from stack.ops import FleetOps, StatusRow, iso_time
 
 MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
 POLICY_FLAGS = ("t1", "t2", "beta", "alpha", "cmin", "cmax")
@@ -148,7 +149,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     parser = command("pin", "set a queue's mapping to N now and hold it there", _pin)
     parser.add_argument("queue")
-    parser.add_argument("concurrency", metavar="N", help="MaximumConcurrency, 2..1000")
+    parser.add_argument(
+        "concurrency", metavar="N", help=f"MaximumConcurrency, {MIN_CONCURRENCY}..{MAX_CONCURRENCY}"
+    )
 
     parser = command("unpin", "hand a pinned queue back to the controller", _unpin)
     parser.add_argument("queue")

@@ -1,0 +1,103 @@
+"""One telemetry schema: the controller's copy is the worker's, every encoder speaks it, and the
+template and the AWS bounds agree with the code."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller import constants
+from controller import schema as controller_schema
+from controller.model import Sample
+from controller.telemetry import samples_from_log_message
+from load.recording import emf_document
+from stack.template import load_template
+from worker import emf
+from worker import schema as worker_schema
+from worker.instrument import Tally
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
+
+
+def vocabulary(module: ModuleType) -> dict[str, Any]:
+    """The module's public constants (namespace, dimensions, metrics), by name."""
+    return {name: value for name, value in vars(module).items() if name.isupper()}
+
+
+def test_the_controller_copy_is_the_worker_schema() -> None:
+    assert vocabulary(controller_schema) == vocabulary(worker_schema)
+    assert len(vocabulary(worker_schema)) > len(worker_schema.METRICS)
+
+
+def test_every_metric_is_listed_once_with_a_cloudwatch_unit() -> None:
+    declared = [v for v in vocabulary(worker_schema).values() if type(v) is worker_schema.Metric]
+    assert sorted(declared) == sorted(worker_schema.METRICS)
+    assert len({metric.name for metric in declared}) == len(declared)
+    assert {metric.unit for metric in declared} == {"Count", "Milliseconds", "Seconds"}
+
+
+def test_the_worker_declares_every_member_with_the_schema_unit() -> None:
+    tally = Tally()
+    tally.add(200, 10.0, None, "api.example.com")
+    tally.add(429, 20.0, 4.0, "api.example.com")
+    document = emf.document("orders", tally, 120.0, namespace=worker_schema.NAMESPACE)
+    [directive] = document["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == worker_schema.NAMESPACE
+    assert directive["Dimensions"] == [
+        [worker_schema.QUEUE_DIMENSION, worker_schema.DOWNSTREAM_DIMENSION]
+    ]
+    assert {(m["Name"], m["Unit"]) for m in directive["Metrics"]} == set(worker_schema.METRICS)
+
+
+@given(
+    st.builds(
+        Sample,
+        queue=st.sampled_from(["orders", "billing"]),
+        event_time=st.integers(1_700_000_000_000, 1_800_000_000_000).map(lambda ms: ms / 1000),
+        requests=st.integers(0, 50),
+        ok=st.integers(0, 50),
+        throttled=st.integers(0, 50),
+        server_errors=st.integers(0, 50),
+        overloaded=st.none() | st.integers(0, 0),
+        client_errors=st.integers(0, 50),
+        latency_ms_sum=st.just(0.0),
+        latency_count=st.just(0),
+        retry_after_s=st.sampled_from([0.0, 2.0, 30.0]),
+        invocation_ms=st.none() | st.floats(0, 900_000),
+        downstream=st.none() | st.just("api.example.com"),
+    )
+)
+def test_the_recording_encoder_declares_schema_units_and_decodes_back(sample: Sample) -> None:
+    document = emf_document(sample)
+    [directive] = document["_aws"]["CloudWatchMetrics"]
+    units = dict(worker_schema.METRICS)
+    assert all(units[m["Name"]] == m["Unit"] for m in directive["Metrics"])
+    [decoded] = samples_from_log_message(json.dumps(document), None)
+    counted = sample.ok + sample.throttled + sample.server_errors + sample.client_errors
+    assert decoded == dataclasses.replace(sample, requests=max(sample.requests, counted))
+
+
+def test_the_template_names_the_schema_namespace() -> None:
+    template = load_template(TEMPLATE)
+    text = TEMPLATE.read_text(encoding="utf-8")
+    worker_env = template["Resources"]["ExampleWorkerFunction"]["Properties"]["Environment"]
+    assert worker_env["Variables"]["QUEUEMESH_NAMESPACE"] == worker_schema.NAMESPACE
+    filters = [line for line in text.splitlines() if "FilterPattern" in line]
+    assert filters
+    assert all(f'Namespace = "{worker_schema.NAMESPACE}"' in line for line in filters)
+
+
+def test_every_concurrency_parameter_of_the_template_spans_the_aws_bounds() -> None:
+    parameters = load_template(TEMPLATE)["Parameters"]
+    for name in ("PolicyCmin", "PolicyCmax", "ExampleMaxConcurrency"):
+        spec = parameters[name]
+        assert (spec["MinValue"], spec["MaxValue"]) == (
+            constants.MIN_CONCURRENCY,
+            constants.MAX_CONCURRENCY,
+        ), name

@@ -1,0 +1,83 @@
+"""The telemetry schema (worker -> controller) and the one EMF builder made from it.
+
+Namespace, dimensions and every metric with its unit are spelled here once. The controller
+ships as its own Lambda package and keeps an identical copy (``controller/schema.py``), pinned
+equal to this one by ``tests/test_schema.py``. Every encoder builds from this module: the
+worker's emission (through aws-lambda-powertools), and ``emf_document`` for recordings and
+benchmarks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, Final, NamedTuple
+
+NAMESPACE: Final = "QueueMesh"
+QUEUE_DIMENSION: Final = "QueueName"
+DOWNSTREAM_DIMENSION: Final = "Downstream"
+
+
+class Metric(NamedTuple):
+    """One EMF metric member: its name and its CloudWatch unit."""
+
+    name: str
+    unit: str
+
+
+REQUESTS: Final = Metric("DownstreamRequests", "Count")
+OK: Final = Metric("Downstream2xx", "Count")
+THROTTLED: Final = Metric("Downstream429", "Count")
+SERVER_ERRORS: Final = Metric("Downstream5xx", "Count")
+# The 503s among the 5xx: the overload signal broken out (the project's addition).
+OVERLOADED: Final = Metric("Downstream503", "Count")
+CLIENT_ERRORS: Final = Metric("Downstream4xx", "Count")
+LATENCY: Final = Metric("DownstreamLatency", "Milliseconds")
+RETRY_AFTER: Final = Metric("RetryAfterSeconds", "Seconds")
+INVOCATION_DURATION: Final = Metric("InvocationDurationMs", "Milliseconds")
+
+METRICS: Final = (
+    REQUESTS,
+    OK,
+    THROTTLED,
+    SERVER_ERRORS,
+    OVERLOADED,
+    CLIENT_ERRORS,
+    LATENCY,
+    RETRY_AFTER,
+    INVOCATION_DURATION,
+)
+
+
+def emf_document(
+    queue: str,
+    members: Iterable[tuple[Metric, Any]],
+    *,
+    timestamp_ms: int,
+    namespace: str = NAMESPACE,
+    dimensions: Mapping[str, str] | None = None,
+    undeclared: Collection[Metric] = (),
+) -> dict[str, Any]:
+    """One EMF document for one queue.
+
+    ``members`` are written in the order given; each is declared in the metric directive with
+    its unit, except those in ``undeclared``, which stay plain properties (the contract reads
+    ``RetryAfterSeconds`` either way). ``dimensions`` are further dimensions after the queue
+    (``Downstream``, a service name), written after the members.
+    """
+    document: dict[str, Any] = {QUEUE_DIMENSION: queue}
+    declared: list[dict[str, str]] = []
+    for metric, value in members:
+        document[metric.name] = value
+        if metric not in undeclared:
+            declared.append({"Name": metric.name, "Unit": metric.unit})
+    dimension_set = [QUEUE_DIMENSION]
+    for name, value in (dimensions or {}).items():
+        document[name] = value
+        dimension_set.append(name)
+    document["_aws"] = {
+        "Timestamp": timestamp_ms,
+        "CloudWatchMetrics": [
+            {"Namespace": namespace, "Dimensions": [dimension_set], "Metrics": declared}
+        ],
+    }
+    return document
