@@ -451,18 +451,15 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
 # httpx -------------------------------------------------------------------------------------------
 
 
-def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
-    url = request.url
-    default_port = 443 if url.scheme == "https" else 80
-    return invocation.downstream_name(url.host, url.port, default_port=default_port)
-
-
 def _httpx_start(request: Any) -> tuple[Invocation, str, float] | None:
     invocation = _active
     if invocation is None:
         return None
     try:
-        downstream = _httpx_downstream(invocation, request)
+        url = request.url
+        downstream = invocation.downstream_name(
+            url.host, url.port, default_port=443 if url.scheme == "https" else 80
+        )
     except Exception as error:
         failures.swallow(error)
         return None
