@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import inspect
 import socket
 import urllib.request
 from collections.abc import Callable
@@ -215,6 +216,24 @@ def test_plain_http_to_the_configured_aws_endpoint_is_not_a_downstream_call(
 )
 def test_aws_hosts_are_recognised_by_their_domain(host: str, aws: bool) -> None:
     assert instrument.is_aws_host(host) is aws
+
+
+def test_the_http_client_hooks_take_the_stdlib_arguments() -> None:
+    # The hooks spell the stdlib's parameters out (no *args/**kwargs on the hot path).
+    def parameters(function: Callable[..., Any]) -> list[tuple[str, object, object]]:
+        return [
+            (parameter.name, parameter.kind, parameter.default)
+            for parameter in inspect.signature(function).parameters.values()
+        ]
+
+    names = ("putrequest", "endheaders", "getresponse")
+    hooked = {name: parameters(getattr(http.client.HTTPConnection, name)) for name in names}
+    instrument.uninstall()
+    try:
+        for name in names:
+            assert hooked[name] == parameters(getattr(http.client.HTTPConnection, name)), name
+    finally:
+        instrument.install()
 
 
 def test_installing_twice_hooks_once() -> None:

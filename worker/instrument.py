@@ -31,7 +31,6 @@ from urllib.parse import urlsplit
 logger = logging.getLogger("queuemesh")
 
 AWS_HOST_SUFFIXES = ("amazonaws.com", "amazonaws.com.cn", "api.aws")
-_EXCHANGE_ATTRIBUTE = "_queuemesh_exchange"
 
 
 @dataclass(slots=True)
@@ -176,6 +175,8 @@ class Invocation:
         self._aws_endpoints = _aws_endpoints(os.environ if environ is None else environ)
         # Connections are reused (keep-alive): name each (host, port) once per invocation.
         self._names: dict[tuple[str | None, int | None, int], str | None] = {}
+        # The http.client connections used in this invocation, each with its call in flight.
+        self._exchanges: dict[object, _Exchange] = {}
         self._lock = threading.Lock()
 
     def downstream_name(
@@ -301,11 +302,9 @@ def _count(
         failures.swallow(error)
 
 
-def _wants_retry_after(status: int) -> bool:
-    return status == 429 or status >= 500
-
-
 # http.client (and so urllib3 and requests) -----------------------------------------------------
+# The hooks repeat the stdlib signatures: forwarding ``*args, **kwargs`` would build a dict and
+# leave the interpreter's fast call path on every request, hooked or not.
 
 
 _sdk_connection_classes: dict[type, bool] = {}
@@ -320,16 +319,25 @@ def _is_sdk_connection(connection: object) -> bool:
     return known
 
 
-def _http_client_downstream(
-    invocation: Invocation, connection: http.client.HTTPConnection, url: str
-) -> str | None:
+class _Exchange:
+    """A connection's counting state in one invocation, reused by each of its calls.
+
+    ``route`` (what the connection's own requests are counted as; None: not a downstream) is
+    decided on the connection's first call; ``downstream`` and ``started`` describe the call in
+    flight, ``started`` None when none is.
+    """
+
+    __slots__ = ("downstream", "route", "started")
+
+    def __init__(self, route: str | None) -> None:
+        self.route = route
+        self.downstream: str | None = None
+        self.started: float | None = None
+
+
+def _connection_route(invocation: Invocation, connection: http.client.HTTPConnection) -> str | None:
     if _is_sdk_connection(connection):
         return None
-    if url[:1] != "/" and "://" in url:
-        # An absolute URL is a request through a forwarding proxy: name the real target.
-        parts = urlsplit(url)
-        default_port = 443 if parts.scheme == "https" else 80
-        return invocation.downstream_name(parts.hostname, parts.port, default_port=default_port)
     tunnel_host: str | None = getattr(connection, "_tunnel_host", None)
     if tunnel_host:
         tunnel_port: int | None = getattr(connection, "_tunnel_port", None)
@@ -339,18 +347,39 @@ def _http_client_downstream(
     )
 
 
+def _start_exchange(
+    invocation: Invocation, connection: http.client.HTTPConnection, url: str
+) -> None:
+    exchange = invocation._exchanges.get(connection)
+    if exchange is None:
+        exchange = invocation._exchanges[connection] = _Exchange(
+            _connection_route(invocation, connection)
+        )
+    downstream = exchange.route
+    if url[:1] != "/" and downstream is not None and "://" in url:
+        # An absolute URL is a request through a forwarding proxy: name the real target.
+        parts = urlsplit(url)
+        default_port = 443 if parts.scheme == "https" else 80
+        downstream = invocation.downstream_name(
+            parts.hostname, parts.port, default_port=default_port
+        )
+    exchange.downstream = downstream
+    exchange.started = None if downstream is None else perf_counter()
+
+
 def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
     def putrequest(
-        self: http.client.HTTPConnection, method: str, url: str, *a: Any, **kw: Any
+        self: http.client.HTTPConnection,
+        method: str,
+        url: str,
+        skip_host: bool = False,
+        skip_accept_encoding: bool = False,
     ) -> Any:
-        started = perf_counter()
-        result = original(self, method, url, *a, **kw)
+        result = original(self, method, url, skip_host, skip_accept_encoding)
         invocation = _active
         if invocation is not None:
             try:
-                downstream = _http_client_downstream(invocation, self, url)
-                exchange = None if downstream is None else (invocation, downstream, started)
-                setattr(self, _EXCHANGE_ATTRIBUTE, exchange)
+                _start_exchange(invocation, self, url)
             except Exception as error:
                 failures.swallow(error)
         return result
@@ -358,26 +387,34 @@ def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
     return putrequest
 
 
-def _take_exchange(connection: object) -> tuple[Invocation, str, float] | None:
+def _take_exchange(
+    invocation: Invocation, connection: object
+) -> tuple[Invocation, str, float] | None:
+    """The downstream call in flight on the connection, begun in this invocation (no longer)."""
     try:
-        exchange: tuple[Invocation, str, float] | None = vars(connection).pop(
-            _EXCHANGE_ATTRIBUTE, None
-        )
+        exchange = invocation._exchanges.get(connection)
+        if exchange is None or exchange.started is None:
+            return None  # not a downstream call, or begun before this invocation
+        started, exchange.started = exchange.started, None
+        return invocation, exchange.downstream, started  # type: ignore[return-value]
     except Exception as error:
         failures.swallow(error)
         return None
-    if exchange is None or exchange[0] is not _active:
-        return None  # begun in an earlier invocation, or not a downstream call
-    return exchange
 
 
 def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
-    def endheaders(self: http.client.HTTPConnection, *a: Any, **kw: Any) -> Any:
+    def endheaders(
+        self: http.client.HTTPConnection,
+        message_body: Any = None,
+        *,
+        encode_chunked: bool = False,
+    ) -> Any:
         try:
-            return original(self, *a, **kw)
+            return original(self, message_body, encode_chunked=encode_chunked)
         except Exception:
             # Connecting happens here: a refused or timed-out connection is a failed call.
-            exchange = _take_exchange(self) if _active is not None else None
+            invocation = _active
+            exchange = None if invocation is None else _take_exchange(invocation, self)
             if exchange is not None:
                 _count(exchange[0], exchange[1], exchange[2], None, None)
             raise
@@ -386,19 +423,22 @@ def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
-    def getresponse(self: http.client.HTTPConnection, *a: Any, **kw: Any) -> Any:
-        exchange = _take_exchange(self) if _active is not None else None
+    def getresponse(self: http.client.HTTPConnection) -> Any:
+        invocation = _active
+        exchange = None if invocation is None else _take_exchange(invocation, self)
         if exchange is None:
-            return original(self, *a, **kw)
+            return original(self)
         invocation, downstream, started = exchange
         try:
-            response = original(self, *a, **kw)
+            response = original(self)
         except Exception:
             _count(invocation, downstream, started, None, None)
             raise
         try:
             status = response.status
-            retry_after = response.getheader("Retry-After") if _wants_retry_after(status) else None
+            retry_after = (
+                response.getheader("Retry-After") if status == 429 or status >= 500 else None
+            )
         except Exception as error:
             failures.swallow(error)
             return response
@@ -411,18 +451,15 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
 # httpx -------------------------------------------------------------------------------------------
 
 
-def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
-    url = request.url
-    default_port = 443 if url.scheme == "https" else 80
-    return invocation.downstream_name(url.host, url.port, default_port=default_port)
-
-
 def _httpx_start(request: Any) -> tuple[Invocation, str, float] | None:
     invocation = _active
     if invocation is None:
         return None
     try:
-        downstream = _httpx_downstream(invocation, request)
+        url = request.url
+        downstream = invocation.downstream_name(
+            url.host, url.port, default_port=443 if url.scheme == "https" else 80
+        )
     except Exception as error:
         failures.swallow(error)
         return None
@@ -432,7 +469,9 @@ def _httpx_start(request: Any) -> tuple[Invocation, str, float] | None:
 def _httpx_finish(exchange: tuple[Invocation, str, float], response: Any) -> None:
     try:
         status = response.status_code
-        retry_after = response.headers.get("retry-after") if _wants_retry_after(status) else None
+        retry_after = (
+            response.headers.get("retry-after") if status == 429 or status >= 500 else None
+        )
     except Exception as error:
         failures.swallow(error)
         return

@@ -2,11 +2,15 @@
 
 The same call (GET on a keep-alive connection to a downstream on 127.0.0.1) is timed with the
 hooks removed and with them installed inside an open invocation (so every call is counted),
-in alternating blocks in one process, for each client library. Each call is timed alone;
-``overhead_us`` is the median over neighbouring block pairs of the difference of their median
-call times, ``cpu_overhead_us`` the same in the calling thread's CPU time (blind to the
-host's scheduling noise), and ``ratio`` the median over pairs of their quotient.
-The worst client is reported at the top; the target is under 50 us per call.
+in alternating blocks in one process, for each client library (httpx both sync and async).
+Each call is timed alone; ``overhead_us`` is the median over neighbouring block pairs of the
+difference of their median call times, ``cpu_overhead_us`` the same in the calling thread's
+CPU time (blind to the host's scheduling noise), and ``ratio`` the median over pairs of their
+quotient. Switching the hooks rewrites the clients' classes, after which the interpreter
+re-learns every call site that touches them (Python 3.11+ specialises, and gives a site up to
+about 50 misses before it adapts); the hooks are installed once in a worker, so each block
+starts after ``SETTLE_CALLS`` untimed calls and times the steady state on both sides.
+The worst client is reported at the top; the target is at most 5 us per call.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from typing import Any
 
 from load.bench import BenchError
 
-TARGET_OVERHEAD_US = 50.0
-CLIENTS = ("http.client", "urllib3", "requests", "httpx")
+TARGET_OVERHEAD_US = 5.0
+CLIENTS = ("http.client", "urllib3", "requests", "httpx", "httpx-async")
 WARMUP_CALLS = 20
+SETTLE_CALLS = 64
 
 
 class _Answer(BaseHTTPRequestHandler):
@@ -86,11 +91,29 @@ def _client(name: str, host: str, port: int) -> Iterator[Callable[[], object]]:
 
         with requests.Session() as session:
             yield lambda: session.get(url, timeout=5).status_code
-    else:
+    elif name == "httpx":
         import httpx
 
         with httpx.Client(timeout=5) as client:
             yield lambda: client.get(url).status_code
+    else:
+        import asyncio
+
+        import httpx
+
+        # One loop and one client for every call, as an async worker keeps them.
+        with asyncio.Runner() as runner:
+            async_client = httpx.AsyncClient(timeout=5)
+            try:
+                yield lambda: runner.run(async_client.get(url)).status_code
+            finally:
+                runner.run(async_client.aclose())
+
+
+def _settle(call: Callable[[], object]) -> None:
+    """Untimed calls while the interpreter re-learns the call sites of the switched classes."""
+    for _ in range(SETTLE_CALLS):
+        call()
 
 
 def _block_medians(call: Callable[[], object], calls: int) -> tuple[float, float]:
@@ -128,8 +151,10 @@ def _measure_client(name: str, host: str, port: int, calls: int, block: int) -> 
         while done < calls:
             size = min(block, calls - done)
             instrument.uninstall()
+            _settle(call)
             plain = _block_medians(call, size)
             instrument.install()
+            _settle(call)  # outside the invocation: the counts stay those of timed calls
             instrument.begin(invocation)
             try:
                 hooked = _block_medians(call, size)
@@ -177,10 +202,11 @@ def measure(*, calls: int, block: int, clients: tuple[str, ...]) -> dict[str, An
         "benchmark": "worker",
         "calls": calls,
         "block": block,
+        "settle_calls": SETTLE_CALLS,
         "python": sys.version.split()[0],
         "clients": results,
         "overhead_us": worst["overhead_us"],
         "ratio": worst["ratio"],
         "target_overhead_us": TARGET_OVERHEAD_US,
-        "meets_target": worst["overhead_us"] < TARGET_OVERHEAD_US,
+        "meets_target": worst["overhead_us"] <= TARGET_OVERHEAD_US,
     }
