@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stack.errors import CliError
+from stack.errors import CliError, quoted
 
 # The local stack (moto) accepts any credentials; these let `--endpoint-url` work on a machine
 # without an AWS profile, and are never used for a real AWS endpoint.
@@ -108,10 +108,10 @@ def endpoint_url(raw: str) -> str:
         parts = urllib.parse.urlsplit(raw)
         parts.port  # noqa: B018 - parsing the port is what rejects 'http://host:99999'
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{raw[:60]!r} is not a URL ({error})") from error
+        raise argparse.ArgumentTypeError(f"{quoted(raw)} is not a URL ({error})") from error
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(
-            f"{raw[:60]!r} is not an http(s) URL such as http://127.0.0.1:5000"
+            f"{quoted(raw)} is not an http(s) URL such as http://127.0.0.1:5000"
         )
     return raw
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from stack.errors import CliError
+from stack.errors import CliError, quoted
 
 COMMAND_MODULES: tuple[str, ...] = (
     "stack.commands.bench",
@@ -56,9 +56,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     prog = f"queuemesh {args.command}"
     if unknown:
-        shown = " ".join(unknown)
+        shown = quoted(" ".join(unknown))
         print(
-            f"{prog}: error: unrecognized arguments: {shown[:80]} (see '{prog} --help')",
+            f"{prog}: error: unrecognized arguments: {shown} (see '{prog} --help')",
             file=sys.stderr,
         )
         return 2

@@ -321,3 +321,21 @@ def test_a_recording_line_is_a_sane_record_or_a_recording_error(
         return
     assert EARLIEST_ARRIVAL <= record.arrival < LATEST_ARRIVAL
     assert int(record.sequence) >= 0  # what batching and de-duplication compare
+
+
+@pytest.mark.timeout(RUNAWAY_GUARD_S)
+def test_a_registration_holding_a_bad_mapping_id_is_one_line(
+    fleet: LocalFleet, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hand-edited CONFIG item: botocore refuses the id before sending, the CLI says so."""
+    from controller.ledger import DynamoLedger
+    from controller.model import QueueConfig
+    from load.localfleet import client
+
+    ledger = DynamoLedger(fleet.table, client(fleet.endpoint, "dynamodb"))
+    ledger.put_config(QueueConfig(queue="edited", esm_uuid="nope"))
+    target = ["--endpoint-url", fleet.endpoint, "--table", fleet.table]
+    assert main(["pin", "edited", "10", *target]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("queuemesh pin: error: AWS refused a value before sending it")

@@ -20,7 +20,7 @@ from controller.model import AuditEntry, Mode
 from controller.ports import ActuationError, LedgerError
 from controller.registration import OperatorError, check_mapping_id, concurrency_text
 from stack.aws import AwsTarget, add_target_arguments, aws_errors, explain, root_cause
-from stack.errors import CliError
+from stack.errors import CliError, quoted
 from stack.ops import MAX_CONCURRENCY, MIN_CONCURRENCY, FleetOps, StatusRow, iso_time
 
 MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
@@ -35,7 +35,7 @@ _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 def parse_since(raw: str, now: float) -> float:
     """``--since``: ISO-8601 (UTC when no offset is given) or relative (``90s``, ``30m``,
     ``1h``, ``2d``: that long before ``now``); between 1970-01-01 and ``now``."""
-    shown = repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}... ({len(raw)} characters)"
+    shown = quoted(raw)
     relative = _RELATIVE.match(raw.strip().lower())
     if relative:
         since = now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
@@ -64,9 +64,9 @@ def _finite(raw: str) -> float:
     try:
         value = float(raw)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(f"not a number: {raw[:40]!r}") from error
+        raise argparse.ArgumentTypeError(f"not a number: {quoted(raw)}") from error
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {raw[:40]!r}")
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {quoted(raw)}")
     return value
 
 

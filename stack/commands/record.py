@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from load.record import Progress, Recorder, RecordError, error_code
-from stack.errors import CliError
+from stack.errors import CliError, quoted
 
 # Kinesis' StreamName pattern and length.
 _STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
@@ -48,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _stream_name(raw: str) -> str:
     if not _STREAM_NAME.fullmatch(raw):
         raise argparse.ArgumentTypeError(
-            f"{raw[:60]!r} is not a Kinesis stream name (1-128 letters, digits, '_', '-', '.')"
+            f"{quoted(raw)} is not a Kinesis stream name (1-128 letters, digits, '_', '-', '.')"
         )
     return raw
 
