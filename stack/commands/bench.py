@@ -90,7 +90,7 @@ def _run_decode(args: argparse.Namespace) -> int:
     ):
         value = getattr(args, name)
         if not 1 <= value <= ceiling:
-            raise CliError(f"--{name} must be between 1 and {ceiling}; got {value}")
+            raise CliError(f"--{name} must be at least 1 and at most {ceiling}; got {value}")
     report = decode.measure(
         records=args.records,
         max_events=args.events,
