@@ -9,6 +9,7 @@ the controller's own decisions: the loser of a race on ``Version`` re-reads and 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 
 from controller.model import (
@@ -31,11 +32,27 @@ from controller.settings import PolicyParams, SettingsError
 from controller.transitions import Transition
 
 COMMIT_ATTEMPTS = 5
+# An event source mapping's id as Lambda issues it: a UUID, 8-4-4-4-12 hexadecimal digits.
+MAPPING_ID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
 
 class OperatorError(Exception):
     """An operator's action on a queue could not be carried out; the message says why and
     what to do about it."""
+
+
+def check_mapping_id(esm_uuid: str) -> str:
+    """``esm_uuid`` when it has the shape of a Lambda mapping id, else ``OperatorError``:
+    checked before any call, so a typo is named as one instead of surfacing as AWS' parameter
+    validation or a "not found"."""
+    if not MAPPING_ID.fullmatch(esm_uuid):
+        shown = esm_uuid if len(esm_uuid) <= 40 else f"{esm_uuid[:40]}..."
+        raise OperatorError(
+            f"{shown!r} is not an event source mapping id (a UUID such as "
+            "14e0db71-2b8c-4d2a-9e7f-0123456789ab); find it with "
+            "`aws lambda list-event-source-mappings --event-source-arn <queue ARN>`"
+        )
+    return esm_uuid
 
 
 def register_queue(

@@ -20,6 +20,7 @@ import binascii
 import gzip
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +34,14 @@ DEFAULT_SHARD = "shardId-000000000000"
 # grow with each record.
 SEQUENCE_BASE = 49_600_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000_000
 ACCOUNT = "000000000000"
+# Kinesis sequence numbers are decimal, at most 129 digits (its API's pattern 0|([1-9]\d{0,128})).
+MAX_SEQUENCE_DIGITS = 129
+_SEQUENCE = re.compile(rf"[0-9]{{1,{MAX_SEQUENCE_DIGITS}}}")
+# Arrival stamps a real stream (or the simulator, which starts at 2026) can carry: from
+# 2000-01-01 to 2100-01-01 UTC. Anything else is a unit mix-up (milliseconds, say) or garbage,
+# and would only make the replay's virtual clock run for nothing.
+EARLIEST_ARRIVAL = 946_684_800.0
+LATEST_ARRIVAL = 4_102_444_800.0
 
 
 class RecordingError(ValueError):
@@ -89,14 +98,22 @@ class RecordedLine:
             or not math.isfinite(arrival)
         ):
             raise RecordingError(f"{where}arrival must be epoch seconds, got {arrival!r}")
+        if not EARLIEST_ARRIVAL <= arrival < LATEST_ARRIVAL:
+            raise RecordingError(
+                f"{where}arrival {arrival!r} is not epoch seconds between 2000 and 2100 "
+                "(milliseconds?)"
+            )
         fields: dict[str, str] = {}
         for key in ("shard", "sequence", "partition_key", "data"):
             value = raw.get(key)
             if not isinstance(value, str):
                 raise RecordingError(f"{where}{key} must be a string, got {value!r}")
             fields[key] = value
-        if not fields["sequence"].isdigit():
-            raise RecordingError(f"{where}sequence must be decimal digits, got {raw['sequence']!r}")
+        if not _SEQUENCE.fullmatch(fields["sequence"]):
+            raise RecordingError(
+                f"{where}sequence must be 1..{MAX_SEQUENCE_DIGITS} decimal digits (0-9), got "
+                f"{_shortened(fields['sequence'])}"
+            )
         try:
             data = base64.b64decode(fields["data"], validate=True)
         except binascii.Error as error:
@@ -108,6 +125,11 @@ class RecordedLine:
             partition_key=fields["partition_key"],
             data=data,
         )
+
+
+def _shortened(text: str, limit: int = 40) -> str:
+    """``text`` quoted, cut to ``limit`` characters: error messages stay one readable line."""
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def write_recording(lines: Iterable[RecordedLine], target: Path | IO[str]) -> int:

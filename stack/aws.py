@@ -6,11 +6,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stack.errors import CliError
+from stack.errors import CliError, quoted
 
 # The local stack (moto) accepts any credentials; these let `--endpoint-url` work on a machine
 # without an AWS profile, and are never used for a real AWS endpoint.
@@ -87,13 +88,32 @@ def add_target_arguments(parser: argparse.ArgumentParser, endpoint_from_env: boo
     if endpoint_from_env:
         parser.add_argument(
             "--endpoint-url",
-            default=os.environ.get("AWS_ENDPOINT_URL"),
+            type=endpoint_url,
+            default=os.environ.get("AWS_ENDPOINT_URL") or None,
             help="send AWS calls here (the local stack); default: AWS_ENDPOINT_URL, else AWS",
         )
     else:
-        parser.add_argument("--endpoint-url", help="use the AWS (local stack) at this endpoint")
+        parser.add_argument(
+            "--endpoint-url",
+            type=endpoint_url,
+            help="use the AWS (local stack) at this endpoint",
+        )
     parser.add_argument("--region", help="AWS region (default: the profile's or AWS_REGION)")
     parser.add_argument("--profile", help="AWS credentials profile (default: the usual chain)")
+
+
+def endpoint_url(raw: str) -> str:
+    """``--endpoint-url``: an http(s) URL naming a host, the only kind botocore can call."""
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        parts.port  # noqa: B018 - parsing the port is what rejects 'http://host:99999'
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{quoted(raw)} is not a URL ({error})") from error
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"{quoted(raw)} is not an http(s) URL such as http://127.0.0.1:5000"
+        )
+    return raw
 
 
 @contextlib.contextmanager

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import NoReturn
 
-from stack.errors import CliError
+from stack.errors import CliError, quoted
 
 COMMAND_MODULES: tuple[str, ...] = (
     "stack.commands.bench",
@@ -48,17 +48,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    # Left-over arguments are the command's error, not the top-level parser's.
+    args, unknown = parser.parse_known_args(argv)
     if not hasattr(args, "func"):
+        if unknown:
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
         parser.print_help(sys.stderr)
+        return 2
+    prog = f"queuemesh {args.command}"
+    if unknown:
+        shown = quoted(" ".join(unknown))
+        print(
+            f"{prog}: error: unrecognized arguments: {shown} (see '{prog} --help')",
+            file=sys.stderr,
+        )
         return 2
     try:
         return int(args.func(args))
     except CliError as error:
-        print(f"queuemesh {args.command}: error: {error}", file=sys.stderr)
+        # One line, whatever third-party text (botocore's, say) the message carries.
+        message = " ".join(str(error).split())
+        print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"queuemesh {args.command}: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 

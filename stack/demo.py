@@ -107,8 +107,12 @@ def run(args: argparse.Namespace) -> int:
             "pipeline: use a scenario with one queue and one downstream"
         )
     duration = scenario.duration_s if args.duration is None else args.duration
-    if duration <= 0 or args.grace < 0:
-        raise CliError("--duration must be positive and --grace not negative")
+    # Written so that nan fails too; the run is in real time, so both are finite.
+    if not (0 < duration < math.inf and 0 <= args.grace < math.inf):
+        raise CliError(
+            "--duration must be a positive number of seconds and --grace a non-negative one, "
+            "both finite"
+        )
     plot = (
         None if args.no_plot else Path(args.plot or DEFAULT_PLOT_DIR / f"demo-{scenario.name}.png")
     )

@@ -228,7 +228,7 @@ def test_audit_lists_entries_since_a_time(cli: Cli, fleet: LocalFleet) -> None:
         ("PIN", 100, 20),
     ]
     assert all(e["event_type"] == "OPERATOR" for e in entries)
-    assert json.loads(cli.ok("audit", "orders", "--json", "--since", "2999-01-01T00:00:00Z")) == []
+    assert "in the future" in cli.one_line_error("audit", "orders", "--since", "2999-01-01")
     table = cli.ok("audit", "orders").splitlines()
     assert table[0].split()[:3] == ["time", "event", "action"] and len(table) == 3
     assert "neither ISO-8601" in cli.one_line_error("audit", "orders", "--since", "yesterday")

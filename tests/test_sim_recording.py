@@ -116,17 +116,17 @@ def test_written_recordings_read_back(tmp_path: Path) -> None:
         ("[]", "line 2: must be a JSON object"),
         ('{"arrival": "soon"}', "line 2: arrival must be epoch seconds"),
         (
-            '{"arrival": 1, "shard": "s", "sequence": "12a", "partition_key": "k", "data": ""}',
-            "line 2: sequence must be decimal digits",
+            '{"arrival": 1.8e9, "shard": "s", "sequence": "12a", "partition_key": "k", "data": ""}',
+            "line 2: sequence must be 1..129 decimal digits",
         ),
         (
-            '{"arrival": 1, "shard": "s", "sequence": "1", "partition_key": "k", "data": "@@"}',
+            '{"arrival": 1.8e9, "shard": "s", "sequence": "1", "partition_key": "k", "data": "@@"}',
             "line 2: data is not base64",
         ),
     ],
 )
 def test_a_bad_line_is_named(text: str, message: str) -> None:
-    good = RecordedLine(1.0, "shardId-0", "1", "k", b"x").to_json()
+    good = RecordedLine(1.8e9, "shardId-0", "1", "k", b"x").to_json()
     with pytest.raises(RecordingError, match=message):
         read_recording(io.StringIO(f"{good}\n{text}\n"))
 

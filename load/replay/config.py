@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +75,7 @@ def parse_config(raw: object) -> ReplayConfig:
     from controller.policy import algorithm_named
 
     table = _object(raw, "the configuration", CONFIG_KEYS)
-    params = PolicyParams().with_overrides(_object(table.get("params", {}), "'params'", None))
+    params = PolicyParams().with_overrides(_numbers(table.get("params", {}), "'params'"))
     batching = _object(table.get("batching", {}), "'batching'", BATCHING_KEYS)
     batch_size = batching.get("batch_size", DEFAULT_BATCH_SIZE)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
@@ -101,9 +102,11 @@ def parse_config(raw: object) -> ReplayConfig:
     queues = None
     if "queues" in table:
         queues = {
-            str(name): _queue_setup(str(name), spec, params)
+            name: _queue_setup(name, spec, params)
             for name, spec in _object(table["queues"], "'queues'", None).items()
         }
+        if "" in queues:
+            raise ValueError("'queues': a queue name is empty; use the SQS queue's name")
     return ReplayConfig(
         params,
         queues,
@@ -120,7 +123,7 @@ def _queue_setup(name: str, raw: object, params: PolicyParams) -> QueueSetup:
     mode_name = spec.get("mode", "active")
     if mode_name not in MODES:
         raise ValueError(f"queue {name!r}: 'mode' must be one of {sorted(MODES)}")
-    overrides = _object(spec.get("overrides", {}), f"queue {name!r} 'overrides'", None)
+    overrides = _numbers(spec.get("overrides", {}), f"queue {name!r} 'overrides'")
     # Checked now, so a typo fails before the replay rather than in the middle of it.
     params.with_overrides(overrides)
     concurrency = spec.get("concurrency")
@@ -134,14 +137,28 @@ def _queue_setup(name: str, raw: object, params: PolicyParams) -> QueueSetup:
             f"{MIN_CONCURRENCY}..{MAX_CONCURRENCY}"
         )
     esm_uuid = spec.get("esm_uuid")
-    if esm_uuid is not None and not isinstance(esm_uuid, str):
-        raise ValueError(f"queue {name!r}: 'esm_uuid' must be a string")
+    if esm_uuid is not None and (not isinstance(esm_uuid, str) or not esm_uuid):
+        raise ValueError(f"queue {name!r}: 'esm_uuid' must be a non-empty string")
     return QueueSetup(
         esm_uuid=esm_uuid,
         mode=MODES[mode_name],
         overrides={key: float(value) for key, value in overrides.items()},
         concurrency=concurrency,
     )
+
+
+def _numbers(raw: object, what: str) -> dict[str, float]:
+    """Policy parameters by name: each a finite JSON number (``true`` and ``"5"`` are not;
+    ``PolicyParams`` then checks the names and ranges)."""
+    table = _object(raw, what, None)
+    for key, value in table.items():
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
+            raise ValueError(f"{what}: {key!r} must be a finite number, got {value!r}")
+    return table
 
 
 def _object(raw: object, what: str, allowed: set[str] | None) -> dict[str, Any]:

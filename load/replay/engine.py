@@ -14,12 +14,16 @@ from controller.model import Decision, Mode, QueueConfig, QueueStateName
 from load.progress import ProgressCallback
 from load.recording import RecordedLine, kinesis_event
 from load.replay.batching import Batch, kinesis_batches
-from load.replay.config import QueueSetup, ReplayConfig
+from load.replay.config import QueueSetup, ReplayConfig, ReplayError
 from load.replay.report import ReplayedDecision
 
 REPLAY_ACCOUNT = "000000000000"
 REPLAY_REGION = "us-east-1"
 STREAM_ARN = f"arn:aws:kinesis:{REPLAY_REGION}:{REPLAY_ACCOUNT}:stream/queuemesh-replay"
+# Scheduled ticks a replay runs at most: a week of template.yaml's one-a-minute schedule. The
+# ticks are what makes a replay's work grow with the time a recording spans rather than with
+# its records, so this bounds it (a longer recording: a shorter stretch, or a sparser schedule).
+MAX_SCHEDULED_TICKS = 7 * 24 * 60
 
 
 @dataclass(slots=True)
@@ -104,8 +108,10 @@ def replay(
     from controller.engine import Controller
     from controller.policy import algorithm_named
 
+    batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
+    invocations = _invocations(batches, config.schedule_s)
     clock = VirtualClock()
-    report = ReplayReport(records=len(records))
+    report = ReplayReport(records=len(records), batches=len(batches))
     report.queues = queues_in(records, config.namespace)
     if ledger is None or actuator is None:
         ledger, actuator = in_memory_adapters(config, report.queues, clock)
@@ -130,10 +136,7 @@ def replay(
             last_state[decision.queue] = decision.state.value
             report.decisions.append(ReplayedDecision.of(time, decision, changed))
 
-    batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
-    report.batches = len(batches)
     report.start = records[0].arrival if records else None
-    invocations = _invocations(batches, config.schedule_s)
     for done, invocation in enumerate(invocations):
         if progress is not None:
             progress(done, len(invocations), "controller invocations")
@@ -160,12 +163,20 @@ class Invocation:
 
 def _invocations(batches: Sequence[Batch], schedule_s: float | None) -> list[Invocation]:
     """The batches, and scheduled ticks every ``schedule_s`` from the first batch to the last
-    (a tick at the same moment as a batch runs after it)."""
+    (a tick at the same moment as a batch runs after it); ``ReplayError`` when those would be
+    more than ``MAX_SCHEDULED_TICKS``."""
     invocations = [Invocation(batch.time, batch) for batch in batches]
     if schedule_s is None or not batches:
         return invocations
     first, last = batches[0].time, batches[-1].time
     ticks = math.floor((last - first) / schedule_s)
+    if ticks > MAX_SCHEDULED_TICKS:
+        raise ReplayError(
+            f"the recording spans {last - first:.0f} s ({(last - first) / 86400:.1f} days): "
+            f"a scheduled tick every {schedule_s:g} s makes {ticks} ticks, more than "
+            f"{MAX_SCHEDULED_TICKS} (a week at one a minute); replay a shorter stretch, or "
+            "raise 'schedule_s' (or set it to null) in --config"
+        )
     invocations += [Invocation(first + n * schedule_s, None) for n in range(1, ticks + 1)]
     return sorted(invocations, key=lambda invocation: (invocation.time, invocation.batch is None))
 

@@ -121,10 +121,23 @@ def load_expected(path: Path) -> list[ReplayedDecision]:
         raise ReplayError(f"expected decisions {path} are not JSON: {error}") from error
     if not isinstance(raw, list):
         raise ReplayError(f"expected decisions {path}: want a JSON list (`replay --json` output)")
-    try:
-        return [ReplayedDecision.from_json(item) for item in raw]
-    except (KeyError, TypeError, ValueError) as error:
-        raise ReplayError(f"expected decisions {path}: a decision lacks {error}") from error
+    decisions = []
+    for number, item in enumerate(raw, start=1):
+        try:
+            if not isinstance(item, dict):
+                raise TypeError(f"want a JSON object, got {type(item).__name__}")
+            decisions.append(ReplayedDecision.from_json(item))
+        except KeyError as error:
+            raise ReplayError(
+                f"expected decisions {path}: decision {number} lacks {error}; regenerate the file "
+                "with `queuemesh replay ... --json`"
+            ) from error
+        except (TypeError, ValueError, OverflowError) as error:
+            raise ReplayError(
+                f"expected decisions {path}: decision {number} is not a decision ({error}); "
+                "regenerate the file with `queuemesh replay ... --json`"
+            ) from error
+    return decisions
 
 
 def compare(

@@ -78,9 +78,19 @@ def _register_decode(bench_subparsers: Any) -> None:
 
 
 def _run_decode(args: argparse.Namespace) -> int:
-    for name in ("records", "events", "queues", "repeat"):
-        if getattr(args, name) < 1:
-            raise CliError(f"--{name} must be at least 1; got {getattr(args, name)}")
+    from load.replay.config import MAX_BATCH_SIZE
+
+    # A batch holds at most what a Kinesis event source mapping delivers; the other ceilings
+    # keep a mistyped number from building a batch for hours.
+    for name, ceiling in (
+        ("records", MAX_BATCH_SIZE),
+        ("events", 100),
+        ("queues", 10_000),
+        ("repeat", 100),
+    ):
+        value = getattr(args, name)
+        if not 1 <= value <= ceiling:
+            raise CliError(f"--{name} must be at least 1 and at most {ceiling}; got {value}")
     report = decode.measure(
         records=args.records,
         max_events=args.events,
@@ -144,6 +154,8 @@ def _run_fleet(args: argparse.Namespace) -> int:
         raise CliError(f"--queues must be 1..5000, got {args.queues}")
     if not 5 <= args.timeout <= 900:
         raise CliError(f"--timeout must be 5..900 s (Lambda's range), got {args.timeout}")
+    if not 1 <= args.max_invocations <= 100:
+        raise CliError(f"--max-invocations must be 1..100, got {args.max_invocations}")
     from load.progress import Progress
     from stack.emulator import EmbeddedAws
 

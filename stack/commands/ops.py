@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -18,8 +19,9 @@ from typing import Any
 from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
 from controller.model import AuditEntry, Mode
 from controller.ports import ActuationError, LedgerError
-from controller.registration import OperatorError, concurrency_text
-from stack.errors import CliError
+from controller.registration import OperatorError, check_mapping_id, concurrency_text
+from stack.aws import AwsTarget, add_target_arguments, aws_errors, explain, root_cause
+from stack.errors import CliError, quoted
 from stack.ops import FleetOps, StatusRow, iso_time
 
 MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
@@ -33,19 +35,40 @@ _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 def parse_since(raw: str, now: float) -> float:
     """``--since``: ISO-8601 (UTC when no offset is given) or relative (``90s``, ``30m``,
-    ``1h``, ``2d``: that long before ``now``)."""
+    ``1h``, ``2d``: that long before ``now``); between 1970-01-01 and ``now``."""
+    shown = quoted(raw)
     relative = _RELATIVE.match(raw.strip().lower())
     if relative:
-        return now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
-    try:
-        moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
-    except ValueError as error:
+        since = now - float(relative.group(1)) * _UNIT_S[relative.group(2)]
+    else:
+        try:
+            moment = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+        except ValueError as error:
+            raise CliError(
+                f"--since {shown} is neither ISO-8601 (2026-11-29T18:00:00Z) nor relative "
+                "(30m, 1h, 2d)"
+            ) from error
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        since = moment.timestamp()
+    # float() of a long digit string is inf, and inf - inf is nan: neither passes.
+    if not 0.0 <= since <= now:
         raise CliError(
-            f"--since {raw!r} is neither ISO-8601 (2026-11-29T18:00:00Z) nor relative (30m, 1h, 2d)"
-        ) from error
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+            f"--since {shown} is {'in the future' if since > now else 'before 1970'}; give a "
+            "time between 1970-01-01T00:00:00Z and now, or an age (30m, 1h, 2d)"
+        )
+    return since
+
+
+def _finite(raw: str) -> float:
+    """A policy override: a finite number (``PolicyParams`` checks its range and wholeness)."""
+    try:
+        value = float(raw)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"not a number: {quoted(raw)}") from error
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {quoted(raw)}")
+    return value
 
 
 # --- rendering ------------------------------------------------------------------------------
@@ -120,8 +143,6 @@ def audit_table(entries: Sequence[AuditEntry]) -> str:
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     def command(name: str, help_text: str, func: Callable[[argparse.Namespace], int]) -> Any:
-        from stack.aws import add_target_arguments
-
         parser = subparsers.add_parser(name, help=help_text, description=help_text)
         parser.add_argument(
             "--table",
@@ -135,8 +156,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = command("register", "put a queue's event source mapping under control", _register)
     parser.add_argument("queue", help="SQS queue name")
     parser.add_argument("--esm", required=True, help="UUID of the queue's event source mapping")
-    for flag, kind in zip(POLICY_FLAGS, (float, float, float, int, int, int), strict=True):
-        parser.add_argument(f"--{flag}", type=kind, help=f"policy override {flag.upper()}")
+    for flag in POLICY_FLAGS:
+        parser.add_argument(f"--{flag}", type=_finite, help=f"policy override {flag.upper()}")
     parser.add_argument("--mode", default="active", help="active (default) or dry-run")
 
     parser = command("status", "every managed queue: state, concurrency, pressure", _status)
@@ -192,36 +213,54 @@ def fleet(args: argparse.Namespace) -> Iterator[FleetOps]:
     failures as one line."""
     from controller.actuator import LambdaActuator
     from controller.ledger import DynamoLedger
-    from stack.aws import AwsTarget, aws_errors, explain, root_cause
 
     if not args.table:
         raise CliError("no ledger table: pass --table or set QUEUEMESH_TABLE")
     target = AwsTarget.from_args(args)
-    with aws_errors(target):
+    with adapter_errors(target, args.table):
         try:
             ledger = DynamoLedger(args.table, target.client("dynamodb"))
             actuator = LambdaActuator(target.client("lambda", retries=False))
             yield FleetOps(ledger, actuator)
         except OperatorError as error:
             raise CliError(str(error)) from error
+
+
+@contextlib.contextmanager
+def adapter_errors(target: AwsTarget, table: str) -> Iterator[None]:
+    """The ledger's and actuator's failures on ``target`` (and AWS' own: no credentials,
+    endpoint down) as one line; a missing ``table`` is named."""
+    from botocore.exceptions import ParamValidationError
+
+    with aws_errors(target):
+        try:
+            yield
         except (LedgerError, ActuationError) as error:
             cause = root_cause(error)
             code = getattr(cause, "response", {}).get("Error", {}).get("Code", "")
             if isinstance(error, LedgerError) and code == "ResourceNotFoundException":
                 raise CliError(
-                    f"ledger table {args.table!r} not found at {target.describe()}; deploy the "
+                    f"ledger table {table!r} not found at {target.describe()}; deploy the "
                     "stack or name the right table (--table, QUEUEMESH_TABLE)"
                 ) from error
             raise CliError(explain(cause, target) or str(error)) from error
+        except ParamValidationError as error:
+            # botocore's own check of a value the ledger holds (a hand-edited EsmUuid, say).
+            raise CliError(
+                f"AWS refused a value before sending it ({' '.join(str(error).split())}); "
+                "check the queue's registration (`queuemesh register QUEUE --esm UUID`)"
+            ) from error
 
 
 def _register(args: argparse.Namespace) -> int:
-    overrides = {
-        flag: float(value) for flag in POLICY_FLAGS if (value := getattr(args, flag)) is not None
-    }
+    overrides = {flag: value for flag in POLICY_FLAGS if (value := getattr(args, flag)) is not None}
     mode = _mode_named(args.mode)
+    try:
+        esm_uuid = check_mapping_id(args.esm)
+    except OperatorError as error:
+        raise CliError(f"--esm: {error}") from error
     with fleet(args) as ops:
-        config, view = ops.register(args.queue, args.esm, overrides, mode)
+        config, view = ops.register(args.queue, esm_uuid, overrides, mode)
     print(
         f"registered {config.queue}: mapping {config.esm_uuid} ({view.state}, "
         f"MaximumConcurrency {concurrency_text(view)}), mode {config.mode.value}"

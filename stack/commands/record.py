@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from typing import Any
 
 from load.progress import Progress
 from load.record import Recorder, RecordError, error_code
-from stack.errors import CliError
+from stack.errors import CliError, quoted
+
+# Kinesis' StreamName pattern and length.
+_STREAM_NAME = re.compile(r"[a-zA-Z0-9_.-]{1,128}")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--duration, --max-records, or on Ctrl-C; what was read is always kept."
         ),
     )
-    parser.add_argument("--stream", required=True, help="Kinesis stream name")
+    parser.add_argument("--stream", required=True, type=_stream_name, help="Kinesis stream name")
     parser.add_argument("--out", required=True, help="recording file to write (JSON Lines)")
     parser.add_argument(
         "--duration", type=_positive_seconds, help="stop after this many seconds (default: Ctrl-C)"
@@ -39,6 +43,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     add_target_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def _stream_name(raw: str) -> str:
+    if not _STREAM_NAME.fullmatch(raw):
+        raise argparse.ArgumentTypeError(
+            f"{quoted(raw)} is not a Kinesis stream name (1-128 letters, digits, '_', '-', '.')"
+        )
+    return raw
 
 
 def _positive_seconds(raw: str) -> float:

@@ -9,10 +9,9 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from controller.policy import DEFAULT_ALGORITHM
-from load.progress import Progress
+from load.progress import Progress, ProgressCallback
 from load.recording import Recording, RecordingError, UnreadableRecording, read_recording
 from load.replay import (
     ReplayConfig,
@@ -30,13 +29,22 @@ from stack.errors import CliError
 
 
 def load_recording(path: Path, skip_bad: bool) -> Recording:
-    """The recording's records (see ``load.recording.read_recording``), errors as one line."""
+    """The recording's records (see ``load.recording.read_recording``), errors as one line;
+    a recording without a record to replay is one too."""
     try:
-        return read_recording(path, skip_bad=skip_bad)
+        recording = read_recording(path, skip_bad=skip_bad)
     except UnreadableRecording as error:
         raise CliError(str(error)) from error
     except RecordingError as error:
         raise CliError(f"{path}: {error}; fix it or pass --skip-bad") from error
+    if not recording.records:
+        bad = recording.bad_lines
+        why = f" ({len(bad)} broken line(s) skipped, the first: {bad[0]})" if bad else ""
+        raise CliError(
+            f"{path} holds no record to replay{why}; record one with `queuemesh record` or "
+            "`queuemesh simulate --record`"
+        )
+    return recording
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -98,21 +106,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # Every input is read and checked before the replay runs.
     config = load_config(args.config) if args.config else ReplayConfig()
     if args.algorithm is not None:
         config = dataclasses.replace(config, algorithm=args.algorithm)
+    expected = None if args.expect is None else load_expected(args.expect)
     recording = load_recording(args.file, args.skip_bad)
-    ledger = actuator = None
-    if args.endpoint_url:
-        ledger, actuator = _stack_adapters(args, config)
     with Progress.for_command("replay", json_output=args.json) as progress:
-        report = replay(
-            recording.records, config, ledger=ledger, actuator=actuator, progress=progress.update
-        )
+        if args.endpoint_url:
+            report = _replay_on_stack(args, config, recording, progress.update)
+        else:
+            report = replay(recording.records, config, progress=progress.update)
     decisions = [d for d in report.decisions if d.changed or not args.changes]
     print(_summary(report, recording, decisions), file=sys.stderr)
-    if args.expect is not None:
-        diff = compare(load_expected(args.expect), decisions, str(args.expect))
+    if expected is not None:
+        diff = compare(expected, decisions, str(args.expect))
         if diff:
             print("\n".join(diff))
             print(f"replay differs from {args.expect}", file=sys.stderr)
@@ -126,10 +134,19 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stack_adapters(args: argparse.Namespace, config: ReplayConfig) -> tuple[Any, Any]:
+def _replay_on_stack(
+    args: argparse.Namespace,
+    config: ReplayConfig,
+    recording: Recording,
+    progress: ProgressCallback,
+) -> ReplayReport:
+    """The replay with the local stack's ledger and mappings; the table is read once up
+    front, so an endpoint that is down or a table that is missing is one line, not a replay of
+    failing batches."""
     from controller.actuator import LambdaActuator
     from controller.ledger import DynamoLedger
     from stack.aws import AwsTarget
+    from stack.commands.ops import adapter_errors
 
     if config.queues is not None:
         raise CliError(
@@ -139,8 +156,13 @@ def _stack_adapters(args: argparse.Namespace, config: ReplayConfig) -> tuple[Any
     if not args.table:
         raise CliError("no ledger table: pass --table or set QUEUEMESH_TABLE")
     target = AwsTarget.from_args(args)
-    ledger = DynamoLedger(args.table, target.client("dynamodb"))
-    return ledger, LambdaActuator(target.client("lambda", retries=False))
+    with adapter_errors(target, args.table):
+        ledger = DynamoLedger(args.table, target.client("dynamodb"))
+        actuator = LambdaActuator(target.client("lambda", retries=False))
+        ledger.list_configs()
+        return replay(
+            recording.records, config, ledger=ledger, actuator=actuator, progress=progress
+        )
 
 
 def _summary(report: ReplayReport, recording: Recording, shown: Sequence[ReplayedDecision]) -> str:

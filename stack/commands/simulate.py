@@ -94,6 +94,9 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         )
     algorithm = args.algorithm or DEFAULT_ALGORITHM
     _check_algorithm(algorithm)
+    for flag, target in (("--plot", args.plot), ("--record", args.record)):
+        if target is not None and Path(target).is_dir():
+            raise CliError(f"{flag} {target} is a directory; name a file in it")
     if args.seeds is not None:
         if args.seed is not None or args.plot or args.record:
             raise CliError("--seeds runs many seeds: leave out --seed, --plot and --record")
@@ -117,16 +120,19 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         stream.write(json.dumps(payload, indent=2) + "\n")
     else:
         stream.write(render_table(cards, [run.wall_s for run in runs]))
-    if args.plot:
-        path = plot_runs([run.result for run in runs], Path(args.plot))
-        print(f"plot written to {path}", file=sys.stderr)
-    if args.record:
-        mesh = next(run.result for run in runs if run.result.policy == "queuemesh")
-        lines = record_deliveries(
-            (SIM_EPOCH + delivery.arrival, delivery.sample) for delivery in mesh.telemetry
-        )
-        count = write_recording(lines, Path(args.record))
-        print(f"recording of {count} Kinesis records written to {args.record}", file=sys.stderr)
+    try:
+        if args.plot:
+            path = plot_runs([run.result for run in runs], Path(args.plot))
+            print(f"plot written to {path}", file=sys.stderr)
+        if args.record:
+            mesh = next(run.result for run in runs if run.result.policy == "queuemesh")
+            lines = record_deliveries(
+                (SIM_EPOCH + delivery.arrival, delivery.sample) for delivery in mesh.telemetry
+            )
+            count = write_recording(lines, Path(args.record))
+            print(f"recording of {count} Kinesis records written to {args.record}", file=sys.stderr)
+    except OSError as error:
+        raise CliError(f"cannot write {error.filename}: {error.strerror}") from error
     return 0
 
 
