@@ -56,9 +56,6 @@ class LruCache(Generic[K, V]):
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __iter__(self) -> Iterator[K]:
-        return iter(self._entries)
-
     def pop(self, key: K) -> V | None:
         return self._entries.pop(key, None)
 
