@@ -268,10 +268,16 @@ def _position(record: Any) -> tuple[str, int | None]:
     if not isinstance(record, Mapping):
         return "", None
     shard = str(record.get("eventID", "")).split(":", 1)[0]
-    try:
-        return shard, int(record["kinesis"]["sequenceNumber"])
-    except (KeyError, TypeError, ValueError):
-        return shard, None
+    kinesis = record.get("kinesis")
+    sequence = kinesis.get("sequenceNumber") if isinstance(kinesis, Mapping) else None
+    if type(sequence) is int:
+        return shard, sequence
+    if type(sequence) is str and sequence.isdecimal():
+        try:
+            return shard, int(sequence)
+        except ValueError:  # longer than int() reads (4,300 digits)
+            pass
+    return shard, None
 
 
 def _manual_request(event: Mapping[str, Any]) -> tuple[str, float, float]:

@@ -299,6 +299,9 @@ MALFORMED_BATCHES: list[Any] = [
     [{"kinesis": {"data": 5, "sequenceNumber": "1"}}],
     [{"kinesis": {"data": "!!", "sequenceNumber": {"n": 1}}, "eventID": ["x"]}],
     [{"kinesis": {"data": None, "sequenceNumber": None}, "eventID": None}],
+    [{"kinesis": {"data": "", "sequenceNumber": float("inf")}}],
+    [{"kinesis": {"data": "", "sequenceNumber": "9" * 5000}}],
+    [{"kinesis": {"data": "", "sequenceNumber": "²"}}],
 ]
 
 
