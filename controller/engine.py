@@ -153,13 +153,14 @@ class Controller:
 
     def configs(self, queues: Iterable[str], now: float) -> dict[str, QueueConfig]:
         """Registered configs, cached for ``config_ttl_s`` so a batch costs no ledger reads."""
-        wanted = set(queues)
-        stale = [
-            q
-            for q in wanted
-            if q not in self._configs or now - self._configs[q][0] > self._config_ttl_s
-        ]
-        known = {q: self._configs[q][1] for q in wanted if q not in stale}
+        known: dict[str, QueueConfig | None] = {}
+        stale = []
+        for queue in set(queues):
+            cached = self._configs.get(queue)
+            if cached is None or now - cached[0] > self._config_ttl_s:
+                stale.append(queue)
+            else:
+                known[queue] = cached[1]
         if stale:
             fetched = self.ledger.get_configs(stale)
             for queue in stale:
