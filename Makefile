@@ -7,7 +7,7 @@ SAM_VENV := .sam-venv
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP := $(SAM_VENV)/aws-sam-cli-$(SAM_CLI_VERSION)
 
-.PHONY: test lint sam demo clean
+.PHONY: test lint sam demo fuzz clean
 
 $(BIN)/queuemesh: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: lint sam
 
 demo: $(BIN)/queuemesh
 	$(BIN)/queuemesh demo
+
+# 100,000 generated Kinesis events through the decoder and the handler (load/fuzz.py); a few
+# minutes, not part of `make test`.
+fuzz: $(BIN)/queuemesh
+	$(BIN)/python -m load.fuzz
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -17,10 +17,18 @@ from typing import Any
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
+from controller.cache import LruCache
+from controller.constants import CACHED_LOG_EVENTS, CACHED_SHARDS, is_queue_name
 from controller.engine import Controller
-from controller.model import Decision
+from controller.model import Decision, Sample
 from controller.ports import ActuationError, LedgerError
-from controller.telemetry import DEFAULT_NAMESPACE, decode_kinesis_event
+from controller.telemetry import (
+    DEFAULT_NAMESPACE,
+    DecodeResult,
+    LogEventKey,
+    SkipReason,
+    decode_kinesis_event,
+)
 
 METRICS_NAMESPACE = "QueueMeshController"
 
@@ -34,6 +42,8 @@ class BatchOutcome:
     decisions: list[Decision] = field(default_factory=list)
     failed_sequence_numbers: list[str] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    # Decoded samples the controller did not window, by reason (unregistered, too old, ...).
+    dropped: Counter[str] = field(default_factory=Counter)
     samples: int = 0
     records: int = 0
     redelivered: int = 0
@@ -66,17 +76,21 @@ class ControllerApp:
         self._logger = logger or Logger(service="queuemesh-controller")
         # Highest sequence number ingested per shard: a retried batch must not count the same
         # telemetry twice in this warm container's windows.
-        self._ingested: dict[str, int] = {}
+        self._ingested: LruCache[str, int] = LruCache(CACHED_SHARDS)
+        # Log events windowed, with their event times: CloudWatch Logs may deliver one again
+        # under a new sequence number, and it must not count twice either.
+        self._windowed_log_events: LruCache[LogEventKey, float] = LruCache(CACHED_LOG_EVENTS)
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         deadline = self._deadline(context)
-        if "Records" in event:
-            return dict(self.process_kinesis(event, deadline).response())
-        if "queue" in event:
-            return self.evaluate_manual(event, deadline)
-        if event.get("detail-type") == "Scheduled Event":
-            outcome = self.tick(deadline)
-            return {"due": outcome.due, "decided": len(outcome.decisions)}
+        if isinstance(event, Mapping):
+            if "Records" in event:
+                return dict(self.process_kinesis(event, deadline).response())
+            if "queue" in event:
+                return self.evaluate_manual(event, deadline)
+            if event.get("detail-type") == "Scheduled Event":
+                outcome = self.tick(deadline)
+                return {"due": outcome.due, "decided": len(outcome.decisions)}
         raise ValueError(
             "unrecognised event: expected a Kinesis batch ('Records'), a manual evaluation "
             "('queue', 'error_rate', 'success_rate') or a scheduled tick"
@@ -92,19 +106,28 @@ class ControllerApp:
         return outcome
 
     def process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
-        records: Sequence[Mapping[str, Any]] = event.get("Records") or []
+        """Decode, window and decide one Kinesis batch. Whatever its shape, nothing in it
+        raises: what cannot be read is skipped and counted."""
+        records = event.get("Records")
+        if not isinstance(records, list):
+            unreadable = BatchOutcome()
+            unreadable.skipped[SkipReason.BAD_RECORD] += 1
+            self._report(unreadable, [])
+            return unreadable
         fresh = [record for record in records if not self._already_ingested(record)]
         outcome = BatchOutcome(records=len(records), redelivered=len(records) - len(fresh))
         decoded = decode_kinesis_event({"Records": fresh}, namespace=self._namespace)
         outcome.skipped = decoded.skipped
-        outcome.samples = len(decoded.samples)
+        samples, log_events = self._not_yet_windowed(decoded, outcome.skipped)
+        outcome.samples = len(samples)
         now = self._clock()
         try:
-            self.controller.ingest(decoded.samples, now)
+            outcome.dropped = self.controller.ingest(samples, now)
         except LedgerError:
             return self._retry_batch(outcome, fresh)
         for record in fresh:
             self._mark_ingested(record)
+        self._mark_windowed(log_events, now)
         try:
             plan = self.controller.plan(now, deadline)
             outcome.decisions = self.controller.execute(plan, deadline)
@@ -154,8 +177,11 @@ class ControllerApp:
     ) -> BatchOutcome:
         """A transient fault: report the first unprocessed record so Lambda retries from it."""
         self._logger.exception("ledger unavailable; the batch will be retried")
-        if fresh:
-            outcome.failed_sequence_numbers = [str(fresh[0]["kinesis"]["sequenceNumber"])]
+        first = next(
+            (sequence for _, sequence in map(_position, fresh) if sequence is not None), None
+        )
+        if first is not None:
+            outcome.failed_sequence_numbers = [str(first)]
         outcome.skipped["batch_retried"] += 1
         return outcome
 
@@ -187,6 +213,8 @@ class ControllerApp:
                 )
         if outcome.skipped:
             self._logger.info("telemetry skipped", extra={"skipped": dict(outcome.skipped)})
+        if outcome.dropped:
+            self._logger.info("samples not windowed", extra={"dropped": dict(outcome.dropped)})
 
     def _deadline(self, context: Any) -> float:
         remaining = getattr(context, "get_remaining_time_in_millis", None)
@@ -194,29 +222,71 @@ class ControllerApp:
             return math.inf
         return self._monotonic() + remaining() / 1000.0
 
-    def _already_ingested(self, record: Mapping[str, Any]) -> bool:
+    def _already_ingested(self, record: Any) -> bool:
         shard, sequence = _position(record)
-        return sequence is not None and sequence <= self._ingested.get(shard, -1)
+        return sequence is not None and sequence <= self._ingested_at(shard)
 
-    def _mark_ingested(self, record: Mapping[str, Any]) -> None:
+    def _mark_ingested(self, record: Any) -> None:
         shard, sequence = _position(record)
-        if sequence is not None and sequence > self._ingested.get(shard, -1):
+        if sequence is not None and sequence > self._ingested_at(shard):
             self._ingested[shard] = sequence
 
+    def _ingested_at(self, shard: str) -> int:
+        sequence = self._ingested.get(shard)
+        return -1 if sequence is None else sequence
 
-def _position(record: Mapping[str, Any]) -> tuple[str, int | None]:
+    def _not_yet_windowed(
+        self, decoded: DecodeResult, skipped: Counter[str]
+    ) -> tuple[list[Sample], list[LogEventKey]]:
+        """The samples whose log events this container has not windowed yet (nor met earlier
+        in the batch), and those log events; the others are counted as duplicates."""
+        samples: list[Sample] = []
+        log_events: list[LogEventKey] = []
+        in_batch: set[LogEventKey] = set()
+        windowed = self._windowed_log_events
+        for sample, log_event in zip(decoded.samples, decoded.log_event_keys, strict=True):
+            if log_event is not None:
+                if log_event in in_batch or log_event in windowed:
+                    skipped[SkipReason.DUPLICATE_LOG_EVENT] += 1
+                    continue
+                in_batch.add(log_event)
+                log_events.append(log_event)
+            samples.append(sample)
+        return samples, log_events
+
+    def _mark_windowed(self, log_events: Sequence[LogEventKey], now: float) -> None:
+        """Remember these log events until their samples would be too old to window anyway."""
+        windowed = self._windowed_log_events
+        for log_event in log_events:
+            windowed[log_event] = log_event[2]
+        horizon = now - self.controller.retention_s
+        windowed.evict_oldest_while(lambda event_time: event_time < horizon)
+
+
+def _position(record: Any) -> tuple[str, int | None]:
     """(shard, sequence number as an integer): sequence numbers are never compared as text."""
+    if not isinstance(record, Mapping):
+        return "", None
     shard = str(record.get("eventID", "")).split(":", 1)[0]
-    try:
-        return shard, int(record["kinesis"]["sequenceNumber"])
-    except (KeyError, TypeError, ValueError):
-        return shard, None
+    kinesis = record.get("kinesis")
+    sequence = kinesis.get("sequenceNumber") if isinstance(kinesis, Mapping) else None
+    if type(sequence) is int:
+        return shard, sequence
+    if type(sequence) is str and sequence.isdecimal():
+        try:
+            return shard, int(sequence)
+        except ValueError:  # longer than int() reads (4,300 digits)
+            pass
+    return shard, None
 
 
 def _manual_request(event: Mapping[str, Any]) -> tuple[str, float, float]:
     queue = event.get("queue")
-    if not isinstance(queue, str) or not queue:
-        raise ManualEventError("'queue' must name a registered queue")
+    if not is_queue_name(queue):
+        raise ManualEventError(
+            "'queue' must name a registered queue (an SQS queue name: up to 80 characters "
+            "of A-Z, a-z, 0-9, '_' and '-', a FIFO queue's ending in '.fifo')"
+        )
     rates = []
     for key in ("error_rate", "success_rate"):
         value = event.get(key)

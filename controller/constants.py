@@ -1,9 +1,43 @@
-"""Limits that AWS imposes, spelled once for the controller, the CLI, the simulator and replay."""
+"""Limits that AWS imposes, and the bounds the controller keeps its own memory and inputs
+within, spelled once for the controller, the CLI, the simulator and replay."""
 
 from __future__ import annotations
 
-from typing import Final
+import re
+from typing import Final, TypeGuard
 
 # An SQS event source mapping's MaximumConcurrency: AWS accepts 2..1000.
 MIN_CONCURRENCY: Final = 2
 MAX_CONCURRENCY: Final = 1000
+
+# An SQS queue name: 1..80 characters of [A-Za-z0-9_-], a FIFO queue's ending in ".fifo" (the
+# suffix counted in the 80). Telemetry naming anything else is not a queue: it never becomes a
+# ledger key (DynamoDB keys are bounded too, at 2,048 bytes).
+MAX_QUEUE_NAME_LENGTH: Final = 80
+_QUEUE_NAME: Final = re.compile(r"[A-Za-z0-9_-]+(?:\.fifo)?")
+
+
+def is_queue_name(name: object) -> TypeGuard[str]:
+    """Whether ``name`` could name an SQS queue."""
+    return (
+        type(name) is str
+        and len(name) <= MAX_QUEUE_NAME_LENGTH
+        and _QUEUE_NAME.fullmatch(name) is not None
+    )
+
+
+# How far ahead of the controller's clock a document's event time may be. Lambda hosts keep
+# time to milliseconds; this allows for a worker elsewhere with a poor clock. A document
+# stamped later would become its window's newest time and make real evidence look too old.
+MAX_CLOCK_SKEW_S: Final = 30.0
+
+# What a warm controller container remembers, at most. Past these sizes the least recently
+# used entries are forgotten and re-read (configs, states) or re-learned (windows) when needed.
+# Queues: configs (registered or not), states and windows, each (a window holds at most its
+# retention's one-second buckets, about 100 KB when every second has telemetry).
+CACHED_QUEUES: Final = 2000
+# Kinesis shards whose last ingested sequence number is remembered (redelivery detection).
+CACHED_SHARDS: Final = 1000
+# CloudWatch Logs log events (by id) already windowed: a re-sent one is not counted twice.
+# Ids older than the window retention are forgotten sooner (their samples would be too old).
+CACHED_LOG_EVENTS: Final = 100_000

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.cache import LruCache
+from controller.constants import CACHED_QUEUES, MAX_CLOCK_SKEW_S
 from controller.model import (
     Action,
     AuditEvent,
@@ -103,21 +105,39 @@ class Controller:
         self._config_ttl_s = config_ttl_s
         self._retention_s = retention_s
         self._monotonic = monotonic
-        self._windows: dict[str, QueueWindow] = {}
-        self._configs: dict[str, tuple[float, QueueConfig | None]] = {}
-        self._states: dict[str, QueueState] = {}
+        self._windows: LruCache[str, QueueWindow] = LruCache(CACHED_QUEUES)
+        self._configs: LruCache[str, tuple[float, QueueConfig | None]] = LruCache(CACHED_QUEUES)
+        self._states: LruCache[str, QueueState] = LruCache(CACHED_QUEUES)
         self._pending: set[str] = set()
 
+    @property
+    def retention_s(self) -> float:
+        """How far back from now an event time is still evidence."""
+        return self._retention_s
+
     # -- telemetry ------------------------------------------------------------------------
-    def ingest(self, samples: Iterable[Sample], now: float) -> None:
-        """Window the samples of registered queues; the rest are counted and dropped."""
+    def ingest(self, samples: Iterable[Sample], now: float) -> Counter[str]:
+        """Window the samples of registered queues; returns how many of the others were
+        dropped, by reason (also added to ``counters``).
+
+        Only event times from one retention before ``now`` to ``MAX_CLOCK_SKEW_S`` after it
+        are evidence: one document stamped in the future would otherwise become its window's
+        newest time and make every real sample after it look too old.
+        """
+        dropped: Counter[str] = Counter()
+        earliest, latest = now - self._retention_s, now + MAX_CLOCK_SKEW_S
         by_queue: dict[str, list[Sample]] = {}
         for sample in samples:
-            by_queue.setdefault(sample.queue, []).append(sample)
+            if sample.event_time > latest:
+                dropped["samples_from_future"] += 1
+            elif sample.event_time < earliest:
+                dropped["samples_too_old"] += 1
+            else:
+                by_queue.setdefault(sample.queue, []).append(sample)
         configs = self.configs(by_queue, now)
         for queue, queue_samples in by_queue.items():
             if queue not in configs:
-                self.counters["samples_unregistered"] += len(queue_samples)
+                dropped["samples_unregistered"] += len(queue_samples)
                 continue
             window = self._windows.get(queue)
             if window is None:
@@ -126,22 +146,27 @@ class Controller:
                 if window.add(sample):
                     self.counters["samples_windowed"] += 1
                 else:
-                    self.counters["samples_too_old"] += 1
+                    dropped["samples_too_old"] += 1
             self._pending.add(queue)
+        self.counters.update(dropped)
+        return dropped
 
     def configs(self, queues: Iterable[str], now: float) -> dict[str, QueueConfig]:
         """Registered configs, cached for ``config_ttl_s`` so a batch costs no ledger reads."""
-        wanted = set(queues)
-        stale = [
-            q
-            for q in wanted
-            if q not in self._configs or now - self._configs[q][0] > self._config_ttl_s
-        ]
+        known: dict[str, QueueConfig | None] = {}
+        stale = []
+        for queue in set(queues):
+            cached = self._configs.get(queue)
+            if cached is None or now - cached[0] > self._config_ttl_s:
+                stale.append(queue)
+            else:
+                known[queue] = cached[1]
         if stale:
             fetched = self.ledger.get_configs(stale)
             for queue in stale:
-                self._configs[queue] = (now, fetched.get(queue))
-        return {q: config for q in wanted if (config := self._configs[q][1]) is not None}
+                known[queue] = fetched.get(queue)
+                self._configs[queue] = (now, known[queue])
+        return {q: config for q, config in known.items() if config is not None}
 
     def wake_due(self, now: float) -> int:
         """Learn every queue's state from the ledger, so the next plan decides those whose
@@ -219,20 +244,25 @@ class Controller:
         read is only for queues registered by other means.
         """
         configs = list(configs)
-        missing = [c.queue for c in configs if c.queue not in self._states]
+        cached = {c.queue: self._states.get(c.queue) for c in configs}
+        known = {queue: state for queue, state in cached.items() if state is not None}
+        missing = [c.queue for c in configs if c.queue not in known]
         if missing:
-            self._states.update(self.ledger.get_states(missing))
+            for queue, state in self.ledger.get_states(missing).items():
+                known[queue] = self._states[queue] = state
         for config in configs:
-            if config.queue in self._states:
+            if config.queue in known:
                 continue
             if self._monotonic() + STEP_BUDGET_S > deadline:
                 self.counters["states_deferred"] += 1
                 continue
             try:
-                self._states[config.queue] = self._initial_state(config, now, deadline)
+                state = self._initial_state(config, now, deadline)
             except ActuationError:
                 self.counters["mappings_unreadable"] += 1
-        return {c.queue: self._states[c.queue] for c in configs if c.queue in self._states}
+                continue
+            known[config.queue] = self._states[config.queue] = state
+        return known
 
     def _initial_state(self, config: QueueConfig, now: float, deadline: float) -> QueueState:
         """A queue never decided before starts from its mapping's actual setting."""
@@ -335,8 +365,7 @@ class Controller:
             f"Drift: mapping is at {value} (enabled={enabled}) but the ledger said "
             f"{decision.previous}; adopting the mapping's value."
         )
-        previous = self._states[step.config.queue]
-        state = previous.evolve(
+        state = step.decided_from.evolve(
             concurrency=value,
             previous_concurrency=decision.previous,
             enabled=enabled,
@@ -386,7 +415,7 @@ class Controller:
             committed = transition.commit(self.ledger)
         except VersionConflict:
             self.counters["version_conflicts"] += 1
-            self._states.pop(queue, None)
+            self._states.pop(queue)
             self._pending.add(queue)
             return None
         self._states[queue] = committed

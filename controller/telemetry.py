@@ -23,6 +23,7 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
 from controller import schema
+from controller.constants import is_queue_name
 from controller.model import Sample
 
 DEFAULT_NAMESPACE: Final = schema.NAMESPACE
@@ -97,11 +98,21 @@ class SkipReason(StrEnum):
     BAD_EMF = "bad_emf"
     OTHER_NAMESPACE = "other_namespace"
     MISSING_QUEUE = "missing_queue"
+    BAD_QUEUE_NAME = "bad_queue_name"
     BAD_DIMENSION = "bad_dimension"
     BAD_TIMESTAMP = "bad_timestamp"
     BAD_VALUE = "bad_value"
     NO_TELEMETRY = "no_telemetry"
+    # counted by the application, which remembers the log events it has windowed
+    DUPLICATE_LOG_EVENT = "duplicate_log_event"
     INTERNAL_ERROR = "internal_error"
+
+
+# Which log event a sample came from: log group, log stream, the event's id (a string in AWS,
+# an int in moto) and the sample's event time. CloudWatch Logs delivers at least once, so the
+# same log event can arrive again in a new Kinesis record; the id alone is unique in AWS, the
+# time guards against producers that number ids per payload (emulators, hand-made recordings).
+LogEventKey = tuple[tuple[str, str], str | int, float]
 
 
 class RecordStatus(StrEnum):
@@ -127,11 +138,14 @@ class DecodeResult:
     """Everything decoded from one batch, plus the bookkeeping to explain what was not.
 
     ``records`` counts Kinesis records as delivered (a KPL-aggregated record counts once);
+    ``log_event_keys`` says which log event each sample came from (for redelivery checks);
     ``payload_bytes`` is their decoded (still compressed) size. Every record is fully processed
     when decoding returns: ``outcomes`` says, per sequence number, what it gave.
     """
 
     samples: list[Sample] = field(default_factory=list)
+    # One per sample, in the same order: its log event, None when the payload does not say.
+    log_event_keys: list[LogEventKey | None] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     records: int = 0
     log_events: int = 0
@@ -311,7 +325,10 @@ def _decode_payload(compressed: bytes, namespace: str, result: DecodeResult) -> 
         skipped[SkipReason.BAD_PAYLOAD] += 1
         return False
     result.log_events += len(log_events)
+    group, stream = payload.get("logGroup"), payload.get("logStream")
+    source = (group, stream) if type(group) is str and type(stream) is str else None
     append = result.samples.append
+    append_key = result.log_event_keys.append
     scan = _scan_json
     for log_event in log_events:
         if type(log_event) is not dict:
@@ -343,6 +360,11 @@ def _decode_payload(compressed: bytes, namespace: str, result: DecodeResult) -> 
         sample = _sample_from_document(document, log_event.get("timestamp"), namespace, skipped)
         if sample is not None:
             append(sample)
+            event_id = log_event.get("id")
+            if source is not None and (type(event_id) is str or type(event_id) is int):
+                append_key((source, event_id, sample.event_time))
+            else:
+                append_key(None)
     return True
 
 
@@ -481,6 +503,9 @@ def _sample_from_document(
     queue = get(_QUEUE)
     if type(queue) is not str or not queue:
         skipped[SkipReason.MISSING_QUEUE] += 1
+        return None
+    if not is_queue_name(queue):
+        skipped[SkipReason.BAD_QUEUE_NAME] += 1
         return None
     downstream = get(_DOWNSTREAM)
     if downstream is not None and type(downstream) is not str:
@@ -675,6 +700,7 @@ __all__ = [
     "DEFAULT_NAMESPACE",
     "MAX_VALUE",
     "DecodeResult",
+    "LogEventKey",
     "RecordOutcome",
     "RecordStatus",
     "SkipReason",

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 from collections.abc import Iterable
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from controller.policy.adaptive import AdaptiveMemory
 from controller.policy.aimd import Aimd
 from controller.ports import LedgerError
 from controller.settings import PolicyParams
+from load.recording import emf_line
 from tests.factories import config, kinesis_event, sample
 
 
@@ -207,3 +210,125 @@ def test_a_scheduled_tick_wakes_due_queues_in_a_cold_container(
     scheduled = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
     assert cold.handle(scheduled, None) == {"due": 1, "decided": 1}
     assert actuator.read("esm-orders", 0).enabled
+
+
+# --- inputs that must not hurt: shapes, clocks, names, redelivered log events ---------------
+
+
+def test_a_document_stamped_in_the_future_does_not_blind_its_queue(
+    app: ControllerApp, actuator: InMemoryActuator
+) -> None:
+    """One clock an hour (or a year) ahead must not make every real sample look too old."""
+    ahead = [sample(at=110.0 + 3600.0), sample(at=110.0 + 365 * 86400.0)]
+    outcome = app.process_kinesis(kinesis_event(ahead, first_sequence=1), deadline=1e12)
+    assert outcome.dropped == {"samples_from_future": 2}
+    app.process_kinesis(storm_event(first_sequence=3), deadline=1e12)
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+
+
+def test_event_times_within_the_skew_allowance_count_and_older_than_retention_do_not(
+    app: ControllerApp, clock: Clock
+) -> None:
+    clock.now = 10_000.0
+    near = [sample(at=10_000.0 + 29.0), sample(at=10_000.0 - 560.0)]
+    far = [sample(at=10_000.0 - 601.0), sample(at=10_000.0 + 31.0)]
+    outcome = app.process_kinesis(kinesis_event(near + far), deadline=1e12)
+    assert outcome.dropped == {"samples_too_old": 1, "samples_from_future": 1}
+    assert app.controller.counters["samples_windowed"] == 2
+
+
+def test_log_events_resent_under_new_sequence_numbers_count_once(
+    app: ControllerApp, actuator: InMemoryActuator
+) -> None:
+    """CloudWatch Logs delivers at least once: the same log events in new Kinesis records."""
+    samples = [sample(at=100.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
+    first = app.process_kinesis(kinesis_event(samples[:2], first_sequence=1), deadline=1e12)
+    assert first.samples == 2
+    again = app.process_kinesis(kinesis_event(samples[:2], first_sequence=3), deadline=1e12)
+    assert (again.redelivered, again.samples) == (0, 0)
+    assert again.skipped["duplicate_log_event"] == 2
+    # Twice within one batch too, under two sequence numbers.
+    doubled = kinesis_event(samples[2:3], first_sequence=5)
+    records = doubled["Records"]
+    assert isinstance(records, list)
+    records.append({**records[0], "kinesis": {**records[0]["kinesis"], "sequenceNumber": "6"}})
+    outcome = app.process_kinesis(doubled, deadline=1e12)
+    assert (outcome.samples, outcome.skipped["duplicate_log_event"]) == (1, 1)
+    assert app.controller.counters["samples_windowed"] == 3
+
+
+def test_log_event_ids_may_be_integers_as_in_moto(app: ControllerApp) -> None:
+    line = emf_line(sample(at=105.0))
+    payload = {
+        "messageType": "DATA_MESSAGE",
+        "logGroup": "/aws/lambda/orders-worker",
+        "logStream": "s",
+        "logEvents": [{"id": 7, "timestamp": 105_000, "message": line}],
+    }
+    data = base64.b64encode(gzip.compress(json.dumps(payload).encode())).decode()
+    records = [{"kinesis": {"sequenceNumber": str(n), "data": data}} for n in (1, 2)]
+    outcome = app.process_kinesis({"Records": records}, deadline=1e12)
+    assert (outcome.samples, outcome.skipped["duplicate_log_event"]) == (1, 1)
+
+
+def test_a_failed_batch_is_not_remembered_as_windowed(
+    app: ControllerApp, ledger: FlakyLedger, actuator: InMemoryActuator
+) -> None:
+    """Log events are remembered only once windowed: a retry after a ledger fault counts."""
+    ledger.down = True
+    app.process_kinesis(storm_event(first_sequence=1), deadline=1e12)
+    ledger.down = False
+    outcome = app.process_kinesis(storm_event(first_sequence=1), deadline=1e12)
+    assert outcome.samples == 10
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+
+
+MALFORMED_BATCHES: list[Any] = [
+    "Records",
+    {"kinesis": {}},
+    1,
+    None,
+    [1],
+    [None],
+    ["record"],
+    [[]],
+    [{}],
+    [{"kinesis": None}],
+    [{"kinesis": "data"}],
+    [{"kinesis": {}}],
+    [{"kinesis": {"data": 5, "sequenceNumber": "1"}}],
+    [{"kinesis": {"data": "!!", "sequenceNumber": {"n": 1}}, "eventID": ["x"]}],
+    [{"kinesis": {"data": None, "sequenceNumber": None}, "eventID": None}],
+    [{"kinesis": {"data": "", "sequenceNumber": float("inf")}}],
+    [{"kinesis": {"data": "", "sequenceNumber": "9" * 5000}}],
+    [{"kinesis": {"data": "", "sequenceNumber": "²"}}],
+]
+
+
+@pytest.mark.parametrize("records", MALFORMED_BATCHES, ids=repr)
+def test_malformed_event_shapes_are_skipped_never_raised(
+    app: ControllerApp, ledger: FlakyLedger, actuator: InMemoryActuator, records: Any
+) -> None:
+    assert app.handle({"Records": records}, None) == {"batchItemFailures": []}
+    ledger.down = True  # the retry path reads the same records
+    storm = storm_event()["Records"]
+    assert isinstance(storm, list)
+    assert "batchItemFailures" in app.handle({"Records": [records, *storm]}, None)
+    ledger.down = False
+    assert actuator.calls == []
+
+
+@pytest.mark.parametrize("event", [[1], "Records", None, 7])
+def test_an_event_that_is_not_an_object_is_a_clear_error(app: ControllerApp, event: Any) -> None:
+    with pytest.raises(ValueError, match="expected a Kinesis batch"):
+        app.handle(event, None)
+
+
+@pytest.mark.parametrize("queue", ["q" * 81, "orders queue", "", "x" * 5000])
+def test_a_manual_evaluation_of_a_name_no_queue_can_have_is_refused(
+    app: ControllerApp, actuator: InMemoryActuator, queue: str
+) -> None:
+    response = app.handle({"queue": queue, "error_rate": 0.2, "success_rate": 0.8}, None)
+    assert response["statusCode"] == 400
+    assert "80 characters" in response["error"]
+    assert actuator.calls == []
