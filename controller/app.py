@@ -69,7 +69,12 @@ class ControllerApp:
         self._ingested: dict[str, int] = {}
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
-        deadline = self._deadline(context)
+        try:
+            return self._dispatch(event, self._deadline(context))
+        finally:
+            self._log_invalid_configs()
+
+    def _dispatch(self, event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
         if "Records" in event:
             return dict(self.process_kinesis(event, deadline).response())
         if "queue" in event:
@@ -187,6 +192,16 @@ class ControllerApp:
                 )
         if outcome.skipped:
             self._logger.info("telemetry skipped", extra={"skipped": dict(outcome.skipped)})
+
+    def _log_invalid_configs(self) -> None:
+        """One warning per broken version of a queue's CONFIG item; its queue is left alone."""
+        invalid, self.controller.invalid_configs = self.controller.invalid_configs, []
+        for config in invalid:
+            self._logger.warning(
+                f"CONFIG of {config.queue} is invalid; the queue is not controlled until it "
+                f"is fixed: {config.problem}",
+                extra={"queue": config.queue, "counter": "configs_invalid"},
+            )
 
     def _deadline(self, context: Any) -> float:
         remaining = getattr(context, "get_remaining_time_in_millis", None)

@@ -16,7 +16,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ClientError, HTTPClientError, ParamValidationError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 Clock = Callable[[], float]
@@ -181,6 +181,11 @@ class PacedCaller:
                 last_error, last_code = error, error_code(error)
                 if not self._retryable(error):
                     raise CallAbandoned(operation, attempt + 1, last_code, str(error)) from error
+            except ParamValidationError as error:
+                # The request itself is malformed (a hand-edited id): no retry can help.
+                raise CallAbandoned(
+                    operation, attempt + 1, "ParamValidation", str(error)
+                ) from error
             except (BotoConnectionError, HTTPClientError) as error:
                 last_error, last_code = error, None
         raise CallAbandoned(

@@ -9,6 +9,7 @@ executor (``describe``) gives a dry run for free.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -26,13 +27,22 @@ from controller.model import (
     Sample,
 )
 from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, aimd_step, algorithm_named, decide
-from controller.ports import ActuationError, Actuator, Ledger, LedgerError, VersionConflict
-from controller.settings import PolicyParams
+from controller.ports import (
+    ActuationError,
+    Actuator,
+    InvalidConfig,
+    Ledger,
+    LedgerError,
+    VersionConflict,
+)
+from controller.settings import PolicyParams, SettingsError
 from controller.transitions import Transition
 from controller.window import QueueWindow
 
 # Time kept in hand for one step (read, claim, update) before the invocation's deadline.
 STEP_BUDGET_S = 3.0
+# What Lambda accepts in an event source mapping's URI path: a UUID, or a test double's id.
+ESM_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +117,10 @@ class Controller:
         self._configs: dict[str, tuple[float, QueueConfig | None]] = {}
         self._states: dict[str, QueueState] = {}
         self._pending: set[str] = set()
+        # Last reported broken CONFIG content per queue: each version is reported once.
+        self._reported_invalid: dict[str, str] = {}
+        # Broken configs found since the application last took them (it logs each once).
+        self.invalid_configs: list[InvalidConfig] = []
 
     # -- telemetry ------------------------------------------------------------------------
     def ingest(self, samples: Iterable[Sample], now: float) -> None:
@@ -116,6 +130,9 @@ class Controller:
             by_queue.setdefault(sample.queue, []).append(sample)
         configs = self.configs(by_queue, now)
         for queue, queue_samples in by_queue.items():
+            if queue in self._reported_invalid and queue not in configs:
+                self.counters["samples_config_invalid"] += len(queue_samples)
+                continue
             if queue not in configs:
                 self.counters["samples_unregistered"] += len(queue_samples)
                 continue
@@ -138,10 +155,40 @@ class Controller:
             if q not in self._configs or now - self._configs[q][0] > self._config_ttl_s
         ]
         if stale:
-            fetched = self.ledger.get_configs(stale)
+            fetched = self.ledger.read_configs(stale)
             for queue in stale:
-                self._configs[queue] = (now, fetched.get(queue))
+                config = fetched.valid.get(queue)
+                invalid = fetched.invalid.get(queue) or self._invalid(config)
+                if invalid is not None:
+                    self._note_invalid(invalid)
+                    config = None
+                elif config is not None:
+                    self._reported_invalid.pop(queue, None)
+                self._configs[queue] = (now, config)
         return {q: config for q in wanted if (config := self._configs[q][1]) is not None}
+
+    def _invalid(self, config: QueueConfig | None) -> InvalidConfig | None:
+        """Validate a decoded config before any AWS call depends on it."""
+        if config is None:
+            return None
+        problem = None
+        if not ESM_ID_PATTERN.fullmatch(config.esm_uuid):
+            problem = f"EsmUuid {config.esm_uuid!r} is not an event source mapping id"
+        else:
+            try:
+                self.params_for(config)
+            except SettingsError as error:
+                problem = f"policy overrides do not validate: {error}"
+        if problem is None:
+            return None
+        return InvalidConfig(config.queue, problem, repr(config))
+
+    def _note_invalid(self, invalid: InvalidConfig) -> None:
+        """Skip the queue (counted); report each broken version of its config once."""
+        self.counters["configs_invalid"] += 1
+        if self._reported_invalid.get(invalid.queue) != invalid.fingerprint:
+            self._reported_invalid[invalid.queue] = invalid.fingerprint
+            self.invalid_configs.append(invalid)
 
     def wake_due(self, now: float) -> int:
         """Learn every queue's state from the ledger, so the next plan decides those whose

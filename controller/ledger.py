@@ -37,7 +37,7 @@ from controller.model import (
     QueueStateName,
 )
 from controller.policy import memory_type
-from controller.ports import LedgerError, VersionConflict
+from controller.ports import ConfigRead, InvalidConfig, LedgerError, VersionConflict
 
 Item = dict[str, Any]
 
@@ -289,6 +289,20 @@ def decode_config(item: Mapping[str, Any]) -> QueueConfig:
     )
 
 
+def read_config_items(items: Iterable[Mapping[str, Any]]) -> ConfigRead:
+    """Decode each CONFIG item on its own: one that does not decode is reported, not raised."""
+    read = ConfigRead()
+    for item in items:
+        queue = _queue_of(item)
+        try:
+            read.valid[queue] = decode_config(item)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as error:
+            problem = f"CONFIG item does not decode: {type(error).__name__}: {error}"
+            fingerprint = repr(sorted(item.items()))
+            read.invalid[queue] = InvalidConfig(queue, problem, fingerprint)
+    return read
+
+
 def _check_commit(state: QueueState, audit: AuditEntry) -> None:
     if state.queue != audit.queue:
         raise ValueError(f"audit for {audit.queue!r} committed with state of {state.queue!r}")
@@ -404,6 +418,9 @@ class DynamoLedger:
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         items = self._batch_get(_unique(queues), CONFIG_SK)
         return {_queue_of(item): decode_config(item) for item in items}
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        return read_config_items(self._batch_get(_unique(queues), CONFIG_SK))
 
     def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]:
         items = self._batch_get(_unique(queues), STATE_SK)
@@ -581,6 +598,14 @@ class InMemoryLedger:
 
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         return {_queue_of(item): decode_config(item) for item in self._get(queues, CONFIG_SK)}
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        return read_config_items(self._get(queues, CONFIG_SK))
+
+    def put_item(self, item: Item) -> None:
+        """Store a raw item as is (tests: a hand-edited or legacy item)."""
+        with self._lock:
+            self._items[(item["PK"], item["SK"])] = dict(item)
 
     def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]:
         return {_queue_of(item): decode_state(item) for item in self._get(queues, STATE_SK)}
