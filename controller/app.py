@@ -72,7 +72,7 @@ class ControllerApp:
         try:
             return self._dispatch(event, self._deadline(context))
         finally:
-            self._log_invalid_configs()
+            self._log_notices()
 
     def _dispatch(self, event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
         if "Records" in event:
@@ -193,14 +193,13 @@ class ControllerApp:
         if outcome.skipped:
             self._logger.info("telemetry skipped", extra={"skipped": dict(outcome.skipped)})
 
-    def _log_invalid_configs(self) -> None:
-        """One warning per broken version of a queue's CONFIG item; its queue is left alone."""
-        invalid, self.controller.invalid_configs = self.controller.invalid_configs, []
-        for config in invalid:
+    def _log_notices(self) -> None:
+        """One warning per thing the operator should hear of (a broken config version, a
+        mapping gone); the counters keep counting after it."""
+        notices, self.controller.notices = self.controller.notices, []
+        for notice in notices:
             self._logger.warning(
-                f"CONFIG of {config.queue} is invalid; the queue is not controlled until it "
-                f"is fixed: {config.problem}",
-                extra={"queue": config.queue, "counter": "configs_invalid"},
+                notice.message, extra={"queue": notice.queue, "counter": notice.counter}
             )
 
     def _deadline(self, context: Any) -> float:

@@ -33,6 +33,8 @@ from controller.ports import (
     InvalidConfig,
     Ledger,
     LedgerError,
+    MappingNotFound,
+    Notice,
     VersionConflict,
 )
 from controller.settings import PolicyParams, SettingsError
@@ -41,6 +43,8 @@ from controller.window import QueueWindow
 
 # Time kept in hand for one step (read, claim, update) before the invocation's deadline.
 STEP_BUDGET_S = 3.0
+# A deleted mapping is looked for again after this long; until then its queue costs no call.
+MAPPING_RECHECK_S = 900.0
 # What Lambda accepts in an event source mapping's URI path: a UUID, or a test double's id.
 ESM_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
@@ -119,8 +123,10 @@ class Controller:
         self._pending: set[str] = set()
         # Last reported broken CONFIG content per queue: each version is reported once.
         self._reported_invalid: dict[str, str] = {}
-        # Broken configs found since the application last took them (it logs each once).
-        self.invalid_configs: list[InvalidConfig] = []
+        # Queues whose mapping is gone, and when to look for it again.
+        self._mapping_missing: dict[str, float] = {}
+        # What the operator should hear of, since the application last took it (logged once).
+        self.notices: list[Notice] = []
 
     # -- telemetry ------------------------------------------------------------------------
     def ingest(self, samples: Iterable[Sample], now: float) -> None:
@@ -188,7 +194,41 @@ class Controller:
         self.counters["configs_invalid"] += 1
         if self._reported_invalid.get(invalid.queue) != invalid.fingerprint:
             self._reported_invalid[invalid.queue] = invalid.fingerprint
-            self.invalid_configs.append(invalid)
+            message = (
+                f"CONFIG of {invalid.queue} is invalid; the queue is not controlled until it "
+                f"is fixed: {invalid.problem}"
+            )
+            self.notices.append(Notice(invalid.queue, message, "configs_invalid"))
+
+    def _set_aside(self, queue: str, uuid: str, state: QueueState | None, now: float) -> None:
+        """The mapping is gone: leave the queue alone (no call per batch) until a re-check;
+        audited and reported once, however many re-checks find it still gone."""
+        first = queue not in self._mapping_missing
+        self._mapping_missing[queue] = now + MAPPING_RECHECK_S
+        self._pending.discard(queue)
+        if not first:
+            return
+        self.counters["mappings_missing"] += 1
+        message = (
+            f"event source mapping {uuid} of {queue} does not exist; the queue is set aside "
+            f"and looked for again every {MAPPING_RECHECK_S:.0f}s (re-register it to resume)"
+        )
+        self.notices.append(Notice(queue, message, "mappings_missing"))
+        if state is None:
+            return
+        self._commit(
+            Transition(
+                state.evolve(last_reason=message, last_evaluated_at=now),
+                at=now,
+                event=AuditEvent.MAPPING_MISSING,
+                previous_value=state.concurrency,
+                action=Action.HOLD.value,
+                reason=message,
+            )
+        )
+
+    def _is_set_aside(self, queue: str, now: float) -> bool:
+        return self._mapping_missing.get(queue, -math.inf) > now
 
     def wake_due(self, now: float) -> int:
         """Learn every queue's state from the ledger, so the next plan decides those whose
@@ -211,7 +251,7 @@ class Controller:
         A ledger fault propagates with the pending queues kept, so a retried batch decides
         them again. A queue whose state could not be learned in time stays pending.
         """
-        queues = sorted(self._pending | self._due(now))
+        queues = sorted(q for q in self._pending | self._due(now) if not self._is_set_aside(q, now))
         configs = self.configs(queues, now)
         states = self.states(configs.values(), now, deadline)
         self._pending.clear()
@@ -277,8 +317,12 @@ class Controller:
                 continue
             try:
                 self._states[config.queue] = self._initial_state(config, now, deadline)
+            except MappingNotFound:
+                self._set_aside(config.queue, config.esm_uuid, None, now)
             except ActuationError:
                 self.counters["mappings_unreadable"] += 1
+            else:
+                self._mapping_missing.pop(config.queue, None)
         return {c.queue: self._states[c.queue] for c in configs if c.queue in self._states}
 
     def _initial_state(self, config: QueueConfig, now: float, deadline: float) -> QueueState:
@@ -314,6 +358,10 @@ class Controller:
             except LedgerError:
                 self._pending.update(s.config.queue for s in plan.steps[index:])
                 raise
+            except MappingNotFound:
+                queue = step.config.queue
+                self._set_aside(queue, step.config.esm_uuid, self._states.get(queue), plan.now)
+                continue
             except ActuationError:
                 # The mapping could not even be read: try again with the next batch.
                 self.counters["actuation_failures"] += 1
@@ -336,6 +384,7 @@ class Controller:
             return decision
         if step.actuates:
             view = self.actuator.read(config.esm_uuid, deadline)
+            self._mapping_missing.pop(config.queue, None)
             if (
                 view.max_concurrency != decision.previous
                 or view.enabled != decision.previous_enabled
@@ -351,6 +400,8 @@ class Controller:
             self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, deadline)
         except ActuationError as error:
             self._revert(step, committed, now, error)
+            if isinstance(error, MappingNotFound):
+                raise
             return None
         self.counters["esm_updates"] += 1
         return decision

@@ -38,6 +38,16 @@ class InvalidConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class Notice:
+    """Something an operator should hear of once (one log line): a broken config, a mapping
+    gone. ``counter`` names the controller counter that keeps counting it."""
+
+    queue: str
+    message: str
+    counter: str
+
+
+@dataclass(frozen=True, slots=True)
 class ConfigRead:
     """The CONFIG items found: decoded ones, and those that failed to decode."""
 

@@ -97,3 +97,68 @@ def test_a_bad_config_is_reported_once_per_version(caplog: pytest.LogCaptureFixt
     app.handle(kinesis_event(storm_samples(("bad",), start=200.0), first_sequence=41), None)
     assert [call.uuid for call in actuator.calls] == ["esm-bad"]
     assert [e.event_type for e in ledger.audit_trail("bad")] == [AuditEvent.TRANSITION]
+
+
+class CountingActuator(InMemoryActuator):
+    """Counts every control-plane call, failed ones included."""
+
+    attempts = 0
+
+    def read(self, uuid: str, deadline: float):  # type: ignore[no-untyped-def]
+        self.attempts += 1
+        return super().read(uuid, deadline)
+
+    def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float):  # type: ignore[no-untyped-def]
+        self.attempts += 1
+        return super().apply(uuid, max_concurrency, enabled, deadline)
+
+
+def test_a_deleted_mapping_is_set_aside_and_rechecked_rarely(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gone = tuple(f"gone{n}" for n in range(30))
+    ledger, _ = fleet(*gone, "a")
+    actuator = CountingActuator()
+    actuator.add_mapping("esm-a", 100)
+    clock = Clock(115.0)
+    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    app = ControllerApp(controller, clock=clock, emit=lambda line: None)
+
+    app.handle(kinesis_event(storm_samples((*gone, "a"))), None)
+    first_batch = actuator.attempts
+    for batch in range(1, 6):
+        clock.now = 115.0 + 60 * batch
+        start = clock.now - 15
+        app.handle(kinesis_event(storm_samples(gone, start), first_sequence=1000 * batch), None)
+        app.handle({"Records": []}, None)
+
+    # One read each; the healthy queue: its first read, the read before the update, the update.
+    assert first_batch == 30 + 3
+    assert actuator.attempts == first_batch
+    assert controller.counters["mappings_missing"] == 30
+    lines = [
+        r for r in caplog.records if "does not exist; the queue is set aside" in r.getMessage()
+    ]
+    assert len(lines) == 30
+    # Past the re-check time, one read finds it still gone: no new audit, no new line.
+    clock.now = 115.0 + 1000
+    app.handle(kinesis_event(storm_samples(gone[:1], clock.now - 15), first_sequence=9000), None)
+    assert actuator.attempts == first_batch + 1
+    assert controller.counters["mappings_missing"] == 30
+
+
+def test_a_mapping_deleted_under_a_known_state_is_audited_once() -> None:
+    ledger, actuator = fleet("orders")
+    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    app = ControllerApp(controller, clock=Clock(115.0), emit=lambda line: None)
+    app.handle(kinesis_event(storm_samples(("orders",))), None)
+    actuator = CountingActuator()  # the mapping is gone
+    controller.actuator = actuator
+    for batch in range(1, 4):
+        start = 115.0 + 30 * batch
+        app.controller.ingest(storm_samples(("orders",), start), start + 15)
+        controller.execute(controller.plan(start + 15))
+
+    events = [entry.event_type for entry in ledger.audit_trail("orders")]
+    assert events == [AuditEvent.TRANSITION, AuditEvent.MAPPING_MISSING]
+    assert actuator.attempts == 1
