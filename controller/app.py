@@ -23,6 +23,8 @@ from controller.ports import ActuationError, LedgerError
 from controller.telemetry import DEFAULT_NAMESPACE, decode_kinesis_event
 
 METRICS_NAMESPACE = "QueueMeshController"
+# Kept back from the invocation's remaining time: returning the response and its logs.
+RESPONSE_MARGIN_S = 0.5
 
 
 class ManualEventError(ValueError):
@@ -69,8 +71,10 @@ class ControllerApp:
         self._ingested: dict[str, int] = {}
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        deadline = self._deadline(context)
+        self.controller.ledger.set_deadline(deadline)
         try:
-            return self._dispatch(event, self._deadline(context))
+            return self._dispatch(event, deadline)
         finally:
             self._log_notices()
 
@@ -206,7 +210,7 @@ class ControllerApp:
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         if remaining is None:
             return math.inf
-        return self._monotonic() + remaining() / 1000.0
+        return self._monotonic() + remaining() / 1000.0 - RESPONSE_MARGIN_S
 
     def _already_ingested(self, record: Mapping[str, Any]) -> bool:
         shard, sequence = _position(record)

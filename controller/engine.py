@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.constants import ATTEMPT_TIMEOUT_S
 from controller.model import (
     Action,
     AuditEvent,
@@ -397,7 +398,9 @@ class Controller:
         if not step.actuates:
             return decision
         try:
-            self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, deadline)
+            # Time for the revert's ledger write is kept back, should the update fail.
+            apply_by = deadline - ATTEMPT_TIMEOUT_S
+            self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, apply_by)
         except ActuationError as error:
             self._revert(step, committed, now, error)
             if isinstance(error, MappingNotFound):

@@ -347,7 +347,8 @@ class DynamoLedger:
     ``client`` is a boto3 DynamoDB client (or resource); one is made from the environment
     (``AWS_ENDPOINT_URL`` honoured, botocore's retries off) when omitted. Every call goes
     through ``controller.aws.PacedCaller``: throttling, transaction conflicts, 5xx and
-    connection errors are retried with full-jitter backoff for at most ``call_timeout_s``.
+    connection errors are retried with full-jitter backoff for at most ``call_timeout_s``, and
+    never past the invocation's deadline (``set_deadline``).
     """
 
     def __init__(
@@ -369,6 +370,7 @@ class DynamoLedger:
         self.table_name = table_name
         self.retention_s = retention_s
         self.call_timeout_s = call_timeout_s
+        self._invocation_deadline = math.inf
         self._suffix = suffix
         self._clock = clock
         self._caller = PacedCaller(
@@ -520,8 +522,11 @@ class DynamoLedger:
         except CallAbandoned as failure:
             raise LedgerError(f"{what}: {failure}") from failure.__cause__ or failure
 
+    def set_deadline(self, deadline: float) -> None:
+        self._invocation_deadline = deadline
+
     def _deadline(self) -> float:
-        return self._clock() + self.call_timeout_s
+        return min(self._clock() + self.call_timeout_s, self._invocation_deadline)
 
     def _wire(self, item: Item) -> dict[str, Any]:
         return {name: self._serializer.serialize(value) for name, value in item.items()}
@@ -598,6 +603,9 @@ class InMemoryLedger:
 
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         return {_queue_of(item): decode_config(item) for item in self._get(queues, CONFIG_SK)}
+
+    def set_deadline(self, deadline: float) -> None:
+        """Nothing to bound: the twin answers at once."""
 
     def read_configs(self, queues: Iterable[str]) -> ConfigRead:
         return read_config_items(self._get(queues, CONFIG_SK))

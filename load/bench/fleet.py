@@ -148,6 +148,9 @@ class TimedLedger:
             read: ConfigRead = self._inner.read_configs(queues)
             return read
 
+    def set_deadline(self, deadline: float) -> None:
+        self._inner.set_deadline(deadline)
+
     def list_configs(self) -> list[QueueConfig]:
         with self._watch.timing("ledger"):
             return list(self._inner.list_configs())
