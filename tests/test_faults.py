@@ -18,9 +18,10 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from controller import aws
+from controller import handler as controller_handler
 from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
+from controller.aws import client as aws_client
 from controller.constants import READ_TIMEOUT_S
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
@@ -29,7 +30,7 @@ from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.emulator import EmbeddedAws
 from tests.factories import kinesis_event, sample
-from tests.test_end_to_end import TABLE, deploy_pipeline
+from tests.test_end_to_end import REGION, TABLE, deploy_pipeline
 
 CALL_COST_S = 0.02  # virtual time one answered call takes
 
@@ -59,8 +60,8 @@ class Rig:
     def __init__(self, esm: str) -> None:
         self.esm = esm
         self.time = VirtualTime()
-        self.dynamodb = aws.client("dynamodb")
-        self.lam = aws.client("lambda")
+        self.dynamodb = aws_client("dynamodb")
+        self.lam = aws_client("lambda")
         self.calls: Counter[str] = Counter()
         self.faults: dict[str, list[Callable[[], None]]] = {}
         for client in (self.dynamodb, self.lam):
@@ -124,7 +125,17 @@ def hang(rig_time: VirtualTime) -> Callable[[], None]:
 
 
 @pytest.fixture
-def rig(aws_env: str, emulated_aws: EmbeddedAws) -> Iterator[Rig]:
+def rig(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+    emulated_aws.reset()
+    for key, value in {
+        "AWS_ENDPOINT_URL": emulated_aws.endpoint,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "QUEUEMESH_TABLE": TABLE,
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(controller_handler, "_app", None)
     esm, _ = deploy_pipeline()
     yield Rig(esm)
 
