@@ -31,6 +31,8 @@ from controller.telemetry import (
 )
 
 METRICS_NAMESPACE = "QueueMeshController"
+# Kept back from the invocation's remaining time: returning the response and its logs.
+RESPONSE_MARGIN_S = 0.5
 
 
 class ManualEventError(ValueError):
@@ -83,6 +85,13 @@ class ControllerApp:
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         deadline = self._deadline(context)
+        self.controller.ledger.set_deadline(deadline)
+        try:
+            return self._dispatch(event, deadline)
+        finally:
+            self._log_notices()
+
+    def _dispatch(self, event: object, deadline: float) -> dict[str, Any]:
         if isinstance(event, Mapping):
             if "Records" in event:
                 return dict(self.process_kinesis(event, deadline).response())
@@ -216,11 +225,20 @@ class ControllerApp:
         if outcome.dropped:
             self._logger.info("samples not windowed", extra={"dropped": dict(outcome.dropped)})
 
+    def _log_notices(self) -> None:
+        """One warning per thing the operator should hear of (a broken config version, a
+        mapping gone); the counters keep counting after it."""
+        notices, self.controller.notices = self.controller.notices, []
+        for notice in notices:
+            self._logger.warning(
+                notice.message, extra={"queue": notice.queue, "counter": notice.counter}
+            )
+
     def _deadline(self, context: Any) -> float:
         remaining = getattr(context, "get_remaining_time_in_millis", None)
         if remaining is None:
             return math.inf
-        return self._monotonic() + remaining() / 1000.0
+        return self._monotonic() + remaining() / 1000.0 - RESPONSE_MARGIN_S
 
     def _already_ingested(self, record: Any) -> bool:
         shard, sequence = _position(record)

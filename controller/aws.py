@@ -16,8 +16,10 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import ClientError, HTTPClientError
+from botocore.exceptions import ClientError, HTTPClientError, ParamValidationError
 from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from controller.constants import ATTEMPT_TIMEOUT_S, CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
@@ -31,8 +33,8 @@ def client(service: str, **config: Any) -> Any:
     """
     settings: dict[str, Any] = {
         "retries": {"mode": "standard", "total_max_attempts": 1},
-        "connect_timeout": 2,
-        "read_timeout": 5,
+        "connect_timeout": CONNECT_TIMEOUT_S,
+        "read_timeout": READ_TIMEOUT_S,
     }
     settings.update(config)
     return boto3.client(service, config=Config(**settings))
@@ -112,6 +114,17 @@ class CallAbandoned(Exception):
         self.code = code
 
 
+def _attempt_timeout(client: Any) -> float:
+    """How long one attempt may take: the client's connect plus read timeout, counted at most
+    ``ATTEMPT_TIMEOUT_S`` (the controller's own clients' setting; an operator's tool with
+    longer timeouts is not held to a Lambda deadline); 0 for a double without a config."""
+    config = getattr(getattr(client, "meta", None), "config", None)
+    connect, read = getattr(config, "connect_timeout", 0), getattr(config, "read_timeout", 0)
+    if isinstance(connect, int | float) and isinstance(read, int | float):
+        return min(float(connect + read), ATTEMPT_TIMEOUT_S)
+    return 0.0
+
+
 def error_code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
@@ -125,9 +138,10 @@ class PacedCaller:
     """Calls one client's operations paced by a token bucket and retried within a deadline.
 
     Retried: the error codes in ``retryable``, errors ``retry_if`` accepts, any 5xx answer, and
-    connection errors. Every other error is final at once. A retry happens only if its backoff
-    sleep and its token both fit before the deadline; ``max_attempts`` bounds the loop whatever
-    the clock does.
+    connection errors. Every other error is final at once. An attempt starts only if its
+    backoff sleep, its token and its own worst case (the client's connect plus read timeout)
+    all fit before the deadline, so a hanging call cannot outlive it; ``max_attempts`` bounds
+    the loop whatever the clock does.
     """
 
     def __init__(
@@ -154,6 +168,7 @@ class PacedCaller:
         self._clock = clock
         self._sleep = sleep
         self._rng = rng or random.Random()
+        self.attempt_timeout_s = _attempt_timeout(client)
 
     def call(self, operation: str, deadline: float, **params: Any) -> dict[str, Any]:
         method = getattr(self.client, operation)
@@ -167,10 +182,13 @@ class PacedCaller:
                         operation, attempt, last_code, f"no time left to retry: {last_error}"
                     ) from last_error
                 self._sleep(pause)
-            if self._clock() >= deadline:
-                raise CallAbandoned(
-                    operation, attempt, last_code, "deadline passed"
-                ) from last_error
+            if self._clock() + self.attempt_timeout_s >= deadline:
+                why = (
+                    "deadline passed"
+                    if self._clock() >= deadline
+                    else f"an attempt ({self.attempt_timeout_s:g}s at worst) would end too late"
+                )
+                raise CallAbandoned(operation, attempt, last_code, why) from last_error
             if self.bucket is not None and not self.bucket.acquire(deadline):
                 why = "no request slot (pacing) before the deadline"
                 raise CallAbandoned(operation, attempt, last_code, why) from last_error
@@ -181,6 +199,11 @@ class PacedCaller:
                 last_error, last_code = error, error_code(error)
                 if not self._retryable(error):
                     raise CallAbandoned(operation, attempt + 1, last_code, str(error)) from error
+            except ParamValidationError as error:
+                # The request itself is malformed (a hand-edited id): no retry can help.
+                raise CallAbandoned(
+                    operation, attempt + 1, "ParamValidation", str(error)
+                ) from error
             except (BotoConnectionError, HTTPClientError) as error:
                 last_error, last_code = error, None
         raise CallAbandoned(

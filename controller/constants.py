@@ -41,3 +41,10 @@ CACHED_SHARDS: Final = 1000
 # CloudWatch Logs log events (by id) already windowed: a re-sent one is not counted twice.
 # Ids older than the window retention are forgotten sooner (their samples would be too old).
 CACHED_LOG_EVENTS: Final = 100_000
+
+# One AWS call attempt's worst case: connecting, then waiting for the answer. Short, so a
+# hanging call is cut off well inside a Lambda invocation; no attempt starts that could not end
+# before the invocation's deadline (controller/aws.py).
+CONNECT_TIMEOUT_S: Final = 1.0
+READ_TIMEOUT_S: Final = 2.0
+ATTEMPT_TIMEOUT_S: Final = CONNECT_TIMEOUT_S + READ_TIMEOUT_S

@@ -9,6 +9,7 @@ executor (``describe``) gives a dry run for free.
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.cache import LruCache
-from controller.constants import CACHED_QUEUES, MAX_CLOCK_SKEW_S
+from controller.constants import ATTEMPT_TIMEOUT_S, CACHED_QUEUES, MAX_CLOCK_SKEW_S
 from controller.model import (
     Action,
     AuditEvent,
@@ -28,13 +29,26 @@ from controller.model import (
     Sample,
 )
 from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, aimd_step, algorithm_named, decide
-from controller.ports import ActuationError, Actuator, Ledger, LedgerError, VersionConflict
-from controller.settings import PolicyParams
+from controller.ports import (
+    ActuationError,
+    Actuator,
+    InvalidConfig,
+    Ledger,
+    LedgerError,
+    MappingNotFound,
+    Notice,
+    VersionConflict,
+)
+from controller.settings import PolicyParams, SettingsError
 from controller.transitions import Transition
 from controller.window import QueueWindow
 
 # Time kept in hand for one step (read, claim, update) before the invocation's deadline.
 STEP_BUDGET_S = 3.0
+# A deleted mapping is looked for again after this long; until then its queue costs no call.
+MAPPING_RECHECK_S = 900.0
+# What Lambda accepts in an event source mapping's URI path: a UUID, or a test double's id.
+ESM_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +123,12 @@ class Controller:
         self._configs: LruCache[str, tuple[float, QueueConfig | None]] = LruCache(CACHED_QUEUES)
         self._states: LruCache[str, QueueState] = LruCache(CACHED_QUEUES)
         self._pending: set[str] = set()
+        # Last reported broken CONFIG content per queue: each version is reported once.
+        self._reported_invalid: LruCache[str, str] = LruCache(CACHED_QUEUES)
+        # Queues whose mapping is gone, and when to look for it again.
+        self._mapping_missing: LruCache[str, float] = LruCache(CACHED_QUEUES)
+        # What the operator should hear of, since the application last took it (logged once).
+        self.notices: list[Notice] = []
 
     @property
     def retention_s(self) -> float:
@@ -136,6 +156,9 @@ class Controller:
                 by_queue.setdefault(sample.queue, []).append(sample)
         configs = self.configs(by_queue, now)
         for queue, queue_samples in by_queue.items():
+            if queue in self._reported_invalid and queue not in configs:
+                self.counters["samples_config_invalid"] += len(queue_samples)
+                continue
             if queue not in configs:
                 dropped["samples_unregistered"] += len(queue_samples)
                 continue
@@ -162,11 +185,76 @@ class Controller:
             else:
                 known[queue] = cached[1]
         if stale:
-            fetched = self.ledger.get_configs(stale)
+            fetched = self.ledger.read_configs(stale)
             for queue in stale:
-                known[queue] = fetched.get(queue)
-                self._configs[queue] = (now, known[queue])
+                config = fetched.valid.get(queue)
+                invalid = fetched.invalid.get(queue) or self._invalid(config)
+                if invalid is not None:
+                    self._note_invalid(invalid)
+                    config = None
+                elif config is not None:
+                    self._reported_invalid.pop(queue)
+                known[queue] = config
+                self._configs[queue] = (now, config)
         return {q: config for q, config in known.items() if config is not None}
+
+    def _invalid(self, config: QueueConfig | None) -> InvalidConfig | None:
+        """Validate a decoded config before any AWS call depends on it."""
+        if config is None:
+            return None
+        problem = None
+        if not ESM_ID_PATTERN.fullmatch(config.esm_uuid):
+            problem = f"EsmUuid {config.esm_uuid!r} is not an event source mapping id"
+        else:
+            try:
+                self.params_for(config)
+            except SettingsError as error:
+                problem = f"policy overrides do not validate: {error}"
+        if problem is None:
+            return None
+        return InvalidConfig(config.queue, problem, repr(config))
+
+    def _note_invalid(self, invalid: InvalidConfig) -> None:
+        """Skip the queue (counted); report each broken version of its config once."""
+        self.counters["configs_invalid"] += 1
+        if self._reported_invalid.get(invalid.queue) != invalid.fingerprint:
+            self._reported_invalid[invalid.queue] = invalid.fingerprint
+            message = (
+                f"CONFIG of {invalid.queue} is invalid; the queue is not controlled until it "
+                f"is fixed: {invalid.problem}"
+            )
+            self.notices.append(Notice(invalid.queue, message, "configs_invalid"))
+
+    def _set_aside(self, queue: str, uuid: str, state: QueueState | None, now: float) -> None:
+        """The mapping is gone: leave the queue alone (no call per batch) until a re-check;
+        audited and reported once, however many re-checks find it still gone."""
+        first = queue not in self._mapping_missing
+        self._mapping_missing[queue] = now + MAPPING_RECHECK_S
+        self._pending.discard(queue)
+        if not first:
+            return
+        self.counters["mappings_missing"] += 1
+        message = (
+            f"event source mapping {uuid} of {queue} does not exist; the queue is set aside "
+            f"and looked for again every {MAPPING_RECHECK_S:.0f}s (re-register it to resume)"
+        )
+        self.notices.append(Notice(queue, message, "mappings_missing"))
+        if state is None:
+            return
+        self._commit(
+            Transition(
+                state.evolve(last_reason=message, last_evaluated_at=now),
+                at=now,
+                event=AuditEvent.MAPPING_MISSING,
+                previous_value=state.concurrency,
+                action=Action.HOLD.value,
+                reason=message,
+            )
+        )
+
+    def _is_set_aside(self, queue: str, now: float) -> bool:
+        recheck_at = self._mapping_missing.get(queue)
+        return recheck_at is not None and recheck_at > now
 
     def wake_due(self, now: float) -> int:
         """Learn every queue's state from the ledger, so the next plan decides those whose
@@ -189,7 +277,7 @@ class Controller:
         A ledger fault propagates with the pending queues kept, so a retried batch decides
         them again. A queue whose state could not be learned in time stays pending.
         """
-        queues = sorted(self._pending | self._due(now))
+        queues = sorted(q for q in self._pending | self._due(now) if not self._is_set_aside(q, now))
         configs = self.configs(queues, now)
         states = self.states(configs.values(), now, deadline)
         self._pending.clear()
@@ -258,9 +346,13 @@ class Controller:
                 continue
             try:
                 state = self._initial_state(config, now, deadline)
+            except MappingNotFound:
+                self._set_aside(config.queue, config.esm_uuid, None, now)
+                continue
             except ActuationError:
                 self.counters["mappings_unreadable"] += 1
                 continue
+            self._mapping_missing.pop(config.queue)
             known[config.queue] = self._states[config.queue] = state
         return known
 
@@ -297,6 +389,10 @@ class Controller:
             except LedgerError:
                 self._pending.update(s.config.queue for s in plan.steps[index:])
                 raise
+            except MappingNotFound:
+                queue = step.config.queue
+                self._set_aside(queue, step.config.esm_uuid, self._states.get(queue), plan.now)
+                continue
             except ActuationError:
                 # The mapping could not even be read: try again with the next batch.
                 self.counters["actuation_failures"] += 1
@@ -319,6 +415,7 @@ class Controller:
             return decision
         if step.actuates:
             view = self.actuator.read(config.esm_uuid, deadline)
+            self._mapping_missing.pop(config.queue)
             if (
                 view.max_concurrency != decision.previous
                 or view.enabled != decision.previous_enabled
@@ -331,9 +428,13 @@ class Controller:
         if not step.actuates:
             return decision
         try:
-            self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, deadline)
+            # Time for the revert's ledger write is kept back, should the update fail.
+            apply_by = deadline - ATTEMPT_TIMEOUT_S
+            self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, apply_by)
         except ActuationError as error:
             self._revert(step, committed, now, error)
+            if isinstance(error, MappingNotFound):
+                raise
             return None
         self.counters["esm_updates"] += 1
         return decision

@@ -37,7 +37,7 @@ from controller.model import (
     QueueStateName,
 )
 from controller.policy import memory_type
-from controller.ports import LedgerError, VersionConflict
+from controller.ports import ConfigRead, InvalidConfig, LedgerError, VersionConflict
 
 Item = dict[str, Any]
 
@@ -289,6 +289,20 @@ def decode_config(item: Mapping[str, Any]) -> QueueConfig:
     )
 
 
+def read_config_items(items: Iterable[Mapping[str, Any]]) -> ConfigRead:
+    """Decode each CONFIG item on its own: one that does not decode is reported, not raised."""
+    read = ConfigRead()
+    for item in items:
+        queue = _queue_of(item)
+        try:
+            read.valid[queue] = decode_config(item)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as error:
+            problem = f"CONFIG item does not decode: {type(error).__name__}: {error}"
+            fingerprint = repr(sorted(item.items()))
+            read.invalid[queue] = InvalidConfig(queue, problem, fingerprint)
+    return read
+
+
 def _check_commit(state: QueueState, audit: AuditEntry) -> None:
     if state.queue != audit.queue:
         raise ValueError(f"audit for {audit.queue!r} committed with state of {state.queue!r}")
@@ -333,7 +347,8 @@ class DynamoLedger:
     ``client`` is a boto3 DynamoDB client (or resource); one is made from the environment
     (``AWS_ENDPOINT_URL`` honoured, botocore's retries off) when omitted. Every call goes
     through ``controller.aws.PacedCaller``: throttling, transaction conflicts, 5xx and
-    connection errors are retried with full-jitter backoff for at most ``call_timeout_s``.
+    connection errors are retried with full-jitter backoff for at most ``call_timeout_s``, and
+    never past the invocation's deadline (``set_deadline``).
     """
 
     def __init__(
@@ -355,6 +370,7 @@ class DynamoLedger:
         self.table_name = table_name
         self.retention_s = retention_s
         self.call_timeout_s = call_timeout_s
+        self._invocation_deadline = math.inf
         self._suffix = suffix
         self._clock = clock
         self._caller = PacedCaller(
@@ -404,6 +420,9 @@ class DynamoLedger:
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         items = self._batch_get(_unique(queues), CONFIG_SK)
         return {_queue_of(item): decode_config(item) for item in items}
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        return read_config_items(self._batch_get(_unique(queues), CONFIG_SK))
 
     def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]:
         items = self._batch_get(_unique(queues), STATE_SK)
@@ -503,8 +522,11 @@ class DynamoLedger:
         except CallAbandoned as failure:
             raise LedgerError(f"{what}: {failure}") from failure.__cause__ or failure
 
+    def set_deadline(self, deadline: float) -> None:
+        self._invocation_deadline = deadline
+
     def _deadline(self) -> float:
-        return self._clock() + self.call_timeout_s
+        return min(self._clock() + self.call_timeout_s, self._invocation_deadline)
 
     def _wire(self, item: Item) -> dict[str, Any]:
         return {name: self._serializer.serialize(value) for name, value in item.items()}
@@ -581,6 +603,17 @@ class InMemoryLedger:
 
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         return {_queue_of(item): decode_config(item) for item in self._get(queues, CONFIG_SK)}
+
+    def set_deadline(self, deadline: float) -> None:
+        """Nothing to bound: the twin answers at once."""
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        return read_config_items(self._get(queues, CONFIG_SK))
+
+    def put_item(self, item: Item) -> None:
+        """Store a raw item as is (tests: a hand-edited or legacy item)."""
+        with self._lock:
+            self._items[(item["PK"], item["SK"])] = dict(item)
 
     def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]:
         return {_queue_of(item): decode_state(item) for item in self._get(queues, STATE_SK)}

@@ -140,6 +140,8 @@ class AuditEvent(StrEnum):
     DRIFT_DETECTED = "DRIFT_DETECTED"
     ACTUATION_FAILED = "ACTUATION_FAILED"
     MANUAL_EVALUATION = "MANUAL_EVALUATION"
+    # The mapping no longer exists: the queue is set aside and re-checked rarely.
+    MAPPING_MISSING = "MAPPING_MISSING"
     OPERATOR = "OPERATOR"
 
 

@@ -4,7 +4,7 @@ simulator, replay and unit tests. Only adapters import boto3."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.model import AuditEntry, QueueConfig, QueueState
@@ -26,12 +26,51 @@ class MappingNotFound(ActuationError):
     """The event source mapping does not exist."""
 
 
+@dataclass(frozen=True, slots=True)
+class InvalidConfig:
+    """A CONFIG item that cannot be used: its queue is left alone until the item is fixed.
+
+    ``fingerprint`` identifies the item's content, so one broken version is reported once."""
+
+    queue: str
+    problem: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something an operator should hear of once (one log line): a broken config, a mapping
+    gone. ``counter`` names the controller counter that keeps counting it."""
+
+    queue: str
+    message: str
+    counter: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigRead:
+    """The CONFIG items found: decoded ones, and those that failed to decode."""
+
+    valid: dict[str, QueueConfig] = field(default_factory=dict)
+    invalid: dict[str, InvalidConfig] = field(default_factory=dict)
+
+
 class Ledger(Protocol):
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         """Configs of those queues that are registered; unregistered ones are absent."""
         ...
 
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        """Like ``get_configs``, but an item that does not decode is reported, not raised, so
+        one hand-edited item never stops the other queues."""
+        ...
+
     def list_configs(self) -> list[QueueConfig]: ...
+
+    def set_deadline(self, deadline: float) -> None:
+        """Every later call (retries included) ends by ``deadline``, a ``time.monotonic()``
+        value: the invocation's own; ``math.inf`` lifts it."""
+        ...
 
     def put_config(self, config: QueueConfig) -> None: ...
 

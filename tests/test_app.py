@@ -18,7 +18,7 @@ from controller.model import AuditEntry, AuditEvent, QueueConfig
 from controller.policy import ALGORITHMS
 from controller.policy.adaptive import AdaptiveMemory
 from controller.policy.aimd import Aimd
-from controller.ports import LedgerError
+from controller.ports import ConfigRead, LedgerError
 from controller.settings import PolicyParams
 from load.recording import emf_line
 from tests.factories import config, kinesis_event, sample
@@ -33,6 +33,11 @@ class FlakyLedger(InMemoryLedger):
         if self.down:
             raise LedgerError("ProvisionedThroughputExceededException")
         return super().get_configs(queues)
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        if self.down:
+            raise LedgerError("ProvisionedThroughputExceededException")
+        return super().read_configs(queues)
 
 
 class Clock:

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from controller.model import AuditEntry, QueueConfig, QueueState
-from controller.ports import MappingView
+from controller.ports import ConfigRead, MappingView
 from load.localfleet import START_CONCURRENCY, LocalFleet, build_fleet, client
 from load.progress import ProgressCallback
 
@@ -142,6 +142,14 @@ class TimedLedger:
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         with self._watch.timing("ledger"):
             return dict(self._inner.get_configs(queues))
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        with self._watch.timing("ledger"):
+            read: ConfigRead = self._inner.read_configs(queues)
+            return read
+
+    def set_deadline(self, deadline: float) -> None:
+        self._inner.set_deadline(deadline)
 
     def list_configs(self) -> list[QueueConfig]:
         with self._watch.timing("ledger"):

@@ -1,0 +1,239 @@
+"""Fault injection: the real ControllerApp (wired as ``controller.handler`` wires it) against
+moto, with faults injected on its own boto3 clients through botocore event hooks.
+
+Time is virtual: the adapters' clocks and sleeps, and every injected delay (a hanging call is
+its read timeout passing), move one clock, so "returns before its deadline" is exact and the
+suite does not wait. Each case asserts the end state: ledger and mapping agree, one audit item
+per transition, the invocation ends before its deadline.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
+
+from controller import handler as controller_handler
+from controller.actuator import LambdaActuator
+from controller.app import ControllerApp
+from controller.aws import client as aws_client
+from controller.constants import READ_TIMEOUT_S
+from controller.engine import Controller
+from controller.ledger import DynamoLedger
+from controller.model import AuditEvent
+from controller.policy.aimd import Aimd
+from controller.settings import PolicyParams
+from stack.emulator import EmbeddedAws
+from tests.factories import kinesis_event, sample
+from tests.test_end_to_end import REGION, TABLE, deploy_pipeline
+
+CALL_COST_S = 0.02  # virtual time one answered call takes
+
+
+class VirtualTime:
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class Context:
+    def __init__(self, remaining_s: float) -> None:
+        self.remaining_ms = int(remaining_s * 1000)
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+class Rig:
+    """The app on virtual time, its two clients, and the faults to inject into them."""
+
+    def __init__(self, esm: str) -> None:
+        self.esm = esm
+        self.time = VirtualTime()
+        self.dynamodb = aws_client("dynamodb")
+        self.lam = aws_client("lambda")
+        self.calls: Counter[str] = Counter()
+        self.faults: dict[str, list[Callable[[], None]]] = {}
+        for client in (self.dynamodb, self.lam):
+            client.meta.events.register("before-call", self._before)
+        ledger = DynamoLedger(TABLE, self.dynamodb, clock=self.time, sleep=self.time.sleep)
+        actuator = LambdaActuator(self.lam, clock=self.time, sleep=self.time.sleep)
+        controller = Controller(
+            ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=self.time
+        )
+        self.app = ControllerApp(controller, monotonic=self.time, emit=lambda line: None)
+        self._sequence = 1
+
+    def _before(self, model: Any, **_: Any) -> None:
+        self.calls[model.name] += 1
+        self.time.now += CALL_COST_S
+        queued = self.faults.get(model.name)
+        if queued:
+            queued.pop(0)()
+
+    def inject(self, operation: str, *faults: Callable[[], None]) -> None:
+        self.faults.setdefault(operation, []).extend(faults)
+
+    def storm(self, remaining_s: float = 60.0) -> tuple[dict[str, Any], float]:
+        """Ten seconds of 429s; returns the response and the virtual time the invocation took."""
+        now = time.time()
+        samples = [sample(at=now - 12 + s, ok=7, throttled=3, invocation_ms=400) for s in range(10)]
+        event = kinesis_event(samples, first_sequence=self._sequence)
+        self._sequence += len(samples)
+        started = self.time.now
+        response = self.app.handle(event, Context(remaining_s))
+        return response, self.time.now - started
+
+    def mapping_value(self) -> int:
+        config = boto3.client("lambda").get_event_source_mapping(UUID=self.esm)
+        return int(config["ScalingConfig"]["MaximumConcurrency"])
+
+    def ledger_value(self) -> int | None:
+        state = DynamoLedger(TABLE).get_states(["orders"]).get("orders")
+        return None if state is None else state.concurrency
+
+    def audit_events(self) -> list[AuditEvent]:
+        return [entry.event_type for entry in DynamoLedger(TABLE).audit_trail("orders")]
+
+
+def service_error(code: str, status: int = 400) -> Callable[[], None]:
+    def fault() -> None:
+        error = {"Error": {"Code": code, "Message": "injected"}}
+        raise ClientError({**error, "ResponseMetadata": {"HTTPStatusCode": status}}, "injected")
+
+    return fault
+
+
+def hang(rig_time: VirtualTime) -> Callable[[], None]:
+    """The server never answers: the client's read timeout passes, then it gives up."""
+
+    def fault() -> None:
+        rig_time.now += READ_TIMEOUT_S
+        raise ReadTimeoutError(endpoint_url="http://127.0.0.1")
+
+    return fault
+
+
+@pytest.fixture
+def rig(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+    emulated_aws.reset()
+    for key, value in {
+        "AWS_ENDPOINT_URL": emulated_aws.endpoint,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "QUEUEMESH_TABLE": TABLE,
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(controller_handler, "_app", None)
+    esm, _ = deploy_pipeline()
+    yield Rig(esm)
+
+
+def test_a_healthy_storm_cuts_once_on_moto(rig: Rig) -> None:
+    response, _took = rig.storm()
+    assert response == {"batchItemFailures": []}
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+def test_a_failing_ledger_with_5s_left_returns_before_the_deadline(rig: Rig) -> None:
+    rig.inject("BatchGetItem", *[service_error("InternalServerError", 500)] * 1000)
+
+    response, took = rig.storm(remaining_s=5.0)
+
+    assert took < 5.0
+    assert response["batchItemFailures"] == [{"itemIdentifier": "1"}]
+    assert rig.mapping_value() == 100 and rig.ledger_value() is None
+
+
+def test_a_throttled_ledger_commit_is_retried_within_the_deadline(rig: Rig) -> None:
+    throttled = service_error("ProvisionedThroughputExceededException")
+    rig.inject("TransactWriteItems", throttled, throttled)
+
+    response, took = rig.storm(remaining_s=10.0)
+
+    assert took < 10.0 and response == {"batchItemFailures": []}
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+def test_a_hanging_update_with_6s_left_returns_before_6s(rig: Rig) -> None:
+    rig.inject("UpdateEventSourceMapping", *[hang(rig.time)] * 10)
+
+    response, took = rig.storm(remaining_s=6.0)
+
+    assert took < 6.0
+    assert response == {"batchItemFailures": []}
+    assert rig.mapping_value() == rig.ledger_value() == 100
+    assert rig.audit_events() == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_FAILED]
+
+
+def test_a_hanging_update_with_time_to_spare_is_tried_again(rig: Rig) -> None:
+    rig.inject("UpdateEventSourceMapping", hang(rig.time))
+
+    response, took = rig.storm(remaining_s=30.0)
+
+    assert took < 30.0 and response == {"batchItemFailures": []}
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+@pytest.mark.parametrize(
+    "code", ["TooManyRequestsException", "ResourceInUseException", "ServiceException"]
+)
+def test_transient_lambda_faults_are_retried(rig: Rig, code: str) -> None:
+    fault = service_error(code, 500 if code == "ServiceException" else 429)
+    rig.inject("UpdateEventSourceMapping", fault, fault)
+
+    response, took = rig.storm(remaining_s=30.0)
+
+    assert took < 30.0 and response == {"batchItemFailures": []}
+    assert rig.calls["UpdateEventSourceMapping"] == 3
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+def test_lambda_faults_for_good_put_the_ledger_back(rig: Rig) -> None:
+    rig.inject("UpdateEventSourceMapping", *[service_error("TooManyRequestsException", 429)] * 50)
+
+    response, took = rig.storm(remaining_s=8.0)
+
+    assert took < 8.0 and response == {"batchItemFailures": []}
+    assert rig.mapping_value() == rig.ledger_value() == 100
+    assert rig.audit_events() == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_FAILED]
+
+
+def test_a_deleted_mapping_is_set_aside_without_a_call_per_batch(rig: Rig) -> None:
+    rig.storm()  # a known state: 50
+    boto3.client("lambda").delete_event_source_mapping(UUID=rig.esm)
+    lambda_calls = rig.calls["GetEventSourceMapping"] + rig.calls["UpdateEventSourceMapping"]
+    rig.time.now += 100  # past the settle time of the first cut
+    for _ in range(5):
+        response, _took = rig.storm()
+        assert response == {"batchItemFailures": []}
+
+    calls = rig.calls["GetEventSourceMapping"] + rig.calls["UpdateEventSourceMapping"]
+    assert calls - lambda_calls <= 1
+    assert rig.audit_events().count(AuditEvent.MAPPING_MISSING) <= 1
+
+
+def test_a_redelivered_batch_is_not_counted_twice(rig: Rig) -> None:
+    now = time.time()
+    samples = [sample(at=now - 12 + s, ok=7, throttled=3, invocation_ms=400) for s in range(10)]
+    event = kinesis_event(samples)
+    for _ in range(3):
+        assert rig.app.handle(event, Context(60.0)) == {"batchItemFailures": []}
+    assert rig.app.controller.counters["samples_windowed"] == 10
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
