@@ -33,12 +33,14 @@ class Sample:
     retry_after_s: float = 0.0
     invocation_ms: float | None = None
     downstream: str | None = None
+    timed_out: int = 0
 
     @property
     def pressure(self) -> int:
-        """Calls that say "slow down": 429s, plus 503s (all 5xx when 503s are not broken out)."""
+        """Calls that say "slow down": 429s, plus 503s (all 5xx when 503s are not broken out),
+        plus client-side timeouts (a downstream that slows down instead of refusing)."""
         overload = self.server_errors if self.overloaded is None else self.overloaded
-        return self.throttled + overload
+        return self.throttled + overload + self.timed_out
 
     @property
     def started_at(self) -> float:

@@ -73,6 +73,9 @@ _ABSENT: Final = [None] * len(_COUNT_NAMES)
 # Counts as powertools writes them (integral floats), read by lookup: a count this small is
 # the common case, and a lookup is a third of the float checks and conversion it replaces.
 _SMALL_COUNTS: Final = {float(count): count for count in range(1024)}
+# Read apart from the counts above: a document from a worker that predates it has no such
+# member, and the inline path above would lose its shape for it.
+_TIMED_OUT: Final = schema.TIMED_OUT.name
 _MEASURE_NAMES: Final = tuple(
     metric.name for metric in (schema.LATENCY, schema.RETRY_AFTER, schema.INVOCATION_DURATION)
 )
@@ -559,7 +562,13 @@ def _sample_from_document(
             return None
     ok, throttled, server_errors, client_errors, overloaded, requests = counts
     latency, retry_after, duration = map(get, _MEASURE_NAMES)
-    if latency is None and retry_after is None and duration is None and counts == _ABSENT:
+    timed_out = get(_TIMED_OUT)
+    if timed_out is not None:
+        timed_out = _count(timed_out)
+        if timed_out < 0:
+            skipped[SkipReason.BAD_VALUE] += 1
+            return None
+    elif latency is None and retry_after is None and duration is None and counts == _ABSENT:
         skipped[SkipReason.NO_TELEMETRY] += 1
         return None
 
@@ -602,7 +611,8 @@ def _sample_from_document(
     server_errors = server_errors or 0
     if overloaded is not None and overloaded > server_errors:
         server_errors = overloaded  # 503s are 5xx: a worker reporting only 503s still has them
-    counted = ok + throttled + server_errors + client_errors
+    timed_out = timed_out or 0
+    counted = ok + throttled + server_errors + client_errors + timed_out
     if requests is None or requests < counted:
         requests = counted
     if requests > MAX_VALUE:
@@ -623,6 +633,7 @@ def _sample_from_document(
         retry_after_s,
         invocation_ms,
         downstream,
+        timed_out,
     )
 
 

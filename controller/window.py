@@ -28,6 +28,9 @@ class Totals:
     throttled: int = 0
     server_errors: int = 0
     client_errors: int = 0
+    timed_out: int = 0
+    latency_ms_sum: float = 0.0
+    latency_count: int = 0
     busy_ms: float = 0.0
     timed_samples: int = 0
     retry_after_s: float = 0.0
@@ -41,6 +44,11 @@ class Totals:
     def success_rate(self) -> float:
         return self.ok / self.requests if self.requests else 0.0
 
+    @property
+    def mean_latency_ms(self) -> float | None:
+        """The calls' mean round-trip time; ``None`` when no latency was reported."""
+        return self.latency_ms_sum / self.latency_count if self.latency_count else None
+
     def count(self, sample: Sample) -> None:
         """Add one worker document."""
         self.samples += 1
@@ -50,6 +58,9 @@ class Totals:
         self.throttled += sample.throttled
         self.server_errors += sample.server_errors
         self.client_errors += sample.client_errors
+        self.timed_out += sample.timed_out
+        self.latency_ms_sum += sample.latency_ms_sum
+        self.latency_count += sample.latency_count
         if sample.invocation_ms is not None:
             self.busy_ms += sample.invocation_ms
             self.timed_samples += 1
@@ -65,6 +76,9 @@ class Totals:
         self.throttled += other.throttled
         self.server_errors += other.server_errors
         self.client_errors += other.client_errors
+        self.timed_out += other.timed_out
+        self.latency_ms_sum += other.latency_ms_sum
+        self.latency_count += other.latency_count
         self.busy_ms += other.busy_ms
         self.timed_samples += other.timed_samples
         self.retry_after_s = max(self.retry_after_s, other.retry_after_s)

@@ -202,6 +202,8 @@ def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str,
     ]
     if sample.overloaded is not None:
         members.append((schema.OVERLOADED, sample.overloaded))
+    if sample.timed_out:
+        members.append((schema.TIMED_OUT, sample.timed_out))
     if sample.latency_count:
         # One value per call (EMF takes arrays): the mean, so the sum and count survive.
         mean = sample.latency_ms_sum / sample.latency_count

@@ -14,7 +14,10 @@ if TYPE_CHECKING:
     from load.sim.engine import SimPolicy, SimResult
     from load.sim.scenario import Scenario
 
-POLICY_NAMES = ("static", "seed", "queuemesh")
+# The peers: each the real controller running that limit algorithm, named after it in the
+# scorecard (Netflix concurrency-limits' ports, docs/algorithms.md).
+PEER_POLICIES = ("netflix-aimd", "vegas", "gradient2")
+POLICY_NAMES = ("static", "seed", "queuemesh", *PEER_POLICIES)
 # Seeds run in a small process pool: the simulator is CPU-bound, one run per core.
 SEED_WORKERS = 2
 MAX_SEEDS = 100
@@ -56,9 +59,12 @@ def run_policies(
 
 
 def make_policy(name: str, algorithm: str) -> SimPolicy:
-    """A fresh policy by its ``--policy`` name (queuemesh with the limit ``algorithm``)."""
+    """A fresh policy by its ``--policy`` name (queuemesh with the limit ``algorithm``, a peer
+    with its own)."""
     from load.sim.policies import POLICIES, QueueMeshPolicy
 
+    if name in PEER_POLICIES:
+        return QueueMeshPolicy(algorithm=name, name=name)
     return QueueMeshPolicy(algorithm=algorithm) if name == "queuemesh" else POLICIES[name]()
 
 

@@ -110,8 +110,9 @@ def run_cli(arguments: list[str], terminal: bool) -> tuple[str, str]:
 def test_simulate_shows_progress_on_a_terminal_and_prints_the_same_table() -> None:
     arguments = ["simulate", "--scenario", "capacity-drop", "--policy", "all"]
     table, progress = run_cli(arguments, terminal=True)
-    assert progress.startswith(f"{ERASE}simulate: 0/3 runs (capacity-drop, static)")
-    assert "simulate: 2/3 runs (capacity-drop, queuemesh)" in progress
+    assert progress.startswith(f"{ERASE}simulate: 0/6 runs (capacity-drop, static)")
+    assert "simulate: 2/6 runs (capacity-drop, queuemesh)" in progress
+    assert "simulate: 5/6 runs (capacity-drop, gradient2)" in progress
     assert progress.endswith(ERASE)  # erased before the table
     piped_table, piped_stderr = run_cli(arguments, terminal=False)
     assert piped_stderr == ""

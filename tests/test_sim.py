@@ -281,7 +281,14 @@ def test_simulate_json_lists_one_scorecard_per_policy(
 ) -> None:
     assert main(["simulate", "--scenario", str(tiny_file), "--json"]) == 0
     cards = json.loads(capsys.readouterr().out)
-    assert [card["policy"] for card in cards] == ["static", "seed", "queuemesh"]
+    assert [card["policy"] for card in cards] == [
+        "static",
+        "seed",
+        "queuemesh",
+        "netflix-aimd",
+        "vegas",
+        "gradient2",
+    ]
     assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "seed"]) == 0
     single = json.loads(capsys.readouterr().out)
     assert single["policy"] == "seed" and single == cards[1]

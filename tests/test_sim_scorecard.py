@@ -187,7 +187,14 @@ def test_seeds_json_has_one_object_per_scenario_and_policy(
 ) -> None:
     assert main(["simulate", "--scenario", str(tiny_file), "--seeds", "1-2", "--json"]) == 0
     summaries = json.loads(capsys.readouterr().out)
-    assert [summary["policy"] for summary in summaries] == ["static", "seed", "queuemesh"]
+    assert [summary["policy"] for summary in summaries] == [
+        "static",
+        "seed",
+        "queuemesh",
+        "netflix-aimd",
+        "vegas",
+        "gradient2",
+    ]
     for summary in summaries:
         assert set(summary) == {"scenario", "policy", "seeds", "mean", "worst", "runs"}
         assert summary["scenario"] == "tiny" and summary["seeds"] == [1, 2]

@@ -109,6 +109,7 @@ def test_lambda_kinesis_event_with_cloudwatch_logs_payloads() -> None:
             "retry_after_s": 4.0,
             "invocation_ms": 1450.0,
             "downstream": "payments.example.com",
+            "timed_out": 0,
         },
         {
             "queue": "invoices",
@@ -124,6 +125,7 @@ def test_lambda_kinesis_event_with_cloudwatch_logs_payloads() -> None:
             "retry_after_s": 0.0,
             "invocation_ms": 640.0,
             "downstream": None,
+            "timed_out": 0,
         },
     ]
     # START, a plain application log line, END and REPORT; and the health-check payload.
@@ -188,6 +190,7 @@ def test_powertools_metrics_output(capsys: pytest.CaptureFixture[str]) -> None:
             "retry_after_s": 9.0,
             "invocation_ms": 700.0,
             "downstream": None,
+            "timed_out": 0,
         }
     ]
     assert not result.skipped
@@ -224,6 +227,7 @@ def test_embedded_metrics_output() -> None:
             "retry_after_s": 2.5,
             "invocation_ms": None,
             "downstream": "tax-api",
+            "timed_out": 0,
         }
     ]
 
@@ -613,6 +617,7 @@ def emf_documents(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
         "retry_after_s": float(max(retry_after, default=0)),
         "invocation_ms": None if duration is None else float(duration),
         "downstream": downstream,
+        "timed_out": 0,
     }
     text = json.dumps(ordered, ensure_ascii=draw(st.booleans()))
     return text, {**expected, "latency_ms_sum": sum(latencies)}
@@ -693,3 +698,40 @@ def test_bench_decode_rejects_a_bad_count(capsys: pytest.CaptureFixture[str]) ->
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert "--records must be at least 1" in error
+
+
+@pytest.mark.parametrize(
+    ("members", "timed_out", "requests", "pressure"),
+    [
+        ({"DownstreamTimeout": [3.0], "Downstream2xx": [7.0]}, 3, 10, 3),
+        ({"DownstreamTimeout": 2, "Downstream429": 1, "DownstreamRequests": 20}, 2, 20, 3),
+        ({"DownstreamTimeout": [1, 1]}, 2, 2, 2),
+        ({"Downstream2xx": 5}, 0, 5, 0),
+    ],
+)
+def test_timeouts_are_read_counted_as_calls_and_are_pressure(
+    members: dict[str, Any], timed_out: int, requests: int, pressure: int
+) -> None:
+    document = {
+        "_aws": {
+            "Timestamp": 1_795_976_609_000,
+            "CloudWatchMetrics": [{"Namespace": "QueueMesh", "Metrics": []}],
+        },
+        "QueueName": "orders",
+        **members,
+    }
+    [sample] = samples_from_log_message(json.dumps(document), None)
+    assert (sample.timed_out, sample.requests, sample.pressure) == (timed_out, requests, pressure)
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "3", [1, None], True])
+def test_a_bad_timeout_count_skips_the_document(bad: object) -> None:
+    document = {
+        "_aws": {"Timestamp": 1, "CloudWatchMetrics": [{"Namespace": "QueueMesh", "Metrics": []}]},
+        "QueueName": "orders",
+        "Downstream2xx": 1,
+        "DownstreamTimeout": bad,
+    }
+    skipped: Counter[str] = Counter()
+    assert samples_from_log_message(json.dumps(document), None, skipped=skipped) == []
+    assert skipped == {"bad_value": 1}

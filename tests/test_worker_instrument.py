@@ -157,6 +157,7 @@ def test_a_refused_connection_is_a_call_without_an_answer(
     sample = _sample_of(refused, capsys)
 
     assert (sample.requests, sample.ok, sample.server_errors, sample.latency_count) == (1, 0, 0, 0)
+    assert sample.timed_out == 0
 
 
 def test_calls_outside_an_invocation_are_not_counted(

@@ -61,6 +61,7 @@ def document(
         (schema.SERVER_ERRORS, tally.server_errors),
         (schema.OVERLOADED, tally.overloaded),
         (schema.CLIENT_ERRORS, tally.client_errors),
+        (schema.TIMED_OUT, tally.timed_out),
     )
     for metric, value in counts:
         _add(metrics, metric, value)

@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
@@ -43,6 +44,7 @@ class Tally:
     server_errors: int = 0
     overloaded: int = 0
     client_errors: int = 0
+    timed_out: int = 0
     latencies_ms: list[float] = field(default_factory=list)
     retry_after_s: float = 0.0
     downstreams: set[str] = field(default_factory=set)
@@ -53,8 +55,10 @@ class Tally:
         latency_ms: float | None,
         retry_after_s: float | None,
         downstream: str | None,
+        timed_out: bool = False,
     ) -> None:
-        """Count one call; ``status`` None is a transport failure (no answer)."""
+        """Count one call; ``status`` None is a transport failure (no answer), ``timed_out``
+        one where the client gave up waiting (connect or read), with the time it waited."""
         if status is not None and (status < 200 or 300 <= status < 400):
             # A redirect is followed by the call that counts; 1xx is not an answer.
             return
@@ -62,6 +66,10 @@ class Tally:
         if downstream:
             self.downstreams.add(downstream)
         if status is None:
+            if timed_out:
+                self.timed_out += 1
+                if latency_ms is not None:
+                    self.latencies_ms.append(latency_ms)
             return
         if status < 300:
             self.ok += 1
@@ -206,6 +214,7 @@ class Invocation:
         latency_ms: float | None,
         retry_after_s: float | None,
         downstream: str | None,
+        timed_out: bool = False,
     ) -> None:
         ref = _current_record.get()
         queue = ref.queue if ref is not None else self.default_queue
@@ -215,7 +224,7 @@ class Invocation:
             tally = self.tallies.get(queue)
             if tally is None:
                 tally = self.tallies[queue] = Tally()
-            tally.add(status, latency_ms, retry_after_s, downstream)
+            tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
             if status == 429 and retry_after_s is not None:
                 if ref is not None and ref.message_id is not None:
                     evidence = self.retry_after_by_message
@@ -300,6 +309,42 @@ def _count(
         invocation.count(status, latency_ms, seconds, downstream)
     except Exception as error:
         failures.swallow(error)
+
+
+def _count_failure(exchange: tuple[Invocation, str, float], error: BaseException) -> None:
+    """Count a call that raised instead of answering: a timeout, with the time it waited, or
+    another transport failure. Only failures pay for telling them apart."""
+    invocation, downstream, started = exchange
+    try:
+        if is_timeout(error):
+            latency_ms = (perf_counter() - started) * 1000.0
+            invocation.count(None, latency_ms, None, downstream, timed_out=True)
+        else:
+            invocation.count(None, None, None, downstream)
+    except Exception as failure:
+        failures.swallow(failure)
+
+
+def is_timeout(error: BaseException) -> bool:
+    """Whether a client gave up waiting for the downstream (connect or read).
+
+    ``socket.timeout`` is the builtin ``TimeoutError`` (http.client's reads and connects);
+    urllib3 turns a connect timeout into its ``ConnectTimeoutError``, whose subclass
+    ``NewConnectionError`` is a refused connection, not a timeout; httpx raises its
+    ``TimeoutException``. A client's module is looked up only if it is already loaded: an
+    error cannot come from a library nobody imported.
+    """
+    if isinstance(error, TimeoutError):
+        return True
+    urllib3_errors = sys.modules.get("urllib3.exceptions")
+    if urllib3_errors is not None and isinstance(error, urllib3_errors.TimeoutError):
+        return not isinstance(error, urllib3_errors.NewConnectionError)
+    httpx = sys.modules.get("httpx")
+    return httpx is not None and isinstance(error, httpx.TimeoutException)
+
+
+def _wants_retry_after(status: int) -> bool:
+    return status == 429 or status >= 500
 
 
 # http.client (and so urllib3 and requests) -----------------------------------------------------
@@ -411,12 +456,12 @@ def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
     ) -> Any:
         try:
             return original(self, message_body, encode_chunked=encode_chunked)
-        except Exception:
+        except Exception as error:
             # Connecting happens here: a refused or timed-out connection is a failed call.
             invocation = _active
             exchange = None if invocation is None else _take_exchange(invocation, self)
             if exchange is not None:
-                _count(exchange[0], exchange[1], exchange[2], None, None)
+                _count_failure(exchange, error)
             raise
 
     return endheaders
@@ -431,8 +476,8 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
         invocation, downstream, started = exchange
         try:
             response = original(self)
-        except Exception:
-            _count(invocation, downstream, started, None, None)
+        except Exception as error:
+            _count_failure(exchange, error)
             raise
         try:
             status = response.status
@@ -485,8 +530,8 @@ def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., An
             return original(self, request)
         try:
             response = original(self, request)
-        except Exception:
-            _count(exchange[0], exchange[1], exchange[2], None, None)
+        except Exception as error:
+            _count_failure(exchange, error)
             raise
         _httpx_finish(exchange, response)
         return response
@@ -501,8 +546,8 @@ def _hook_httpx_handle_async_request(original: Callable[..., Any]) -> Callable[.
             return await original(self, request)
         try:
             response = await original(self, request)
-        except Exception:
-            _count(exchange[0], exchange[1], exchange[2], None, None)
+        except Exception as error:
+            _count_failure(exchange, error)
             raise
         _httpx_finish(exchange, response)
         return response

@@ -31,6 +31,8 @@ SERVER_ERRORS: Final = Metric("Downstream5xx", "Count")
 # The 503s among the 5xx: the overload signal broken out (the project's addition).
 OVERLOADED: Final = Metric("Downstream503", "Count")
 CLIENT_ERRORS: Final = Metric("Downstream4xx", "Count")
+# Calls that timed out on the client side (connect or read): overload that shows as latency.
+TIMED_OUT: Final = Metric("DownstreamTimeout", "Count")
 LATENCY: Final = Metric("DownstreamLatency", "Milliseconds")
 RETRY_AFTER: Final = Metric("RetryAfterSeconds", "Seconds")
 INVOCATION_DURATION: Final = Metric("InvocationDurationMs", "Milliseconds")
@@ -42,6 +44,7 @@ METRICS: Final = (
     SERVER_ERRORS,
     OVERLOADED,
     CLIENT_ERRORS,
+    TIMED_OUT,
     LATENCY,
     RETRY_AFTER,
     INVOCATION_DURATION,

@@ -15,7 +15,10 @@ from controller.policy.adaptive import AdaptiveLimit
 from controller.policy.aimd import Aimd, aimd_step
 from controller.policy.base import LimitAlgorithm, Verdict
 from controller.policy.evidence import evidence_since
+from controller.policy.gradient2 import Gradient2
 from controller.policy.guards import decide
+from controller.policy.netflix_aimd import NetflixAimd
+from controller.policy.vegas import Vegas
 
 __all__ = [
     "ALGORITHMS",
@@ -34,6 +37,9 @@ __all__ = [
 ALGORITHMS: dict[str, type[LimitAlgorithm[Any]]] = {
     Aimd.name: Aimd,
     AdaptiveLimit.name: AdaptiveLimit,
+    NetflixAimd.name: NetflixAimd,
+    Vegas.name: Vegas,
+    Gradient2.name: Gradient2,
 }
 # Measured best on every shipped scenario (docs/simulator.md); the Lambda, replay and the
 # simulator all start from it.

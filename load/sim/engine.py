@@ -538,12 +538,8 @@ class _Run:
         self.dispatch(queue, now)
 
     def sample(self, invocation: _Invocation, now: float) -> Sample:
-        """The one place an invocation becomes telemetry (what its worker would emit).
-
-        ``invocation.timed_out`` is not on the sample: the telemetry schema has no member for
-        client-side timeouts yet, so they count in ``requests`` only (a failure the controller
-        cannot classify). When the schema gains one, it is set here.
-        """
+        """The one place an invocation becomes telemetry (what its worker would emit): its
+        429s, its client-side timeouts (``DownstreamTimeout``) and the other failures."""
         calls = len(invocation.messages)
         return Sample(
             queue=invocation.queue.spec.name,
@@ -557,6 +553,7 @@ class _Run:
             latency_count=calls,
             invocation_ms=invocation.busy_ms,
             downstream=invocation.queue.spec.downstream,
+            timed_out=invocation.timed_out,
         )
 
     def returned(self, now: float, payload: tuple[_Queue, list[tuple[int, float]]]) -> None:

@@ -1,4 +1,5 @@
-"""The policies the simulator compares: none, the original rule, and the real controller."""
+"""The policies the simulator compares: none, the original rule, and the real controller (with
+the default algorithm, or a peer's: load/simulate.py PEER_POLICIES)."""
 
 from __future__ import annotations
 
@@ -113,14 +114,19 @@ class QueueMeshPolicy:
     """The real controller core: ``Controller`` with the in-memory ledger and actuator.
 
     The same windows, guards and algorithm the Lambda runs; each simulated Kinesis batch is one
-    ``run_batch``. The simulated poller follows the in-memory mappings.
+    ``run_batch``. The simulated poller follows the in-memory mappings. ``name`` is the
+    policy's name in the scorecard: ``queuemesh``, or a peer algorithm's own name.
     """
 
     name = "queuemesh"
 
     def __init__(
-        self, params: PolicyParams | None = None, algorithm: str | None = DEFAULT_ALGORITHM
+        self,
+        params: PolicyParams | None = None,
+        algorithm: str | None = DEFAULT_ALGORITHM,
+        name: str = "queuemesh",
     ) -> None:
+        self.name = name
         self._params = params or PolicyParams()
         self._algorithm = algorithm
         self._uuids: dict[str, str] = {}

@@ -28,11 +28,13 @@ from stack.errors import CliError
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "simulate",
-        help="simulate a scenario under static, seed and queuemesh policies; print a scorecard",
+        help="simulate a scenario under static, seed, queuemesh and peer policies; scorecards",
         description=(
             "Runs a scenario (SQS, the Lambda poller, workers, downstreams, telemetry delays) on "
             "virtual time under each policy and prints the scorecard side by side. The "
-            "queuemesh policy is the real controller core with in-memory adapters."
+            "queuemesh policy is the real controller core with in-memory adapters; the peers "
+            "(netflix-aimd, vegas, gradient2) are the same core running Netflix "
+            "concurrency-limits' rules."
         ),
     )
     parser.add_argument(
@@ -45,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--policy",
         choices=(*POLICY_NAMES, "all"),
         default="all",
-        help="which policy to run (default: all three)",
+        help="which policy to run (default: all)",
     )
     parser.add_argument(
         "--algorithm",
