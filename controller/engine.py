@@ -26,7 +26,14 @@ from controller.model import (
     Sample,
 )
 from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, aimd_step, algorithm_named, decide
-from controller.ports import ActuationError, Actuator, Ledger, LedgerError, VersionConflict
+from controller.ports import (
+    ActuationError,
+    Actuator,
+    Ledger,
+    LedgerError,
+    MappingView,
+    VersionConflict,
+)
 from controller.settings import PolicyParams
 from controller.transitions import Transition
 from controller.window import QueueWindow
@@ -257,13 +264,14 @@ class Controller:
         again with the next batch: nothing is recorded that was not done.
         """
         done: list[Decision] = []
+        listed = self._list_mappings(plan, deadline)
         for index, step in enumerate(plan.steps):
             if step.records and self._monotonic() + STEP_BUDGET_S > deadline:
                 self.counters["steps_deferred"] += len(plan.steps) - index
                 self._pending.update(s.config.queue for s in plan.steps[index:])
                 break
             try:
-                decision = self._run(step, plan.now, deadline)
+                decision = self._run(step, plan.now, deadline, listed)
             except LedgerError:
                 self._pending.update(s.config.queue for s in plan.steps[index:])
                 raise
@@ -282,13 +290,26 @@ class Controller:
         self.ingest(samples, now)
         return self.execute(self.plan(now, deadline), deadline)
 
-    def _run(self, step: Step, now: float, deadline: float) -> Decision | None:
+    def _list_mappings(self, plan: Plan, deadline: float) -> dict[str, MappingView]:
+        """The mappings this plan moves, listed in bulk for the drift check: a page covers a
+        hundred mappings where a read covers one, and the control plane allows 15 calls/s per
+        account. Listed once per execution; a failed listing leaves every step its own read."""
+        uuids = {step.config.esm_uuid for step in plan.steps if step.actuates}
+        try:
+            return self.actuator.read_many(uuids, deadline)
+        except ActuationError:
+            self.counters["mapping_list_failures"] += 1
+            return {}
+
+    def _run(
+        self, step: Step, now: float, deadline: float, listed: dict[str, MappingView]
+    ) -> Decision | None:
         decision, config = step.decision, step.config
         if not step.records:
             self._states[config.queue] = decision.new_state
             return decision
         if step.actuates:
-            view = self.actuator.read(config.esm_uuid, deadline)
+            view = listed.get(config.esm_uuid) or self.actuator.read(config.esm_uuid, deadline)
             if (
                 view.max_concurrency != decision.previous
                 or view.enabled != decision.previous_enabled

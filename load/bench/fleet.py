@@ -24,7 +24,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -185,6 +185,10 @@ class TimedActuator:
         with self._watch.timing("actuate"):
             view: MappingView = self._inner.read(uuid, deadline)
             return view
+
+    def read_many(self, uuids: Collection[str], deadline: float) -> dict[str, MappingView]:
+        with self._watch.timing("actuate"):
+            return dict(self._inner.read_many(uuids, deadline))
 
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
         with self._watch.timing("actuate"):
