@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
@@ -114,6 +115,12 @@ class LambdaActuator:
             sleep=sleep,
             rng=rng or random.Random(),
         )
+
+    @property
+    def rate_per_s(self) -> float:
+        """The pace of this actuator's control-plane calls, retries included."""
+        bucket = self._caller.bucket
+        return math.inf if bucket is None else bucket.rate_per_s
 
     def read(self, uuid: str, deadline: float) -> MappingView:
         return mapping_view(self._call(uuid, "get_event_source_mapping", deadline, UUID=uuid))
