@@ -295,6 +295,8 @@ class Controller:
         hundred mappings where a read covers one, and the control plane allows 15 calls/s per
         account. Listed once per execution; a failed listing leaves every step its own read."""
         uuids = {step.config.esm_uuid for step in plan.steps if step.actuates}
+        if not uuids or self._monotonic() + STEP_BUDGET_S > deadline:
+            return {}  # nothing to move, or no time to move it: no call
         try:
             return self.actuator.read_many(uuids, deadline)
         except ActuationError:

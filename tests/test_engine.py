@@ -280,6 +280,7 @@ def test_steps_past_the_deadline_are_deferred_not_lost(actuator: InMemoryActuato
     plan = controller.plan(110.0)
     assert controller.execute(plan, deadline=2.0) == []
     assert controller.counters["steps_deferred"] == 5
+    assert (actuator.list_pages, actuator.calls) == (0, [])
     done = controller.execute(controller.plan(111.0), deadline=100.0)
     assert sorted(d.queue for d in done) == [f"q{index}" for index in range(5)]
     assert all(actuator.read(f"esm-q{i}", 0).max_concurrency == 50 for i in range(5))
