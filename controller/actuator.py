@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, TokenBucket
@@ -29,6 +30,10 @@ RETRYABLE_CODES = frozenset(
 )
 
 
+# ListEventSourceMappings answers at most 100 mappings per page, whatever MaxItems asks for.
+LIST_PAGE_SIZE = 100
+
+
 class ActuationGaveUp(ActuationError):
     """A mapping call failed for good; ``attempts`` says how many were made."""
 
@@ -46,8 +51,26 @@ def check_concurrency(max_concurrency: int) -> None:
         )
 
 
+def pick_listed(
+    pages: Iterable[Iterable[MappingView]], uuids: Collection[str]
+) -> dict[str, MappingView]:
+    """The wanted mappings from pages of a listing, read only until all are found and never
+    more pages than mappings wanted: a listing must not cost more calls than the reads it
+    replaces, and one mapping alone is not listed at all. Those not found are left out (the
+    caller reads them one by one)."""
+    wanted = set(uuids)
+    found: dict[str, MappingView] = {}
+    if len(wanted) < 2:
+        return found
+    for budget, page in enumerate(pages, start=1):
+        found.update((view.uuid, view) for view in page if view.uuid in wanted)
+        if len(found) == len(wanted) or budget >= len(wanted):
+            break
+    return found
+
+
 def mapping_view(configuration: Mapping[str, Any]) -> MappingView:
-    """A MappingView from a Get/UpdateEventSourceMapping response."""
+    """A MappingView from a Get/UpdateEventSourceMapping response or a listed mapping."""
     scaling = configuration.get("ScalingConfig") or {}
     maximum = scaling.get("MaximumConcurrency")
     state = str(configuration.get("State", ""))
@@ -93,8 +116,31 @@ class LambdaActuator:
             rng=rng or random.Random(),
         )
 
+    @property
+    def rate_per_s(self) -> float:
+        """The pace of this actuator's control-plane calls, retries included."""
+        bucket = self._caller.bucket
+        return math.inf if bucket is None else bucket.rate_per_s
+
     def read(self, uuid: str, deadline: float) -> MappingView:
         return mapping_view(self._call(uuid, "get_event_source_mapping", deadline, UUID=uuid))
+
+    def read_many(self, uuids: Collection[str], deadline: float) -> dict[str, MappingView]:
+        """Pages through ListEventSourceMappings, unfiltered (the controller knows its
+        mappings by UUID, not by function), each page one paced call."""
+        return pick_listed(self._pages(deadline), uuids)
+
+    def _pages(self, deadline: float) -> Iterable[list[MappingView]]:
+        marker: str | None = None
+        while True:  # bounded by the caller, which stops after a page per wanted mapping
+            paging: dict[str, Any] = {"MaxItems": LIST_PAGE_SIZE}
+            if marker is not None:
+                paging["Marker"] = marker
+            page = self._call("listing", "list_event_source_mappings", deadline, **paging)
+            yield [mapping_view(item) for item in page.get("EventSourceMappings", [])]
+            marker = page.get("NextMarker")
+            if not marker:
+                return
 
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
         check_concurrency(max_concurrency)
@@ -108,15 +154,16 @@ class LambdaActuator:
         )
         return mapping_view(response)
 
-    def _call(self, uuid: str, operation: str, deadline: float, **params: Any) -> dict[str, Any]:
+    def _call(self, subject: str, operation: str, deadline: float, **params: Any) -> dict[str, Any]:
+        """One paced call; ``subject`` names what it concerns in errors (a mapping's UUID)."""
         try:
             return self._caller.call(operation, deadline, **params)
         except CallAbandoned as abandoned:
             cause = abandoned.__cause__ or abandoned
             if abandoned.code == "ResourceNotFoundException":
-                raise MappingNotFound(f"event source mapping {uuid} does not exist") from cause
+                raise MappingNotFound(f"event source mapping {subject} does not exist") from cause
             raise ActuationGaveUp(
-                f"mapping {uuid}: {abandoned}", operation=operation, attempts=abandoned.attempts
+                f"mapping {subject}: {abandoned}", operation=operation, attempts=abandoned.attempts
             ) from cause
 
 
@@ -134,19 +181,27 @@ class InMemoryActuator:
     """The twin: mappings in a dict, every applied update recorded, faults injectable.
 
     ``calls`` holds the updates that took effect, ``(time, uuid, value, enabled)``; ``reads``
-    counts reads. ``fail_next`` queues exceptions raised by the next calls (read or apply),
-    in order. ``on_change(before, after)`` runs after each update, outside the lock, so a
-    simulator can follow the mapping.
+    counts single reads and ``list_pages`` the pages listed, ``page_size`` mappings each, in
+    the order the mappings were added. ``fail_next`` queues exceptions raised by the next
+    calls (read, list page or apply), in order. ``on_change(before, after)`` runs after each
+    update, outside the lock, so a simulator can follow the mapping.
     """
 
-    def __init__(self, clock: Clock = time.monotonic, on_change: ChangeHook | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock = time.monotonic,
+        on_change: ChangeHook | None = None,
+        page_size: int = LIST_PAGE_SIZE,
+    ) -> None:
         self._clock = clock
+        self._page_size = page_size
         self._on_change = on_change
         self._lock = threading.Lock()
         self._mappings: dict[str, MappingView] = {}
         self._faults: deque[Exception] = deque()
         self.calls: list[UpdateCall] = []
         self.reads = 0
+        self.list_pages = 0
 
     def add_mapping(
         self,
@@ -177,6 +232,18 @@ class InMemoryActuator:
             self._raise_fault()
             self.reads += 1
             return self._mapping(uuid)
+
+    def read_many(self, uuids: Collection[str], deadline: float) -> dict[str, MappingView]:
+        return pick_listed(self._pages(), uuids)
+
+    def _pages(self) -> Iterable[list[MappingView]]:
+        with self._lock:
+            listing = list(self._mappings.values())
+        for start in range(0, len(listing), self._page_size):
+            with self._lock:
+                self._raise_fault()
+                self.list_pages += 1
+            yield listing[start : start + self._page_size]
 
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
         with self._lock:

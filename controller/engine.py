@@ -36,6 +36,7 @@ from controller.ports import (
     Ledger,
     LedgerError,
     MappingNotFound,
+    MappingView,
     Notice,
     VersionConflict,
 )
@@ -379,13 +380,14 @@ class Controller:
         again with the next batch: nothing is recorded that was not done.
         """
         done: list[Decision] = []
+        listed = self._list_mappings(plan, deadline)
         for index, step in enumerate(plan.steps):
             if step.records and self._monotonic() + STEP_BUDGET_S > deadline:
                 self.counters["steps_deferred"] += len(plan.steps) - index
                 self._pending.update(s.config.queue for s in plan.steps[index:])
                 break
             try:
-                decision = self._run(step, plan.now, deadline)
+                decision = self._run(step, plan.now, deadline, listed)
             except LedgerError:
                 self._pending.update(s.config.queue for s in plan.steps[index:])
                 raise
@@ -408,13 +410,28 @@ class Controller:
         self.ingest(samples, now)
         return self.execute(self.plan(now, deadline), deadline)
 
-    def _run(self, step: Step, now: float, deadline: float) -> Decision | None:
+    def _list_mappings(self, plan: Plan, deadline: float) -> dict[str, MappingView]:
+        """The mappings this plan moves, listed in bulk for the drift check: a page covers a
+        hundred mappings where a read covers one, and the control plane allows 15 calls/s per
+        account. Listed once per execution; a failed listing leaves every step its own read."""
+        uuids = {step.config.esm_uuid for step in plan.steps if step.actuates}
+        if not uuids or self._monotonic() + STEP_BUDGET_S > deadline:
+            return {}  # nothing to move, or no time to move it: no call
+        try:
+            return self.actuator.read_many(uuids, deadline)
+        except ActuationError:
+            self.counters["mapping_list_failures"] += 1
+            return {}
+
+    def _run(
+        self, step: Step, now: float, deadline: float, listed: dict[str, MappingView]
+    ) -> Decision | None:
         decision, config = step.decision, step.config
         if not step.records:
             self._states[config.queue] = decision.new_state
             return decision
         if step.actuates:
-            view = self.actuator.read(config.esm_uuid, deadline)
+            view = listed.get(config.esm_uuid) or self.actuator.read(config.esm_uuid, deadline)
             self._mapping_missing.pop(config.queue)
             if (
                 view.max_concurrency != decision.previous

@@ -3,7 +3,7 @@ simulator, replay and unit tests. Only adapters import boto3."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -106,6 +106,12 @@ class Actuator(Protocol):
     def read(self, uuid: str, deadline: float) -> MappingView:
         """The mapping as Lambda reports it. ``deadline`` is a ``time.monotonic()`` value by
         which every retry must be over."""
+        ...
+
+    def read_many(self, uuids: Collection[str], deadline: float) -> dict[str, MappingView]:
+        """Those of the mappings ``uuids`` that one listing of the account's mappings shows,
+        in far fewer control-plane calls than a ``read`` each. A mapping the listing did not
+        show (it spent its page budget first) is absent: ``read`` it on its own."""
         ...
 
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:

@@ -25,6 +25,9 @@ OFFLINE_ARTIFACT_BUCKET = "queuemesh-offline-artifacts"
 
 LANGUAGE_EXTENSIONS = "AWS::LanguageExtensions"
 SERVERLESS_TRANSFORM = "AWS::Serverless-2016-10-31"
+# Read-only actions IAM authorizes only on Resource "*" (no resource-level permission): the
+# one exception to least privilege's "no '*' resource", for statements of these alone.
+UNSCOPABLE_READ_ACTIONS = frozenset({"lambda:ListEventSourceMappings"})
 _FOR_EACH_PREFIX = "Fn::ForEach::"
 _SHORT_FORMS_WITHOUT_FN_PREFIX = frozenset({"Ref", "Condition"})
 
@@ -185,8 +188,9 @@ def transform_document(
 def iam_findings(cloudformation: Mapping[str, Any]) -> list[str]:
     """Least-privilege problems in the IAM of a (transformed) template; empty when clean.
 
-    Rules: no wildcard or NotAction actions, no ``"*"`` resource, no NotResource, no managed
-    policies (their content cannot be checked offline), every role with an explicit policy.
+    Rules: no wildcard or NotAction actions, no ``"*"`` resource (except for a statement of
+    ``UNSCOPABLE_READ_ACTIONS`` only), no NotResource, no managed policies (their content
+    cannot be checked offline), every role with an explicit policy.
     """
     findings: list[str] = []
     for logical_id, resource in (cloudformation.get("Resources") or {}).items():
@@ -280,9 +284,10 @@ def _statement_findings(where: str, document: Mapping[str, Any]) -> Iterator[str
         for action in _as_list(statement.get("Action")):
             if not isinstance(action, str) or "*" in action or "?" in action:
                 yield f"{label}: wildcard or computed action {action!r}"
+        unscopable = set(_as_list(statement.get("Action"))) <= UNSCOPABLE_READ_ACTIONS
         for resource in _as_list(statement.get("Resource")):
-            if resource == "*":
-                yield f"{label}: Resource '*'"
+            if resource == "*" and not unscopable:
+                yield f"{label}: Resource '*' (allowed only for {sorted(UNSCOPABLE_READ_ACTIONS)})"
 
 
 def _as_list(value: Any) -> list[Any]:

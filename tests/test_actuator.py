@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.actuator import (
+    LIST_PAGE_SIZE,
     ActuationGaveUp,
     InMemoryActuator,
     LambdaActuator,
@@ -429,6 +430,109 @@ def test_backoff_is_full_jitter_under_a_capped_exponential(seed: int, attempt: i
     assert backoff.ceiling(attempt) <= backoff.ceiling(attempt + 1) <= 3.0
 
 
+# Listing in bulk.
+
+
+def esm(name: str) -> str:
+    """A mapping UUID (Lambda's 36 characters) that reads as ``name``."""
+    return f"{name:0>8}-0000-4000-8000-000000000000"
+
+
+A, B, X, Y = esm("a"), esm("b"), esm("x"), esm("y")
+
+
+def listed(*uuids: str, concurrency: int = 10) -> list[dict[str, Any]]:
+    return [{**configuration(concurrency), "UUID": uuid} for uuid in uuids]
+
+
+def list_page(
+    uuids: list[str], marker: str | None, next_marker: str | None, concurrency: int = 10
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A stubbed ListEventSourceMappings answer and the parameters it expects."""
+    response: dict[str, Any] = {"EventSourceMappings": listed(*uuids, concurrency=concurrency)}
+    if next_marker is not None:
+        response["NextMarker"] = next_marker
+    expected: dict[str, Any] = {"MaxItems": LIST_PAGE_SIZE}
+    if marker is not None:
+        expected["Marker"] = marker
+    return response, expected
+
+
+def test_read_many_follows_the_markers_and_stops_once_all_are_found() -> None:
+    time = FakeTime()
+    actuator, stubber = stubbed(time)
+    stubber.add_response("list_event_source_mappings", *list_page([A, X], None, "m1"))
+    stubber.add_response("list_event_source_mappings", *list_page([Y, B], "m1", "m2", 42))
+    # A third page exists (NextMarker m2) but is never asked for: both were found.
+
+    with stubber:
+        views = actuator.read_many([A, B], deadline=time.now + 5)
+
+    stubber.assert_no_pending_responses()
+    assert {uuid: view.max_concurrency for uuid, view in views.items()} == {A: 10, B: 42}
+    assert views[B] == MappingView(B, 42, True, "Enabled", ARN, 10)
+
+
+def test_read_many_spends_at_most_a_page_per_wanted_mapping() -> None:
+    time = FakeTime()
+    actuator, stubber = stubbed(time)
+    stubber.add_response("list_event_source_mappings", *list_page([X], None, "m1"))
+    stubber.add_response("list_event_source_mappings", *list_page([A], "m1", "m2"))
+
+    with stubber:
+        views = actuator.read_many([A, B], deadline=time.now + 5)
+
+    stubber.assert_no_pending_responses()
+    assert set(views) == {A}  # B is left to a read of its own
+
+
+def test_read_many_of_one_mapping_lists_nothing() -> None:
+    time = FakeTime()
+    actuator, stubber = stubbed(time)
+    with stubber:
+        assert actuator.read_many([UUID], deadline=time.now + 5) == {}
+        assert actuator.read_many([], deadline=time.now + 5) == {}
+
+
+def test_a_refused_listing_gives_up_without_retrying() -> None:
+    time = FakeTime()
+    actuator, stubber = stubbed(time)
+    stubber.add_client_error(
+        "list_event_source_mappings", "AccessDeniedException", http_status_code=403
+    )
+
+    with stubber, pytest.raises(ActuationGaveUp) as raised:
+        actuator.read_many([A, B], deadline=time.now + 5)
+
+    assert raised.value.operation == "list_event_source_mappings"
+    assert raised.value.attempts == 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    order=st.permutations(list(range(12))),
+    page_size=st.integers(min_value=1, max_value=5),
+    wanted=st.sets(st.integers(min_value=0, max_value=13), max_size=6),
+)
+def test_twin_listing_shows_what_it_read_within_its_page_budget(
+    order: list[int], page_size: int, wanted: set[int]
+) -> None:
+    twin = InMemoryActuator(clock=lambda: 0.0, page_size=page_size)
+    for index in order:
+        twin.add_mapping(f"esm-{index}", index + 2)
+    uuids = {f"esm-{index}" for index in wanted}
+
+    views = twin.read_many(uuids, deadline=0.0)
+
+    pages = [order[start : start + page_size] for start in range(0, len(order), page_size)]
+    assert twin.list_pages <= (len(uuids) if len(uuids) > 1 else 0)
+    shown = {f"esm-{index}" for page in pages[: twin.list_pages] for index in page}
+    assert set(views) == uuids & shown
+    assert all(views[uuid] == twin.read(uuid, deadline=0.0) for uuid in views)
+    if len(uuids) > 1 and twin.list_pages < len(uuids):  # stopped early: all were found
+        assert set(views) == uuids or twin.list_pages == len(pages)
+
+
 # The in-memory twin.
 
 
@@ -566,6 +670,20 @@ def test_lambda_actuator_round_trip_on_moto(moto_endpoint: str) -> None:
     assert (paused.enabled, actuator.read(uuid, deadline).enabled) == (False, False)
     with pytest.raises(MappingNotFound):
         actuator.read("00000000-0000-4000-8000-000000000000", deadline)
+    # moto answers a listing in one page (no MaxItems, no NextMarker): the paging itself is
+    # covered with the Stubber above; here, a listed mapping reads as a fetched one.
+    other_url = sqs.create_queue(QueueName="refunds")["QueueUrl"]
+    other_arn = sqs.get_queue_attributes(QueueUrl=other_url, AttributeNames=["QueueArn"])[
+        "Attributes"
+    ]["QueueArn"]
+    other = lambda_api.create_event_source_mapping(
+        EventSourceArn=other_arn, FunctionName="worker", BatchSize=5
+    )["UUID"]
+    listed_views = actuator.read_many([uuid, other, "not-a-mapping"], deadline)
+    assert listed_views == {
+        uuid: actuator.read(uuid, deadline),
+        other: actuator.read(other, deadline),
+    }
 
 
 def actuator_deadline() -> float:

@@ -109,6 +109,78 @@ def test_an_operator_change_to_the_mapping_wins(
     assert (cut.previous, cut.target) == (70, 35)
 
 
+def fleet(actuator: InMemoryActuator, *queues: str) -> Controller:
+    """Registered queues at 100 on ``actuator``, and a controller over them."""
+    ledger = InMemoryLedger()
+    for queue in queues:
+        ledger.put_config(config(queue))
+        actuator.add_mapping(f"esm-{queue}", 100)
+    return Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+
+
+def storms(start: float, *queues: str) -> list[Sample]:
+    return [s for queue in queues for s in storm(start, queue=queue)]
+
+
+QUEUES = ("orders", "refunds", "invoices")
+
+
+def test_one_listing_per_batch_replaces_a_read_per_change() -> None:
+    actuator = InMemoryActuator()
+    controller = fleet(actuator, *QUEUES)
+    controller.ingest(storms(100, *QUEUES), 110.0)
+    plan = controller.plan(110.0)  # never decided before: each state is read from its mapping
+    assert actuator.reads == 3
+
+    decisions = controller.execute(plan)
+
+    assert sorted((d.queue, d.target) for d in decisions) == [(q, 50) for q in sorted(QUEUES)]
+    assert (actuator.list_pages, actuator.reads, len(actuator.calls)) == (1, 3, 3)
+
+
+def test_a_mapping_the_listing_did_not_show_is_read_on_its_own() -> None:
+    # One mapping per page, an unrelated one first: the budget (a page per mapping wanted)
+    # runs out before "refunds" is listed.
+    actuator = InMemoryActuator(page_size=1)
+    actuator.add_mapping("esm-someone-else", 10)
+    controller = fleet(actuator, "orders", "refunds")
+
+    decisions = controller.run_batch(storms(100, "orders", "refunds"), now=110.0)
+
+    assert sorted((d.queue, d.target) for d in decisions) == [("orders", 50), ("refunds", 50)]
+    assert (actuator.list_pages, actuator.reads) == (2, 2 + 1)  # two first states, one check
+
+
+def test_a_failed_listing_falls_back_to_a_read_per_change() -> None:
+    actuator = InMemoryActuator()
+    controller = fleet(actuator, *QUEUES)
+    controller.ingest(storms(100, *QUEUES), 110.0)
+    plan = controller.plan(110.0)
+    actuator.fail_next(ActuationError("AccessDeniedException"))
+
+    decisions = controller.execute(plan)
+
+    assert len(decisions) == 3
+    assert (actuator.list_pages, actuator.reads) == (0, 3 + 3)  # first states, then checks
+    assert controller.counters["mapping_list_failures"] == 1
+
+
+def test_drift_is_detected_from_the_listed_value() -> None:
+    actuator = InMemoryActuator()
+    controller = fleet(actuator, *QUEUES)
+    controller.run_batch(storms(100, *QUEUES), now=110.0)
+    actuator.apply("esm-refunds", 70, True, 0)  # someone, by hand
+
+    decisions = controller.run_batch(storms(113, *QUEUES), now=124.0)
+
+    assert sorted((d.queue, d.target) for d in decisions) == [("invoices", 25), ("orders", 25)]
+    assert (actuator.list_pages, actuator.reads) == (2, 3)  # the reads of the first states
+    assert actuator.read("esm-refunds", 0).max_concurrency == 70
+    state = controller.ledger.get_states(["refunds"])["refunds"]
+    assert state.concurrency == 70
+    assert controller.counters["drift_detected"] == 1
+
+
 def test_two_controllers_race_one_wins_the_other_rereads(
     ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
@@ -208,6 +280,7 @@ def test_steps_past_the_deadline_are_deferred_not_lost(actuator: InMemoryActuato
     plan = controller.plan(110.0)
     assert controller.execute(plan, deadline=2.0) == []
     assert controller.counters["steps_deferred"] == 5
+    assert (actuator.list_pages, actuator.calls) == (0, [])
     done = controller.execute(controller.plan(111.0), deadline=100.0)
     assert sorted(d.queue for d in done) == [f"q{index}" for index in range(5)]
     assert all(actuator.read(f"esm-q{i}", 0).max_concurrency == 50 for i in range(5))

@@ -8,9 +8,14 @@ every queue goes through the real ``ControllerApp`` with ``DynamoLedger`` and
 ``LambdaActuator`` (real boto3 clients), with a Lambda-sized deadline.
 
 Measured: decode, decide (plan), ledger (conditional state + audit commits), actuate
-(UpdateEventSourceMapping, paced by the actuator's token bucket), and the most
-UpdateEventSourceMapping calls seen in any one-second window. Lambda's control plane allows
-15 requests/s per account, so 1,000 changes take more than a minute whatever the code does:
+(the drift check's ListEventSourceMappings and the UpdateEventSourceMapping calls, paced by the
+actuator's token bucket), and the most control-plane calls seen in any one-second window.
+``calls_ratio`` is the calls made over one update per change plus the list pages (moto answers
+a listing in one page; AWS in pages of 100). The time until every change was applied is
+compared with the least time those calls can take: at the account's 15/s quota
+(``all_applied_quota_ratio``) and at the actuator's own pace (``all_applied_pacing_ratio``).
+Lambda's control plane allows 15 requests/s per account, so 1,000 changes take more than a
+minute whatever the code does:
 the controller executes what fits before its deadline and leaves the rest pending, and the
 next batches carry them out. The benchmark follows batches until every mapping reads back at
 its decided value, and reports how many batches and how long that took.
@@ -24,7 +29,7 @@ import json
 import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -34,6 +39,8 @@ from load.localfleet import START_CONCURRENCY, LocalFleet, build_fleet, client
 from load.progress import ProgressCallback
 
 FLOOR_TRANSACTIONS = 50
+# Lambda's control plane: requests per second per account, shared, not raisable.
+CONTROL_PLANE_QUOTA_PER_S = 15.0
 DECODE_REPEATS = 5
 
 
@@ -194,6 +201,10 @@ class TimedActuator:
             view: MappingView = self._inner.read(uuid, deadline)
             return view
 
+    def read_many(self, uuids: Collection[str], deadline: float) -> dict[str, MappingView]:
+        with self._watch.timing("actuate"):
+            return dict(self._inner.read_many(uuids, deadline))
+
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
         with self._watch.timing("actuate"):
             view: MappingView = self._inner.apply(uuid, max_concurrency, enabled, deadline)
@@ -288,7 +299,8 @@ def measure(
             updates[0] += 1
             notify(updates[0], queue_count, "mappings updated")
 
-        actuator = TimedActuator(LambdaActuator(lambda_client), watch, updated)
+        lambda_actuator = LambdaActuator(lambda_client)
+        actuator = TimedActuator(lambda_actuator, watch, updated)
         controller = Controller(ledger, actuator, PolicyParams())
         plan = controller.plan
 
@@ -345,8 +357,9 @@ def measure(
             batch = {"Records": []}
         all_applied_s = time.monotonic() - all_started
 
-        # Not timed: the read-back checks the run, it is no part of it.
-        readback = _read_back(lambda_client, fleet, plain_ledger)
+        # Not timed nor counted (a client of its own): the read-back checks the run, it is no
+        # part of it.
+        readback = _read_back(client(endpoint, "lambda"), fleet, plain_ledger)
         floor_per_transaction_s = _transaction_floor(
             client(endpoint, "dynamodb"), fleet.table, FLOOR_TRANSACTIONS
         )
@@ -355,7 +368,11 @@ def measure(
     commits = ledger.commits
     per_commit_s = watch.get("commit") / commits if commits else 0.0
     update_calls = calls.count("UpdateEventSourceMapping")
+    list_calls = calls.count("ListEventSourceMappings")
     control_calls = calls.count()
+    # The least time these calls can take: at the account's quota, and at the actuator's pace.
+    quota_floor_s = control_calls / CONTROL_PLANE_QUOTA_PER_S
+    pacing_floor_s = control_calls / lambda_actuator.rate_per_s
     return {
         "benchmark": "fleet",
         "queues": queue_count,
@@ -376,10 +393,15 @@ def measure(
         "actuate_s": round(watch.get("actuate"), 3),
         "control_plane_calls": control_calls,
         "update_calls": update_calls,
-        "quota_floor_s": round(control_calls / 15.0, 2),
-        "actuate_quota_ratio": round(watch.get("actuate") / (control_calls / 15.0), 2)
-        if control_calls
-        else None,
+        "list_calls": list_calls,
+        "get_calls": calls.count("GetEventSourceMapping"),
+        "calls_ratio": _ratio(control_calls, update_calls + list_calls),
+        "quota_floor_s": round(quota_floor_s, 2),
+        "pacing_per_s": lambda_actuator.rate_per_s,
+        "pacing_floor_s": round(pacing_floor_s, 2),
+        "actuate_quota_ratio": _ratio(watch.get("actuate"), quota_floor_s),
+        "all_applied_quota_ratio": _ratio(all_applied_s, quota_floor_s),
+        "all_applied_pacing_ratio": _ratio(all_applied_s, pacing_floor_s),
         "max_calls_in_any_1s": calls.max_in_one_second(),
         "max_updates_in_any_1s": calls.max_in_one_second("UpdateEventSourceMapping"),
         "first_invocation_s": first["wall_s"],
@@ -390,6 +412,10 @@ def measure(
         "readback": readback,
         "documents": documents,
     }
+
+
+def _ratio(value: float, floor: float) -> float | None:
+    return round(value / floor, 2) if floor else None
 
 
 def _quiet_logger() -> Any:
