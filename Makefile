@@ -2,12 +2,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # The AWS SAM CLI lives in a virtualenv of its own: its pinned dependencies must not meet the
-# project's. tests/test_packaging.py runs `sam build` and `sam validate` with it.
+# project's. tests/integration/test_packaging.py runs `sam build` and `sam validate` with it.
 SAM_VENV := .sam-venv
 SAM_CLI_VERSION := 1.170.0
 SAM_STAMP := $(SAM_VENV)/aws-sam-cli-$(SAM_CLI_VERSION)
 
-.PHONY: test lint sam demo fuzz clean
+.PHONY: test unit lint sam demo fuzz clean
 
 $(BIN)/queuemesh: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,14 @@ lint: $(BIN)/queuemesh
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint sam
-	$(BIN)/pytest
+# The unit tier alone, in seconds: pure tests, run with moto made unimportable (tests/unit).
+unit: $(BIN)/queuemesh
+	QUEUEMESH_NO_MOTO=1 $(BIN)/pytest tests/unit
+
+# Every tier: unit (no moto), then integration (moto, loopback servers, builds) and end-to-end
+# (the local stack, the demo, the browser).
+test: lint sam unit
+	$(BIN)/pytest tests/integration tests/e2e
 
 demo: $(BIN)/queuemesh
 	$(BIN)/queuemesh demo

@@ -1,7 +1,7 @@
 """The telemetry schema (worker -> controller), as the controller reads it.
 
 The controller ships as its own Lambda package and may not import ``worker/``, so it keeps this
-copy of ``worker/schema.py``'s vocabulary; ``tests/test_schema.py`` pins the two equal.
+copy of ``worker/schema.py``'s vocabulary; ``tests/unit/test_schema.py`` pins the two equal.
 """
 
 from __future__ import annotations

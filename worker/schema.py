@@ -2,7 +2,7 @@
 
 Namespace, dimensions and every metric with its unit are spelled here once. The controller
 ships as its own Lambda package and keeps an identical copy (``controller/schema.py``), pinned
-equal to this one by ``tests/test_schema.py``. Every encoder builds from this module: the
+equal to this one by ``tests/unit/test_schema.py``. Every encoder builds from this module: the
 worker's emission (through aws-lambda-powertools), and ``emf_document`` for recordings and
 benchmarks.
 """

@@ -22,7 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.model import Sample
-from tests.test_worker_support import (  # noqa: F401 (fixtures)
+from tests.worker_support import (  # noqa: F401 (fixtures)
     decoded,
     downstream,
     instrumentation,

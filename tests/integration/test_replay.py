@@ -33,8 +33,8 @@ from load.replay import (
     replay,
 )
 from stack.cli import main
+from tests.paths import GOLDEN
 
-GOLDEN = Path(__file__).parent / "golden"
 START = 1_800_000_000.0
 STORM = (40, 100)  # seconds from the start during which "orders" gets 40% 429s
 BILLING_STOPS = 110  # "billing" telemetry stops here (its worker went quiet)

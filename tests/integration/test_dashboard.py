@@ -11,7 +11,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,8 +31,9 @@ from stack.widgets import (
     parse_widgets,
     valid_period,
 )
+from tests.paths import ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = ROOT
 STACK = StackFacts(
     name="prod",
     region="eu-west-1",

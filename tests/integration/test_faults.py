@@ -29,8 +29,8 @@ from controller.model import AuditEvent
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.emulator import EmbeddedAws
+from tests.e2e.test_end_to_end import REGION, TABLE, deploy_pipeline
 from tests.factories import kinesis_event, sample
-from tests.test_end_to_end import REGION, TABLE, deploy_pipeline
 
 CALL_COST_S = 0.02  # virtual time one answered call takes
 

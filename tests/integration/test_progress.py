@@ -13,15 +13,14 @@ import pty
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 
 from load.progress import REDRAW_S, Progress
 from load.recording import read_recording
 from load.replay import ReplayConfig, replay
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ERASE = "\r\x1b[K"
 
 

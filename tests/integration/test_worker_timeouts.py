@@ -17,7 +17,7 @@ import requests
 import urllib3
 
 from controller.model import Sample
-from tests.test_worker_support import (  # noqa: F401 (fixtures)
+from tests.worker_support import (  # noqa: F401 (fixtures)
     decoded,
     instrumentation,
     load_event,

@@ -35,10 +35,10 @@ from stack.template import (
     transform_document,
     transform_template,
 )
+from tests.paths import ROOT, TEMPLATES
 
-ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
-VARIANTS = sorted((Path(__file__).parent / "templates").glob("*.yaml"))
+VARIANTS = sorted(TEMPLATES.glob("*.yaml"))
 REGION = "us-east-1"
 REQUIRED = {"ExampleDownstreamUrl": "https://api.example.com/orders"}
 ESM_ARN_PATTERN = (

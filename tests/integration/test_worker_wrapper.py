@@ -16,7 +16,8 @@ import pytest
 import urllib3
 
 from controller.telemetry import samples_from_log_message
-from tests.test_worker_support import (  # noqa: F401 (fixtures)
+from tests.paths import ROOT
+from tests.worker_support import (  # noqa: F401 (fixtures)
     by_queue,
     decoded,
     downstream,
@@ -28,7 +29,7 @@ from worker.example import app
 
 pytestmark = pytest.mark.usefixtures("instrumentation")
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = ROOT
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 # What each layer may import of the project, besides itself.
 ALLOWED: dict[str, frozenset[str]] = {
     "stack": frozenset({"load", "controller", "worker"}),

@@ -34,8 +34,8 @@ import pytest
 
 from controller.ledger import create_ledger_table
 from stack.template import load_template, transform_template
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "template.yaml"
 SAM_VENV = ".sam-venv"
 REGION = "us-east-1"

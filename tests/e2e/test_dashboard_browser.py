@@ -19,8 +19,9 @@ from stack.emulator import DEFAULT_TEMPLATE
 from stack.template import load_template
 from stack.widgets import StackFacts, dashboard_body
 from tests.chromium import Chromium
+from tests.paths import ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = ROOT
 # A git-ignored place where the last run's screenshot stays for people (and CI) to look at.
 SCREENSHOT = REPO_ROOT / "out" / "dashboard-browser-test.png"
 CONCURRENCY_WIDGET = "MaximumConcurrency per managed queue"

@@ -16,7 +16,7 @@ from load.sim.policies import StaticPolicy
 from load.sim.scenario import parse_scenario
 from load.simulate import parse_seeds
 from stack.cli import main
-from tests.test_sim import tiny
+from tests.unit.test_sim import tiny
 
 NEW_KEYS = {"calls_timed_out", "age_p50_s", "age_p99_s", "goodput_share"}
 

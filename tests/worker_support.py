@@ -13,7 +13,6 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -21,9 +20,8 @@ import pytest
 
 from controller.model import Sample
 from controller.telemetry import samples_from_log_message
+from tests.paths import EVENTS
 from worker import instrument
-
-EVENTS = Path(__file__).parent / "events"
 
 
 class _Downstream(BaseHTTPRequestHandler):

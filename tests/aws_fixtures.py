@@ -1,4 +1,7 @@
-"""Suite-wide fixtures."""
+"""moto fixtures for the tiers that use the emulated AWS (integration, end-to-end).
+
+The unit tier never imports this module: it runs without moto.
+"""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ the seam make it so (docs/algorithms.md). Each algorithm's own rule is tested in
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -23,9 +22,10 @@ from controller.settings import PolicyParams
 from controller.window import QueueWindow, WindowStats
 from stack.template import load_template
 from tests.factories import config, sample, state
+from tests.paths import ROOT
 
 PARAMS = PolicyParams()
-TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
+TEMPLATE = ROOT / "template.yaml"
 NAMES = sorted(ALGORITHMS)
 
 # (seconds after the start the document is emitted, ok calls, rejected calls, duration ms)

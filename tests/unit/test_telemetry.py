@@ -9,7 +9,6 @@ import hashlib
 import json
 import math
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +24,8 @@ from controller.telemetry import (
     decode_record_data,
     samples_from_log_message,
 )
+from tests.paths import EVENTS
 
-EVENTS = Path(__file__).parent / "events"
 LOG_TIME_MS = 1_764_428_400_000
 
 

@@ -7,7 +7,6 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,7 +24,8 @@ from stack.metrics import EmfMetricsPublisher, InvalidDocument, extract
 from stack.template import load_template
 from stack.widgets import MetricLine, Search, StackFacts, dashboard_body, parse_widgets
 from tests.factories import config, kinesis_event, sample
-from tests.test_worker_support import (  # noqa: F401 (fixtures)
+from tests.paths import EVENTS
+from tests.worker_support import (  # noqa: F401 (fixtures)
     downstream,
     instrumentation,
     load_event,
@@ -33,7 +33,6 @@ from tests.test_worker_support import (  # noqa: F401 (fixtures)
 from worker import emf, wrapper
 from worker.instrument import Tally
 
-EVENTS = Path(__file__).resolve().parent / "events"
 STAMP_MS = 1_764_428_400_123
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
-from tests.test_worker_support import (  # noqa: F401 (fixtures)
+from tests.worker_support import (  # noqa: F401 (fixtures)
     downstream,
     instrumentation,
     load_event,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -18,11 +17,12 @@ from controller.model import Sample
 from controller.telemetry import samples_from_log_message
 from load.recording import emf_document
 from stack.template import load_template
+from tests.paths import ROOT
 from worker import emf
 from worker import schema as worker_schema
 from worker.instrument import Tally
 
-TEMPLATE = Path(__file__).resolve().parent.parent / "template.yaml"
+TEMPLATE = ROOT / "template.yaml"
 
 
 def vocabulary(module: ModuleType) -> dict[str, Any]:

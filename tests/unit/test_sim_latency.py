@@ -7,7 +7,7 @@ from load.scorecard import scorecard
 from load.sim.engine import MAX_QUEUEING_FACTOR, SimResult, simulate
 from load.sim.policies import StaticPolicy
 from load.sim.scenario import load_scenario
-from tests.test_sim import tiny
+from tests.unit.test_sim import tiny
 
 
 def samples(result: SimResult) -> list[Sample]:

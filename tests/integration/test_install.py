@@ -16,7 +16,8 @@ import sysconfig
 import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 LEFT_BEHIND = (".git", ".venv", ".sam-venv", "build", "*.egg-info", "__pycache__", ".*_cache")
 
 
