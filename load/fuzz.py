@@ -8,7 +8,8 @@ document's members, its time and its queue name; some log events are re-sent und
 sequence numbers. What must hold for every one: the decoder never raises, the handler never
 raises and answers a Kinesis response, and the mapping stays within 2..1000.
 
-The same generator runs a few hundred examples in the normal test suite (``tests/unit/test_fuzz.py``).
+The same generator runs a few hundred examples in the normal test suite
+(``tests/unit/test_fuzz.py``).
 """
 
 from __future__ import annotations
