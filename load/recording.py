@@ -16,7 +16,6 @@ telemetry into a recording.
 from __future__ import annotations
 
 import base64
-import binascii
 import gzip
 import json
 import math
@@ -116,7 +115,8 @@ class RecordedLine:
             )
         try:
             data = base64.b64decode(fields["data"], validate=True)
-        except binascii.Error as error:
+        except ValueError as error:
+            # binascii.Error (not base64) is a ValueError, as is a character outside ASCII.
             raise RecordingError(f"{where}data is not base64 ({error})") from error
         return cls(
             arrival=float(arrival),

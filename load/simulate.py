@@ -55,6 +55,8 @@ def run_policies(
             result = simulate(scenario, policy, seed=seed)
             wall_s = time.perf_counter() - started
             runs.append(PolicyRun(scorecard(result), result, wall_s))
+    if progress is not None:
+        progress(total, total, "runs")
     return runs
 
 

@@ -81,7 +81,7 @@ def make_queue(aws: EmbeddedAws, name: str, max_concurrency: int, batch_size: in
         FunctionName=function,
         Runtime="python3.11",
         Role=role,
-        Handler="tests.test_runtime.fake_worker",
+        Handler="tests.e2e.test_runtime.fake_worker",
         Code={"ZipFile": b"PK\x05\x06" + b"\x00" * 18},
         Timeout=10,
     )

@@ -327,7 +327,8 @@ def test_a_recording_line_is_a_sane_record_or_a_recording_error(
 def test_a_registration_holding_a_bad_mapping_id_is_one_line(
     fleet: LocalFleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A hand-edited CONFIG item: botocore refuses the id before sending, the CLI says so."""
+    """A hand-edited CONFIG item: botocore refuses the id before sending (the actuator does not
+    retry that), and the CLI says so in one line."""
     from controller.ledger import DynamoLedger
     from controller.model import QueueConfig
     from load.localfleet import client
@@ -338,4 +339,5 @@ def test_a_registration_holding_a_bad_mapping_id_is_one_line(
     assert main(["pin", "edited", "10", *target]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1
-    assert err.startswith("queuemesh pin: error: AWS refused a value before sending it")
+    assert err.startswith("queuemesh pin: error: mapping nope: ")
+    assert "Parameter validation failed" in err
