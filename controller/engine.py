@@ -258,13 +258,13 @@ class Controller:
         return recheck_at is not None and recheck_at > now
 
     def wake_due(self, now: float) -> int:
-        """Learn every queue's state from the ledger, so the next plan decides those whose
+        """Learn the due states from the ledger, so the next plan decides those whose
         wake-up time has come; returns how many are due.
 
         A paused mapping sends no telemetry, so nothing else would wake it; a scheduled tick
         calls this, in whatever container it lands.
         """
-        for state in self.ledger.list_states():
+        for state in self.ledger.due_states(now):
             cached = self._states.get(state.queue)
             # Equal versions: the cache holds the same transition plus unwritten memory.
             if cached is None or cached.version < state.version:
