@@ -133,7 +133,7 @@ class ControllerApp:
         try:
             outcome.dropped = self.controller.ingest(samples, now)
         except LedgerError:
-            return self._retry_batch(outcome, fresh)
+            return self._retry_batch(outcome, records)
         for record in fresh:
             self._mark_ingested(record)
         self._mark_windowed(log_events, now)
@@ -141,7 +141,10 @@ class ControllerApp:
             plan = self.controller.plan(now, deadline)
             outcome.decisions = self.controller.execute(plan, deadline)
         except LedgerError:
-            return self._retry_batch(outcome, fresh)
+            # The evidence is windowed but lives only in this container until its decision is
+            # in the ledger: fail from the batch's first record, a redelivery included (its
+            # records are skipped here as already windowed, re-read by a recycled container).
+            return self._retry_batch(outcome, records)
         self._report(outcome, plan.decisions)
         return outcome
 
@@ -181,13 +184,12 @@ class ControllerApp:
             "execution_time_ms": round((self._monotonic() - started) * 1000, 3),
         }
 
-    def _retry_batch(
-        self, outcome: BatchOutcome, fresh: Sequence[Mapping[str, Any]]
-    ) -> BatchOutcome:
-        """A transient fault: report the first unprocessed record so Lambda retries from it."""
+    def _retry_batch(self, outcome: BatchOutcome, records: Sequence[Any]) -> BatchOutcome:
+        """A transient fault: report the batch's first record so Lambda retries all of it
+        (records this container already windowed are skipped then, never counted twice)."""
         self._logger.exception("ledger unavailable; the batch will be retried")
         first = next(
-            (sequence for _, sequence in map(_position, fresh) if sequence is not None), None
+            (sequence for _, sequence in map(_position, records) if sequence is not None), None
         )
         if first is not None:
             outcome.failed_sequence_numbers = [str(first)]

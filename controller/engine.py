@@ -128,6 +128,9 @@ class Controller:
         self._reported_invalid: LruCache[str, str] = LruCache(CACHED_QUEUES)
         # Queues whose mapping is gone, and when to look for it again.
         self._mapping_missing: LruCache[str, float] = LruCache(CACHED_QUEUES)
+        # Queues whose last claim may disagree with their mapping (a ledger fault mid-step):
+        # their next step reads the mapping, even a HOLD, and reconciles the ledger to it.
+        self._unsettled: LruCache[str, bool] = LruCache(CACHED_QUEUES)
         # What the operator should hear of, since the application last took it (logged once).
         self.notices: list[Notice] = []
 
@@ -258,17 +261,17 @@ class Controller:
         return recheck_at is not None and recheck_at > now
 
     def wake_due(self, now: float) -> int:
-        """Learn every queue's state from the ledger, so the next plan decides those whose
+        """Learn the due states from the ledger, so the next plan decides those whose
         wake-up time has come; returns how many are due.
 
         A paused mapping sends no telemetry, so nothing else would wake it; a scheduled tick
         calls this, in whatever container it lands.
         """
-        for state in self.ledger.list_states():
+        for state in self.ledger.due_states(now):
             cached = self._states.get(state.queue)
             # Equal versions: the cache holds the same transition plus unwritten memory.
             if cached is None or cached.version < state.version:
-                self._states[state.queue] = state
+                self._learn(state)
         return len(self._due(now))
 
     # -- deciding -------------------------------------------------------------------------
@@ -338,7 +341,7 @@ class Controller:
         missing = [c.queue for c in configs if c.queue not in known]
         if missing:
             for queue, state in self.ledger.get_states(missing).items():
-                known[queue] = self._states[queue] = state
+                known[queue] = self._learn(state)
         for config in configs:
             if config.queue in known:
                 continue
@@ -356,6 +359,15 @@ class Controller:
             self._mapping_missing.pop(config.queue)
             known[config.queue] = self._states[config.queue] = state
         return known
+
+    def _learn(self, state: QueueState) -> QueueState:
+        """Take a state read from the ledger. One whose last write claimed a move may have
+        been stranded by another container (its update or revert failed, or its answer was
+        lost): its next step checks the mapping first."""
+        if state.last_action is not Action.HOLD:
+            self._unsettled[state.queue] = True
+        self._states[state.queue] = state
+        return state
 
     def _initial_state(self, config: QueueConfig, now: float, deadline: float) -> QueueState:
         """A queue never decided before starts from its mapping's actual setting."""
@@ -389,6 +401,8 @@ class Controller:
             try:
                 decision = self._run(step, plan.now, deadline, listed)
             except LedgerError:
+                if step.actuates:
+                    self._unsettled[step.config.queue] = True
                 self._pending.update(s.config.queue for s in plan.steps[index:])
                 raise
             except MappingNotFound:
@@ -414,7 +428,7 @@ class Controller:
         """The mappings this plan moves, listed in bulk for the drift check: a page covers a
         hundred mappings where a read covers one, and the control plane allows 15 calls/s per
         account. Listed once per execution; a failed listing leaves every step its own read."""
-        uuids = {step.config.esm_uuid for step in plan.steps if step.actuates}
+        uuids = {step.config.esm_uuid for step in plan.steps if self._checks_mapping(step)}
         if not uuids or self._monotonic() + STEP_BUDGET_S > deadline:
             return {}  # nothing to move, or no time to move it: no call
         try:
@@ -423,14 +437,17 @@ class Controller:
             self.counters["mapping_list_failures"] += 1
             return {}
 
+    def _checks_mapping(self, step: Step) -> bool:
+        """A step that moves the mapping, or an active queue's whose claim may be stranded
+        (a dry run's ledger disagrees with its mapping by design)."""
+        unsettled = step.config.mode is Mode.ACTIVE and step.config.queue in self._unsettled
+        return step.actuates or unsettled
+
     def _run(
         self, step: Step, now: float, deadline: float, listed: dict[str, MappingView]
     ) -> Decision | None:
         decision, config = step.decision, step.config
-        if not step.records:
-            self._states[config.queue] = decision.new_state
-            return decision
-        if step.actuates:
+        if self._checks_mapping(step):
             view = listed.get(config.esm_uuid) or self.actuator.read(config.esm_uuid, deadline)
             self._mapping_missing.pop(config.queue)
             if (
@@ -439,6 +456,10 @@ class Controller:
             ):
                 self._adopt_drift(step, view.max_concurrency, view.enabled, now)
                 return None
+        if not step.records:
+            self._unsettled.pop(config.queue)
+            self._states[config.queue] = decision.new_state
+            return decision
         committed = self._commit(self._transition(step, now))
         if committed is None:
             return None
@@ -476,13 +497,29 @@ class Controller:
 
     def _adopt_drift(self, step: Step, actual: int | None, enabled: bool, now: float) -> None:
         """Documented rule: an operator's change to the mapping wins. The controller adopts the
-        actual value, records the drift, and judges fresh evidence under it before acting."""
+        actual value, records the drift, and judges fresh evidence under it before acting.
+
+        A mapping still at the value the ledger's last claim moved from is that claim not
+        carried out (its update or revert failed, or its answer was lost): the same repair,
+        audited as ``ACTUATION_RECONCILED``, not as an operator's drift."""
         decision = step.decision
         value = decision.previous if actual is None else actual
-        reason = (
-            f"Drift: mapping is at {value} (enabled={enabled}) but the ledger said "
-            f"{decision.previous}; adopting the mapping's value."
-        )
+        claimed = step.decided_from
+        if (
+            claimed.last_action is not Action.HOLD
+            and value == claimed.previous_concurrency != claimed.concurrency
+        ):
+            event, counter = AuditEvent.ACTUATION_RECONCILED, "actuations_reconciled"
+            reason = (
+                f"Reconciled: the ledger claimed {decision.previous} but the mapping stayed at "
+                f"{value} (enabled={enabled}); the update never happened, adopting the mapping."
+            )
+        else:
+            event, counter = AuditEvent.DRIFT_DETECTED, "drift_detected"
+            reason = (
+                f"Drift: mapping is at {value} (enabled={enabled}) but the ledger said "
+                f"{decision.previous}; adopting the mapping's value."
+            )
         state = step.decided_from.evolve(
             concurrency=value,
             previous_concurrency=decision.previous,
@@ -493,12 +530,12 @@ class Controller:
             last_change_at=now,
             version=step.base_version,
         )
-        self.counters["drift_detected"] += 1
+        self.counters[counter] += 1
         self._commit(
             Transition(
                 state,
                 at=now,
-                event=AuditEvent.DRIFT_DETECTED,
+                event=event,
                 previous_value=decision.previous,
                 action=Action.HOLD.value,
                 reason=reason,
@@ -536,5 +573,8 @@ class Controller:
             self._states.pop(queue)
             self._pending.add(queue)
             return None
+        # Written on top of what the ledger holds: the queue's claim is settled (a claim's own
+        # failed update marks it again).
+        self._unsettled.pop(queue)
         self._states[queue] = committed
         return committed

@@ -46,6 +46,11 @@ CONFIG_SK = "CONFIG"
 AUDIT_PREFIX = "AUDIT#"
 # Sorts after every timestamp, so AUDIT#<since>..AUDIT#~ spans all later entries.
 AUDIT_END = AUDIT_PREFIX + "~"
+# The sparse index of wake-ups: only a STATE item that wants one carries ``WakeUp`` (always
+# ``WAKE_UP_KEY``), so a Query on it reads the due states and nothing else (no audit history).
+WAKE_UP_INDEX = "WakeUps"
+WAKE_UP_ATTRIBUTE = "WakeUp"
+WAKE_UP_KEY = "DUE"
 DEFAULT_RETENTION_S = 30 * 24 * 3600
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
@@ -166,6 +171,8 @@ def encode_state(state: QueueState) -> Item:
     }
     for name, attribute in GUARD_ATTRIBUTES.items():
         item[attribute] = _to_attribute(getattr(state, name))
+    if state.wake_at > 0:
+        item[WAKE_UP_ATTRIBUTE] = WAKE_UP_KEY
     return item
 
 
@@ -335,6 +342,18 @@ def create_ledger_table(client: Any, name: str) -> str:
         AttributeDefinitions=[
             {"AttributeName": "PK", "AttributeType": "S"},
             {"AttributeName": "SK", "AttributeType": "S"},
+            {"AttributeName": WAKE_UP_ATTRIBUTE, "AttributeType": "S"},
+            {"AttributeName": GUARD_ATTRIBUTES["wake_at"], "AttributeType": "N"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": WAKE_UP_INDEX,
+                "KeySchema": [
+                    {"AttributeName": WAKE_UP_ATTRIBUTE, "KeyType": "HASH"},
+                    {"AttributeName": GUARD_ATTRIBUTES["wake_at"], "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "ALL"},
+            }
         ],
         BillingMode="PAY_PER_REQUEST",
     )
@@ -436,6 +455,26 @@ class DynamoLedger:
         items = self._scan(STATE_SK)
         return sorted((decode_state(item) for item in items), key=lambda s: s.queue)
 
+    def due_states(self, now: float) -> list[QueueState]:
+        # A global index reads eventually consistent: a wake-up written a moment ago shows up
+        # at the next tick at the latest.
+        items = self._pages(
+            "due states",
+            "query",
+            consistent=False,
+            IndexName=WAKE_UP_INDEX,
+            KeyConditionExpression="#due = :due AND #wake <= :now",
+            ExpressionAttributeNames={
+                "#due": WAKE_UP_ATTRIBUTE,
+                "#wake": GUARD_ATTRIBUTES["wake_at"],
+            },
+            ExpressionAttributeValues={
+                ":due": {"S": WAKE_UP_KEY},
+                ":now": {"N": str(to_number(now))},
+            },
+        )
+        return sorted((decode_state(item) for item in items), key=lambda s: s.queue)
+
     def put_config(self, config: QueueConfig) -> None:
         self._call(
             f"put config of {config.queue}",
@@ -502,12 +541,14 @@ class DynamoLedger:
             ExpressionAttributeValues={":sk": {"S": sort_key}},
         )
 
-    def _pages(self, what: str, operation: str, **params: Any) -> list[Item]:
+    def _pages(
+        self, what: str, operation: str, *, consistent: bool = True, **params: Any
+    ) -> list[Item]:
         """All items of a Query or Scan, following LastEvaluatedKey (each page retried alone)."""
         items: list[Item] = []
         start: dict[str, Any] | None = None
         while True:
-            page_params = dict(params, TableName=self.table_name, ConsistentRead=True)
+            page_params = dict(params, TableName=self.table_name, ConsistentRead=consistent)
             if start is not None:
                 page_params["ExclusiveStartKey"] = start
             page = self._call(what, operation, **page_params)
@@ -623,6 +664,16 @@ class InMemoryLedger:
 
     def list_states(self) -> list[QueueState]:
         return [decode_state(item) for item in self._with_sort_key(STATE_SK)]
+
+    def due_states(self, now: float) -> list[QueueState]:
+        wake_at = GUARD_ATTRIBUTES["wake_at"]
+        with self._lock:
+            items = [
+                item
+                for item in self._items.values()
+                if item.get(WAKE_UP_ATTRIBUTE) == WAKE_UP_KEY and item[wake_at] <= now
+            ]
+        return sorted((decode_state(item) for item in items), key=lambda s: s.queue)
 
     def put_config(self, config: QueueConfig) -> None:
         item = encode_config(config)

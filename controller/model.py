@@ -141,6 +141,9 @@ class AuditEvent(StrEnum):
     TRANSITION = "TRANSITION"
     DRIFT_DETECTED = "DRIFT_DETECTED"
     ACTUATION_FAILED = "ACTUATION_FAILED"
+    # A claim whose mapping update never happened (or was never confirmed), repaired: the
+    # ledger takes the mapping's value.
+    ACTUATION_RECONCILED = "ACTUATION_RECONCILED"
     MANUAL_EVALUATION = "MANUAL_EVALUATION"
     # The mapping no longer exists: the queue is set aside and re-checked rarely.
     MAPPING_MISSING = "MAPPING_MISSING"

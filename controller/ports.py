@@ -78,6 +78,11 @@ class Ledger(Protocol):
 
     def list_states(self) -> list[QueueState]: ...
 
+    def due_states(self, now: float) -> list[QueueState]:
+        """The states whose wake-up time (``wake_at`` > 0) has come by ``now`` (epoch
+        seconds), read without going over the rest of the table."""
+        ...
+
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
         """Write ``state`` and ``audit`` together, or neither.
 

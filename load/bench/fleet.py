@@ -174,6 +174,10 @@ class TimedLedger:
         with self._watch.timing("ledger"):
             return list(self._inner.list_states())
 
+    def due_states(self, now: float) -> list[QueueState]:
+        with self._watch.timing("ledger"):
+            return list(self._inner.due_states(now))
+
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
         self.commits += 1
         with self._watch.timing("ledger"), self._watch.timing("commit"):

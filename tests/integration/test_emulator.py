@@ -8,6 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from controller.ledger import WAKE_UP_INDEX, DynamoLedger
+from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
 from stack.emulator import Deployment, EmbeddedAws
 
 DOWNSTREAM = "http://127.0.0.1:9/"
@@ -88,6 +90,21 @@ def test_register_queue_writes_the_config_item(aws: EmbeddedAws, deployment: Dep
         Key={"PK": {"S": f"QUEUE#{queue.name}"}, "SK": {"S": "CONFIG"}},
     )["Item"]
     assert item["EsmUuid"] == {"S": queue.esm_uuid}
+
+
+def test_the_deployed_table_answers_the_ticks_wake_up_query(
+    aws: EmbeddedAws, deployment: Deployment
+) -> None:
+    """The template's sparse index survives the deploy, so the tick's Query works there."""
+    client = aws.client("dynamodb")
+    table = client.describe_table(TableName=deployment.table_name)["Table"]
+    assert [index["IndexName"] for index in table["GlobalSecondaryIndexes"]] == [WAKE_UP_INDEX]
+    ledger = DynamoLedger(deployment.table_name, client)
+    ledger.put_config(QueueConfig("woken", "esm-woken"))
+    state = QueueState("woken", "esm-woken", QueueStateName.HEALTHY, 2, 100, wake_at=1_000.0)
+    ledger.commit(state, AuditEntry("woken", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))
+    assert [due.queue for due in ledger.due_states(1_000.0)] == ["woken"]
+    assert ledger.due_states(999.0) == []
 
 
 def test_stop_closes_the_port() -> None:

@@ -366,6 +366,8 @@ def test_ledger_table_keys_capacity_ttl_recovery_encryption(resources: dict[str,
     assert {(a["AttributeName"], a["AttributeType"]) for a in props["AttributeDefinitions"]} == {
         ("PK", "S"),
         ("SK", "S"),
+        ("WakeUp", "S"),
+        ("WakeAt", "N"),
     }
     assert props["KeySchema"] == [
         {"AttributeName": "PK", "KeyType": "HASH"},
@@ -376,6 +378,33 @@ def test_ledger_table_keys_capacity_ttl_recovery_encryption(resources: dict[str,
     assert props["PointInTimeRecoverySpecification"]["PointInTimeRecoveryEnabled"] is True
     assert props["SSESpecification"]["SSEEnabled"] is True
     assert table["DeletionPolicy"] == "Retain"
+
+
+def test_ledger_table_wake_up_index_matches_the_local_table_and_is_granted(
+    resources: dict[str, Any],
+) -> None:
+    """The tick queries the sparse index: template, local table and IAM must agree."""
+    props = resources["LedgerTable"]["Properties"]
+    with mock_aws():
+        client = boto3.client("dynamodb", region_name=REGION)
+        local = client.describe_table(TableName=create_ledger_table(client, "ledger"))["Table"]
+    assert [
+        (index["IndexName"], index["KeySchema"], index["Projection"])
+        for index in props["GlobalSecondaryIndexes"]
+    ] == [
+        (index["IndexName"], index["KeySchema"], index["Projection"])
+        for index in local["GlobalSecondaryIndexes"]
+    ]
+    assert {(a["AttributeName"], a["AttributeType"]) for a in props["AttributeDefinitions"]} == {
+        (a["AttributeName"], a["AttributeType"]) for a in local["AttributeDefinitions"]
+    }
+    grants = [
+        statement
+        for statement in statements(resources, "ControllerRole")
+        if "dynamodb:Query" in as_list(statement["Action"])
+        and any("/index/WakeUps" in json.dumps(r) for r in as_list(statement["Resource"]))
+    ]
+    assert len(grants) == 1
 
 
 # ------------------------------------------------------------------ example pipeline
@@ -664,10 +693,14 @@ def test_controller_updates_only_event_source_mappings(resources: dict[str, Any]
     assert granted["lambda:ListEventSourceMappings"] == ["*"]
     stream = {"Fn::GetAtt": ["TelemetryStream", "Arn"]}
     table = {"Fn::GetAtt": ["LedgerTable", "Arn"]}
+    # The tick's Query also reads the table's sparse wake-up index, and nothing else does.
+    wake_ups = {"Fn::Sub": "${LedgerTable.Arn}/index/WakeUps"}
     for action, targets in granted.items():
         if action.startswith("kinesis:"):
             assert targets == [stream], action
-        if action.startswith("dynamodb:"):
+        if action == "dynamodb:Query":
+            assert targets == [table, wake_ups], action
+        elif action.startswith("dynamodb:"):
             assert targets == [table], action
     for role in of_type(resources, "AWS::IAM::Role"):
         if role == "ControllerRole":

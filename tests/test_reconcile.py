@@ -1,0 +1,158 @@
+"""A claim the mapping never got is repaired and audited as such (issue 11, item 3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.actuator import InMemoryActuator
+from controller.app import ControllerApp
+from controller.engine import Controller
+from controller.ledger import InMemoryLedger
+from controller.model import AuditEntry, AuditEvent, Mode, QueueState
+from controller.policy.aimd import Aimd
+from controller.ports import ActuationError, LedgerError, MappingView
+from controller.settings import PolicyParams
+from tests.factories import config, kinesis_event, sample
+
+
+class FaultyCommits(InMemoryLedger):
+    """``refuse`` commits fail outright; ``lose`` commits land but answer with an error."""
+
+    refuse = 0
+    lose = 0
+
+    def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
+        if self.refuse:
+            self.refuse -= 1
+            raise LedgerError("InternalServerError")
+        committed = super().commit(state, audit)
+        if self.lose:
+            self.lose -= 1
+            raise LedgerError("read timeout: the answer was lost")
+        return committed
+
+
+class FailingUpdates(InMemoryActuator):
+    """Reads answer; ``apply`` fails while ``down`` is set (a control plane failing for good)."""
+
+    down = False
+
+    def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
+        if self.down:
+            raise ActuationError("ServiceException")
+        return super().apply(uuid, max_concurrency, enabled, deadline)
+
+
+def storm_event() -> dict[str, object]:
+    samples = [sample(at=100.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
+    return kinesis_event(samples, first_sequence=7)
+
+
+def container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControllerApp:
+    return ControllerApp(
+        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
+    )
+
+
+@pytest.fixture
+def ledger() -> FaultyCommits:
+    ledger = FaultyCommits()
+    ledger.put_config(config("orders"))
+    return ledger
+
+
+@pytest.fixture
+def actuator() -> FailingUpdates:
+    actuator = FailingUpdates()
+    actuator.add_mapping("esm-orders", 100)
+    return actuator
+
+
+def events(ledger: InMemoryLedger) -> list[AuditEvent]:
+    return [entry.event_type for entry in ledger.audit_trail("orders")]
+
+
+def stored_concurrency(ledger: InMemoryLedger) -> int:
+    return ledger.get_states(["orders"])["orders"].concurrency
+
+
+def claim_stranded_by_a_failed_revert(
+    ledger: FaultyCommits, actuator: FailingUpdates
+) -> ControllerApp:
+    """The claim lands (100 -> 50), the update fails for good, the revert fails too."""
+    app = container(ledger, actuator)
+    actuator.down = True
+    original_commit = ledger.commit
+
+    def commit_then_go_down(state: QueueState, audit: AuditEntry) -> QueueState:
+        committed = original_commit(state, audit)
+        ledger.refuse = 1
+        return committed
+
+    ledger.commit = commit_then_go_down  # type: ignore[method-assign]
+    assert app.handle(storm_event(), None)["batchItemFailures"]
+    del ledger.commit
+    actuator.down = False
+    assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
+    return app
+
+
+@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
+def test_a_stranded_claim_is_reconciled_by_the_next_batch(
+    ledger: FaultyCommits, actuator: FailingUpdates, warm: bool
+) -> None:
+    app = claim_stranded_by_a_failed_revert(ledger, actuator)
+    # The redelivery, the ledger healthy again: in the same container, or a recycled one.
+    (app if warm else container(ledger, actuator)).handle(storm_event(), None)
+    assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
+    assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
+    assert AuditEvent.DRIFT_DETECTED not in events(ledger)
+
+
+def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
+    ledger: FaultyCommits, actuator: FailingUpdates
+) -> None:
+    app = container(ledger, actuator)
+    ledger.lose = 1
+    assert app.handle(storm_event(), None)["batchItemFailures"]
+    # The claim landed, the mapping was never updated.
+    assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
+    for _ in range(2):  # redeliveries: the first meets the claim as a version conflict
+        app.handle(storm_event(), None)
+    assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
+    assert events(ledger)[:2] == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_RECONCILED]
+    assert AuditEvent.DRIFT_DETECTED not in events(ledger)
+
+
+def test_a_steady_queue_after_reconciliation_costs_no_writes(
+    ledger: FaultyCommits, actuator: FailingUpdates
+) -> None:
+    app = container(ledger, actuator)
+    ledger.lose = 1
+    app.handle(storm_event(), None)
+    for _ in range(2):
+        app.handle(storm_event(), None)
+    written = len(ledger.audit_trail("orders"))
+    for _ in range(3):  # the same evidence again: nothing new to decide or write
+        assert app.handle(storm_event(), None) == {"batchItemFailures": []}
+    assert len(ledger.audit_trail("orders")) == written
+
+
+def test_an_operators_value_after_a_claim_is_still_drift(
+    ledger: FaultyCommits, actuator: FailingUpdates
+) -> None:
+    """Only a mapping left at the claim's starting value is an unfinished claim."""
+    assert container(ledger, actuator).handle(storm_event(), None) == {"batchItemFailures": []}
+    actuator.apply("esm-orders", 70, True, 0)  # the operator's hand
+    container(ledger, actuator).handle(storm_event(), None)
+    assert stored_concurrency(ledger) == 70
+    assert events(ledger) == [AuditEvent.TRANSITION, AuditEvent.DRIFT_DETECTED]
+
+
+def test_a_dry_run_queue_is_never_reconciled_to_its_mapping(actuator: FailingUpdates) -> None:
+    ledger = FaultyCommits()
+    ledger.put_config(config("orders", mode=Mode.DRY_RUN))
+    for _ in range(2):  # a cold container each time: the claim is only ever recorded
+        container(ledger, actuator).handle(storm_event(), None)
+    assert actuator.calls == []
+    assert AuditEvent.ACTUATION_RECONCILED not in events(ledger)
