@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+from controller.actuator import InMemoryActuator
+from controller.app import ControllerApp
+from controller.engine import Controller
+from controller.ledger import InMemoryLedger
 from controller.model import Mode, QueueConfig, QueueState, QueueStateName, Sample
+from controller.policy.aimd import Aimd
+from controller.settings import PolicyParams
 from load import recording
 from load.recording import RecordedLine, emf_line, log_group_of, subscription_payload
+
+LedgerT = TypeVar("LedgerT", bound=InMemoryLedger)
+ActuatorT = TypeVar("ActuatorT", bound=InMemoryActuator)
 
 
 def sample(
@@ -72,3 +81,28 @@ def kinesis_event(
         for index, s in enumerate(samples)
     ]
     return recording.kinesis_event(lines)
+
+
+def registered(ledger: LedgerT, queue: str = "orders") -> LedgerT:
+    """``ledger`` with ``queue`` registered (a CONFIG item for the mapping ``esm-<queue>``)."""
+    ledger.put_config(config(queue))
+    return ledger
+
+
+def mapped(actuator: ActuatorT, queue: str = "orders", concurrency: int = 100) -> ActuatorT:
+    """``actuator`` holding ``queue``'s mapping ``esm-<queue>`` at ``concurrency``."""
+    actuator.add_mapping(f"esm-{queue}", concurrency)
+    return actuator
+
+
+def storm_event() -> dict[str, object]:
+    """Ten seconds of orders under a 20% 429 storm, as one Kinesis batch."""
+    samples = [sample(at=100.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
+    return kinesis_event(samples, first_sequence=7)
+
+
+def aimd_container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControllerApp:
+    """A warm controller container running the original rule, its clock at 110 s."""
+    return ControllerApp(
+        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
+    )

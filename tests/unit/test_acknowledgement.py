@@ -5,14 +5,15 @@ from __future__ import annotations
 import pytest
 
 from controller.actuator import InMemoryActuator
-from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, QueueState
-from controller.policy.aimd import Aimd
 from controller.ports import LedgerError
-from controller.settings import PolicyParams
-from tests.factories import config, kinesis_event, sample
+from tests.factories import (
+    aimd_container,
+    mapped,
+    registered,
+    storm_event,
+)
 
 # One storm batch alone cuts the mapping from 100 to this (tests/test_app.py).
 CUT_ONCE = 50
@@ -29,29 +30,14 @@ class CommitDownLedger(InMemoryLedger):
         return super().commit(state, audit)
 
 
-def storm_event() -> dict[str, object]:
-    samples = [sample(at=100.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
-    return kinesis_event(samples, first_sequence=7)
-
-
-def container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControllerApp:
-    return ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
-    )
-
-
 @pytest.fixture
 def ledger() -> CommitDownLedger:
-    ledger = CommitDownLedger()
-    ledger.put_config(config("orders"))
-    return ledger
+    return registered(CommitDownLedger())
 
 
 @pytest.fixture
 def actuator() -> InMemoryActuator:
-    actuator = InMemoryActuator()
-    actuator.add_mapping("esm-orders", 100)
-    return actuator
+    return mapped(InMemoryActuator())
 
 
 def transitions(ledger: InMemoryLedger) -> list[AuditEntry]:
@@ -61,7 +47,7 @@ def transitions(ledger: InMemoryLedger) -> list[AuditEntry]:
 def test_a_retry_while_the_ledger_is_still_down_fails_again(
     ledger: CommitDownLedger, actuator: InMemoryActuator
 ) -> None:
-    app = container(ledger, actuator)
+    app = aimd_container(ledger, actuator)
     failed = {"batchItemFailures": [{"itemIdentifier": "7"}]}
     ledger.down = True
     assert app.handle(storm_event(), None) == failed
@@ -80,9 +66,9 @@ def test_a_recycled_container_decides_the_retried_batch_from_its_records(
 ) -> None:
     ledger.down = True
     for _ in range(2):
-        assert container(ledger, actuator).handle(storm_event(), None)["batchItemFailures"]
+        assert aimd_container(ledger, actuator).handle(storm_event(), None)["batchItemFailures"]
     ledger.down = False
     # The warm container's windows are gone: only the redelivered records carry the evidence.
-    assert container(ledger, actuator).handle(storm_event(), None) == {"batchItemFailures": []}
+    assert aimd_container(ledger, actuator).handle(storm_event(), None) == {"batchItemFailures": []}
     assert actuator.read("esm-orders", 0).max_concurrency == CUT_ONCE
     assert len(transitions(ledger)) == 1

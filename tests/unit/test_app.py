@@ -21,7 +21,7 @@ from controller.policy.aimd import Aimd
 from controller.ports import ConfigRead, LedgerError
 from controller.settings import PolicyParams
 from load.recording import emf_line
-from tests.factories import config, kinesis_event, sample
+from tests.factories import config, kinesis_event, mapped, registered, sample
 
 
 class FlakyLedger(InMemoryLedger):
@@ -50,16 +50,12 @@ class Clock:
 
 @pytest.fixture
 def ledger() -> FlakyLedger:
-    ledger = FlakyLedger()
-    ledger.put_config(config("orders"))
-    return ledger
+    return registered(FlakyLedger())
 
 
 @pytest.fixture
 def actuator() -> InMemoryActuator:
-    actuator = InMemoryActuator()
-    actuator.add_mapping("esm-orders", 100)
-    return actuator
+    return mapped(InMemoryActuator())
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from controller.policy import ALGORITHMS
 from controller.policy.aimd import Aimd
 from controller.ports import ActuationError, MappingView
 from controller.settings import PolicyParams
-from tests.factories import config, sample
+from tests.factories import config, mapped, registered, sample
 
 
 def storm(start: float, seconds: int = 10, queue: str = "orders") -> list[Sample]:
@@ -30,16 +30,12 @@ def healthy(start: float, seconds: int = 10, queue: str = "orders") -> list[Samp
 
 @pytest.fixture
 def ledger() -> InMemoryLedger:
-    ledger = InMemoryLedger()
-    ledger.put_config(config("orders"))
-    return ledger
+    return registered(InMemoryLedger())
 
 
 @pytest.fixture
 def actuator() -> InMemoryActuator:
-    actuator = InMemoryActuator()
-    actuator.add_mapping("esm-orders", 100)
-    return actuator
+    return mapped(InMemoryActuator())
 
 
 @pytest.fixture

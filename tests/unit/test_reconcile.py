@@ -6,13 +6,16 @@ import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, Mode, QueueState
-from controller.policy.aimd import Aimd
 from controller.ports import ActuationError, LedgerError, MappingView
-from controller.settings import PolicyParams
-from tests.factories import config, kinesis_event, sample
+from tests.factories import (
+    aimd_container,
+    config,
+    mapped,
+    registered,
+    storm_event,
+)
 
 
 class FaultyCommits(InMemoryLedger):
@@ -43,29 +46,14 @@ class FailingUpdates(InMemoryActuator):
         return super().apply(uuid, max_concurrency, enabled, deadline)
 
 
-def storm_event() -> dict[str, object]:
-    samples = [sample(at=100.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
-    return kinesis_event(samples, first_sequence=7)
-
-
-def container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControllerApp:
-    return ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
-    )
-
-
 @pytest.fixture
 def ledger() -> FaultyCommits:
-    ledger = FaultyCommits()
-    ledger.put_config(config("orders"))
-    return ledger
+    return registered(FaultyCommits())
 
 
 @pytest.fixture
 def actuator() -> FailingUpdates:
-    actuator = FailingUpdates()
-    actuator.add_mapping("esm-orders", 100)
-    return actuator
+    return mapped(FailingUpdates())
 
 
 def events(ledger: InMemoryLedger) -> list[AuditEvent]:
@@ -80,7 +68,7 @@ def claim_stranded_by_a_failed_revert(
     ledger: FaultyCommits, actuator: FailingUpdates
 ) -> ControllerApp:
     """The claim lands (100 -> 50), the update fails for good, the revert fails too."""
-    app = container(ledger, actuator)
+    app = aimd_container(ledger, actuator)
     actuator.down = True
     original_commit = ledger.commit
 
@@ -103,7 +91,7 @@ def test_a_stranded_claim_is_reconciled_by_the_next_batch(
 ) -> None:
     app = claim_stranded_by_a_failed_revert(ledger, actuator)
     # The redelivery, the ledger healthy again: in the same container, or a recycled one.
-    (app if warm else container(ledger, actuator)).handle(storm_event(), None)
+    (app if warm else aimd_container(ledger, actuator)).handle(storm_event(), None)
     assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
     assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
     assert AuditEvent.DRIFT_DETECTED not in events(ledger)
@@ -112,7 +100,7 @@ def test_a_stranded_claim_is_reconciled_by_the_next_batch(
 def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
     ledger: FaultyCommits, actuator: FailingUpdates
 ) -> None:
-    app = container(ledger, actuator)
+    app = aimd_container(ledger, actuator)
     ledger.lose = 1
     assert app.handle(storm_event(), None)["batchItemFailures"]
     # The claim landed, the mapping was never updated.
@@ -127,7 +115,7 @@ def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
 def test_a_steady_queue_after_reconciliation_costs_no_writes(
     ledger: FaultyCommits, actuator: FailingUpdates
 ) -> None:
-    app = container(ledger, actuator)
+    app = aimd_container(ledger, actuator)
     ledger.lose = 1
     app.handle(storm_event(), None)
     for _ in range(2):
@@ -142,9 +130,9 @@ def test_an_operators_value_after_a_claim_is_still_drift(
     ledger: FaultyCommits, actuator: FailingUpdates
 ) -> None:
     """Only a mapping left at the claim's starting value is an unfinished claim."""
-    assert container(ledger, actuator).handle(storm_event(), None) == {"batchItemFailures": []}
+    assert aimd_container(ledger, actuator).handle(storm_event(), None) == {"batchItemFailures": []}
     actuator.apply("esm-orders", 70, True, 0)  # the operator's hand
-    container(ledger, actuator).handle(storm_event(), None)
+    aimd_container(ledger, actuator).handle(storm_event(), None)
     assert stored_concurrency(ledger) == 70
     assert events(ledger) == [AuditEvent.TRANSITION, AuditEvent.DRIFT_DETECTED]
 
@@ -153,6 +141,6 @@ def test_a_dry_run_queue_is_never_reconciled_to_its_mapping(actuator: FailingUpd
     ledger = FaultyCommits()
     ledger.put_config(config("orders", mode=Mode.DRY_RUN))
     for _ in range(2):  # a cold container each time: the claim is only ever recorded
-        container(ledger, actuator).handle(storm_event(), None)
+        aimd_container(ledger, actuator).handle(storm_event(), None)
     assert actuator.calls == []
     assert AuditEvent.ACTUATION_RECONCILED not in events(ledger)
