@@ -21,7 +21,7 @@ from typing import Final
 
 from controller.model import QueueState
 from controller.policy.base import LimitAlgorithm, Verdict
-from controller.policy.netflix import limit_sample, peer_verdict
+from controller.policy.netflix import estimated_limit, limit_sample, peer_verdict
 from controller.settings import PolicyParams
 from controller.window import WindowStats
 
@@ -60,10 +60,7 @@ class Gradient2(LimitAlgorithm[Gradient2Memory]):
         params: PolicyParams,
     ) -> Verdict[Gradient2Memory]:
         sample = limit_sample(state, stats)
-        estimate = memory.estimated_limit
-        if int(estimate) != state.concurrency:
-            # First decision, an operator's change or new bounds: the limit is the mapping's.
-            estimate = float(state.concurrency)
+        estimate = estimated_limit(memory.estimated_limit, state)
         memory = replace(memory, estimated_limit=estimate)
         short = sample.rtt_ms
         if short is None or short <= 0:

@@ -49,6 +49,12 @@ def limit_sample(state: QueueState, stats: WindowStats) -> LimitSample:
     return LimitSample(stats.mean_latency_ms, inflight, stats.pressure > 0)
 
 
+def estimated_limit(remembered: float, state: QueueState) -> float:
+    """The limit as a real number: the remembered estimate, unless the mapping is elsewhere (a
+    first decision, an operator's change or new bounds), when the limit is the mapping's."""
+    return remembered if int(remembered) == state.concurrency else float(state.concurrency)
+
+
 def log10_root(limit: int) -> int:
     """Netflix's ``Log10RootFunction``: ``max(1, floor(log10(limit)))`` below 1000, else the
     integer square root."""

@@ -20,7 +20,13 @@ from typing import Final
 
 from controller.model import QueueState
 from controller.policy.base import LimitAlgorithm, Verdict
-from controller.policy.netflix import LimitSample, limit_sample, log10_root, peer_verdict
+from controller.policy.netflix import (
+    LimitSample,
+    estimated_limit,
+    limit_sample,
+    log10_root,
+    peer_verdict,
+)
 from controller.settings import PolicyParams
 from controller.window import WindowStats
 
@@ -56,10 +62,7 @@ class Vegas(LimitAlgorithm[VegasMemory]):
         params: PolicyParams,
     ) -> Verdict[VegasMemory]:
         sample = limit_sample(state, stats)
-        estimate = memory.estimated_limit
-        if int(estimate) != state.concurrency:
-            # First decision, an operator's change or new bounds: the limit is the mapping's.
-            estimate = float(state.concurrency)
+        estimate = estimated_limit(memory.estimated_limit, state)
         memory = replace(memory, estimated_limit=estimate)
         rtt = sample.rtt_ms
         if rtt is None or rtt <= 0:
