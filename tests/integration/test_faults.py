@@ -237,3 +237,80 @@ def test_a_redelivered_batch_is_not_counted_twice(rig: Rig) -> None:
     assert rig.app.controller.counters["samples_windowed"] == 10
     assert rig.mapping_value() == rig.ledger_value() == 50
     assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+def cancelled(*codes: str) -> Callable[[], None]:
+    """TransactWriteItems cancelled, with one reason per item (state, audit)."""
+
+    def fault() -> None:
+        error = {"Code": "TransactionCanceledException", "Message": "injected"}
+        reasons = [{"Code": code} for code in codes]
+        raise ClientError(
+            {
+                "Error": error,
+                "CancellationReasons": reasons,
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            },
+            "TransactWriteItems",
+        )
+
+    return fault
+
+
+def test_a_transaction_cancelled_by_contention_is_tried_again(rig: Rig) -> None:
+    rig.inject("TransactWriteItems", cancelled("TransactionConflict", "None"))
+    response, took = rig.storm(remaining_s=30.0)
+
+    assert took < 30.0 and response == {"batchItemFailures": []}
+    assert rig.calls["TransactWriteItems"] == 2
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+def test_batches_from_two_shards_out_of_order_cut_once(rig: Rig) -> None:
+    """The later seconds arrive first, on one shard; the earlier ones after, on another."""
+    now = time.time()
+    early = [sample(at=now - 14 + s, ok=7, throttled=3, invocation_ms=400) for s in range(5)]
+    late = [sample(at=now - 9 + s, ok=7, throttled=3, invocation_ms=400) for s in range(5)]
+    first = kinesis_event(late, first_sequence=1, shard="shardId-000000000001")
+    second = kinesis_event(early, first_sequence=1, shard="shardId-000000000000")
+
+    assert rig.app.handle(first, Context(60.0)) == {"batchItemFailures": []}
+    assert rig.app.handle(second, Context(60.0)) == {"batchItemFailures": []}
+    assert rig.app.controller.counters["samples_windowed"] == 10
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+def test_two_containers_on_one_storm_cut_the_mapping_once(rig: Rig) -> None:
+    """Two warm containers (two shards' invocations) see the same storm one after the other:
+    the second finds the queue already moved (its evidence predates the change) and neither a
+    second cut nor a drift is recorded."""
+    other = Rig(rig.esm)
+    assert rig.storm()[0] == {"batchItemFailures": []}
+    assert other.storm()[0] == {"batchItemFailures": []}
+
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.audit_events() == [AuditEvent.TRANSITION]
+
+
+def test_a_lost_commit_answer_is_reconciled_not_counted_as_drift(rig: Rig) -> None:
+    """The claim lands in DynamoDB but its answer is lost: the mapping and the ledger are made
+    to agree again by later batches, and the repair is audited as what it is."""
+    lost = [True]
+
+    def lose_answer(**_: Any) -> None:
+        if lost:
+            lost.pop()
+            rig.time.now += READ_TIMEOUT_S
+            raise ReadTimeoutError(endpoint_url="http://127.0.0.1")
+
+    rig.dynamodb.meta.events.register("after-call.dynamodb.TransactWriteItems", lose_answer)
+    for _ in range(3):
+        rig.storm()
+
+    assert lost == []  # the answer was lost once
+    # The claim (100 -> 50) stood in the ledger while the mapping stayed at 100: put right,
+    # audited as a reconciliation, not as an operator's drift.
+    assert rig.mapping_value() == rig.ledger_value() == 100
+    assert rig.audit_events() == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_RECONCILED]
