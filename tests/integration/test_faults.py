@@ -283,13 +283,19 @@ def test_batches_from_two_shards_out_of_order_cut_once(rig: Rig) -> None:
 
 
 def test_two_containers_on_one_storm_cut_the_mapping_once(rig: Rig) -> None:
-    """Two warm containers (two shards' invocations) see the same storm one after the other:
-    the second finds the queue already moved (its evidence predates the change) and neither a
-    second cut nor a drift is recorded."""
+    """Two warm containers (two shards' invocations) both hold the queue's state when the same
+    storm reaches them: one conditional write wins, the other's loses on the version, and
+    neither a second cut nor a drift is recorded."""
     other = Rig(rig.esm)
+    now = time.time()
+    calm = [sample(at=now - 40 + s, ok=10, invocation_ms=400) for s in range(10)]
+    calm_event = kinesis_event(calm, shard="shardId-000000000001")
+    for container in (rig, other):
+        assert container.app.handle(calm_event, Context(60.0)) == {"batchItemFailures": []}
     assert rig.storm()[0] == {"batchItemFailures": []}
     assert other.storm()[0] == {"batchItemFailures": []}
 
+    assert other.app.controller.counters["version_conflicts"] == 1
     assert rig.mapping_value() == rig.ledger_value() == 50
     assert rig.audit_events() == [AuditEvent.TRANSITION]
 
