@@ -25,6 +25,7 @@ from controller.telemetry import (
     samples_from_log_message,
 )
 from tests.paths import EVENTS
+from tests.strategies import json_values
 
 LOG_TIME_MS = 1_764_428_400_000
 
@@ -446,18 +447,6 @@ def test_kpl_record_with_garbage_protobuf_is_skipped() -> None:
 # --- properties ---------------------------------------------------------------------------
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4)
-    ),
-    max_leaves=12,
-)
 
 
 @FAST
