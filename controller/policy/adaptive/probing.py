@@ -35,31 +35,16 @@ def grow(
     now: float,
     params: PolicyParams,
 ) -> AdaptiveVerdict:
-    """Below any level known to break: grow by real steps, fast before the queue's first
-    overload, gently after it, halving the gap to a known ceiling. A step that breaks is cut
-    in proportion."""
+    """Below any level known to break: keep up with the poller's own ramp (it adds
+    ``poller_ramp_per_s`` invocations a second while messages wait, so a cap growing slower
+    than that is what holds a healthy backlog back), at most ``max_growth`` times the level in
+    one step; under a known ceiling, halve the gap to it. A step that breaks is cut in
+    proportion."""
     current, ceiling = state.concurrency, memory.ceiling
-    factor = tuning.first_growth if memory.probe_backoff_s == 0 else tuning.growth
-    target = max(current + 1, math.floor(current * factor))
+    ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - state.last_change_at))
+    target = max(current + 1, min(math.floor(current * tuning.max_growth), current + ramp))
     if ceiling:
         target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
-    remembered = replace(memory, good_level=current)
-    if memory.plateau > current:
-        # Capacity has come back past the ceiling the last cut left: grow back towards the
-        # level that was good before that cut, the more boldly the longer ago the cut was (a
-        # probe that passes soon after it more likely shows a cut that went too deep), at most
-        # doubling. The level above the plateau broke then: probe it only after the longest
-        # backoff.
-        boldness = min(1.0, max(0.0, now - memory.cut_at) / tuning.plateau_ramp_s)
-        step = max(1, math.ceil((memory.plateau - current) * boldness))
-        target = min(memory.plateau, 2 * current, current + step)
-        if target == memory.plateau:
-            longest = tuning.probe_backoff_s[1]
-            remembered = replace(
-                remembered,
-                probe_backoff_s=longest,
-                next_probe_at=now + spread(tuning, state, now, longest),
-            )
     target = clamp(target, params)
     if target <= current:
         return hold(state, f"At the ceiling ({ceiling}); holding at {current}.", memory)
@@ -69,7 +54,7 @@ def grow(
         rising(target, params),
         f"Clean: pressure {stats.pressure_rate:.1%} < {tuning.grow_below:.1%} with the "
         f"allowance in use, {limit}. Scaled from {current} -> {target}.",
-        remembered,
+        replace(memory, good_level=current),
         stats,
         breaches=0,
     )
@@ -95,7 +80,7 @@ def probe(
             good,
             stats,
         )
-    step = max(1, min(memory.probe_streak, math.floor(current * (tuning.growth - 1.0))))
+    step = max(1, min(memory.probe_streak, math.floor(current * tuning.probe_growth)))
     target = clamp(current + step, params)
     # The poller adds a few invocations per second: a bigger step needs a longer pulse.
     pulse = tuning.pulse_s + (step - 1) / tuning.poller_ramp_per_s
@@ -170,24 +155,26 @@ def commit(
     """A passed probe: the probed level becomes the level."""
     probed = memory.probe_base + memory.probe_step
     target = clamp(probed, params)
-    ceiling, streak, plateau = memory.ceiling, memory.probe_streak, memory.plateau
-    if probed >= ceiling:
-        # The ceiling was stale (capacity came back). Grow by real steps back to the level
-        # that was good before the last cut, if above; else keep probing, with steps doubling
-        # while probes pass.
-        if plateau > probed:
-            ceiling, streak = plateau + 1, 0
-        else:
-            ceiling, streak, plateau = probed + 1, 2 * max(1, streak), 0
+    ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
+    expired = probed >= max(ceiling, broke_at)
+    if expired:
+        # Clean at the level whose overload set the ceiling: that overload is over. Forget
+        # the ceiling and grow at full speed again (a new overload sets a new one).
+        ceiling, broke_at, streak = 0, 0, 0
+    elif probed >= ceiling:
+        # Past the ceiling but not yet at the level that broke: keep probing, with steps
+        # doubling while probes pass.
+        ceiling, streak = probed + 1, 2 * max(1, streak)
     return move(
         target,
         rising(target, params),
-        f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}. "
+        f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+        f"{'; the ceiling has expired' if expired else ''}. "
         f"Scaled from {state.concurrency} -> {target}.",
         replace(
             memory,
             ceiling=ceiling,
-            plateau=plateau,
+            broke_at=broke_at,
             good_level=target,
             probe_backoff_s=tuning.probe_backoff_s[0],
             probe_streak=streak,
@@ -231,6 +218,7 @@ def back_off(
         replace(
             memory,
             ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
+            broke_at=probed,
             probe_backoff_s=backoff,
             probe_streak=0,
             next_probe_at=next_probe_at,
