@@ -60,6 +60,9 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
     ) -> AdaptiveVerdict:
         if memory.paused_until > 0:
             return pausing.while_paused(self, state, memory, window, now, params)
+        corrected = sizing.correction(self, state, memory, window, now, params)
+        if corrected is not None:
+            return corrected
         if memory.probe_until > 0:
             if now >= memory.probe_until:
                 return probing.end_pulse(self, state, memory, now)

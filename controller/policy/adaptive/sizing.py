@@ -128,6 +128,7 @@ def cut(
     # under-cut and need a second cut a settle period later, the storm going on meanwhile.
     margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, stats.requests))
     running = in_use(tuning, state, stats, window)
+    onset = storm_onset(stats, window, params)
     proportional = math.floor(running * (1.0 - min(1.0, pressure + margin)))
     if fresh:
         # A storm seen only in the newest seconds: their first reports come from the calls
@@ -142,6 +143,10 @@ def cut(
         memory,
         ceiling=target + 1,
         broke_at=current,
+        cut_at=now,
+        cut_evidence_since=onset,
+        cut_requests=window.stats(onset, stats.until).requests,
+        cut_running=running,
         probe_streak=0,
         next_probe_at=now + spread(tuning, state, now, backoff),
         probe_backoff_s=backoff,
@@ -157,6 +162,67 @@ def cut(
         remembered,
         stats,
         breaches=breaches,
+        wake_at=0.0,
+    )
+
+
+def storm_onset(stats: WindowStats, window: QueueWindow, params: PolicyParams) -> float:
+    """The first second of the evidence whose invocations met pressure at T1 or above (the
+    evidence's start when none did)."""
+    for second, bucket in window.seconds(stats.since, stats.until):
+        if bucket.requests and bucket.pressure_rate >= params.t1:
+            return float(second)
+    return stats.since
+
+
+def correction(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    window: QueueWindow,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict | None:
+    """A cut sized on a storm's first reports, made again on all of them.
+
+    The first reports of a storm come from the calls made early in each second, which the
+    downstream still accepted: a cut on them falls short, and waiting for evidence from after
+    it costs a settle period of the storm. The invocations that started before the cut keep
+    reporting; once they hold ``correction_evidence`` times the calls the cut was sized on,
+    their accepted share sizes the cut again (``None``: none due, or the cut was deep enough).
+    """
+    if not (
+        memory.cut_at > 0
+        and state.last_change_at == memory.cut_at
+        and now - memory.cut_at <= tuning.correction_s
+    ):
+        return None
+    before = window.stats(memory.cut_evidence_since, memory.cut_at)
+    if before.requests < tuning.correction_evidence * memory.cut_requests:
+        return None
+    # The storm at full strength: its first second straddles the onset.
+    pressure = max(
+        [before.pressure_rate]
+        + [
+            bucket.pressure_rate
+            for _, bucket in window.seconds(memory.cut_evidence_since, memory.cut_at)
+            if bucket.requests >= 2 * params.min_samples
+        ]
+    )
+    margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, before.requests))
+    target = clamp(math.floor(memory.cut_running * (1.0 - min(1.0, pressure + margin))), params)
+    current = state.concurrency
+    if target >= current:
+        return None
+    return move(
+        target,
+        QueueStateName.CRITICAL_BACKOFF,
+        f"Correcting the cut: the {before.requests} calls from before it show pressure "
+        f"{pressure:.1%} with about {memory.cut_running:.1f} invocations in use. Scaled from "
+        f"{current} -> {target}.",
+        replace(memory, ceiling=target + 1, cut_at=now, cut_requests=before.requests),
+        before,
+        breaches=state.consecutive_breaches + 1,
         wake_at=0.0,
     )
 
