@@ -80,22 +80,46 @@ def probe(
             good,
             stats,
         )
-    step = max(1, min(memory.probe_streak, math.floor(current * tuning.probe_growth)))
-    target = clamp(current + step, params)
-    # The poller adds a few invocations per second: a bigger step needs a longer pulse.
-    pulse = tuning.pulse_s + (step - 1) / tuning.poller_ramp_per_s
+    return start_pulse(
+        tuning,
+        state,
+        good,
+        current,
+        now,
+        params,
+        f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}",
+        stats,
+    )
+
+
+def start_pulse(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    base: int,
+    now: float,
+    params: PolicyParams,
+    why: str,
+    stats: WindowStats,
+) -> AdaptiveVerdict:
+    """Raise the cap above ``base`` for about one invocation time (by a step that doubles while
+    probes pass), then back to ``base``."""
+    step = max(1, min(memory.probe_streak, math.floor(base * tuning.probe_growth)))
+    target = clamp(base + step, params)
+    # The poller adds a few invocations per second: a bigger raise needs a longer pulse.
+    pulse = tuning.pulse_s + (target - state.concurrency - 1) / tuning.poller_ramp_per_s
     return move(
         target,
         rising(target, params),
-        f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}; "
-        f"raising to {target} for {pulse:.1f}s, then back to {current} until the probe's "
-        "invocations are judged.",
+        f"{why}; raising to {target} for {pulse:.1f}s, then back to {base} until the "
+        "probe's invocations are judged.",
         replace(
-            good,
-            probe_base=current,
-            probe_step=target - current,
+            memory,
+            probe_base=base,
+            probe_step=target - base,
             probe_started_at=now,
             probe_until=now + pulse,
+            judge_at=0.0,
         ),
         stats,
         breaches=0,
@@ -156,15 +180,27 @@ def commit(
     probed = memory.probe_base + memory.probe_step
     target = clamp(probed, params)
     ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
-    expired = probed >= max(ceiling, broke_at)
+    expired = probed > max(ceiling, broke_at)
     if expired:
-        # Clean at the level whose overload set the ceiling: that overload is over. Forget
-        # the ceiling and grow at full speed again (a new overload sets a new one).
+        # Clean above the level whose overload set the ceiling (one pulse clean at that level
+        # may be luck): that overload is over. Forget the ceiling and grow at full speed again
+        # (a new overload sets a new one), from the probe's start: its invocations are the
+        # fresh evidence a first step would wait for.
         ceiling, broke_at, streak = 0, 0, 0
-    elif probed >= ceiling:
-        # Past the ceiling but not yet at the level that broke: keep probing, with steps
-        # doubling while probes pass.
-        ceiling, streak = probed + 1, 2 * max(1, streak)
+        ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
+        target = clamp(min(math.floor(probed * tuning.max_growth), probed + ramp), params)
+    elif probed >= ceiling and probed < params.cmax:
+        # Past the ceiling but not yet above the level that broke: the pulse was the fresh
+        # evidence for its level, so the next probe, a step twice as big, starts at once.
+        chained = replace(
+            memory,
+            ceiling=probed + 1,
+            good_level=probed,
+            probe_backoff_s=tuning.probe_backoff_s[0],
+            probe_streak=2 * max(1, streak),
+        )
+        why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+        return start_pulse(tuning, state, chained, probed, now, params, why, pulse)
     return move(
         target,
         rising(target, params),
@@ -197,14 +233,22 @@ def back_off(
     params: PolicyParams,
 ) -> AdaptiveVerdict:
     """A failed probe: the probed level is the ceiling; a big step is retried smaller at once,
-    a step of one waits a doubled backoff."""
+    a step of one waits until its cost fits the budget.
+
+    A failed pulse costs the calls it had rejected; spending at most ``probe_budget`` of the
+    goodput on them gives the wait (within ``probe_backoff_s``): a queue far above one
+    invocation's worth probes often (recovery is found within seconds), a small one rarely.
+    """
     probed = memory.probe_base + memory.probe_step
     low, high = tuning.probe_backoff_s
     if memory.probe_step > 1:
         backoff = memory.probe_backoff_s or low
         next_probe_at = now
     else:
-        backoff = min(high, 2 * memory.probe_backoff_s if memory.probe_backoff_s else low)
+        span_s = max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
+        goodput = pulse.ok / span_s
+        cost = pulse.pressure
+        backoff = min(high, max(low, cost / (tuning.probe_budget * goodput) if goodput else high))
         next_probe_at = now + spread(tuning, state, now, backoff)
     verdict = (
         f"pressure {pulse.pressure_rate:.1%} at {probed}"

@@ -32,12 +32,14 @@ class Tuning:
     # Standard errors added to the pressure that sizes a cut.
     sizing_z: float = 1.0
     # Pulse probes: how long the raised cap stands, when and how patiently its invocations are
-    # judged, the pressure they may show, and the backoff (first, longest) after a failure.
+    # judged, the pressure they may show, the backoff (first, longest) after a failure, and the
+    # share of the goodput failed probes may cost.
     pulse_s: float = 1.0
     judge_after_s: float = 3.0
     judge_patience_s: float = 20.0
     probe_tolerance: float = 0.005
-    probe_backoff_s: tuple[float, float] = (5.0, 20.0)
+    probe_backoff_s: tuple[float, float] = (5.0, 30.0)
+    probe_budget: float = 0.01
     probe_jitter: float = 0.2
     # Latency: the rise over the no-load baseline that cuts (growth stops at half of it), and
     # the seconds of evidence (each with at least min_samples timed calls) it needs.
