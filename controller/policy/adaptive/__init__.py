@@ -84,7 +84,9 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         if probing.awaiting_telemetry(self, memory, pulse, now, params):
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
-        if probing.passed(self, pulse, evidence.stats, params):
+        if probing.passed(self, pulse, evidence.stats, params) and not latency.too_slow(
+            self, memory, pulse
+        ):
             return probing.commit(self, state, memory, pulse, now, params)
         failed = probing.back_off(self, state, memory, pulse, now, params)
         # A failed probe may have met a real overload at the base level: judge the base's own
@@ -122,7 +124,8 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         current, pressure = state.concurrency, stats.pressure_rate
         latencies = latency.second_latencies(stats, window, params)
         latency_rise = latency.rise(self, memory, latencies)
-        memory = latency.with_floor(memory, latencies)
+        memory = latency.with_floor(self, memory, latencies, latency_rise, current <= params.cmin)
+        latency_rise = latency.rise(self, memory, latencies)
         storm, sizing_pressure = sizing.latest_pressure(self, stats, window, params)
         # A few rejections over the whole evidence with a burst in its newest second are the
         # first reports of a storm, not a level just over the capacity.

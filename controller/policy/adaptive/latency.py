@@ -4,11 +4,16 @@ The level is the median, over the evidence's seconds of invocation starts, of ea
 mean call latency; only seconds with at least ``min_samples`` timed calls count, and at least
 ``latency_seconds`` of them are needed. A single slow call moves one second's mean, not the
 median, and a heavy tail that does not depend on load moves every second alike, so neither
-reads as a rise. The baseline is the lowest such second ever seen (the no-load latency, as
-far as the queue has shown it). At ``1 + latency_tolerance`` times the baseline the level
-is cut in proportion (Little's law: at the same throughput, the concurrency that fits is the
-one in use times baseline x (1 + tolerance / 2) / level); from ``1 + tolerance / 2`` growth
-stops.
+reads as a rise. The baseline is the lowest such second seen (the no-load latency, as far
+as the queue has shown it). At ``1 + latency_tolerance`` times the baseline the level is cut
+in proportion (Little's law: at the same throughput, the concurrency that fits is the one in
+use times baseline x (1 + tolerance / 2) / level); from ``1 + tolerance / 2`` growth stops,
+and a pulse probe whose calls are that slow fails.
+
+A latency that does not fall when the concurrency is cut, or that stays high at Cmin, does not
+come from load: the downstream itself slowed down (a brownout). The baseline moves up to it,
+so the queue is not held at its floor for a latency no concurrency would fix; timeouts, if
+they come, are pressure like 429s.
 """
 
 from __future__ import annotations
@@ -45,14 +50,33 @@ def rise(tuning: Tuning, memory: AdaptiveMemory, latencies: list[float]) -> floa
     return median / memory.latency_floor_ms
 
 
-def with_floor(memory: AdaptiveMemory, latencies: list[float]) -> AdaptiveMemory:
-    """The memory with its baseline lowered to the fastest second of the evidence."""
+def with_floor(
+    tuning: Tuning,
+    memory: AdaptiveMemory,
+    latencies: list[float],
+    latency_rise: float,
+    at_cmin: bool,
+) -> AdaptiveMemory:
+    """The memory with its baseline lowered to the fastest second of the evidence, or moved up
+    to the evidence's latency when that latency does not come from load (see the module)."""
     if not latencies:
         return memory
-    lowest = min(latencies)
-    if memory.latency_floor_ms <= 0 or lowest < memory.latency_floor_ms:
-        return replace(memory, latency_floor_ms=lowest)
-    return memory
+    floor = memory.latency_floor_ms
+    not_load = (memory.latency_cut_rise and latency_rise >= memory.latency_cut_rise * 0.9) or (
+        at_cmin and latency_rise >= 1.0 + tuning.latency_tolerance / 2
+    )
+    if not_load:
+        floor = floor * latency_rise
+    elif floor <= 0 or min(latencies) < floor:
+        floor = min(latencies)
+    return replace(memory, latency_floor_ms=floor, latency_cut_rise=0.0)
+
+
+def too_slow(tuning: Tuning, memory: AdaptiveMemory, stats: WindowStats) -> bool:
+    """``stats``' calls as a whole are slow enough to stop growth (a pulse probe's check)."""
+    mean = stats.mean_latency_ms
+    limit = memory.latency_floor_ms * (1.0 + tuning.latency_tolerance / 2)
+    return mean is not None and memory.latency_floor_ms > 0 and mean >= limit
 
 
 def cut(
@@ -88,6 +112,7 @@ def cut(
             probe_backoff_s=backoff,
             judge_at=0.0,
             probe_step=0,
+            latency_cut_rise=latency_rise,
         ),
         stats,
         breaches=breaches,

@@ -58,7 +58,9 @@ def in_use(tuning: Tuning, state: QueueState, stats: WindowStats, window: QueueW
         return _reachable(tuning, state, stats, float(state.concurrency))
     started = ramp_start(tuning, window, stats.until)
     if started is not None and stats.newest_event_time is not None:
-        climbed = tuning.poller_start + tuning.poller_ramp_per_s * (stats.newest_event_time - started)
+        climbed = tuning.poller_start + tuning.poller_ramp_per_s * (
+            stats.newest_event_time - started
+        )
         estimate = max(estimate, min(climbed, float(state.concurrency)))
     return _reachable(tuning, state, stats, estimate)
 
@@ -130,7 +132,12 @@ def cut(
     running = in_use(tuning, state, stats, window)
     onset = storm_onset(stats, window, params)
     proportional = math.floor(running * (1.0 - min(1.0, pressure + margin)))
-    if fresh:
+    if 2 * stats.timed_out > stats.pressure:
+        # Mostly timeouts: a downstream past its latency cliff fails every call however few
+        # too many there are, so the accepted share says nothing of the level that fits.
+        # Halve (at most), and cut again next settle period if it still times out.
+        proportional = max(proportional, math.floor(running * params.beta))
+    elif fresh:
         # A storm seen only in the newest seconds: their first reports come from the calls
         # made early in each second, which the downstream still accepted, so the share
         # understates it. Cut at least by beta.
@@ -198,7 +205,10 @@ def correction(
     ):
         return None
     before = window.stats(memory.cut_evidence_since, memory.cut_at)
-    if before.requests < tuning.correction_evidence * memory.cut_requests:
+    if (
+        before.requests < tuning.correction_evidence * memory.cut_requests
+        or 2 * before.timed_out > before.pressure
+    ):
         return None
     # The storm at full strength: its first second straddles the onset.
     pressure = max(
