@@ -1,5 +1,6 @@
 """Simulator targets on the shipped scenarios (behaviour pins at each scenario's own seed,
-not timing): issue 7's storms, and the control law's do-no-harm and latency scenarios.
+not timing): issue 7's storms, the demo, and the control law's do-no-harm and latency
+scenarios.
 
 Each scenario runs once per session under ``seed`` and ``queuemesh`` (the healthy ones under
 ``static`` too); the assertions read the scorecards. The pins are what the law reaches
@@ -25,22 +26,27 @@ SCENARIOS = [
     "noisy",
     "shared-downstream",
     "slow-recovery",
+    "long-recovery",
 ]
 # Below the floor no policy can meet drain and waste targets while capacity stays under what
 # Cmin sends; there the policy must protect the queue (no dead letters) and beat the seed rule.
 BELOW_FLOOR = "below-floor"
 # Healthy days: nothing to protect, the controller must be invisible.
 HEALTHY = ["ample-capacity", "steady-surges", "heavy-tail-latency"]
+# Overload that shows as latency and timeouts, not 429s.
+LATENCY = ["slow-database", "brownout"]
 
 
 @pytest.fixture(scope="module")
 def cards() -> dict[tuple[str, str], dict[str, Any]]:
     results = {}
-    for name in [*SCENARIOS, *HEALTHY, "slow-database"]:
+    for name in [*SCENARIOS, *HEALTHY, *LATENCY, "demo"]:
         scenario = load_scenario(name)
         policies = (
             (StaticPolicy(), QueueMeshPolicy())
             if name in HEALTHY
+            else (StaticPolicy(), SeedPolicy(), QueueMeshPolicy())
+            if name == "demo"
             else (SeedPolicy(), QueueMeshPolicy())
         )
         for policy in policies:
@@ -53,7 +59,7 @@ def test_capacity_drop_targets(cards: dict[tuple[str, str], dict[str, Any]]) -> 
     assert totals["dlq_messages"] == 0
     # Issue 12 asks 0.02: the first seconds' storm, no longer pre-empted by an attach cut that
     # cost healthy queues their drain, is about half of this.
-    assert totals["wasted_ratio"] <= 0.055
+    assert totals["wasted_ratio"] <= 0.05
     assert totals["drain_ratio"] is not None and totals["drain_ratio"] <= 1.15
 
 
@@ -63,8 +69,17 @@ def test_capacity_drop_targets(cards: dict[tuple[str, str], dict[str, Any]]) -> 
 def test_other_scenario_targets(name: str, cards: dict[tuple[str, str], dict[str, Any]]) -> None:
     totals = cards[(name, "queuemesh")]
     assert totals["dlq_messages"] == 0
-    assert totals["wasted_ratio"] <= 0.055
+    assert totals["wasted_ratio"] <= 0.06
     assert totals["drain_ratio"] is not None and totals["drain_ratio"] <= 1.3
+
+
+def test_the_demo_shows_the_storm_and_the_cure(
+    cards: dict[tuple[str, str], dict[str, Any]],
+) -> None:
+    static, mesh = cards[("demo", "static")], cards[("demo", "queuemesh")]
+    assert static["wasted_ratio"] >= 0.3 or static["dlq_messages"] > 0
+    assert mesh["wasted_ratio"] <= 0.05 and mesh["dlq_messages"] == 0
+    assert mesh["drain_ratio"] is not None and mesh["drain_ratio"] <= 1.1
 
 
 @pytest.mark.parametrize("name", HEALTHY)
@@ -77,12 +92,19 @@ def test_a_healthy_queue_drains_as_under_the_static_cap(
     assert mesh["age_p99_s"] <= 1.03 * static["age_p99_s"]
 
 
-def test_a_slowing_database_dead_letters_nothing(
+def test_a_slowing_database_dead_letters_nothing_and_rarely_times_out(
     cards: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     totals = cards[("slow-database", "queuemesh")]
     assert totals["dlq_messages"] == 0
+    assert totals["calls_timed_out"] <= 0.02 * totals["calls_total"]
     assert totals["drain_ratio"] is not None and totals["drain_ratio"] <= 1.3
+
+
+def test_a_brownout_costs_few_calls(cards: dict[tuple[str, str], dict[str, Any]]) -> None:
+    totals = cards[("brownout", "queuemesh")]
+    assert totals["dlq_messages"] == 0
+    assert totals["wasted_ratio"] <= 0.03
 
 
 def test_below_the_floor_the_queue_is_protected(
@@ -93,7 +115,7 @@ def test_below_the_floor_the_queue_is_protected(
     assert totals["messages_done"] == totals["messages_total"]
 
 
-@pytest.mark.parametrize("name", SCENARIOS)
+@pytest.mark.parametrize("name", [*SCENARIOS, *LATENCY, "demo"])
 def test_queuemesh_beats_the_seed_rule(
     name: str, cards: dict[tuple[str, str], dict[str, Any]]
 ) -> None:
