@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -43,7 +44,7 @@ def _paired_busy(seconds: list[tuple[int, Totals]]) -> list[tuple[int, float]]:
     """Each second with the mean concurrency of it and the next."""
     return [
         (first, (one.busy_ms + two.busy_ms) / 2000.0)
-        for (first, one), (_, two) in zip(seconds, seconds[1:], strict=False)
+        for (first, one), (_, two) in itertools.pairwise(seconds)
     ]
 
 
