@@ -168,7 +168,7 @@ def record_operator_change(
             last_evaluated_at=now,
             last_change_at=now if changed else current.last_change_at,
             # The controller's next scheduled tick looks at the queue, telemetry or not:
-            # a newly registered mapping is attached before any storm builds up.
+            # a newly registered mapping is decided before any telemetry arrives.
             wake_at=now,
         )
         transition = Transition(

@@ -99,6 +99,9 @@ class WindowStats(Totals):
 
     since: float
     until: float
+    # The first second of invocation starts the window held (``None``: no samples): a queue
+    # younger than the span has run only since then.
+    first_second: float | None = None
 
     def in_use(self, span_s: float) -> float | None:
         """Concurrency really in use over ``span_s`` seconds: busy time / elapsed time."""
@@ -142,7 +145,14 @@ class QueueWindow:
             # change must not be judged under it.
             if since <= key < until:
                 stats.add(bucket)
+                if stats.first_second is None or key < stats.first_second:
+                    stats.first_second = key
         return stats
+
+    def seconds(self, since: float, until: float) -> list[tuple[int, Totals]]:
+        """The one-second buckets starting in ``[since, until)`` with their seconds, oldest
+        first (read only)."""
+        return [(key, self._buckets[key]) for key in sorted(self._buckets) if since <= key < until]
 
     def _prune(self, horizon: float) -> None:
         cutoff = math.floor(horizon)

@@ -155,15 +155,16 @@ def test_emf_in_cloudwatch_logs_moves_the_mapping(
     assert audit.reason.startswith("HTTP 429 breach: Error rate 30.0% >= T1 (5.0%).")
 
 
-def test_the_default_algorithm_attaches_at_a_modest_level(aws: str) -> None:
-    """The deployed default (adaptive) takes a mapping it has never decided down from its cap
-    at once, before the storm can build, and the ledger agrees with the mapping."""
+def test_the_default_algorithm_cuts_a_storm_to_what_runs(aws: str) -> None:
+    """The deployed default (adaptive) cuts a mapping it has never decided from its cap to the
+    accepted share of the invocations the poller can have started (no attach cut before
+    the storm), and the ledger agrees with the mapping."""
     esm, stream_arn = deploy_pipeline()
     response = controller_handler.handler(put_storm(stream_arn), LambdaContext())
     assert response == {"batchItemFailures": []}
     mapping = boto3.client("lambda").get_event_source_mapping(UUID=esm)
     state = DynamoLedger(TABLE).get_states(["orders"])["orders"]
-    assert mapping["ScalingConfig"]["MaximumConcurrency"] == state.concurrency == 5
+    assert mapping["ScalingConfig"]["MaximumConcurrency"] == state.concurrency < 100
     [audit] = DynamoLedger(TABLE).audit_trail("orders")
-    assert (audit.previous_value, audit.new_value) == (100, 5)
-    assert audit.reason.startswith("Attaching: first decision for this queue")
+    assert (audit.previous_value, audit.new_value) == (100, state.concurrency)
+    assert audit.reason.startswith("Overload: pressure 30.0% >= T1 (5.0%)")

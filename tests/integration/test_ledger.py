@@ -106,7 +106,7 @@ def test_commit_round_trips_state_with_memory(ledger: DynamoLedger | InMemoryLed
         enabled=False,
         wake_at=T0 + 15.0,
         algorithm="adaptive",
-        memory=AdaptiveMemory(ceiling=51, good_level=40, probe_backoff_s=20.5, cut_at=T0),
+        memory=AdaptiveMemory(ceiling=51, broke_at=80, good_level=40, probe_backoff_s=20.5),
     )
 
     stored = ledger.commit(state, audit())

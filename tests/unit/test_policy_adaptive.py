@@ -53,10 +53,20 @@ def test_it_is_registered_and_keeps_the_original_rule_available() -> None:
     assert "aimd" in ALGORITHMS
 
 
-def test_a_new_queue_is_attached_at_a_modest_level_at_once() -> None:
+def test_a_new_queue_is_not_cut_before_any_pressure() -> None:
+    # Attaching to a mapping at 100 with nothing known: the poller's ramp is left alone.
     decision = decide(ALGORITHM, state(100), config(), QueueWindow(), 1000.0, PARAMS)
-    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 5)
-    assert decision.reason.startswith("Attaching")
+    assert (decision.action, decision.target) == (Action.HOLD, 100)
+
+
+def test_a_healthy_queue_is_never_cut_below_its_use() -> None:
+    # 40 invocations busy all the time under a cap of 50, every call answered: no cut, ever,
+    # whatever the clean evidence looks like from one decision to the next.
+    current = attached(50)
+    window = window_of(*steady(900, 100, 40, ok=10))
+    for now in range(905, 1000, 3):
+        current, decision = run(current, window, float(now))
+        assert decision.target >= 50, decision.reason
 
 
 def test_no_telemetry_since_the_last_change_holds() -> None:
@@ -85,7 +95,7 @@ def test_clean_and_fully_used_it_grows_and_idle_it_holds() -> None:
 
 
 def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
-    current = attached(8, ceiling=9)
+    current = attached(8, ceiling=9, broke_at=12)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, raised = run(current, window, 992.0)
     assert (raised.action, raised.target) == (Action.ADDITIVE_INCREASE, 9)
@@ -96,8 +106,12 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     for document in steady(992, 8, 11, ok=10):
         window.add(document)
     current, verdict = run(current, window, 999.5)
-    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 9)
-    assert memory_of(current).ceiling == 10
+    # Clean at 9 (below the level that broke): 9 is the level, and the next probe, a step
+    # twice as big, starts at once from it.
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 11)
+    assert (memory_of(current).probe_base, memory_of(current).ceiling) == (9, 10)
+    current, reverted = run(current, window, 999.5 + 2 * ALGORITHM.pulse_s)
+    assert reverted.target == 9
 
 
 def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
@@ -146,7 +160,7 @@ def test_memory_kept_under_another_algorithm_is_not_read() -> None:
     assert probed.target == 9  # a pulse probe just under the remembered ceiling
     foreign = near_ceiling.evolve(algorithm="aimd")
     grown = decide(ALGORITHM, foreign, config(), window, 992.0, PARAMS)
-    assert grown.target == 8 * ALGORITHM.first_growth  # no ceiling known: a first growth
+    assert grown.target == 8 * ALGORITHM.max_growth  # no ceiling known: full speed
     assert grown.new_state.algorithm == "adaptive"
     assert memory_of(grown.new_state).ceiling == 0
 
@@ -158,3 +172,185 @@ def test_growth_waits_out_retry_after() -> None:
     assert (decision.action, decision.target) == (Action.HOLD, 10)
     assert "Retry-After" in decision.reason
     assert decision.new_state.memory == held.memory
+
+
+def latency_samples(
+    start: float, seconds: int, per_second: int, latency_ms: float, slow: float = 0.0
+) -> list[Sample]:
+    """Invocations of 10 calls answered 2xx, each call taking ``latency_ms`` (the first call of
+    the run ``slow`` ms more)."""
+    documents = []
+    for second in range(seconds):
+        for index in range(per_second):
+            extra = slow if second == 0 and index == 0 else 0.0
+            busy = 10 * latency_ms + extra
+            documents.append(
+                Sample(
+                    queue="orders",
+                    event_time=start + second + busy / 1000.0,
+                    requests=10,
+                    ok=10,
+                    latency_ms_sum=busy,
+                    latency_count=10,
+                    invocation_ms=busy,
+                )
+            )
+    return documents
+
+
+def test_a_clean_level_at_the_ceiling_that_broke_expires_it_and_growth_reaches_the_cap() -> None:
+    # Cut from 40 to 9 (ceiling 10); the capacity is back. Probes pass up to 40, then the
+    # ceiling is gone and growth keeps up with the poller: the cap within a bounded number of
+    # decisions.
+    current = attached(9, at=0.0, ceiling=10, broke_at=40)
+    now = 1000.0
+    for _ in range(40):
+        window = window_of(*steady(now - 30, 30, current.concurrency + 2, ok=10))
+        current, _ = run(current, window, now)
+        now += 3.0
+        if current.concurrency == PARAMS.cmax:
+            break
+    assert current.concurrency == PARAMS.cmax
+    assert memory_of(current).ceiling == 0
+
+
+def test_a_latency_rise_cuts_before_any_timeout() -> None:
+    current = attached(40, at=0.0)
+    calm = window_of(*latency_samples(900, 30, 4, 50.0))
+    current, held = run(current, calm, 931.0)
+    assert held.target == 40 and memory_of(current).latency_floor_ms > 0
+    slow = window_of(*latency_samples(940, 30, 4, 150.0))
+    current, cut = run(current, slow, 971.0)
+    assert cut.action is Action.MULTIPLICATIVE_DECREASE and cut.target < 40
+    assert cut.reason.startswith("Latency overload")
+
+
+def test_a_single_slow_call_and_a_steady_heavy_tail_do_not_cut() -> None:
+    current = attached(40, at=0.0)
+    calm = window_of(*latency_samples(900, 30, 4, 50.0))
+    current, _ = run(current, calm, 931.0)
+    one_slow = window_of(*latency_samples(940, 30, 4, 50.0, slow=30_000.0))
+    _, decision = run(current, one_slow, 971.0)
+    assert decision.target >= 30, decision.reason
+    # Heavy-tailed but load-independent: every second's mean alike, a few far out.
+    tail = [
+        document
+        for second in range(30)
+        for document in latency_samples(
+            980 + second, 1, 4, 50.0, slow=3_000.0 if second % 7 == 0 else 0.0
+        )
+    ]
+    _, decision = run(current, window_of(*tail), 1011.0)
+    assert decision.target >= 30, decision.reason
+
+
+def storm_seconds(start: int, per_second: int, ok: int, throttled: int) -> list[Sample]:
+    """``per_second`` invocations of 800 ms started in second ``start``."""
+    return [
+        sample(at=start + 0.9, ok=ok, throttled=throttled, invocation_ms=800)
+        for _ in range(per_second)
+    ]
+
+
+def test_a_cut_on_a_storm_s_first_reports_is_corrected_on_the_rest() -> None:
+    # At 20 and saturated; the capacity falls at 1000. The first reports of the storm (the
+    # calls made early in second 1000) show 20% rejected: a cut by at least beta, to 10.
+    current = attached(20, at=0.0)
+    window = window_of(*steady(960, 40, 20, ok=10))
+    for document in storm_seconds(1000, 10, ok=8, throttled=2):
+        window.add(document)
+    current, first = run(current, window, 1002.0)
+    assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 10)
+    # The rest of the invocations that started before the cut report 80-90% rejected: the cut
+    # is made again on them at once, without waiting for evidence from after it.
+    for document in storm_seconds(1000, 10, ok=1, throttled=9):
+        window.add(document)
+    for document in storm_seconds(1001, 20, ok=2, throttled=8):
+        window.add(document)
+    _, corrected = run(current, window, 1003.0)
+    assert corrected.action is Action.MULTIPLICATIVE_DECREASE
+    assert corrected.target <= 4 and corrected.reason.startswith("Correcting the cut")
+    # Too late for a correction: the reports are older than the cut's correction period.
+    _, late = run(current, window, 1002.0 + ALGORITHM.correction_s + 1.0)
+    assert late.action is Action.HOLD
+
+
+def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_reports() -> None:
+    # A mapping at 100 the poller is still climbing (5 more a second): the reports show about
+    # 25 running on average, the poller runs 50 or more by now. The cut starts from what runs
+    # (the reports' average would cut to about 17).
+    current = attached(100, at=0.0)
+    documents = [
+        sample(at=980 + second + 0.9, ok=10, invocation_ms=800)
+        for second in range(10)
+        for _ in range(5 + 5 * second)
+    ]
+    window = window_of(*documents)
+    for document in storm_seconds(990, 20, ok=7, throttled=3):
+        window.add(document)
+    _, decision = run(current, window, 992.0)
+    assert decision.action is Action.MULTIPLICATIVE_DECREASE
+    assert decision.target >= 30, decision.reason
+
+
+def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
+    def backoff_after(throttled: int) -> float:
+        current = attached(8, ceiling=9)
+        window = window_of(*steady(960, 30, 10, ok=10))
+        current, _ = run(current, window, 992.0)
+        current, _ = run(current, window, 993.0)
+        for document in steady(992, 1, 11, ok=10 - throttled, throttled=throttled):
+            window.add(document)
+        for document in steady(993, 7, 10, ok=10):
+            window.add(document)
+        current, verdict = run(current, window, 999.5)
+        assert verdict.action is Action.HOLD and memory_of(current).ceiling == 9
+        return memory_of(current).probe_backoff_s
+
+    low, high = ALGORITHM.probe_backoff_s
+    assert low <= backoff_after(1) < backoff_after(3) <= high
+
+
+def test_a_probe_whose_calls_slow_down_fails_without_any_rejection() -> None:
+    current = attached(8, ceiling=9, latency_floor_ms=50.0)
+    window = window_of(*latency_samples(960, 32, 16, 50.0))
+    current, raised = run(current, window, 992.0)
+    assert raised.target == 9
+    current, _ = run(current, window, 993.0)
+    for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
+        window.add(document)
+    current, verdict = run(current, window, 999.5)
+    assert (verdict.action, verdict.target) == (Action.HOLD, 8)
+    assert verdict.reason.startswith("Probe failed")
+
+
+def test_a_latency_that_stays_high_at_cmin_moves_the_baseline() -> None:
+    # A brownout: the downstream answers three times slower however little it is sent. At Cmin
+    # the latency is not load: the baseline moves up and the queue may grow again.
+    current = attached(PARAMS.cmin, at=0.0, latency_floor_ms=50.0)
+    window = window_of(*latency_samples(960, 30, 2, 150.0))
+    current, decision = run(current, window, 991.0)
+    assert memory_of(current).latency_floor_ms >= 140.0
+    assert decision.target >= PARAMS.cmin and "Latency" not in decision.reason
+
+
+def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
+    # Past a latency cliff every call times out: the accepted share (0) says nothing of the
+    # level that fits.
+    current = attached(40, at=0.0)
+    window = window_of(*steady(960, 30, 40, ok=10))
+    for second in (992, 993):
+        for _ in range(40):
+            window.add(
+                Sample(
+                    queue="orders",
+                    event_time=second + 0.9,
+                    requests=10,
+                    timed_out=10,
+                    latency_ms_sum=10_000.0,
+                    latency_count=10,
+                    invocation_ms=800,
+                )
+            )
+    _, decision = run(current, window, 995.0)
+    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 20)

@@ -164,7 +164,7 @@ def test_seed_halves_on_a_storm_and_adds_alpha_when_clean() -> None:
 
 def test_queuemesh_runs_the_real_controller_and_the_poller_follows_its_mapping() -> None:
     policy = QueueMeshPolicy()
-    result = simulate(tiny(backlog=6000, capacity_rps=[[0, 1000], [20, 50]]), policy)
+    result = simulate(tiny(backlog=12000, capacity_rps=[[0, 1000], [20, 50]]), policy)
     trail = policy.ledger.audit_trail("q")
     actions = [entry.action for entry in trail]
     assert "REGISTER" in actions

@@ -2,16 +2,20 @@
 
 Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md):
 
-- **Attach modestly.** A mapping first seen at a high cap is set to a modest level (its last
-  known good level, else ``start_level``) before the poller's ramp turns into a storm.
+- **Do no harm.** A queue is never cut below the concurrency in use without pressure: a mapping
+  first seen is left to the poller's ramp, and a healthy queue under its cap is held.
 - **Cut in proportion** (``sizing``). On pressure at or above T1 the target is the concurrency
   really in use (busy time / elapsed time from the invocations' durations, or the cap when the
   poller fills it) times the accepted share, which lands near the fitting level in one step.
 - **Judge only fresh evidence.** Every verdict on the queue's telemetry uses the shared guards'
   vetted evidence: invocations that started after the last change (plus the settle margin).
 - **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``
-  and the allowance actually in use; near the remembered ceiling (the last level that broke)
-  growth is by pulse probes, which judge only the invocations that started during the pulse.
+  and the allowance actually in use, and then keeps up with the poller's ramp (at most
+  doubling a step). Near the remembered ceiling growth is by pulse probes, which judge only the
+  invocations that started during the pulse; clean at the level that broke, the ceiling
+  expires and growth returns to full speed.
+- **Latency** (``latency``). A rise of the evidence's per-second latency over the no-load
+  baseline by ``latency_tolerance`` cuts in proportion, before client timeouts come.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
   is disabled for a bounded, growing period, then tested with a short pulse at Cmin.
 
@@ -23,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from controller.model import QueueState, QueueStateName
-from controller.policy.adaptive import pausing, probing, sizing
+from controller.policy.adaptive import latency, pausing, probing, sizing
 from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import LimitAlgorithm, refused
@@ -56,6 +60,9 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
     ) -> AdaptiveVerdict:
         if memory.paused_until > 0:
             return pausing.while_paused(self, state, memory, window, now, params)
+        corrected = sizing.correction(self, state, memory, window, now, params)
+        if corrected is not None:
+            return corrected
         if memory.probe_until > 0:
             if now >= memory.probe_until:
                 return probing.end_pulse(self, state, memory, now)
@@ -77,7 +84,9 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         if probing.awaiting_telemetry(self, memory, pulse, now, params):
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
-        if probing.passed(self, pulse, evidence.stats, params):
+        if probing.passed(self, pulse, evidence.stats, params) and not latency.too_slow(
+            self, memory, pulse
+        ):
             return probing.commit(self, state, memory, pulse, now, params)
         failed = probing.back_off(self, state, memory, pulse, now, params)
         # A failed probe may have met a real overload at the base level: judge the base's own
@@ -97,10 +106,6 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         now: float,
         params: PolicyParams,
     ) -> AdaptiveVerdict:
-        if state.last_change_at == 0 and memory.good_level == 0:
-            attach = sizing.attach(self, state, memory, params)
-            if attach is not None:
-                return attach
         if evidence.refusal is not None:
             return refused(state, memory, evidence.refusal)
         return self._judge(state, memory, evidence.stats, window, now, params)
@@ -117,6 +122,10 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         """The queue's own evidence, in order: overload (cut, or pause at Cmin), a level just
         over the capacity (trim), the band between, then growth while clean and used."""
         current, pressure = state.concurrency, stats.pressure_rate
+        latencies = latency.second_latencies(stats, window, params)
+        latency_rise = latency.rise(self, memory, latencies)
+        memory = latency.with_floor(self, memory, latencies, latency_rise, current <= params.cmin)
+        latency_rise = latency.rise(self, memory, latencies)
         storm, sizing_pressure = sizing.latest_pressure(self, stats, window, params)
         # A few rejections over the whole evidence with a burst in its newest second are the
         # first reports of a storm, not a level just over the capacity.
@@ -124,7 +133,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         if max(pressure, storm) >= params.t1 or beginning:
             if current > params.cmin:
                 latest = max(storm, sizing_pressure)
-                return sizing.cut(self, state, memory, stats, now, params, latest)
+                return sizing.cut(self, state, memory, stats, now, params, window, latest)
             if pressure >= pausing.pause_above(self, params):
                 return pausing.pause(self, state, memory, stats, now)
             return hold(
@@ -134,6 +143,8 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
+        if latency_rise >= 1.0 + self.latency_tolerance and current > params.cmin:
+            return latency.cut(self, state, memory, stats, now, params, window, latency_rise)
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
         if (
@@ -147,6 +158,14 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
                 state,
                 f"Within band: pressure {pressure:.1%} < T1 ({params.t1:.1%}) but not under "
                 f"{self.grow_below:.1%}; holding at {current}.",
+                memory,
+                stats,
+            )
+        if latency_rise >= 1.0 + self.latency_tolerance / 2:
+            return hold(
+                state,
+                f"Latency {latency_rise:.2f}x the no-load latency: not growing; holding at "
+                f"{current}.",
                 memory,
                 stats,
             )

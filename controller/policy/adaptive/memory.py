@@ -17,8 +17,10 @@ class AdaptiveMemory:
     Zero means "not set" throughout: a fresh record is a queue never decided.
     """
 
-    # The lowest level known to break (probes near it are pulses), and the last clean one.
+    # The lowest level known to break (probes near it are pulses), the level whose overload
+    # set it (clean there again: that overload is over), and the last clean level.
     ceiling: int = 0
+    broke_at: int = 0
     good_level: int = 0
     # The pulse probe in progress: the level it raises from, by how much, and its timeline.
     probe_base: int = 0
@@ -32,9 +34,16 @@ class AdaptiveMemory:
     probe_streak: int = 0
     probe_backoff_s: float = 0.0
     next_probe_at: float = 0.0
-    # The level that was good before the last cut, to grow back to, and when that cut was.
-    plateau: int = 0
+    # The last cut, for its correction: when it was made, where its evidence began, how many
+    # calls it was sized on, and the invocations in use it was sized from.
     cut_at: float = 0.0
+    cut_evidence_since: float = 0.0
+    cut_requests: int = 0
+    cut_running: float = 0.0
+    # The no-load baseline (ms): the lowest mean call latency of a second seen; and the rise
+    # over it that made the last latency cut (0: none to check).
+    latency_floor_ms: float = 0.0
+    latency_cut_rise: float = 0.0
     # Pausing below the floor: the current period, and when it ends.
     pause_s: float = 0.0
     paused_until: float = 0.0

@@ -35,31 +35,16 @@ def grow(
     now: float,
     params: PolicyParams,
 ) -> AdaptiveVerdict:
-    """Below any level known to break: grow by real steps, fast before the queue's first
-    overload, gently after it, halving the gap to a known ceiling. A step that breaks is cut
-    in proportion."""
+    """Below any level known to break: keep up with the poller's own ramp (it adds
+    ``poller_ramp_per_s`` invocations a second while messages wait, so a cap growing slower
+    than that is what holds a healthy backlog back), at most ``max_growth`` times the level in
+    one step; under a known ceiling, halve the gap to it. A step that breaks is cut in
+    proportion."""
     current, ceiling = state.concurrency, memory.ceiling
-    factor = tuning.first_growth if memory.probe_backoff_s == 0 else tuning.growth
-    target = max(current + 1, math.floor(current * factor))
+    ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - state.last_change_at))
+    target = max(current + 1, min(math.floor(current * tuning.max_growth), current + ramp))
     if ceiling:
         target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
-    remembered = replace(memory, good_level=current)
-    if memory.plateau > current:
-        # Capacity has come back past the ceiling the last cut left: grow back towards the
-        # level that was good before that cut, the more boldly the longer ago the cut was (a
-        # probe that passes soon after it more likely shows a cut that went too deep), at most
-        # doubling. The level above the plateau broke then: probe it only after the longest
-        # backoff.
-        boldness = min(1.0, max(0.0, now - memory.cut_at) / tuning.plateau_ramp_s)
-        step = max(1, math.ceil((memory.plateau - current) * boldness))
-        target = min(memory.plateau, 2 * current, current + step)
-        if target == memory.plateau:
-            longest = tuning.probe_backoff_s[1]
-            remembered = replace(
-                remembered,
-                probe_backoff_s=longest,
-                next_probe_at=now + spread(tuning, state, now, longest),
-            )
     target = clamp(target, params)
     if target <= current:
         return hold(state, f"At the ceiling ({ceiling}); holding at {current}.", memory)
@@ -69,7 +54,7 @@ def grow(
         rising(target, params),
         f"Clean: pressure {stats.pressure_rate:.1%} < {tuning.grow_below:.1%} with the "
         f"allowance in use, {limit}. Scaled from {current} -> {target}.",
-        remembered,
+        replace(memory, good_level=current),
         stats,
         breaches=0,
     )
@@ -95,22 +80,46 @@ def probe(
             good,
             stats,
         )
-    step = max(1, min(memory.probe_streak, math.floor(current * (tuning.growth - 1.0))))
-    target = clamp(current + step, params)
-    # The poller adds a few invocations per second: a bigger step needs a longer pulse.
-    pulse = tuning.pulse_s + (step - 1) / tuning.poller_ramp_per_s
+    return start_pulse(
+        tuning,
+        state,
+        good,
+        current,
+        now,
+        params,
+        f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}",
+        stats,
+    )
+
+
+def start_pulse(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    base: int,
+    now: float,
+    params: PolicyParams,
+    why: str,
+    stats: WindowStats,
+) -> AdaptiveVerdict:
+    """Raise the cap above ``base`` for about one invocation time (by a step that doubles while
+    probes pass), then back to ``base``."""
+    step = max(1, min(memory.probe_streak, math.floor(base * tuning.probe_growth)))
+    target = clamp(base + step, params)
+    # The poller adds a few invocations per second: a bigger raise needs a longer pulse.
+    pulse = tuning.pulse_s + (target - state.concurrency - 1) / tuning.poller_ramp_per_s
     return move(
         target,
         rising(target, params),
-        f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}; "
-        f"raising to {target} for {pulse:.1f}s, then back to {current} until the probe's "
-        "invocations are judged.",
+        f"{why}; raising to {target} for {pulse:.1f}s, then back to {base} until the "
+        "probe's invocations are judged.",
         replace(
-            good,
-            probe_base=current,
-            probe_step=target - current,
+            memory,
+            probe_base=base,
+            probe_step=target - base,
             probe_started_at=now,
             probe_until=now + pulse,
+            judge_at=0.0,
         ),
         stats,
         breaches=0,
@@ -170,24 +179,38 @@ def commit(
     """A passed probe: the probed level becomes the level."""
     probed = memory.probe_base + memory.probe_step
     target = clamp(probed, params)
-    ceiling, streak, plateau = memory.ceiling, memory.probe_streak, memory.plateau
-    if probed >= ceiling:
-        # The ceiling was stale (capacity came back). Grow by real steps back to the level
-        # that was good before the last cut, if above; else keep probing, with steps doubling
-        # while probes pass.
-        if plateau > probed:
-            ceiling, streak = plateau + 1, 0
-        else:
-            ceiling, streak, plateau = probed + 1, 2 * max(1, streak), 0
+    ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
+    expired = probed > max(ceiling, broke_at)
+    if expired:
+        # Clean above the level whose overload set the ceiling (one pulse clean at that level
+        # may be luck): that overload is over. Forget the ceiling and grow at full speed again
+        # (a new overload sets a new one), from the probe's start: its invocations are the
+        # fresh evidence a first step would wait for.
+        ceiling, broke_at, streak = 0, 0, 0
+        ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
+        target = clamp(min(math.floor(probed * tuning.max_growth), probed + ramp), params)
+    elif probed >= ceiling and probed < params.cmax:
+        # Past the ceiling but not yet above the level that broke: the pulse was the fresh
+        # evidence for its level, so the next probe, a step twice as big, starts at once.
+        chained = replace(
+            memory,
+            ceiling=probed + 1,
+            good_level=probed,
+            probe_backoff_s=tuning.probe_backoff_s[0],
+            probe_streak=2 * max(1, streak),
+        )
+        why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+        return start_pulse(tuning, state, chained, probed, now, params, why, pulse)
     return move(
         target,
         rising(target, params),
-        f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}. "
+        f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+        f"{'; the ceiling has expired' if expired else ''}. "
         f"Scaled from {state.concurrency} -> {target}.",
         replace(
             memory,
             ceiling=ceiling,
-            plateau=plateau,
+            broke_at=broke_at,
             good_level=target,
             probe_backoff_s=tuning.probe_backoff_s[0],
             probe_streak=streak,
@@ -210,14 +233,22 @@ def back_off(
     params: PolicyParams,
 ) -> AdaptiveVerdict:
     """A failed probe: the probed level is the ceiling; a big step is retried smaller at once,
-    a step of one waits a doubled backoff."""
+    a step of one waits until its cost fits the budget.
+
+    A failed pulse costs the calls it had rejected; spending at most ``probe_budget`` of the
+    goodput on them gives the wait (within ``probe_backoff_s``): a queue far above one
+    invocation's worth probes often (recovery is found within seconds), a small one rarely.
+    """
     probed = memory.probe_base + memory.probe_step
     low, high = tuning.probe_backoff_s
     if memory.probe_step > 1:
         backoff = memory.probe_backoff_s or low
         next_probe_at = now
     else:
-        backoff = min(high, 2 * memory.probe_backoff_s if memory.probe_backoff_s else low)
+        span_s = max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
+        goodput = pulse.ok / span_s
+        cost = pulse.pressure
+        backoff = min(high, max(low, cost / (tuning.probe_budget * goodput) if goodput else high))
         next_probe_at = now + spread(tuning, state, now, backoff)
     verdict = (
         f"pressure {pulse.pressure_rate:.1%} at {probed}"
@@ -231,6 +262,7 @@ def back_off(
         replace(
             memory,
             ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
+            broke_at=probed,
             probe_backoff_s=backoff,
             probe_streak=0,
             next_probe_at=next_probe_at,

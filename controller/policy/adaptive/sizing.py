@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -11,7 +12,7 @@ from controller.policy.adaptive.probing import spread
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
+from controller.window import QueueWindow, Totals, WindowStats
 
 
 def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
@@ -19,7 +20,7 @@ def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
     if not stats.timed_samples or stats.newest_event_time is None:
         return None
     mean_s = stats.busy_ms / stats.timed_samples / 1000.0
-    first_start = math.ceil(stats.since)
+    first_start = max(math.ceil(stats.since), stats.first_second or -math.inf)
     last_start = stats.newest_event_time - mean_s
     span = last_start - first_start + mean_s
     if span < min_span_s:
@@ -27,15 +28,58 @@ def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
     return stats.busy_ms / 1000.0 / span
 
 
-def in_use(tuning: Tuning, state: QueueState, stats: WindowStats) -> float:
+def peak_concurrency(stats: WindowStats, window: QueueWindow) -> float | None:
+    """The most invocations running at once over the evidence, by Little's law per second.
+
+    Invocations started in one second, times their durations, are the concurrency of that
+    second (``busy_ms`` of its bucket). Taken over pairs of seconds (start times fall unevenly
+    between seconds) and the highest pair: the newest seconds are still being reported and
+    read low, and a poller still ramping runs more now than on average over the evidence.
+    """
+    pairs = _paired_busy(window.seconds(stats.since, stats.until))
+    return max(busy for _, busy in pairs) if pairs else None
+
+
+def _paired_busy(seconds: list[tuple[int, Totals]]) -> list[tuple[int, float]]:
+    """Each second with the mean concurrency of it and the next."""
+    return [
+        (first, (one.busy_ms + two.busy_ms) / 2000.0)
+        for (first, one), (_, two) in itertools.pairwise(seconds)
+    ]
+
+
+def in_use(tuning: Tuning, state: QueueState, stats: WindowStats, window: QueueWindow) -> float:
     """Invocations really running, from their durations; the cap once they fill it.
 
-    Telemetry of the last seconds is still arriving, so a short span under-counts: the
-    estimate is trusted only over ``estimate_span_s`` and only to say "well under the cap".
+    A poller still climbing runs more now than its newest reports show: from the last second
+    it ran no more than it starts with, it adds ``poller_ramp_per_s`` a second.
     """
-    estimate = busy_concurrency(stats, tuning.estimate_span_s)
+    estimate = peak_concurrency(stats, window)
     if estimate is None or estimate >= tuning.saturated_share * state.concurrency:
-        estimate = float(state.concurrency)
+        return _reachable(tuning, state, stats, float(state.concurrency))
+    started = ramp_start(tuning, window, stats.until)
+    if started is not None and stats.newest_event_time is not None:
+        climbed = tuning.poller_start + tuning.poller_ramp_per_s * (
+            stats.newest_event_time - started
+        )
+        estimate = max(estimate, min(climbed, float(state.concurrency)))
+    return _reachable(tuning, state, stats, estimate)
+
+
+def ramp_start(tuning: Tuning, window: QueueWindow, until: float) -> float | None:
+    """The newest second before the busiest one in which the queue ran no more than the
+    poller's first two steps (``None``: it ran more than that throughout the window)."""
+    pairs = _paired_busy(window.seconds(-math.inf, until))
+    if not pairs:
+        return None
+    peak = max(range(len(pairs)), key=lambda index: pairs[index][1])
+    for second, busy in reversed(pairs[: peak + 1]):
+        if busy <= 2 * tuning.poller_start:
+            return second
+    return None
+
+
+def _reachable(tuning: Tuning, state: QueueState, stats: WindowStats, estimate: float) -> float:
     # After a raise the poller climbs a few invocations per second: the newest evidence
     # cannot have run more than that ramp allows.
     if state.previous_concurrency < state.concurrency and stats.newest_event_time is not None:
@@ -68,24 +112,6 @@ def latest_pressure(
     return (pressure if clear else 0.0), sizing
 
 
-def attach(
-    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, params: PolicyParams
-) -> AdaptiveVerdict | None:
-    """A queue never decided is set to a modest level at once, before any storm builds up
-    (``None``: it is there already)."""
-    start = clamp(tuning.start_level, params)
-    if state.concurrency <= start:
-        return None
-    return move(
-        start,
-        QueueStateName.RECOVERING,
-        f"Attaching: first decision for this queue; starting at {start} rather than "
-        f"{state.concurrency} and growing while clean. Scaled from {state.concurrency} -> "
-        f"{start}.",
-        replace(memory, good_level=start),
-    )
-
-
 def cut(
     tuning: Tuning,
     state: QueueState,
@@ -93,6 +119,7 @@ def cut(
     stats: WindowStats,
     now: float,
     params: PolicyParams,
+    window: QueueWindow,
     latest_pressure: float,
 ) -> AdaptiveVerdict:
     """Cut to the accepted share of the invocations in use, and remember the level above as
@@ -103,9 +130,15 @@ def cut(
     # Size the cut on a pessimistic share: a decision on a few dozen calls would otherwise
     # under-cut and need a second cut a settle period later, the storm going on meanwhile.
     margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, stats.requests))
-    running = in_use(tuning, state, stats)
+    running = in_use(tuning, state, stats, window)
+    onset = storm_onset(stats, window, params)
     proportional = math.floor(running * (1.0 - min(1.0, pressure + margin)))
-    if fresh:
+    if 2 * stats.timed_out > stats.pressure:
+        # Mostly timeouts: a downstream past its latency cliff fails every call however few
+        # too many there are, so the accepted share says nothing of the level that fits.
+        # Halve (at most), and cut again next settle period if it still times out.
+        proportional = max(proportional, math.floor(running * params.beta))
+    elif fresh:
         # A storm seen only in the newest seconds: their first reports come from the calls
         # made early in each second, which the downstream still accepted, so the share
         # understates it. Cut at least by beta.
@@ -117,8 +150,11 @@ def cut(
     remembered = replace(
         memory,
         ceiling=target + 1,
-        plateau=_plateau_after_cut(state, memory, target),
+        broke_at=current,
         cut_at=now,
+        cut_evidence_since=onset,
+        cut_requests=window.stats(onset, stats.until).requests,
+        cut_running=running,
         probe_streak=0,
         next_probe_at=now + spread(tuning, state, now, backoff),
         probe_backoff_s=backoff,
@@ -134,6 +170,70 @@ def cut(
         remembered,
         stats,
         breaches=breaches,
+        wake_at=0.0,
+    )
+
+
+def storm_onset(stats: WindowStats, window: QueueWindow, params: PolicyParams) -> float:
+    """The first second of the evidence whose invocations met pressure at T1 or above (the
+    evidence's start when none did)."""
+    for second, bucket in window.seconds(stats.since, stats.until):
+        if bucket.requests and bucket.pressure_rate >= params.t1:
+            return float(second)
+    return stats.since
+
+
+def correction(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    window: QueueWindow,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict | None:
+    """A cut sized on a storm's first reports, made again on all of them.
+
+    The first reports of a storm come from the calls made early in each second, which the
+    downstream still accepted: a cut on them falls short, and waiting for evidence from after
+    it costs a settle period of the storm. The invocations that started before the cut keep
+    reporting; once they hold ``correction_evidence`` times the calls the cut was sized on,
+    their accepted share sizes the cut again (``None``: none due, or the cut was deep enough).
+    """
+    if not (
+        memory.cut_at > 0
+        and state.last_change_at == memory.cut_at
+        and now - memory.cut_at <= tuning.correction_s
+    ):
+        return None
+    before = window.stats(memory.cut_evidence_since, memory.cut_at)
+    if (
+        before.requests < tuning.correction_evidence * memory.cut_requests
+        or 2 * before.timed_out > before.pressure
+    ):
+        return None
+    # The storm at full strength: its first second straddles the onset.
+    pressure = max(
+        [before.pressure_rate]
+        + [
+            bucket.pressure_rate
+            for _, bucket in window.seconds(memory.cut_evidence_since, memory.cut_at)
+            if bucket.requests >= 2 * params.min_samples
+        ]
+    )
+    margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, before.requests))
+    target = clamp(math.floor(memory.cut_running * (1.0 - min(1.0, pressure + margin))), params)
+    current = state.concurrency
+    if target >= current:
+        return None
+    return move(
+        target,
+        QueueStateName.CRITICAL_BACKOFF,
+        f"Correcting the cut: the {before.requests} calls from before it show pressure "
+        f"{pressure:.1%} with about {memory.cut_running:.1f} invocations in use. Scaled from "
+        f"{current} -> {target}.",
+        replace(memory, ceiling=target + 1, cut_at=now, cut_requests=before.requests),
+        before,
+        breaches=state.consecutive_breaches + 1,
         wake_at=0.0,
     )
 
@@ -160,18 +260,9 @@ def trim(
         replace(
             memory,
             ceiling=current,
+            broke_at=current,
             next_probe_at=now + spread(tuning, state, now, memory.probe_backoff_s),
             probe_streak=0,
         ),
         stats,
     )
-
-
-def _plateau_after_cut(state: QueueState, memory: AdaptiveMemory, target: int) -> int:
-    """The level to grow back to after this cut: the one that was good before it. A cut at or
-    under the old plateau shows that one is stale."""
-    if memory.good_level > target and memory.good_level <= state.concurrency:
-        return memory.good_level
-    if memory.plateau and state.concurrency <= memory.plateau:
-        return 0
-    return memory.plateau

@@ -8,37 +8,46 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Tuning:
-    # Attaching: the level a queue never decided is set to at once.
-    start_level: int = 5
-    # Growth factors before the queue's first overload, and after it.
-    first_growth: float = 2.0
-    growth: float = 1.5
+    # Growth keeps up with the poller's ramp, at most this factor per step.
+    max_growth: float = 2.0
+    # A probe's step is at most this share of the level (then doubling while probes pass).
+    probe_growth: float = 0.5
     # Growth needs the pressure under this share.
     grow_below: float = 0.005
     # A level drawing at least this share of rejections over ``trim_evidence`` calls is just
     # over the capacity: step down one.
     trim_above: float = 0.0025
     trim_evidence: int = 400
+    # The Lambda poller's scaling: concurrent batches at first, and added each second.
+    poller_start: int = 5
     poller_ramp_per_s: float = 5.0
     # The newest seconds of invocation starts, whose pressure sizes a cut.
     latest_s: int = 1
     # How far above T1 the newest second's pressure must be to show a storm beginning.
     storm_factor: float = 2.0
+    # A cut sized on the first reports of a storm is corrected, for this long after it, once
+    # the invocations that started before it have reported this many times the calls.
+    correction_s: float = 8.0
+    correction_evidence: float = 2.0
     # Standard errors added to the pressure that sizes a cut.
     sizing_z: float = 1.0
     # Pulse probes: how long the raised cap stands, when and how patiently its invocations are
-    # judged, the pressure they may show, and the backoff (first, longest) after a failure.
+    # judged, the pressure they may show, the backoff (first, longest) after a failure, and the
+    # share of the goodput failed probes may cost.
     pulse_s: float = 1.0
-    judge_after_s: float = 6.0
+    judge_after_s: float = 3.0
     judge_patience_s: float = 20.0
     probe_tolerance: float = 0.005
-    probe_backoff_s: tuple[float, float] = (10.0, 40.0)
+    probe_backoff_s: tuple[float, float] = (5.0, 30.0)
+    probe_budget: float = 0.01
     probe_jitter: float = 0.2
-    # Time after a cut over which growth back to the plateau goes from one step to all of it.
-    plateau_ramp_s: float = 120.0
+    # Latency: the rise over the no-load baseline that cuts (growth stops at half of it), and
+    # the seconds of evidence (each with at least min_samples timed calls) it needs.
+    latency_tolerance: float = 1.0
+    latency_seconds: int = 3
     # Pausing below the floor: the period (first, longest) and the pressure at Cmin that calls
     # for it.
-    pause_s: tuple[float, float] = (15.0, 120.0)
+    pause_s: tuple[float, float] = (15.0, 60.0)
     pause_above: float = 0.12
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6

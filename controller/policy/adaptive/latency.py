@@ -1,0 +1,120 @@
+"""Overload that shows as latency: a downstream that slows down before it times out.
+
+The level is the median, over the evidence's seconds of invocation starts, of each second's
+mean call latency; only seconds with at least ``min_samples`` timed calls count, and at least
+``latency_seconds`` of them are needed. A single slow call moves one second's mean, not the
+median, and a heavy tail that does not depend on load moves every second alike, so neither
+reads as a rise. The baseline is the lowest such second seen (the no-load latency, as far
+as the queue has shown it). At ``1 + latency_tolerance`` times the baseline the level is cut
+in proportion (Little's law: at the same throughput, the concurrency that fits is the one in
+use times baseline x (1 + tolerance / 2) / level); from ``1 + tolerance / 2`` growth stops,
+and a pulse probe whose calls are that slow fails.
+
+A latency that does not fall when the concurrency is cut, or that stays high at Cmin, does not
+come from load: the downstream itself slowed down (a brownout). The baseline moves up to it,
+so the queue is not held at its floor for a latency no concurrency would fix; timeouts, if
+they come, are pressure like 429s.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from controller.model import QueueState, QueueStateName
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, move
+from controller.policy.adaptive.probing import spread
+from controller.policy.adaptive.sizing import in_use
+from controller.policy.adaptive.tuning import Tuning
+from controller.policy.base import clamp
+from controller.settings import PolicyParams
+from controller.window import QueueWindow, WindowStats
+
+
+def second_latencies(stats: WindowStats, window: QueueWindow, params: PolicyParams) -> list[float]:
+    """Each evidence second's mean call latency (ms), for seconds with enough timed calls."""
+    return [
+        bucket.latency_ms_sum / bucket.latency_count
+        for _, bucket in window.seconds(stats.since, stats.until)
+        if bucket.latency_count >= params.min_samples
+    ]
+
+
+def rise(tuning: Tuning, memory: AdaptiveMemory, latencies: list[float]) -> float:
+    """The evidence's latency over the baseline (1.0: none, or too few seconds to say)."""
+    if len(latencies) < tuning.latency_seconds or memory.latency_floor_ms <= 0:
+        return 1.0
+    ordered = sorted(latencies)
+    middle = len(ordered) // 2
+    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+    return median / memory.latency_floor_ms
+
+
+def with_floor(
+    tuning: Tuning,
+    memory: AdaptiveMemory,
+    latencies: list[float],
+    latency_rise: float,
+    at_cmin: bool,
+) -> AdaptiveMemory:
+    """The memory with its baseline lowered to the fastest second of the evidence, or moved up
+    to the evidence's latency when that latency does not come from load (see the module)."""
+    if not latencies:
+        return memory
+    floor = memory.latency_floor_ms
+    not_load = (memory.latency_cut_rise and latency_rise >= memory.latency_cut_rise * 0.9) or (
+        at_cmin and latency_rise >= 1.0 + tuning.latency_tolerance / 2
+    )
+    if not_load:
+        floor = floor * latency_rise
+    elif floor <= 0 or min(latencies) < floor:
+        floor = min(latencies)
+    return replace(memory, latency_floor_ms=floor, latency_cut_rise=0.0)
+
+
+def too_slow(tuning: Tuning, memory: AdaptiveMemory, stats: WindowStats) -> bool:
+    """``stats``' calls as a whole are slow enough to stop growth (a pulse probe's check)."""
+    mean = stats.mean_latency_ms
+    limit = memory.latency_floor_ms * (1.0 + tuning.latency_tolerance / 2)
+    return mean is not None and memory.latency_floor_ms > 0 and mean >= limit
+
+
+def cut(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+    window: QueueWindow,
+    latency_rise: float,
+) -> AdaptiveVerdict:
+    """Cut to the concurrency whose latency would sit half way to the tolerance."""
+    current = state.concurrency
+    running = in_use(tuning, state, stats, window)
+    fitting = math.floor(running * (1.0 + tuning.latency_tolerance / 2) / latency_rise)
+    target = clamp(min(current - 1, fitting), params)
+    breaches = state.consecutive_breaches + 1
+    name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
+    backoff = memory.probe_backoff_s or tuning.probe_backoff_s[0]
+    return move(
+        target,
+        name,
+        f"Latency overload: {latency_rise:.2f}x the no-load latency "
+        f"({memory.latency_floor_ms:.0f} ms) >= {1 + tuning.latency_tolerance:.2f}x with about "
+        f"{running:.1f} invocations in use. Scaled from {current} -> {target}.",
+        replace(
+            memory,
+            ceiling=target + 1,
+            broke_at=current,
+            probe_streak=0,
+            next_probe_at=now + spread(tuning, state, now, backoff),
+            probe_backoff_s=backoff,
+            judge_at=0.0,
+            probe_step=0,
+            latency_cut_rise=latency_rise,
+        ),
+        stats,
+        breaches=breaches,
+        wake_at=0.0,
+    )
