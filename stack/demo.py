@@ -731,7 +731,7 @@ def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:
 
 
 def _ratio(value: float | None) -> str:
-    return "did not drain" if value is None else f"{value:.2f}x ideal"
+    return "not reached (not every message done)" if value is None else f"{value:.2f}x ideal"
 
 
 def _share(part: int, whole: int) -> str:
