@@ -1,95 +1,59 @@
-"""A rate-limited HTTP API on loopback, the downstream the demo's workers call.
+"""A real HTTP API on loopback, the downstream the demo's workers call, running a scenario's
+downstream (ARCHITECTURE.md, "Scenario files"; docs/simulator.md for the optional keys).
 
-Its capacity follows a scenario schedule (``capacity_rps``: ``[[t, rps], ...]``). Each second of
-its clock admits that many calls; calls above it are answered ``429`` with ``Retry-After``.
-Every call, admitted or not, takes ``latency_ms`` (as a loaded API answers slowly either way).
-It counts what it answered per second: those counters are the demo's evidence (goodput and
-rejected share), so they are taken here, at the receiving end, not from the workers' reports.
+Each second of its clock admits ``capacity_rps`` calls; unless ``answers_429`` is false, the
+calls above it are answered ``429`` with ``Retry-After``, else they are served like the others.
+Every call, admitted or not, takes the scenario's latency: ``latency_ms`` (a number or a
+schedule), with a heavy tail if ``latency_tail`` is set, and with ``latency_model: "queueing"``
+growing with the calls in progress, by the same formula as the simulator's (load/latency.py).
+A client that gives up before the answer (its timeout) is seen hanging up and the call is
+counted as timed out. It counts what it answered per second: those counters are the demo's
+evidence (goodput, rejected and timed-out share), so they are taken here, at the receiving end,
+not from the workers' reports.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
+import heapq
 import json
 import math
+import random
+import select
+import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from load.latency import pareto_factor, queueing_latency
+from load.sim.scenario import DownstreamSpec, value_at
+
 Clock = Callable[[], float]
 
-
-@dataclass(frozen=True, slots=True)
-class Schedule:
-    """A step function of time: ``[[t, value], ...]``, each value holding from its ``t`` on."""
-
-    steps: tuple[tuple[float, float], ...]
-
-    @classmethod
-    def parse(cls, raw: Sequence[Sequence[float]], what: str) -> Schedule:
-        try:
-            steps = tuple(sorted((float(t), float(value)) for t, value in raw))
-        except (TypeError, ValueError) as error:
-            raise ValueError(f"{what} must be a list of [t, value] pairs, got {raw!r}") from error
-        if not steps or steps[0][0] > 0:
-            raise ValueError(f"{what} must start at t=0, got {raw!r}")
-        if any(value < 0 for _, value in steps):
-            raise ValueError(f"{what} values must not be negative, got {raw!r}")
-        return cls(steps)
-
-    def at(self, t: float) -> float:
-        current = self.steps[0][1]
-        for start, value in self.steps:
-            if start > t:
-                break
-            current = value
-        return current
-
-    def drops(self) -> list[float]:
-        """Times at which the value falls."""
-        return [
-            later[0] for earlier, later in itertools.pairwise(self.steps) if later[1] < earlier[1]
-        ]
-
-    def rises(self) -> list[float]:
-        """Times at which the value goes up."""
-        return [
-            later[0] for earlier, later in itertools.pairwise(self.steps) if later[1] > earlier[1]
-        ]
-
-
-@dataclass(frozen=True, slots=True)
-class DownstreamSpec:
-    """The scenario contract's downstream definition."""
-
-    name: str
-    capacity: Schedule
-    latency_ms: float = 0.0
-
-    @classmethod
-    def from_scenario(cls, raw: Mapping[str, Any]) -> DownstreamSpec:
-        name = str(raw.get("name", "downstream"))
-        latency_ms = float(raw.get("latency_ms", 0.0))
-        if latency_ms < 0:
-            raise ValueError(f"downstream {name}: latency_ms must not be negative")
-        capacity = Schedule.parse(raw.get("capacity_rps", []), f"downstream {name}: capacity_rps")
-        return cls(name=name, capacity=capacity, latency_ms=latency_ms)
+# No answer is held longer than this (a heavy tail has no upper bound of its own); far beyond
+# any client timeout a worker sets, so it never decides an outcome.
+MAX_ANSWER_S = 30.0
 
 
 @dataclass(slots=True)
 class SecondCount:
     ok: int = 0
+    # Answered 429 (over capacity).
     rejected: int = 0
+    # The client hung up before the answer: its timeout. Waste, like a 429.
+    timed_out: int = 0
 
 
 @dataclass(slots=True)
 class Counters:
-    """What the downstream answered, per whole second of its clock (second 0 = start)."""
+    """What the downstream answered, per whole second of its clock (second 0 = start), each call
+    in the second it arrived."""
 
     per_second: dict[int, SecondCount] = field(default_factory=dict)
+    # Per capacity drop: when the first call after it was rejected or timed out.
     first_rejection_after_drop: dict[float, float] = field(default_factory=dict)
 
     @property
@@ -101,15 +65,35 @@ class Counters:
         return sum(count.rejected for count in self.per_second.values())
 
     @property
+    def timed_out(self) -> int:
+        return sum(count.timed_out for count in self.per_second.values())
+
+    @property
     def total(self) -> int:
-        return self.ok + self.rejected
+        return self.ok + self.rejected + self.timed_out
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One call as decided when it arrives: admitted or not, and how long its answer takes."""
+
+    arrived: float
+    admitted: bool
+    latency_s: float
+    retry_after_s: float
+
+    @property
+    def second(self) -> int:
+        return math.floor(self.arrived)
 
 
 class Downstream:
     """The HTTP server. Use as a context manager; ``url`` is valid between start and stop.
 
     ``clock`` gives seconds since the scenario's start (the demo shares one clock with the
-    load and the plot); by default it counts from ``start()``.
+    load and the plot); by default it counts from ``start()``. ``sleep`` holds an answer for
+    its latency (by default a wait that ``stop()`` cuts short); ``seed`` seeds the latency
+    tail's draws.
     """
 
     def __init__(
@@ -117,15 +101,29 @@ class Downstream:
         spec: DownstreamSpec,
         *,
         clock: Clock | None = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
+        seed: int = 0,
     ) -> None:
         self.spec = spec
         self._clock = clock
-        self._sleep = sleep
+        self._stopping = threading.Event()
+        self._sleep = sleep or self._hold
         self._origin = 0.0
         self._lock = threading.Lock()
         self._counters = Counters()
-        self._drops = spec.capacity.drops()
+        self._drops = [
+            start
+            for (start, value), (_, before) in zip(
+                spec.capacity_rps[1:], spec.capacity_rps, strict=False
+            )
+            if value < before
+        ]
+        self._tail_rng = random.Random(f"{seed}:latency:{spec.name}")
+        # The calls admitted in the current second, against its capacity.
+        self._second = -1
+        self._admitted = 0
+        # When each admitted call of a queueing downstream is done (a heap, on its clock).
+        self._in_progress: list[float] = []
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -133,6 +131,7 @@ class Downstream:
 
     def start(self) -> Downstream:
         self._origin = time.monotonic()
+        self._stopping.clear()
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_class(self))
         # Handler threads are joined on close (block_on_close), so nothing outlives stop().
         server.daemon_threads = False
@@ -151,6 +150,8 @@ class Downstream:
         self._server = self._thread = None
         if server is None or thread is None:
             return
+        # Answers still being held end now, so the handler threads can be joined.
+        self._stopping.set()
         server.shutdown()
         server.server_close()
         thread.join(timeout=5)
@@ -178,34 +179,63 @@ class Downstream:
             return self._clock()
         return time.monotonic() - self._origin
 
-    def admit(self) -> tuple[bool, float]:
-        """Decide one call: (admitted, seconds until the next second's allowance)."""
+    def capacity_at(self, t: float) -> float:
+        return value_at(self.spec.capacity_rps, t)
+
+    def arrive(self) -> Call:
+        """Decide one call as it arrives: admitted (or 429), and its latency, as the
+        simulator's downstream does (load/sim/engine.py)."""
         now = self.now()
         second = math.floor(now)
-        allowance = self.spec.capacity.at(second)
+        capacity = self.capacity_at(second)
+        latency = value_at(self.spec.latency_ms, second) / 1000.0
         with self._lock:
-            count = self._counters.per_second.setdefault(second, SecondCount())
-            admitted = count.ok < allowance
+            if self.spec.latency_tail is not None:
+                latency *= pareto_factor(self.spec.latency_tail, self._tail_rng.random())
+            if self.spec.latency_model == "queueing":
+                in_progress = self._in_progress
+                while in_progress and in_progress[0] <= now:
+                    heapq.heappop(in_progress)
+                latency = queueing_latency(latency, len(in_progress), capacity)
+            if second != self._second:
+                self._second, self._admitted = second, 0
+            admitted = not self.spec.answers_429 or self._admitted < capacity
             if admitted:
+                self._admitted += 1
+                if self.spec.latency_model == "queueing":
+                    heapq.heappush(self._in_progress, now + latency)
+        return Call(now, admitted, min(latency, MAX_ANSWER_S), second + 1 - now)
+
+    def count(self, call: Call, *, answered: bool) -> None:
+        """Count a call's outcome in the second it arrived: ``answered`` is false when the
+        client hung up before its answer."""
+        with self._lock:
+            count = self._counters.per_second.setdefault(call.second, SecondCount())
+            if not answered:
+                count.timed_out += 1
+            elif call.admitted:
                 count.ok += 1
             else:
                 count.rejected += 1
-                self._note_rejection(now)
-        return admitted, second + 1 - now
+            if not (answered and call.admitted):
+                self._note_rejection(call.arrived)
 
-    def _note_rejection(self, now: float) -> None:
+    def _note_rejection(self, arrived: float) -> None:
         # The first rejection after each capacity drop is where detection latency starts.
         firsts = self._counters.first_rejection_after_drop
         for drop in self._drops:
-            if drop <= now and drop not in firsts:
-                firsts[drop] = now
+            if drop <= arrived and (drop not in firsts or arrived < firsts[drop]):
+                firsts[drop] = arrived
+
+    def _hold(self, seconds: float) -> None:
+        self._stopping.wait(seconds)
 
     def counters(self) -> Counters:
         """A consistent copy of the counters."""
         with self._lock:
             return Counters(
                 per_second={
-                    second: SecondCount(count.ok, count.rejected)
+                    second: SecondCount(count.ok, count.rejected, count.timed_out)
                     for second, count in self._counters.per_second.items()
                 },
                 first_rejection_after_drop=dict(self._counters.first_rejection_after_drop),
@@ -213,8 +243,6 @@ class Downstream:
 
 
 def _handler_class(downstream: Downstream) -> type[BaseHTTPRequestHandler]:
-    latency_s = downstream.spec.latency_ms / 1000.0
-
     class Handler(BaseHTTPRequestHandler):
         # HTTP/1.0: one request per connection, so no idle keep-alive thread outlives a call.
         protocol_version = "HTTP/1.0"
@@ -223,14 +251,30 @@ def _handler_class(downstream: Downstream) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             if length:
                 self.rfile.read(length)
-            admitted, retry_after = downstream.admit()
-            if latency_s:
-                downstream._sleep(latency_s)
-            if admitted:
-                self._send(200, {"ok": True}, {})
-            else:
-                headers = {"Retry-After": str(max(1, math.ceil(retry_after)))}
-                self._send(429, {"ok": False, "error": "over capacity"}, headers)
+            call = downstream.arrive()
+            if call.latency_s > 0:
+                downstream._sleep(call.latency_s)
+            if self._client_gone():
+                downstream.count(call, answered=False)
+                self.close_connection = True
+                return
+            downstream.count(call, answered=True)
+            # A client hanging up between the look and the answer is not the server's error.
+            with contextlib.suppress(ConnectionError):
+                if call.admitted:
+                    self._send(200, {"ok": True}, {})
+                else:
+                    headers = {"Retry-After": str(max(1, math.ceil(call.retry_after_s)))}
+                    self._send(429, {"ok": False, "error": "over capacity"}, headers)
+
+        def _client_gone(self) -> bool:
+            """Whether the client hung up while its call was served (its timeout). The whole
+            request has been read, so a readable socket can only be its end or a reset."""
+            try:
+                readable, _, _ = select.select([self.connection], [], [], 0)
+                return bool(readable) and self.connection.recv(1, socket.MSG_PEEK) == b""
+            except OSError:
+                return True
 
         def _send(self, status: int, body: dict[str, object], headers: dict[str, str]) -> None:
             payload = json.dumps(body).encode()

@@ -26,6 +26,11 @@ from controller.policy import ALGORITHMS
 from stack.errors import CliError
 
 DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "load" / "scenarios" / "demo.json"
+# Shipped scenarios sized for the demo (minutes, a few dozen local worker processes) under the
+# shipped scenario's file name: `--scenario NAME` runs the variant when there is one.
+DEMO_VARIANTS = DEMO_SCENARIO.parent / "demo-variants"
+# The simulator's cards in the summary: the static cap, the original rule, QueueMesh.
+SIMULATED_POLICIES = ("static", "seed", "queuemesh")
 DEFAULT_PLOT_DIR = Path("out")
 VIEW_REFRESH_S = 1.0
 PLAIN_VIEW_EVERY_S = 5.0
@@ -94,17 +99,12 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from load.sim.scenario import ScenarioError, load_scenario
-
-    try:
-        scenario = load_scenario(args.scenario)
-    except ScenarioError as error:
-        raise CliError(str(error)) from error
+    scenario, variant = demo_scenario(args.scenario)
     if len(scenario.queues) != 1 or len(scenario.downstreams) != 1:
         raise CliError(
             f"scenario {scenario.name} has {len(scenario.queues)} queues and "
             f"{len(scenario.downstreams)} downstreams; the demo runs the template's one example "
-            "pipeline: use a scenario with one queue and one downstream"
+            "pipeline: pass a scenario file with one queue and one downstream"
         )
     duration = scenario.duration_s if args.duration is None else args.duration
     # Written so that nan fails too; the run is in real time, so both are finite.
@@ -120,8 +120,17 @@ def run(args: argparse.Namespace) -> int:
     live = not args.headless and not args.json and out.isatty()
     template = Path(args.template) if args.template else None
     record = Path(args.record) if args.record else None
+    view = LiveView(out, live=live)
+    if variant is not None:
+        view.note(
+            f"running {scenario.name}, {args.scenario} sized for the demo "
+            f"({scenario.duration_s:.0f} s of load); for the full scenario pass its file, "
+            f"load/scenarios/{args.scenario}.json"
+        )
 
     def report(result: dict[str, Any]) -> None:
+        # QueueMesh's card runs the algorithm the live controller ran.
+        result["simulated"] = simulated_cards(scenario, result["policy"].removeprefix("queuemesh-"))
         if plot is not None:
             result["plot"] = str(write_plot(result, plot))
         if args.json:
@@ -135,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
         scenario,
         duration,
         args.grace,
-        view=LiveView(out, live=live),
+        view=view,
         template=template,
         record=record,
         algorithm=args.algorithm,
@@ -143,6 +152,18 @@ def run(args: argparse.Namespace) -> int:
         on_result=report,
     )
     return 0
+
+
+def demo_scenario(name_or_file: str) -> tuple[Any, Path | None]:
+    """The scenario to run, and the demo variant file when a shipped name has one."""
+    from load.sim.scenario import ScenarioError, load_scenario, shipped_scenarios
+
+    variant = DEMO_VARIANTS / f"{name_or_file}.json"
+    chosen = variant if name_or_file in shipped_scenarios() and variant.is_file() else None
+    try:
+        return load_scenario(str(chosen or name_or_file)), chosen
+    except ScenarioError as error:
+        raise CliError(str(error)) from error
 
 
 def _hold_dashboard(url: str, out: TextIO) -> None:
@@ -238,31 +259,19 @@ def run_demo(
     (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
     view); ``on_result`` gets the result while everything still runs."""
     from controller.ledger import DynamoLedger
-    from load.downstream import Downstream, DownstreamSpec
+    from load.downstream import Downstream
     from load.recording import RecordedLine
-    from load.sim.scenario import value_at
     from stack.dashboard import DashboardServer, DashboardSettings, DashboardSource
     from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
     from stack.runtime import LocalRuntime
 
     spec = scenario.queues[0]
-    downstream_spec = scenario.downstreams[0]
     origin = time.monotonic()
 
     def clock() -> float:
         return time.monotonic() - origin
 
-    downstream = Downstream(
-        DownstreamSpec.from_scenario(
-            {
-                "name": downstream_spec.name,
-                "capacity_rps": [list(step) for step in downstream_spec.capacity_rps],
-                # The live downstream answers in constant time: the schedule's first latency.
-                "latency_ms": value_at(downstream_spec.latency_ms, 0.0),
-            }
-        ),
-        clock=clock,
-    )
+    downstream = Downstream(scenario.downstreams[0], clock=clock, seed=scenario.seed)
     aws = EmbeddedAws()
     runtime: LocalRuntime | None = None
     producer: Producer | None = None
@@ -336,7 +345,7 @@ def run_demo(
             now = clock()
             mapping, counters, depth = poller.snapshot()
             state = ledger.get_states([binding.name]).get(binding.name)
-            capacity = downstream.spec.capacity.at(now)
+            capacity = downstream.capacity_at(now)
             timeline.t.append(round(now, 2))
             timeline.capacity.append(capacity)
             timeline.max_concurrency.append(mapping.max_concurrency)
@@ -417,11 +426,28 @@ def _tune_pipeline(aws: Any, deployment: Any, spec: Any) -> None:
             {"deadLetterTargetArn": binding.dlq_arn, "maxReceiveCount": spec.max_receive_count}
         )
     sqs.set_queue_attributes(QueueUrl=binding.url, Attributes=attributes)
-    aws.client("lambda").update_event_source_mapping(
+    lambda_client = aws.client("lambda")
+    lambda_client.update_event_source_mapping(
         UUID=binding.esm_uuid,
         BatchSize=spec.batch_size,
         ScalingConfig={"MaximumConcurrency": spec.max_concurrency},
     )
+    if spec.timeout_ms is not None:
+        # The worker's client timeout (worker/example/app.py reads it per call).
+        variables = (
+            lambda_client.get_function_configuration(FunctionName=binding.function_name)
+            .get("Environment", {})
+            .get("Variables", {})
+        )
+        lambda_client.update_function_configuration(
+            FunctionName=binding.function_name,
+            Environment={
+                "Variables": {
+                    **{name: str(value) for name, value in variables.items()},
+                    "DOWNSTREAM_TIMEOUT_MS": f"{spec.timeout_ms:g}",
+                }
+            },
+        )
 
 
 def _result(
@@ -451,8 +477,15 @@ def _result(
     ok_per_s = [
         counters.per_second[s].ok if s in counters.per_second else 0 for s in range(last + 1)
     ]
+    timed_out_per_s = [
+        counters.per_second[s].timed_out if s in counters.per_second else 0 for s in range(last + 1)
+    ]
+    # Rejected as the scorecard counts it: answered 429, or timed out on the client side.
     rejected_per_s = [
-        counters.per_second[s].rejected if s in counters.per_second else 0 for s in range(last + 1)
+        counters.per_second[s].rejected + counters.per_second[s].timed_out
+        if s in counters.per_second
+        else 0
+        for s in range(last + 1)
     ]
     calls_per_s = [ok + rejected for ok, rejected in zip(ok_per_s, rejected_per_s, strict=True)]
     _, queue_counters, depth = poller.snapshot()
@@ -479,6 +512,7 @@ def _result(
         "messages_pending": depth.visible + depth.in_flight,
         "calls_total": calls_total,
         "calls_rejected": calls_rejected,
+        "calls_timed_out": sum(timed_out_per_s),
         "wasted_ratio": round(calls_rejected / calls_total, 4) if calls_total else 0.0,
         "drain_s": None if drained_at is None else round(drained_at, 1),
         "ideal_drain_s": None if ideal is None else round(ideal, 1),
@@ -531,6 +565,7 @@ def _result(
             "state": timeline.state,
             "ok_per_s": ok_per_s,
             "rejected_per_s": rejected_per_s,
+            "timed_out_per_s": timed_out_per_s,
         },
         "errors": errors[:20],
     }
@@ -587,7 +622,11 @@ class LiveView:
         second = int(now)
         window = range(max(0, second - RATE_WINDOW_S), second)
         ok = sum(answered.per_second[s].ok for s in window if s in answered.per_second)
-        rejected = sum(answered.per_second[s].rejected for s in window if s in answered.per_second)
+        rejected = sum(
+            answered.per_second[s].rejected + answered.per_second[s].timed_out
+            for s in window
+            if s in answered.per_second
+        )
         goodput = ok / max(1, len(window))
         share = rejected / (ok + rejected) if ok + rejected else 0.0
         state_name = state.state.value if state else "HEALTHY"
@@ -650,7 +689,7 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
         f"  messages: {score['messages_total']} sent, {score['messages_done']} done, "
         f"{score['dlq_messages']} dead-lettered, {score['messages_pending']} pending",
         f"  downstream calls: {score['calls_total']}, rejected {score['calls_rejected']} "
-        f"({score['wasted_ratio']:.1%})",
+        f"({score['wasted_ratio']:.1%}; {score['calls_timed_out']} of them timed out)",
         f"  drain: {_seconds(score['drain_s'])} (ideal {_seconds(score['ideal_drain_s'])})",
         f"  mapping changes: {score['esm_updates']}; detection latency (first 429 after the drop "
         f"-> mapping cut): {_seconds(score['detection_latency_s'])}; reaction (rejected share "
@@ -666,10 +705,37 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
             f"    t={transition['t']:6.1f}s {transition['action']:<24} "
             f"{transition['previous']:>4} -> {transition['target']:<4} {transition['reason'][:70]}"
         )
+    simulated = result.get("simulated")
+    if simulated:
+        lines.append("  the same scenario in the simulator (queuemesh simulate), for comparison:")
+        for policy, totals in simulated.items():
+            lines.append(
+                f"    {policy:<10} rejected {totals['wasted_ratio']:6.1%} "
+                f"(timed out {_share(totals['calls_timed_out'], totals['calls_total'])}), "
+                f"dead-lettered {totals['dlq_messages']}, drain {_ratio(totals['drain_ratio'])}"
+            )
     if "plot" in result:
         lines.append(f"  plot: {result['plot']}")
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:
+    """The simulator's totals for the static cap, the original rule and QueueMesh (running
+    ``algorithm``) on the demo's scenario, a second or so in all: what the live run is to be
+    read against."""
+    from load.simulate import run_policies
+
+    runs = run_policies([scenario], SIMULATED_POLICIES, algorithm, seed=None)
+    return {name: run.card["totals"] for name, run in zip(SIMULATED_POLICIES, runs, strict=True)}
+
+
+def _ratio(value: float | None) -> str:
+    return "not reached (not every message done)" if value is None else f"{value:.2f}x ideal"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "0.0%"
 
 
 def _seconds(value: float | None) -> str:
@@ -689,7 +755,9 @@ def write_plot(result: Mapping[str, Any], path: Path) -> Path:
     )
     calls.step(timeline["t"], timeline["capacity_rps"], where="post", label="capacity", color="k")
     calls.plot(seconds, timeline["ok_per_s"], label="answered 2xx /s", color="tab:green")
-    calls.plot(seconds, timeline["rejected_per_s"], label="rejected 429 /s", color="tab:red")
+    calls.plot(
+        seconds, timeline["rejected_per_s"], label="rejected (429 or timed out) /s", color="tab:red"
+    )
     calls.set_ylabel("downstream calls /s")
     calls.legend(loc="upper right")
     calls.set_title(f"QueueMesh demo: {result['scenario']} (embedded AWS)")

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.model import Sample
+from load.latency import pareto_factor, queueing_latency
 from load.sim.scenario import DownstreamSpec, QueueSpec, Scenario, Schedule, value_at
 
 # 2026-01-01T00:00:00Z: virtual time 0, as epoch seconds, for the controller and recordings.
@@ -49,9 +50,6 @@ SIM_EPOCH = 1_767_225_600.0
 POLLER_START = 5
 POLLER_STEP_PER_S = 5
 ARRIVAL_STEP_S = 0.1
-# The queueing model's latency is at most this multiple of the no-load latency (the
-# utilisation it stands for is capped at 0.99), so that a collapse stays finite.
-MAX_QUEUEING_FACTOR = 100.0
 # The status of a call the worker gave up on at its client timeout (no answer, no HTTP status).
 TIMED_OUT = 0
 
@@ -146,7 +144,6 @@ class _Downstream:
         "queueing",
         "second",
         "tail_rng",
-        "tail_scale",
         "tail_shape",
         "used",
     )
@@ -158,10 +155,6 @@ class _Downstream:
         self.noise_rng = random.Random(f"{seed}:noise:{spec.name}")
         self.tail_rng = random.Random(f"{seed}:latency:{spec.name}")
         self.tail_shape = spec.latency_tail
-        # A Pareto factor with this minimum has a mean of 1: latency_ms stays the mean latency.
-        self.tail_scale = (
-            0.0 if spec.latency_tail is None else (spec.latency_tail - 1.0) / spec.latency_tail
-        )
         self.queueing = spec.latency_model == "queueing"
         self.answers_429 = spec.answers_429
         # When each accepted call of a queueing downstream is done (a heap).
@@ -179,7 +172,7 @@ class _Downstream:
         capacity = self.capacity[index]
         latency = self.latency_s[index]
         if self.tail_shape is not None:
-            latency *= self.tail_scale * (1.0 - self.tail_rng.random()) ** (-1.0 / self.tail_shape)
+            latency *= pareto_factor(self.tail_shape, self.tail_rng.random())
         if self.queueing:
             latency = self.queued(now, latency, capacity)
         if self.answers_429 and self.used >= capacity:
@@ -193,20 +186,11 @@ class _Downstream:
         return 200, latency
 
     def queued(self, now: float, no_load_s: float, capacity: float) -> float:
-        """The latency of a call that waits behind the calls in progress, served at capacity.
-
-        ``no_load + in_progress / capacity``: with N callers in a closed loop this settles at
-        ``no_load / (1 - utilisation)`` (utilisation = throughput / capacity), the queueing
-        curve; computed from the work in progress rather than from a measured rate, it has no
-        measurement lag to oscillate on.
-        """
+        """The queueing model's latency of a call made at ``now`` (load/latency.py)."""
         in_progress = self.in_progress
         while in_progress and in_progress[0] <= now:
             heapq.heappop(in_progress)
-        ceiling = no_load_s * MAX_QUEUEING_FACTOR
-        if capacity <= 0:
-            return ceiling
-        return min(ceiling, no_load_s + len(in_progress) / capacity)
+        return queueing_latency(no_load_s, len(in_progress), capacity)
 
 
 class _Queue:

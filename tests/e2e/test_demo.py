@@ -1,16 +1,20 @@
 from __future__ import annotations
 
+import io
 import json
 import multiprocessing
 import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
+from load.sim.scenario import load_scenario
 from stack.cli import main
+from stack.demo import demo_scenario
 
 SHORT_SCENARIO = {
     "name": "demo-test",
@@ -103,3 +107,91 @@ def test_demo_storm_and_cure_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert leftover == []
     assert multiprocessing.active_children() == []
     assert refuses(result["aws"]) and refuses(result["downstream"])
+
+
+def fabricated_result() -> dict[str, Any]:
+    """A live run's result as run_demo returns it, for the summary alone (no second demo)."""
+    score = {
+        "messages_total": 1480,
+        "messages_done": 1400,
+        "dlq_messages": 80,
+        "messages_pending": 0,
+        "calls_total": 2000,
+        "calls_rejected": 300,
+        "calls_timed_out": 250,
+        "wasted_ratio": 0.15,
+        "drain_s": 99.0,
+        "ideal_drain_s": 74.0,
+        "esm_updates": 3,
+        "detection_latency_s": None,
+        "reaction_s": None,
+    }
+    return {
+        "scenario": "slow-database-demo",
+        "policy": "queuemesh-adaptive",
+        "ended_at_s": 99.0,
+        "wall_s": 130.0,
+        "queues": {"billing": score},
+        "totals": score,
+        "ledger": {"billing": None},
+        "transitions": [],
+    }
+
+
+def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
+    from stack.demo import SIMULATED_POLICIES, print_summary, simulated_cards
+
+    scenario, _ = demo_scenario("slow-database")
+    result = fabricated_result()
+    result["simulated"] = simulated_cards(scenario, "adaptive")
+    out = io.StringIO()
+
+    print_summary(result, out)
+
+    text = out.getvalue()
+    assert "rejected 300 (15.0%; 250 of them timed out)" in text
+    assert list(result["simulated"]) == list(SIMULATED_POLICIES)
+    for policy, totals in result["simulated"].items():
+        line = next(line for line in text.splitlines() if line.strip().startswith(policy))
+        assert f"rejected {totals['wasted_ratio']:6.1%}" in line
+        assert f"dead-lettered {totals['dlq_messages']}" in line
+        drain = totals["drain_ratio"]
+        assert ("not reached" if drain is None else f"{drain:.2f}x ideal") in line
+    # On a database that slows down, the static cap's calls time out: the cards show the storm.
+    static = result["simulated"]["static"]
+    assert static["calls_timed_out"] > 0.5 * static["calls_total"]
+    assert result["simulated"]["queuemesh"]["wasted_ratio"] < static["wasted_ratio"]
+
+
+def test_the_cards_are_the_simulators_scorecard_for_the_same_scenario() -> None:
+    from load.simulate import run_policies
+    from stack.demo import simulated_cards
+
+    scenario, _ = demo_scenario("slow-database")
+    (seed,) = run_policies([scenario], ["seed"], "adaptive", seed=None)
+    assert simulated_cards(scenario, "adaptive")["seed"] == seed.card["totals"]
+
+
+def test_a_shipped_name_with_a_demo_variant_runs_the_variant_and_others_run_as_named() -> None:
+    full = load_scenario("slow-database")
+    variant, path = demo_scenario("slow-database")
+    assert path is not None and path.name == "slow-database.json"
+    assert variant.name == "slow-database-demo"
+    # The variant keeps the scenario's physics: the same downstream model and client timeout.
+    assert (variant.downstreams[0].latency_model, variant.downstreams[0].answers_429) == (
+        full.downstreams[0].latency_model,
+        full.downstreams[0].answers_429,
+    )
+    assert variant.queues[0].timeout_ms == full.queues[0].timeout_ms
+    assert variant.duration_s < full.duration_s
+    named, none = demo_scenario("capacity-drop")
+    assert (named.name, none) == ("capacity-drop", None)
+
+
+def test_a_scenario_with_two_queues_is_refused_in_one_line_naming_the_fix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["demo", "--scenario", "shared-downstream", "--headless"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "pass a scenario file with one queue and one downstream" in err

@@ -3,15 +3,24 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
+from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from load.downstream import Downstream, DownstreamSpec, Schedule
+from load.downstream import Downstream
+from load.sim.scenario import DownstreamSpec, Schedule
+from tests.worker_support import (  # noqa: F401 (fixtures)
+    decoded,
+    instrumentation,
+    load_event,
+)
+from worker import wrapper
 
 
 class FakeClock:
@@ -30,8 +39,16 @@ def call(url: str) -> tuple[int, dict[str, str]]:
         return error.code, dict(error.headers)
 
 
-SPEC = DownstreamSpec.from_scenario(
-    {"name": "payments", "capacity_rps": [[0, 3], [10, 1], [20, 3]], "latency_ms": 40}
+SPEC = DownstreamSpec(
+    name="payments", capacity_rps=((0, 3), (10, 1), (20, 3)), latency_ms=((0, 40),)
+)
+# A legacy database: latency grows with the calls in progress, never a 429.
+SLOW_DATABASE = DownstreamSpec(
+    name="legacy-db",
+    capacity_rps=((0, 10),),
+    latency_ms=((0, 40),),
+    latency_model="queueing",
+    answers_429=False,
 )
 
 
@@ -130,19 +147,116 @@ def test_stop_releases_the_port_and_the_threads() -> None:
     st.integers(0, 50),
     st.floats(0, 120),
 )
-def test_schedule_holds_the_last_step_at_or_before_t(
+def test_capacity_holds_the_last_step_at_or_before_t(
     later: list[tuple[int, int]], first: int, t: float
 ) -> None:
-    steps = [(0, first), *later]
-    schedule = Schedule.parse(steps, "capacity_rps")
+    steps: Schedule = tuple(
+        sorted((float(start), float(value)) for start, value in [(0, first), *later])
+    )
+    server = Downstream(DownstreamSpec(name="api", capacity_rps=steps, latency_ms=((0, 1),)))
     expected = max((step for step in steps if step[0] <= t), key=lambda step: step[0])[1]
-    assert schedule.at(t) == expected
-    for drop in schedule.drops():
-        assert schedule.at(drop) < schedule.at(drop - 1e-9)
+    assert server.capacity_at(t) == expected
 
 
-def test_schedule_rejects_what_is_not_a_schedule() -> None:
-    with pytest.raises(ValueError, match="start at t=0"):
-        Schedule.parse([[5, 1]], "capacity_rps")
-    with pytest.raises(ValueError, match="pairs"):
-        Schedule.parse([["x", 1]], "capacity_rps")
+def test_queueing_latency_grows_with_the_calls_in_progress_and_falls_as_they_end(
+    clock: FakeClock, sleeps: list[float]
+) -> None:
+    with Downstream(SLOW_DATABASE, clock=clock, sleep=sleeps.append) as server:
+        clock.now = 1.0
+        for _ in range(4):
+            assert call(server.url)[0] == 200
+        # no-load + in progress / capacity: 40 ms, then 100 ms more per call still being served.
+        assert sleeps == pytest.approx([0.04, 0.14, 0.24, 0.34])
+        clock.now = 1.5  # every one of them is done by now
+        call(server.url)
+        assert sleeps[-1] == pytest.approx(0.04)
+
+
+def test_latency_grows_with_concurrent_load_over_real_http() -> None:
+    held: list[float] = []
+    lock = threading.Lock()
+
+    def hold(seconds: float) -> None:
+        with lock:
+            held.append(seconds)
+        time.sleep(seconds)
+
+    callers = 8
+    start = threading.Barrier(callers)
+    statuses: list[int] = []
+
+    with Downstream(SLOW_DATABASE, sleep=hold) as server:
+
+        def caller() -> None:
+            start.wait(timeout=10)
+            status, _ = call(server.url)
+            with lock:
+                statuses.append(status)
+
+        threads = [threading.Thread(target=caller) for _ in range(callers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=20)
+
+    assert statuses == [200] * callers
+    assert min(held) == pytest.approx(0.04)
+    # Calls that overlap wait behind each other (each served call is 40 ms or longer, so at
+    # least a few of eight simultaneous callers overlap however the machine schedules them).
+    assert max(held) >= 0.04 + 3 / 10
+
+
+def test_a_downstream_that_never_answers_429_serves_every_call_beyond_its_capacity(
+    clock: FakeClock, sleeps: list[float]
+) -> None:
+    with Downstream(SLOW_DATABASE, clock=clock, sleep=sleeps.append) as server:
+        clock.now = 2.0
+        statuses = [call(server.url)[0] for _ in range(25)]
+        counters = server.counters()
+    assert statuses == [200] * 25
+    assert (counters.ok, counters.rejected, counters.timed_out) == (25, 0, 0)
+    # Beyond capacity it is slow instead: the 25th call waits behind 24.
+    assert sleeps[-1] == pytest.approx(0.04 + 24 / 10)
+
+
+def _wait_for(condition: Callable[[], bool]) -> None:
+    for _ in range(100):
+        if condition():
+            return
+        time.sleep(0.05)
+
+
+SLOW = DownstreamSpec(name="slow", capacity_rps=((0, 100),), latency_ms=((0, 400),))
+
+
+def test_a_client_that_gives_up_before_the_answer_is_counted_as_timed_out() -> None:
+    with Downstream(SLOW) as server:
+        with pytest.raises(TimeoutError):
+            urllib.request.urlopen(server.url, data=b"{}", timeout=0.05)
+        _wait_for(lambda: server.counters().total == 1)
+        counters = server.counters()
+    assert (counters.ok, counters.rejected, counters.timed_out) == (0, 0, 1)
+
+
+def test_the_example_worker_times_out_at_its_timeout_and_reports_a_downstream_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+    instrumentation: None,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    event = load_event("sqs_mixed_answers.json")
+    event["Records"] = event["Records"][:1]
+    with Downstream(SLOW) as server:
+        monkeypatch.setenv("QUEUEMESH_HANDLER", "worker.example.app.handler")
+        monkeypatch.setenv("DOWNSTREAM_URL", server.url)
+        monkeypatch.setenv("DOWNSTREAM_TIMEOUT_MS", "50")
+        monkeypatch.setattr(wrapper, "_app_handler", None)
+
+        # Every record of the batch failed: powertools fails the whole batch, so it returns.
+        with pytest.raises(BatchProcessingError, match="Read timed out"):
+            wrapper.handler(event, None)
+
+        _wait_for(lambda: server.counters().total == 1)
+        counters = server.counters()
+    (sample,) = decoded(capsys.readouterr().out)
+    assert (sample.requests, sample.ok, sample.timed_out) == (1, 0, 1)
+    assert counters.timed_out == 1
