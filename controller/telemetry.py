@@ -606,7 +606,12 @@ def _sample_from_document(
         # Several durations in one document (a per-flush document) are summed: the total is
         # what the in-use concurrency estimate needs, and the start it implies is earlier,
         # never later, than the real one, so the sample is never mistaken for a newer one.
-        invocation_ms, duration_count = _sum_and_count(duration)
+        if type(duration) is list and len(duration) == 1 and type(duration[0]) is float:
+            # One duration as powertools writes it: read inline, a call less per document.
+            invocation_ms = duration[0]
+            duration_count = 1 if 0.0 <= invocation_ms <= MAX_VALUE else -1
+        else:
+            invocation_ms, duration_count = _sum_and_count(duration)
         if duration_count < 0 or invocation_ms > MAX_VALUE:
             skipped[SkipReason.BAD_VALUE] += 1
             return None
