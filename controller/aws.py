@@ -95,7 +95,9 @@ class CallWindow:
 
     def acquire(self, deadline: float) -> bool:
         """Wait for a slot; ``False`` (none taken) unless one comes before ``deadline``."""
-        if not self._lock.acquire(timeout=max(0.0, deadline - self._clock())):
+        # Bounded by the lock's own ceiling: a deadline may be infinite (no deadline).
+        waiting_s = min(max(0.0, deadline - self._clock()), threading.TIMEOUT_MAX)
+        if not self._lock.acquire(timeout=waiting_s):
             return False
         try:
             now = self._clock()

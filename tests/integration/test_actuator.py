@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import random
 import zipfile
 from typing import Any
@@ -345,6 +346,14 @@ def test_waiting_for_a_slot_respects_the_deadline() -> None:
         with pytest.raises(ActuationGaveUp, match="pacing"):
             actuator.read(UUID, deadline=time.now + 0.5)  # the next slot is 1 s away
     assert time.sleeps == []
+
+
+def test_a_call_without_a_deadline_waits_its_turn() -> None:
+    time = FakeTime()
+    window = CallWindow(1, 1.0, clock=time.clock, sleep=time.sleep)
+    assert window.acquire(deadline=math.inf)
+    assert window.acquire(deadline=math.inf)
+    assert time.sleeps == [(1000.0, 1.0)]
 
 
 def test_a_caller_slowed_down_catches_up_within_the_window() -> None:
