@@ -10,9 +10,14 @@ from collections import deque
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
-from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, TokenBucket
+from controller.aws import Backoff, CallAbandoned, CallWindow, Clock, PacedCaller, Sleep
 from controller.aws import client as aws_client
-from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
+from controller.constants import (
+    CONTROL_PLANE_CALLS_PER_S,
+    CONTROL_PLANE_WINDOW_MARGIN_S,
+    MAX_CONCURRENCY,
+    MIN_CONCURRENCY,
+)
 from controller.ports import ActuationError, MappingNotFound, MappingView
 
 # States in which the mapping polls, or is about to. AWS reports a change to an enabled
@@ -87,21 +92,21 @@ def mapping_view(configuration: Mapping[str, Any]) -> MappingView:
 class LambdaActuator:
     """Reads and sets ESM ``MaximumConcurrency`` through Lambda's control-plane API.
 
-    All calls of one instance share a token bucket kept below the account's 15 requests/s
-    (shared with every other tool in the account), and are retried with full-jitter backoff
-    within the caller's deadline. A client passed in should have botocore's retries off
-    (``controller.aws.client`` does that), or they multiply with these.
+    All calls of one instance share one window of at most ``calls_per_s`` calls in any second
+    (default 12: the account's 15 requests/s are shared with every other tool in the account),
+    and are retried with full-jitter backoff within the caller's deadline. A client passed in
+    should have botocore's retries off (``controller.aws.client`` does that), or they multiply
+    with these.
     """
 
     def __init__(
         self,
         client: Any = None,
-        rate_per_s: float = 10.0,
+        calls_per_s: int = CONTROL_PLANE_CALLS_PER_S,
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
         rng: random.Random | None = None,
         *,
-        burst: int = 2,
         backoff: Backoff | None = None,
         max_attempts: int = 8,
     ) -> None:
@@ -109,7 +114,9 @@ class LambdaActuator:
             client if client is not None else aws_client("lambda"),
             retryable=RETRYABLE_CODES,
             backoff=backoff or Backoff(base_s=0.1, cap_s=2.0),
-            bucket=TokenBucket(rate_per_s, burst, clock=clock, sleep=sleep),
+            window=CallWindow(
+                calls_per_s, 1.0 + CONTROL_PLANE_WINDOW_MARGIN_S, clock=clock, sleep=sleep
+            ),
             max_attempts=max_attempts,
             clock=clock,
             sleep=sleep,
@@ -119,8 +126,8 @@ class LambdaActuator:
     @property
     def rate_per_s(self) -> float:
         """The pace of this actuator's control-plane calls, retries included."""
-        bucket = self._caller.bucket
-        return math.inf if bucket is None else bucket.rate_per_s
+        window = self._caller.window
+        return math.inf if window is None else window.rate_per_s
 
     def read(self, uuid: str, deadline: float) -> MappingView:
         return mapping_view(self._call(uuid, "get_event_source_mapping", deadline, UUID=uuid))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -59,45 +60,58 @@ class Backoff:
         return rng.uniform(0.0, self.ceiling(attempt))
 
 
-class TokenBucket:
-    """Paces calls to ``rate_per_s`` with bursts of at most ``burst``; safe across threads.
+class CallWindow:
+    """At most ``calls`` calls in any ``window_s`` seconds; safe across threads.
 
-    A caller reserves a token (the count may go negative: a queue of reservations), then sleeps
-    outside the lock until its token is due, so waiters do not hold each other up beyond the
-    pacing itself.
+    It remembers when its last ``calls`` calls were let through, and lets the next one go once
+    the oldest of them is ``window_s`` old. Unlike a token bucket's, the allowance is that of
+    the window, not of the last call: a caller slowed down between calls (a slow ledger write)
+    catches up within the window, so a busy caller gets exactly ``calls`` per window, and a
+    token bucket's burst on top of its rate (one more call in some second) cannot happen.
+    Callers wait in turn, the lock held while one sleeps, so each release is the time read
+    after its sleep and the next wait is measured from it.
     """
 
     def __init__(
         self,
-        rate_per_s: float,
-        burst: int = 2,
+        calls: int,
+        window_s: float = 1.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
     ) -> None:
-        if rate_per_s <= 0 or burst < 1:
-            raise ValueError("a token bucket needs rate_per_s > 0 and burst >= 1")
-        self.rate_per_s = rate_per_s
-        self.burst = burst
+        if calls < 1 or window_s <= 0:
+            raise ValueError("a call window needs calls >= 1 and window_s > 0")
+        self.calls = calls
+        self.window_s = window_s
         self._clock = clock
         self._sleep = sleep
         self._lock = threading.Lock()
-        self._tokens = float(burst)
-        self._updated = clock()
+        self._released: deque[float] = deque(maxlen=calls)
+
+    @property
+    def rate_per_s(self) -> float:
+        """The sustained pace: ``calls`` per ``window_s``."""
+        return self.calls / self.window_s
 
     def acquire(self, deadline: float) -> bool:
-        """Wait for a token; ``False`` (no token taken) unless it comes before ``deadline``."""
-        with self._lock:
+        """Wait for a slot; ``False`` (none taken) unless one comes before ``deadline``."""
+        # Bounded by the lock's own ceiling: a deadline may be infinite (no deadline).
+        waiting_s = min(max(0.0, deadline - self._clock()), threading.TIMEOUT_MAX)
+        if not self._lock.acquire(timeout=waiting_s):
+            return False
+        try:
             now = self._clock()
-            elapsed = max(0.0, now - self._updated)
-            self._tokens = min(float(self.burst), self._tokens + elapsed * self.rate_per_s)
-            self._updated = now
-            wait = max(0.0, (1.0 - self._tokens) / self.rate_per_s)
-            if now + wait >= deadline:
+            due = now
+            if len(self._released) == self.calls:
+                due = max(now, self._released[0] + self.window_s)
+            if due >= deadline:
                 return False
-            self._tokens -= 1.0
-        if wait > 0:
-            self._sleep(wait)
-        return True
+            if due > now:
+                self._sleep(due - now)
+            self._released.append(max(due, self._clock()))
+            return True
+        finally:
+            self._lock.release()
 
 
 class CallAbandoned(Exception):
@@ -135,13 +149,13 @@ def _status(error: ClientError) -> int:
 
 
 class PacedCaller:
-    """Calls one client's operations paced by a token bucket and retried within a deadline.
+    """Calls one client's operations paced by a call window and retried within a deadline.
 
     Retried: the error codes in ``retryable``, errors ``retry_if`` accepts, any 5xx answer, and
     connection errors. Every other error is final at once. An attempt starts only if its
-    backoff sleep, its token and its own worst case (the client's connect plus read timeout)
-    all fit before the deadline, so a hanging call cannot outlive it; ``max_attempts`` bounds
-    the loop whatever the clock does.
+    backoff sleep, its slot in the window and its own worst case (the client's connect plus
+    read timeout) all fit before the deadline, so a hanging call cannot outlive it;
+    ``max_attempts`` bounds the loop whatever the clock does.
     """
 
     def __init__(
@@ -151,7 +165,7 @@ class PacedCaller:
         retryable: Collection[str],
         retry_if: Callable[[ClientError], bool] | None = None,
         backoff: Backoff | None = None,
-        bucket: TokenBucket | None = None,
+        window: CallWindow | None = None,
         max_attempts: int = 8,
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
@@ -163,7 +177,7 @@ class PacedCaller:
         self.retryable = frozenset(retryable)
         self._retry_if = retry_if
         self.backoff = backoff or Backoff()
-        self.bucket = bucket
+        self.window = window
         self.max_attempts = max_attempts
         self._clock = clock
         self._sleep = sleep
@@ -189,7 +203,7 @@ class PacedCaller:
                     else f"an attempt ({self.attempt_timeout_s:g}s at worst) would end too late"
                 )
                 raise CallAbandoned(operation, attempt, last_code, why) from last_error
-            if self.bucket is not None and not self.bucket.acquire(deadline):
+            if self.window is not None and not self.window.acquire(deadline):
                 why = "no request slot (pacing) before the deadline"
                 raise CallAbandoned(operation, attempt, last_code, why) from last_error
             try:

@@ -34,13 +34,25 @@ MAX_CLOCK_SKEW_S: Final = 30.0
 # What a warm controller container remembers, at most. Past these sizes the least recently
 # used entries are forgotten and re-read (configs, states) or re-learned (windows) when needed.
 # Queues: configs (registered or not), states and windows, each (a window holds at most its
-# retention's one-second buckets, about 100 KB when every second has telemetry).
+# retention's one-second buckets, about 100 KB when every second has telemetry), and the queue
+# names the decoder has checked.
 CACHED_QUEUES: Final = 2000
 # Kinesis shards whose last ingested sequence number is remembered (redelivery detection).
 CACHED_SHARDS: Final = 1000
 # CloudWatch Logs log events (by id) already windowed: a re-sent one is not counted twice.
 # Ids older than the window retention are forgotten sooner (their samples would be too old).
 CACHED_LOG_EVENTS: Final = 100_000
+
+# Lambda's control plane (Get/List/UpdateEventSourceMapping among others) answers 15 requests
+# a second per account, shared with everything else in the account, and the quota cannot be
+# raised. The controller's actuator keeps to 12 in any one-second window, leaving three for
+# deployments and people.
+CONTROL_PLANE_QUOTA_PER_S: Final = 15
+CONTROL_PLANE_CALLS_PER_S: Final = 12
+# The actuator's window is a second and this much: the time from a call's slot to its request
+# leaving (serialization, signing, a busy scheduler), so that the requests, not only the slots,
+# stay at 12 in any second.
+CONTROL_PLANE_WINDOW_MARGIN_S: Final = 0.01
 
 # One AWS call attempt's worst case: connecting, then waiting for the answer. Short, so a
 # hanging call is cut off well inside a Lambda invocation; no attempt starts that could not end

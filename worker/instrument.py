@@ -183,8 +183,11 @@ class Invocation:
         self._aws_endpoints = _aws_endpoints(os.environ if environ is None else environ)
         # Connections are reused (keep-alive): name each (host, port) once per invocation.
         self._names: dict[tuple[str | None, int | None, int], str | None] = {}
-        # The http.client connections used in this invocation, each with its call in flight.
-        self._exchanges: dict[object, _Exchange] = {}
+        # Per http.client connection used in this invocation: what its requests count as (None:
+        # not a downstream), decided on its first call.
+        self._routes: dict[object, str | None] = {}
+        # The downstream call in flight per http.client connection: downstream and start time.
+        self._in_flight: dict[object, tuple[str, float]] = {}
         self._lock = threading.Lock()
 
     def downstream_name(
@@ -311,10 +314,11 @@ def _count(
         failures.swallow(error)
 
 
-def _count_failure(exchange: tuple[Invocation, str, float], error: BaseException) -> None:
+def _count_failure(
+    invocation: Invocation, downstream: str, started: float, error: BaseException
+) -> None:
     """Count a call that raised instead of answering: a timeout, with the time it waited, or
     another transport failure. Only failures pay for telling them apart."""
-    invocation, downstream, started = exchange
     try:
         if is_timeout(error):
             latency_ms = (perf_counter() - started) * 1000.0
@@ -364,20 +368,8 @@ def _is_sdk_connection(connection: object) -> bool:
     return known
 
 
-class _Exchange:
-    """A connection's counting state in one invocation, reused by each of its calls.
-
-    ``route`` (what the connection's own requests are counted as; None: not a downstream) is
-    decided on the connection's first call; ``downstream`` and ``started`` describe the call in
-    flight, ``started`` None when none is.
-    """
-
-    __slots__ = ("downstream", "route", "started")
-
-    def __init__(self, route: str | None) -> None:
-        self.route = route
-        self.downstream: str | None = None
-        self.started: float | None = None
+# A connection whose route this invocation has not decided yet.
+_UNDECIDED: Any = object()
 
 
 def _connection_route(invocation: Invocation, connection: http.client.HTTPConnection) -> str | None:
@@ -392,24 +384,11 @@ def _connection_route(invocation: Invocation, connection: http.client.HTTPConnec
     )
 
 
-def _start_exchange(
-    invocation: Invocation, connection: http.client.HTTPConnection, url: str
-) -> None:
-    exchange = invocation._exchanges.get(connection)
-    if exchange is None:
-        exchange = invocation._exchanges[connection] = _Exchange(
-            _connection_route(invocation, connection)
-        )
-    downstream = exchange.route
-    if url[:1] != "/" and downstream is not None and "://" in url:
-        # An absolute URL is a request through a forwarding proxy: name the real target.
-        parts = urlsplit(url)
-        default_port = 443 if parts.scheme == "https" else 80
-        downstream = invocation.downstream_name(
-            parts.hostname, parts.port, default_port=default_port
-        )
-    exchange.downstream = downstream
-    exchange.started = None if downstream is None else perf_counter()
+def _proxied_target(invocation: Invocation, url: str) -> str | None:
+    """The real target of a request through a forwarding proxy (an absolute URL)."""
+    parts = urlsplit(url)
+    default_port = 443 if parts.scheme == "https" else 80
+    return invocation.downstream_name(parts.hostname, parts.port, default_port=default_port)
 
 
 def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -423,8 +402,17 @@ def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
         result = original(self, method, url, skip_host, skip_accept_encoding)
         invocation = _active
         if invocation is not None:
+            # Inline rather than a helper's call: this runs on every request of the invocation.
             try:
-                _start_exchange(invocation, self, url)
+                downstream = invocation._routes.get(self, _UNDECIDED)
+                if downstream is _UNDECIDED:
+                    downstream = invocation._routes[self] = _connection_route(invocation, self)
+                if url[:1] != "/" and downstream is not None and "://" in url:
+                    downstream = _proxied_target(invocation, url)
+                if downstream is None:
+                    invocation._in_flight.pop(self, None)
+                else:
+                    invocation._in_flight[self] = (downstream, perf_counter())
             except Exception as error:
                 failures.swallow(error)
         return result
@@ -432,16 +420,10 @@ def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
     return putrequest
 
 
-def _take_exchange(
-    invocation: Invocation, connection: object
-) -> tuple[Invocation, str, float] | None:
+def _take_call(invocation: Invocation, connection: object) -> tuple[str, float] | None:
     """The downstream call in flight on the connection, begun in this invocation (no longer)."""
     try:
-        exchange = invocation._exchanges.get(connection)
-        if exchange is None or exchange.started is None:
-            return None  # not a downstream call, or begun before this invocation
-        started, exchange.started = exchange.started, None
-        return invocation, exchange.downstream, started  # type: ignore[return-value]
+        return invocation._in_flight.pop(connection, None)
     except Exception as error:
         failures.swallow(error)
         return None
@@ -459,9 +441,9 @@ def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as error:
             # Connecting happens here: a refused or timed-out connection is a failed call.
             invocation = _active
-            exchange = None if invocation is None else _take_exchange(invocation, self)
-            if exchange is not None:
-                _count_failure(exchange, error)
+            call = None if invocation is None else _take_call(invocation, self)
+            if invocation is not None and call is not None:
+                _count_failure(invocation, *call, error)
             raise
 
     return endheaders
@@ -470,14 +452,14 @@ def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
 def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
     def getresponse(self: http.client.HTTPConnection) -> Any:
         invocation = _active
-        exchange = None if invocation is None else _take_exchange(invocation, self)
-        if exchange is None:
+        call = None if invocation is None else _take_call(invocation, self)
+        if invocation is None or call is None:
             return original(self)
-        invocation, downstream, started = exchange
+        downstream, started = call
         try:
             response = original(self)
         except Exception as error:
-            _count_failure(exchange, error)
+            _count_failure(invocation, downstream, started, error)
             raise
         try:
             status = response.status
@@ -496,22 +478,18 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
 # httpx -------------------------------------------------------------------------------------------
 
 
-def _httpx_start(request: Any) -> tuple[Invocation, str, float] | None:
-    invocation = _active
-    if invocation is None:
-        return None
+def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
     try:
         url = request.url
-        downstream = invocation.downstream_name(
+        return invocation.downstream_name(
             url.host, url.port, default_port=443 if url.scheme == "https" else 80
         )
     except Exception as error:
         failures.swallow(error)
         return None
-    return None if downstream is None else (invocation, downstream, perf_counter())
 
 
-def _httpx_finish(exchange: tuple[Invocation, str, float], response: Any) -> None:
+def _httpx_count(invocation: Invocation, downstream: str, started: float, response: Any) -> None:
     try:
         status = response.status_code
         retry_after = (
@@ -520,20 +498,22 @@ def _httpx_finish(exchange: tuple[Invocation, str, float], response: Any) -> Non
     except Exception as error:
         failures.swallow(error)
         return
-    _count(exchange[0], exchange[1], exchange[2], status, retry_after)
+    _count(invocation, downstream, started, status, retry_after)
 
 
 def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., Any]:
     def handle_request(self: Any, request: Any) -> Any:
-        exchange = _httpx_start(request)
-        if exchange is None:
+        invocation = _active
+        downstream = None if invocation is None else _httpx_downstream(invocation, request)
+        if invocation is None or downstream is None:
             return original(self, request)
+        started = perf_counter()
         try:
             response = original(self, request)
         except Exception as error:
-            _count_failure(exchange, error)
+            _count_failure(invocation, downstream, started, error)
             raise
-        _httpx_finish(exchange, response)
+        _httpx_count(invocation, downstream, started, response)
         return response
 
     return handle_request
@@ -541,15 +521,17 @@ def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., An
 
 def _hook_httpx_handle_async_request(original: Callable[..., Any]) -> Callable[..., Any]:
     async def handle_async_request(self: Any, request: Any) -> Any:
-        exchange = _httpx_start(request)
-        if exchange is None:
+        invocation = _active
+        downstream = None if invocation is None else _httpx_downstream(invocation, request)
+        if invocation is None or downstream is None:
             return await original(self, request)
+        started = perf_counter()
         try:
             response = await original(self, request)
         except Exception as error:
-            _count_failure(exchange, error)
+            _count_failure(invocation, downstream, started, error)
             raise
-        _httpx_finish(exchange, response)
+        _httpx_count(invocation, downstream, started, response)
         return response
 
     return handle_async_request

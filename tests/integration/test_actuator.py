@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import random
 import zipfile
 from typing import Any
@@ -25,7 +26,8 @@ from controller.actuator import (
     UpdateCall,
     mapping_view,
 )
-from controller.aws import Backoff, CallAbandoned, PacedCaller, TokenBucket
+from controller.aws import Backoff, CallAbandoned, CallWindow, PacedCaller
+from controller.constants import CONTROL_PLANE_CALLS_PER_S
 from controller.ports import ActuationError, MappingNotFound, MappingView
 
 UUID = "a1b2c3d4-0000-4000-8000-000000000001"
@@ -76,18 +78,17 @@ def configuration(
 
 
 def stubbed(
-    time: FakeTime, *, rate_per_s: float = 1000.0, burst: int = 10, seed: int = 7
+    time: FakeTime, *, calls_per_s: int = 1000, seed: int = 7
 ) -> tuple[LambdaActuator, Stubber]:
     """A stubbed actuator; pacing generous enough never to wait unless a test asks for it,
     so that every recorded sleep is a backoff sleep."""
     client = lambda_client()
     actuator = LambdaActuator(
         client,
-        rate_per_s=rate_per_s,
+        calls_per_s=calls_per_s,
         clock=time.clock,
         sleep=time.sleep,
         rng=random.Random(seed),
-        burst=burst,
     )
     return actuator, Stubber(client)
 
@@ -314,10 +315,10 @@ def test_other_client_errors_fail_at_once() -> None:
 # Pacing.
 
 
-def test_calls_are_paced_by_the_token_bucket() -> None:
+def test_calls_fill_every_second_to_the_ceiling_and_never_past_it() -> None:
     time = FakeTime()
-    actuator, stubber = stubbed(time, rate_per_s=10.0, burst=2)
-    calls = 25
+    actuator, stubber = stubbed(time, calls_per_s=CONTROL_PLANE_CALLS_PER_S)
+    calls = 3 * CONTROL_PLANE_CALLS_PER_S + 1
     started = time.now
     stamps: list[float] = []
     for _ in range(calls):
@@ -328,20 +329,44 @@ def test_calls_are_paced_by_the_token_bucket() -> None:
             actuator.read(UUID, deadline=time.now + 5)
             stamps.append(time.now)
 
-    assert time.now - started >= (calls - 2) / 10.0 - 1e-9
-    assert _most_in_one_second(stamps) <= 10 + 2 - 1
+    assert _most_in_one_second(stamps) == CONTROL_PLANE_CALLS_PER_S
+    assert [
+        sum(1 for s in stamps if second <= s - started < second + 1) for second in range(3)
+    ] == [CONTROL_PLANE_CALLS_PER_S] * 3
+    assert time.now - started >= 3.0
 
 
-def test_waiting_for_a_token_respects_the_deadline() -> None:
+def test_waiting_for_a_slot_respects_the_deadline() -> None:
     time = FakeTime()
-    actuator, stubber = stubbed(time, rate_per_s=1.0, burst=1)
+    actuator, stubber = stubbed(time, calls_per_s=1)
     stubber.add_response("get_event_source_mapping", configuration(10))
 
     with stubber:
         actuator.read(UUID, deadline=time.now + 5)
         with pytest.raises(ActuationGaveUp, match="pacing"):
-            actuator.read(UUID, deadline=time.now + 0.5)  # the next token is 1 s away
+            actuator.read(UUID, deadline=time.now + 0.5)  # the next slot is 1 s away
     assert time.sleeps == []
+
+
+def test_a_call_without_a_deadline_waits_its_turn() -> None:
+    time = FakeTime()
+    window = CallWindow(1, 1.0, clock=time.clock, sleep=time.sleep)
+    assert window.acquire(deadline=math.inf)
+    assert window.acquire(deadline=math.inf)
+    assert time.sleeps == [(1000.0, 1.0)]
+
+
+def test_a_caller_slowed_down_catches_up_within_the_window() -> None:
+    time = FakeTime()
+    window = CallWindow(4, 1.0, clock=time.clock, sleep=time.sleep)
+    started = time.now
+    assert window.acquire(deadline=started + 60)
+    time.now += 0.9  # a slow step: a token bucket at 4/s would now allow one more call, not 3
+    for _ in range(3):
+        assert window.acquire(deadline=started + 60)
+    assert time.sleeps == []
+    assert window.acquire(deadline=started + 60)  # the fifth waits for the first to age out
+    assert time.now == started + 1.0
 
 
 def _most_in_one_second(stamps: list[float]) -> int:
@@ -356,24 +381,26 @@ def _most_in_one_second(stamps: list[float]) -> int:
 
 @settings(max_examples=50, deadline=None)
 @given(
-    rate=st.integers(1, 15),
-    burst=st.integers(1, 4),
+    calls=st.integers(1, 15),
+    window_s=st.sampled_from([0.5, 1.0, 1.01]),
     gaps=st.lists(st.floats(0, 0.5), min_size=1, max_size=60),
 )
-def test_token_bucket_never_exceeds_its_rate(rate: int, burst: int, gaps: list[float]) -> None:
+def test_a_call_window_lets_each_call_go_as_soon_as_the_window_allows(
+    calls: int, window_s: float, gaps: list[float]
+) -> None:
     time = FakeTime()
-    bucket = TokenBucket(rate, burst, clock=time.clock, sleep=time.sleep)
-    started = time.now
-    stamps = []
+    window = CallWindow(calls, window_s, clock=time.clock, sleep=time.sleep)
+    stamps: list[float] = []
     for gap in gaps:
         time.now += gap  # the caller's own work between calls
-        assert bucket.acquire(deadline=time.now + 60)
+        arrived = time.now
+        assert window.acquire(deadline=time.now + 60)
+        earliest = arrived if len(stamps) < calls else max(arrived, stamps[-calls] + window_s)
+        assert time.now == earliest
         stamps.append(time.now)
 
-    assert _most_in_one_second(stamps) <= rate + burst - 1
-    assert time.now - started >= (len(gaps) - burst) / rate - 1e-9
-    if burst == 1:
-        assert _most_in_one_second(stamps) <= rate
+    if window_s >= 1.0:
+        assert _most_in_one_second(stamps) <= calls
 
 
 @settings(max_examples=50, deadline=None)
@@ -400,7 +427,7 @@ def test_retries_never_sleep_past_the_deadline(seed: int, failures: int, budget:
         Busy(),
         retryable={"ResourceInUseException"},
         backoff=backoff,
-        bucket=TokenBucket(10.0, 2, clock=time.clock, sleep=time.sleep),
+        window=CallWindow(10, clock=time.clock, sleep=time.sleep),
         max_attempts=20,
         clock=time.clock,
         sleep=time.sleep,

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.constants import is_queue_name
 from controller.model import Sample
 from controller.telemetry import (
     MAX_VALUE,
@@ -723,3 +724,19 @@ def test_a_bad_timeout_count_skips_the_document(bad: object) -> None:
     skipped: Counter[str] = Counter()
     assert samples_from_log_message(json.dumps(document), None, skipped=skipped) == []
     assert skipped == {"bad_value": 1}
+
+
+@FAST
+@given(st.text(max_size=90) | st.from_regex(r"[A-Za-z0-9_-]{1,82}(\.fifo)?", fullmatch=True))
+def test_a_queue_name_is_judged_alike_before_and_after_it_is_remembered(name: str) -> None:
+    message = emf(queue=name, Downstream2xx=1)
+    verdicts = []
+    for _ in range(2):  # the second sighting takes the remembered-names path
+        skipped: Counter[str] = Counter()
+        samples = samples_from_log_message(message, None, skipped=skipped)
+        verdicts.append(([sample.queue for sample in samples], dict(skipped)))
+    assert verdicts[0] == verdicts[1]
+    if is_queue_name(name):
+        assert verdicts[0] == ([name], {})
+    else:
+        assert verdicts[0][0] == []
