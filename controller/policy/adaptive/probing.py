@@ -106,8 +106,13 @@ def start_pulse(
     probes pass), then back to ``base``."""
     step = max(1, min(memory.probe_streak, math.floor(base * tuning.probe_growth)))
     target = clamp(base + step, params)
-    # The poller adds a few invocations per second: a bigger raise needs a longer pulse.
-    pulse = tuning.pulse_s + (target - state.concurrency - 1) / tuning.poller_ramp_per_s
+    # About one invocation time (at least ``pulse_s``), so that enough invocations start under
+    # the raised cap to be judged; the poller adds a few invocations per second, so a bigger
+    # raise needs a longer pulse.
+    invocation_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
+    pulse = max(tuning.pulse_s, invocation_s) + (target - state.concurrency - 1) / (
+        tuning.poller_ramp_per_s
+    )
     return move(
         target,
         rising(target, params),
@@ -248,7 +253,9 @@ def back_off(
         span_s = max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
         goodput = pulse.ok / span_s
         cost = pulse.pressure
-        backoff = min(high, max(low, cost / (tuning.probe_budget * goodput) if goodput else high))
+        # A probe that cost nothing (too slow, or too little telemetry) may try again soon.
+        wait = cost / (tuning.probe_budget * goodput) if goodput else (high if cost else low)
+        backoff = min(high, max(low, wait))
         next_probe_at = now + spread(tuning, state, now, backoff)
     verdict = (
         f"pressure {pulse.pressure_rate:.1%} at {probed}"

@@ -43,7 +43,7 @@ class Tuning:
     probe_jitter: float = 0.2
     # Latency: the rise over the no-load baseline that cuts (growth stops at half of it), and
     # the seconds of evidence (each with at least min_samples timed calls) it needs.
-    latency_tolerance: float = 1.0
+    latency_tolerance: float = 0.7
     latency_seconds: int = 3
     # Pausing below the floor: the period (first, longest) and the pressure at Cmin that calls
     # for it.
