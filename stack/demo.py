@@ -334,8 +334,16 @@ def run_demo(
             page = DashboardServer(source)
             view.dashboard = page.start()
             view.note(f"dashboard on {view.dashboard}")
+        view.note(f"starting {spec.max_concurrency} worker environments")
+        runtime = LocalRuntime(
+            aws,
+            deployment,
+            on_error=errors.append,
+            on_record=on_record,
+            warm_workers=spec.max_concurrency,
+        ).start()
+        # The scenario's clock starts with the workers warm, as a busy function's are.
         origin = time.monotonic()
-        runtime = LocalRuntime(aws, deployment, on_error=errors.append, on_record=on_record).start()
         producer.start(clock)
         poller = runtime.queues[binding.name]
         timeline = Timeline()

@@ -50,8 +50,12 @@ class LocalRuntime:
         *,
         on_error: Callable[[str], None] | None = None,
         on_record: Callable[[str, dict[str, Any]], None] | None = None,
+        warm_workers: int = 0,
     ) -> None:
+        """``warm_workers``: containers started per worker function before any poller, so the
+        first invocations do not pay cold starts (a function that has been busy has them)."""
         self._aws = aws
+        self._warm_workers = warm_workers
         self._deployment = deployment
         self._on_error = on_error
         self._on_record = on_record
@@ -112,6 +116,8 @@ class LocalRuntime:
                     )
                 )
                 self._pools.append(workers[binding.function_name])
+                workers[binding.function_name].prewarm(self._warm_workers)
+        for binding in deployment.queues:
             self.queues[binding.name] = QueuePoller(
                 aws,
                 binding,

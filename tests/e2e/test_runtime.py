@@ -241,3 +241,34 @@ def test_schedule_runner_finds_rules_targeting_its_functions(aws: EmbeddedAws) -
         aws, {"ctl": ContainerPool(spec)}, {"ctl": LogShipper(aws.client("logs"), LOG_GROUP)}
     )
     assert runner.schedules == [("wake", 60.0, "ctl", {"source": "queuemesh.wakeup"})]
+
+
+def test_a_prewarmed_pool_serves_its_first_invocations_without_cold_starts() -> None:
+    spec = FunctionSpec(
+        name="warm-fn",
+        handler="tests.e2e.test_runtime.fake_worker",
+        environment={},
+        timeout_s=10.0,
+        memory_mb=128,
+        log_group=LOG_GROUP,
+    )
+    pool = ContainerPool(spec)
+    try:
+        pool.prewarm(2)
+        assert pool.cold_starts == 2
+        event = {"Records": [{"messageId": "m1", "body": json.dumps({})}]}
+        results: list[Any] = []
+
+        def invoke() -> None:
+            with pool.container() as container:
+                results.append(container.invoke(event))
+
+        threads = [threading.Thread(target=invoke) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert [result.error for result in results] == [None, None]
+        assert pool.cold_starts == 2  # both served by the warm containers
+    finally:
+        pool.close()
