@@ -254,13 +254,13 @@ def storm_seconds(start: int, per_second: int, ok: int, throttled: int) -> list[
 
 def test_a_cut_on_a_storm_s_first_reports_is_corrected_on_the_rest() -> None:
     # At 20 and saturated; the capacity falls at 1000. The first reports of the storm (the
-    # calls made early in second 1000) show 20% rejected: a cut by at least beta, to 10.
+    # calls made early in second 1000) show 20% rejected: a cut to that share, to 15.
     current = attached(20, at=0.0)
     window = window_of(*steady(960, 40, 20, ok=10))
     for document in storm_seconds(1000, 10, ok=8, throttled=2):
         window.add(document)
     current, first = run(current, window, 1002.0)
-    assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 10)
+    assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 15)
     # The rest of the invocations that started before the cut report 80-90% rejected: the cut
     # is made again on them at once, without waiting for evidence from after it.
     for document in storm_seconds(1000, 10, ok=1, throttled=9):

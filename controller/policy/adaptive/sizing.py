@@ -138,11 +138,6 @@ def cut(
         # too many there are, so the accepted share says nothing of the level that fits.
         # Halve (at most), and cut again next settle period if it still times out.
         proportional = max(proportional, math.floor(running * params.beta))
-    elif fresh:
-        # A storm seen only in the newest seconds: their first reports come from the calls
-        # made early in each second, which the downstream still accepted, so the share
-        # understates it. Cut at least by beta.
-        proportional = min(proportional, math.floor(current * params.beta))
     target = clamp(min(current - 1, proportional), params)
     breaches = state.consecutive_breaches + 1
     name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
@@ -166,7 +161,7 @@ def cut(
         name,
         f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
         f"({params.t1:.1%}) with about {running:.1f} invocations in use; cut to the accepted "
-        f"share{' (at least by beta)' if fresh else ''}. Scaled from {current} -> {target}.",
+        f"share. Scaled from {current} -> {target}.",
         remembered,
         stats,
         breaches=breaches,
