@@ -21,10 +21,9 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from controller.model import QueueState, QueueStateName
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, move
-from controller.policy.adaptive.probing import spread
-from controller.policy.adaptive.sizing import in_use
+from controller.model import QueueState
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict
+from controller.policy.adaptive.sizing import cut_verdict, in_use
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
@@ -94,27 +93,14 @@ def cut(
     running = in_use(tuning, state, stats, window)
     fitting = math.floor(running * (1.0 + tuning.latency_tolerance / 2) / latency_rise)
     target = clamp(min(current - 1, fitting), params)
-    breaches = state.consecutive_breaches + 1
-    name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
-    backoff = memory.probe_backoff_s or tuning.probe_backoff_s[0]
-    return move(
+    return cut_verdict(
+        tuning,
+        state,
+        replace(memory, latency_cut_rise=latency_rise),
         target,
-        name,
         f"Latency overload: {latency_rise:.2f}x the no-load latency "
         f"({memory.latency_floor_ms:.0f} ms) >= {1 + tuning.latency_tolerance:.2f}x with about "
         f"{running:.1f} invocations in use. Scaled from {current} -> {target}.",
-        replace(
-            memory,
-            ceiling=target + 1,
-            broke_at=current,
-            probe_streak=0,
-            next_probe_at=now + spread(tuning, state, now, backoff),
-            probe_backoff_s=backoff,
-            judge_at=0.0,
-            probe_step=0,
-            latency_cut_rise=latency_rise,
-        ),
         stats,
-        breaches=breaches,
-        wake_at=0.0,
+        now,
     )

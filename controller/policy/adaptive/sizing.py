@@ -139,34 +139,51 @@ def cut(
         # Halve (at most), and cut again next settle period if it still times out.
         proportional = max(proportional, math.floor(running * params.beta))
     target = clamp(min(current - 1, proportional), params)
+    correctable = replace(
+        memory,
+        cut_at=now,
+        cut_evidence_since=onset,
+        cut_requests=window.stats(onset, stats.until).requests,
+        cut_running=running,
+    )
+    return cut_verdict(
+        tuning,
+        state,
+        correctable,
+        target,
+        f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
+        f"({params.t1:.1%}) with about {running:.1f} invocations in use; cut to the accepted "
+        f"share. Scaled from {current} -> {target}.",
+        stats,
+        now,
+    )
+
+
+def cut_verdict(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    target: int,
+    reason: str,
+    stats: WindowStats,
+    now: float,
+) -> AdaptiveVerdict:
+    """A cut to ``target``: the level above it is the ceiling and the level cut from the one
+    that broke; probing starts over after a backoff."""
     breaches = state.consecutive_breaches + 1
     name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
     backoff = memory.probe_backoff_s or tuning.probe_backoff_s[0]
     remembered = replace(
         memory,
         ceiling=target + 1,
-        broke_at=current,
-        cut_at=now,
-        cut_evidence_since=onset,
-        cut_requests=window.stats(onset, stats.until).requests,
-        cut_running=running,
+        broke_at=state.concurrency,
         probe_streak=0,
         next_probe_at=now + spread(tuning, state, now, backoff),
         probe_backoff_s=backoff,
         judge_at=0.0,
         probe_step=0,
     )
-    return move(
-        target,
-        name,
-        f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
-        f"({params.t1:.1%}) with about {running:.1f} invocations in use; cut to the accepted "
-        f"share. Scaled from {current} -> {target}.",
-        remembered,
-        stats,
-        breaches=breaches,
-        wake_at=0.0,
-    )
+    return move(target, name, reason, remembered, stats, breaches=breaches, wake_at=0.0)
 
 
 def storm_onset(stats: WindowStats, window: QueueWindow, params: PolicyParams) -> float:
