@@ -5,15 +5,16 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
 - **Do no harm.** A queue is never cut below the concurrency in use without pressure: a mapping
   first seen is left to the poller's ramp, and a healthy queue under its cap is held.
 - **Cut in proportion** (``sizing``). On pressure at or above T1 the target is the concurrency
-  really in use (busy time / elapsed time from the invocations' durations, or the cap when the
-  poller fills it) times the accepted share, which lands near the fitting level in one step.
+  really in use (the busiest seconds by Little's law, what a still-climbing poller has reached,
+  or the cap when the poller fills it) times the accepted share, which lands near the fitting
+  level in one step. A cut sized on a storm's first reports is corrected on the rest of them.
 - **Judge only fresh evidence.** Every verdict on the queue's telemetry uses the shared guards'
   vetted evidence: invocations that started after the last change (plus the settle margin).
 - **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``
   and the allowance actually in use, and then keeps up with the poller's ramp (at most
   doubling a step). Near the remembered ceiling growth is by pulse probes, which judge only the
-  invocations that started during the pulse; clean at the level that broke, the ceiling
-  expires and growth returns to full speed.
+  invocations that started during the pulse, paid for from a budget of the goodput; clean
+  above the level that broke, the ceiling expires and growth returns to full speed.
 - **Latency** (``latency``). A rise of the evidence's per-second latency over the no-load
   baseline by ``latency_tolerance`` cuts in proportion, before client timeouts come.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
