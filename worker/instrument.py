@@ -185,6 +185,8 @@ class Invocation:
         self._aws_endpoints = _aws_endpoints(os.environ if environ is None else environ)
         # Connections are reused (keep-alive): name each (host, port) once per invocation.
         self._names: dict[tuple[str | None, int | None, int], str | None] = {}
+        # The same per httpx origin (scheme, host, port), as httpx parsed it.
+        self._httpx_names: dict[tuple[str, str, int | None], str | None] = {}
         # Per http.client connection used in this invocation: what its requests count as (None:
         # not a downstream), decided on its first call.
         self._routes: dict[object, str | None] = {}
@@ -475,9 +477,20 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
     url = request.url
-    return invocation.downstream_name(
-        url.host, url.port, default_port=443 if url.scheme == "https" else 80
-    )
+    try:
+        # httpx keeps the parsed URL as a (private) named tuple: reading it spares the public
+        # properties' three Python calls on every request; they name each origin once.
+        parsed = url._uri_reference
+        origin = (parsed.scheme, parsed.host, parsed.port)
+    except AttributeError:
+        origin = (url.scheme, url.host, url.port)
+    try:
+        return invocation._httpx_names[origin]
+    except KeyError:
+        name = invocation._httpx_names[origin] = invocation.downstream_name(
+            url.host, url.port, default_port=443 if url.scheme == "https" else 80
+        )
+        return name
 
 
 def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., Any]:
