@@ -77,9 +77,9 @@ class Tally:
                     self.overloaded += 1
         elif timed_out:
             self.timed_out += 1
-            retry_after_s = None  # no answer, no Retry-After
+            retry_after_s = None  # no answer to say it
         else:
-            latency_ms = retry_after_s = None  # nor a wait to tell apart from the failure's
+            latency_ms = retry_after_s = None  # no answer, and no wait worth a latency
         self.requests += 1
         if downstream:
             self.downstreams.add(downstream)
@@ -223,10 +223,10 @@ class Invocation:
         downstream: str | None,
         timed_out: bool = False,
     ) -> None:
-        """Count one call for the queue the caller is working on (see ``Tally.add``).
+        """Count one call for the queue being worked on, as ``Tally.add`` classifies it.
 
-        The hooks call this once per answered call, and nothing else on their way: it is the
-        whole per-call path, so it takes the lock without a ``with`` block's two lookups.
+        Every hooked call ends here, so the lock is taken without a ``with`` block (which looks
+        up and calls ``__enter__`` and ``__exit__``).
         """
         ref = _current_record.get()
         queue = ref.queue if ref is not None else self.default_queue
