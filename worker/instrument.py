@@ -81,7 +81,7 @@ class Tally:
         else:
             latency_ms = retry_after_s = None  # no answer, and no wait worth a latency
         self.requests += 1
-        if downstream:
+        if downstream and downstream not in self.downstreams:
             self.downstreams.add(downstream)
         if latency_ms is not None:
             self.latencies_ms.append(latency_ms)
@@ -235,8 +235,9 @@ class Invocation:
         lock = self._lock
         lock.acquire()
         try:
-            tally = self.tallies.get(queue)
-            if tally is None:
+            try:
+                tally = self.tallies[queue]
+            except KeyError:
                 tally = self.tallies[queue] = Tally()
             tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
             if status == 429 and retry_after_s is not None:
