@@ -59,32 +59,34 @@ class Tally:
     ) -> None:
         """Count one call; ``status`` None is a transport failure (no answer), ``timed_out``
         one where the client gave up waiting (connect or read), with the time it waited."""
-        if status is not None and (status < 200 or 300 <= status < 400):
-            # A redirect is followed by the call that counts; 1xx is not an answer.
-            return
-        self.requests += 1
-        if downstream:
-            self.downstreams.add(downstream)
-        if status is None:
-            if timed_out:
-                self.timed_out += 1
-                if latency_ms is not None:
-                    self.latencies_ms.append(latency_ms)
-            return
-        if status < 300:
-            self.ok += 1
-        elif status == 429:
-            self.throttled += 1
-        elif status < 500:
-            self.client_errors += 1
+        # The common answer (2xx) is decided first: this runs on every call.
+        if status is not None:
+            if status < 300:
+                if status < 200:
+                    return  # 1xx is not an answer
+                self.ok += 1
+            elif status < 400:
+                return  # a redirect is followed by the call that counts
+            elif status == 429:
+                self.throttled += 1
+            elif status < 500:
+                self.client_errors += 1
+            else:
+                self.server_errors += 1
+                if status == 503:
+                    self.overloaded += 1
+        elif timed_out:
+            self.timed_out += 1
+            retry_after_s = None  # no answer to say it
         else:
-            self.server_errors += 1
-            if status == 503:
-                self.overloaded += 1
+            latency_ms = retry_after_s = None  # no answer, and no wait worth a latency
+        self.requests += 1
+        if downstream and downstream not in self.downstreams:
+            self.downstreams.add(downstream)
         if latency_ms is not None:
             self.latencies_ms.append(latency_ms)
-        if retry_after_s is not None:
-            self.retry_after_s = max(self.retry_after_s, retry_after_s)
+        if retry_after_s is not None and retry_after_s > self.retry_after_s:
+            self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +185,8 @@ class Invocation:
         self._aws_endpoints = _aws_endpoints(os.environ if environ is None else environ)
         # Connections are reused (keep-alive): name each (host, port) once per invocation.
         self._names: dict[tuple[str | None, int | None, int], str | None] = {}
+        # The same per httpx origin (scheme, host, port), as httpx parsed it.
+        self._httpx_names: dict[tuple[str, str, int | None], str | None] = {}
         # Per http.client connection used in this invocation: what its requests count as (None:
         # not a downstream), decided on its first call.
         self._routes: dict[object, str | None] = {}
@@ -219,13 +223,21 @@ class Invocation:
         downstream: str | None,
         timed_out: bool = False,
     ) -> None:
+        """Count one call for the queue being worked on, as ``Tally.add`` classifies it.
+
+        Every hooked call ends here, so the lock is taken without a ``with`` block (which looks
+        up and calls ``__enter__`` and ``__exit__``).
+        """
         ref = _current_record.get()
         queue = ref.queue if ref is not None else self.default_queue
         if queue is None:
             return
-        with self._lock:
-            tally = self.tallies.get(queue)
-            if tally is None:
+        lock = self._lock
+        lock.acquire()
+        try:
+            try:
+                tally = self.tallies[queue]
+            except KeyError:
                 tally = self.tallies[queue] = Tally()
             tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
             if status == 429 and retry_after_s is not None:
@@ -236,6 +248,8 @@ class Invocation:
                     evidence = self.unattributed_retry_after
                     key = queue
                 evidence[key] = max(evidence.get(key, 0.0), retry_after_s)
+        finally:
+            lock.release()
 
 
 _active: Invocation | None = None
@@ -299,21 +313,6 @@ class _Failures:
 failures = _Failures()
 
 
-def _count(
-    invocation: Invocation,
-    downstream: str,
-    started: float,
-    status: int | None,
-    retry_after: object,
-) -> None:
-    try:
-        latency_ms = (perf_counter() - started) * 1000.0 if status is not None else None
-        seconds = parse_retry_after(retry_after) if retry_after is not None else None
-        invocation.count(status, latency_ms, seconds, downstream)
-    except Exception as error:
-        failures.swallow(error)
-
-
 def _count_failure(
     invocation: Invocation, downstream: str, started: float, error: BaseException
 ) -> None:
@@ -347,10 +346,6 @@ def is_timeout(error: BaseException) -> bool:
     return httpx is not None and isinstance(error, httpx.TimeoutException)
 
 
-def _wants_retry_after(status: int) -> bool:
-    return status == 429 or status >= 500
-
-
 # http.client (and so urllib3 and requests) -----------------------------------------------------
 # The hooks repeat the stdlib signatures: forwarding ``*args, **kwargs`` would build a dict and
 # leave the interpreter's fast call path on every request, hooked or not.
@@ -366,10 +361,6 @@ def _is_sdk_connection(connection: object) -> bool:
     if known is None:
         known = _sdk_connection_classes[cls] = cls.__module__.startswith("botocore")
     return known
-
-
-# A connection whose route this invocation has not decided yet.
-_UNDECIDED: Any = object()
 
 
 def _connection_route(invocation: Invocation, connection: http.client.HTTPConnection) -> str | None:
@@ -404,10 +395,11 @@ def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
         if invocation is not None:
             # Inline rather than a helper's call: this runs on every request of the invocation.
             try:
-                downstream = invocation._routes.get(self, _UNDECIDED)
-                if downstream is _UNDECIDED:
+                try:
+                    downstream = invocation._routes[self]
+                except KeyError:
                     downstream = invocation._routes[self] = _connection_route(invocation, self)
-                if url[:1] != "/" and downstream is not None and "://" in url:
+                if downstream is not None and "://" in url and url[:1] != "/":
                     downstream = _proxied_target(invocation, url)
                 if downstream is None:
                     invocation._in_flight.pop(self, None)
@@ -418,15 +410,6 @@ def _hook_putrequest(original: Callable[..., Any]) -> Callable[..., Any]:
         return result
 
     return putrequest
-
-
-def _take_call(invocation: Invocation, connection: object) -> tuple[str, float] | None:
-    """The downstream call in flight on the connection, begun in this invocation (no longer)."""
-    try:
-        return invocation._in_flight.pop(connection, None)
-    except Exception as error:
-        failures.swallow(error)
-        return None
 
 
 def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -441,9 +424,14 @@ def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as error:
             # Connecting happens here: a refused or timed-out connection is a failed call.
             invocation = _active
-            call = None if invocation is None else _take_call(invocation, self)
-            if invocation is not None and call is not None:
-                _count_failure(invocation, *call, error)
+            if invocation is not None:
+                try:
+                    call = invocation._in_flight.pop(self, None)
+                except Exception as failure:
+                    failures.swallow(failure)
+                    call = None
+                if call is not None:
+                    _count_failure(invocation, *call, error)
             raise
 
     return endheaders
@@ -452,24 +440,34 @@ def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
 def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
     def getresponse(self: http.client.HTTPConnection) -> Any:
         invocation = _active
-        call = None if invocation is None else _take_call(invocation, self)
-        if invocation is None or call is None:
+        if invocation is None:
             return original(self)
-        downstream, started = call
+        # The whole per-call path is inline, down to ``Invocation.count``: a helper's frame
+        # costs more than the work it would hold.
+        try:
+            call = invocation._in_flight.pop(self, None)
+        except Exception as error:
+            failures.swallow(error)
+            call = None
+        if call is None:
+            return original(self)
         try:
             response = original(self)
         except Exception as error:
-            _count_failure(invocation, downstream, started, error)
+            _count_failure(invocation, *call, error)
             raise
         try:
             status = response.status
-            retry_after = (
-                response.getheader("Retry-After") if status == 429 or status >= 500 else None
+            invocation.count(
+                status,
+                (perf_counter() - call[1]) * 1000.0,
+                parse_retry_after(response.getheader("Retry-After"))
+                if status == 429 or status >= 500
+                else None,
+                call[0],
             )
         except Exception as error:
             failures.swallow(error)
-            return response
-        _count(invocation, downstream, started, status, retry_after)
         return response
 
     return getresponse
@@ -479,33 +477,34 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
+    url = request.url
     try:
-        url = request.url
-        return invocation.downstream_name(
+        # httpx keeps the parsed URL as a (private) named tuple: reading it spares the public
+        # properties' three Python calls on every request; they name each origin once.
+        parsed = url._uri_reference
+        origin = (parsed.scheme, parsed.host, parsed.port)
+    except AttributeError:
+        origin = (url.scheme, url.host, url.port)
+    try:
+        return invocation._httpx_names[origin]
+    except KeyError:
+        name = invocation._httpx_names[origin] = invocation.downstream_name(
             url.host, url.port, default_port=443 if url.scheme == "https" else 80
         )
-    except Exception as error:
-        failures.swallow(error)
-        return None
-
-
-def _httpx_count(invocation: Invocation, downstream: str, started: float, response: Any) -> None:
-    try:
-        status = response.status_code
-        retry_after = (
-            response.headers.get("retry-after") if status == 429 or status >= 500 else None
-        )
-    except Exception as error:
-        failures.swallow(error)
-        return
-    _count(invocation, downstream, started, status, retry_after)
+        return name
 
 
 def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., Any]:
     def handle_request(self: Any, request: Any) -> Any:
         invocation = _active
-        downstream = None if invocation is None else _httpx_downstream(invocation, request)
-        if invocation is None or downstream is None:
+        if invocation is None:
+            return original(self, request)
+        try:
+            downstream = _httpx_downstream(invocation, request)
+        except Exception as error:
+            failures.swallow(error)
+            downstream = None
+        if downstream is None:
             return original(self, request)
         started = perf_counter()
         try:
@@ -513,7 +512,18 @@ def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., An
         except Exception as error:
             _count_failure(invocation, downstream, started, error)
             raise
-        _httpx_count(invocation, downstream, started, response)
+        try:
+            status = response.status_code
+            invocation.count(
+                status,
+                (perf_counter() - started) * 1000.0,
+                parse_retry_after(response.headers.get("retry-after"))
+                if status == 429 or status >= 500
+                else None,
+                downstream,
+            )
+        except Exception as error:
+            failures.swallow(error)
         return response
 
     return handle_request
@@ -522,8 +532,14 @@ def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., An
 def _hook_httpx_handle_async_request(original: Callable[..., Any]) -> Callable[..., Any]:
     async def handle_async_request(self: Any, request: Any) -> Any:
         invocation = _active
-        downstream = None if invocation is None else _httpx_downstream(invocation, request)
-        if invocation is None or downstream is None:
+        if invocation is None:
+            return await original(self, request)
+        try:
+            downstream = _httpx_downstream(invocation, request)
+        except Exception as error:
+            failures.swallow(error)
+            downstream = None
+        if downstream is None:
             return await original(self, request)
         started = perf_counter()
         try:
@@ -531,7 +547,18 @@ def _hook_httpx_handle_async_request(original: Callable[..., Any]) -> Callable[.
         except Exception as error:
             _count_failure(invocation, downstream, started, error)
             raise
-        _httpx_count(invocation, downstream, started, response)
+        try:
+            status = response.status_code
+            invocation.count(
+                status,
+                (perf_counter() - started) * 1000.0,
+                parse_retry_after(response.headers.get("retry-after"))
+                if status == 429 or status >= 500
+                else None,
+                downstream,
+            )
+        except Exception as error:
+            failures.swallow(error)
         return response
 
     return handle_async_request
