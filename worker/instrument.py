@@ -494,6 +494,24 @@ def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
         return name
 
 
+def _count_httpx_answer(
+    invocation: Invocation, downstream: str, started: float, response: Any
+) -> None:
+    """Count an httpx answer (the sync and async transports alike); never raises."""
+    try:
+        status = response.status_code
+        invocation.count(
+            status,
+            (perf_counter() - started) * 1000.0,
+            parse_retry_after(response.headers.get("retry-after"))
+            if status == 429 or status >= 500
+            else None,
+            downstream,
+        )
+    except Exception as error:
+        failures.swallow(error)
+
+
 def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., Any]:
     def handle_request(self: Any, request: Any) -> Any:
         invocation = _active
@@ -512,18 +530,7 @@ def _hook_httpx_handle_request(original: Callable[..., Any]) -> Callable[..., An
         except Exception as error:
             _count_failure(invocation, downstream, started, error)
             raise
-        try:
-            status = response.status_code
-            invocation.count(
-                status,
-                (perf_counter() - started) * 1000.0,
-                parse_retry_after(response.headers.get("retry-after"))
-                if status == 429 or status >= 500
-                else None,
-                downstream,
-            )
-        except Exception as error:
-            failures.swallow(error)
+        _count_httpx_answer(invocation, downstream, started, response)
         return response
 
     return handle_request
@@ -547,18 +554,7 @@ def _hook_httpx_handle_async_request(original: Callable[..., Any]) -> Callable[.
         except Exception as error:
             _count_failure(invocation, downstream, started, error)
             raise
-        try:
-            status = response.status_code
-            invocation.count(
-                status,
-                (perf_counter() - started) * 1000.0,
-                parse_retry_after(response.headers.get("retry-after"))
-                if status == 429 or status >= 500
-                else None,
-                downstream,
-            )
-        except Exception as error:
-            failures.swallow(error)
+        _count_httpx_answer(invocation, downstream, started, response)
         return response
 
     return handle_async_request
