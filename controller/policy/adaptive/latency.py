@@ -50,17 +50,15 @@ def rise(tuning: Tuning, memory: AdaptiveMemory, latencies: list[float]) -> floa
 
 
 def with_floor(
-    tuning: Tuning,
-    memory: AdaptiveMemory,
-    latencies: list[float],
-    latency_rise: float,
-    at_cmin: bool,
+    tuning: Tuning, memory: AdaptiveMemory, latencies: list[float], at_cmin: bool
 ) -> AdaptiveMemory:
     """The memory with its baseline lowered to the fastest second of the evidence, or moved up
     to the evidence's latency when that latency does not come from load (see the module)."""
     if not latencies:
         return memory
     floor = memory.latency_floor_ms
+    latency_rise = rise(tuning, memory, latencies)
+    # The last latency cut left the latency within 10% of where it was: it did not fall.
     not_load = (memory.latency_cut_rise and latency_rise >= memory.latency_cut_rise * 0.9) or (
         at_cmin and latency_rise >= 1.0 + tuning.latency_tolerance / 2
     )
