@@ -31,6 +31,11 @@ def is_queue_name(name: object) -> TypeGuard[str]:
 # stamped later would become its window's newest time and make real evidence look too old.
 MAX_CLOCK_SKEW_S: Final = 30.0
 
+# How long a warm controller keeps a queue's one-second buckets of evidence. The policy's
+# time parameters (window, settle margin, staleness) are bounded by it: a window longer than
+# what is kept would silently be this one.
+WINDOW_RETENTION_S: Final = 600.0
+
 # What a warm controller container remembers, at most. Past these sizes the least recently
 # used entries are forgotten and re-read (configs, states) or re-learned (windows) when needed.
 # Queues: configs (registered or not), states and windows, each (a window holds at most its

@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.cache import LruCache
-from controller.constants import ATTEMPT_TIMEOUT_S, CACHED_QUEUES, MAX_CLOCK_SKEW_S
+from controller.constants import (
+    ATTEMPT_TIMEOUT_S,
+    CACHED_QUEUES,
+    MAX_CLOCK_SKEW_S,
+    WINDOW_RETENTION_S,
+)
 from controller.model import (
     Action,
     AuditEvent,
@@ -109,7 +114,7 @@ class Controller:
         *,
         algorithm: LimitAlgorithm[Any] | None = None,
         config_ttl_s: float = 60.0,
-        retention_s: float = 600.0,
+        retention_s: float = WINDOW_RETENTION_S,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger = ledger

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
+from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY, WINDOW_RETENTION_S
 
 
 class SettingsError(ValueError):
@@ -32,15 +33,27 @@ class PolicyParams:
             (0.0 < self.t1 <= 1.0, "T1 must be in (0, 1]"),
             (0.0 < self.t2 <= 1.0, "T2 must be in (0, 1]"),
             (0.0 < self.beta < 1.0, "beta must be in (0, 1)"),
-            (self.alpha >= 1, "alpha must be at least 1"),
+            (
+                1 <= self.alpha <= MAX_CONCURRENCY,
+                f"alpha must be in 1..{MAX_CONCURRENCY}",
+            ),
             (
                 MIN_CONCURRENCY <= self.cmin <= self.cmax <= MAX_CONCURRENCY,
                 f"need {MIN_CONCURRENCY} <= Cmin <= Cmax <= {MAX_CONCURRENCY}",
             ),
-            (self.window_s > 0, "window_s must be positive"),
+            (
+                0 < self.window_s <= WINDOW_RETENTION_S,
+                f"window_s must be in (0, {WINDOW_RETENTION_S:g}] seconds (the evidence kept)",
+            ),
             (self.min_samples >= 1, "min_samples must be at least 1"),
-            (self.settle_margin_s >= 0, "settle_margin_s must not be negative"),
-            (self.stale_after_s > 0, "stale_after_s must be positive"),
+            (
+                0 <= self.settle_margin_s <= WINDOW_RETENTION_S,
+                f"settle_margin_s must be in [0, {WINDOW_RETENTION_S:g}] seconds",
+            ),
+            (
+                0 < self.stale_after_s <= WINDOW_RETENTION_S,
+                f"stale_after_s must be in (0, {WINDOW_RETENTION_S:g}] seconds",
+            ),
         )
         for ok, message in checks:
             if not ok:
@@ -77,6 +90,8 @@ def _coerce(name: str, raw: object, annotation: object) -> float | int:
         value = float(raw)  # type: ignore[arg-type]
     except (TypeError, ValueError) as error:
         raise SettingsError(f"policy parameter {name} must be a number, got {raw!r}") from error
+    if not math.isfinite(value):
+        raise SettingsError(f"policy parameter {name} must be a finite number, got {raw!r}")
     if wants_int:
         if not value.is_integer():
             raise SettingsError(f"policy parameter {name} must be a whole number, got {raw!r}")

@@ -298,6 +298,11 @@ def run_demo(
                 "ExampleMaxConcurrency": str(spec.max_concurrency),
                 "PolicyCmax": str(spec.max_concurrency),
                 "PolicyCmin": str(spec.min_concurrency),
+                **(
+                    {"ExampleDownstreamTimeoutMs": f"{spec.timeout_ms:g}"}
+                    if spec.timeout_ms is not None
+                    else {}
+                ),
                 **({"PolicyAlgorithm": algorithm} if algorithm else {}),
             },
         )
@@ -440,22 +445,6 @@ def _tune_pipeline(aws: Any, deployment: Any, spec: Any) -> None:
         BatchSize=spec.batch_size,
         ScalingConfig={"MaximumConcurrency": spec.max_concurrency},
     )
-    if spec.timeout_ms is not None:
-        # The worker's client timeout (worker/example/app.py reads it per call).
-        variables = (
-            lambda_client.get_function_configuration(FunctionName=binding.function_name)
-            .get("Environment", {})
-            .get("Variables", {})
-        )
-        lambda_client.update_function_configuration(
-            FunctionName=binding.function_name,
-            Environment={
-                "Variables": {
-                    **{name: str(value) for name, value in variables.items()},
-                    "DOWNSTREAM_TIMEOUT_MS": f"{spec.timeout_ms:g}",
-                }
-            },
-        )
 
 
 def _result(

@@ -198,7 +198,9 @@ class EmbeddedAws:
             )
         except (OSError, TemplateError) as error:
             raise CliError(
-                f"cannot deploy {template_path}: {error}; pass --template FILE"
+                f"cannot deploy {template_path}: {error}; fix the template (or pass --template "
+                "FILE), or the setting that gives the parameter its value (the demo's come from "
+                "the scenario)"
             ) from error
         custom = _custom_resources(transformed)
         for logical in custom:

@@ -167,6 +167,15 @@ def test_broken_variant_is_rejected_by_the_expected_stage(variant: Path) -> None
 # ------------------------------------------------------------------ telemetry path
 
 
+def test_the_example_workers_client_timeout_always_ends_inside_its_function_timeout(
+    resources: dict[str, Any],
+) -> None:
+    longest_ms = load_template(TEMPLATE)["Parameters"]["ExampleDownstreamTimeoutMs"]["MaxValue"]
+    function_timeout_s = resources["ExampleWorkerFunction"]["Properties"]["Timeout"]
+    # A call that times out is reported (DownstreamTimeout) only if the function outlives it.
+    assert longest_ms < function_timeout_s * 1000
+
+
 def test_stream_is_encrypted_and_sized_by_parameter(resources: dict[str, Any]) -> None:
     stream = resources["TelemetryStream"]["Properties"]
     assert stream["StreamEncryption"]["EncryptionType"] == "KMS"
@@ -428,6 +437,7 @@ def test_example_worker_runs_behind_the_wrapper_from_the_layer(resources: dict[s
     env = worker["Environment"]["Variables"]
     assert env["QUEUEMESH_HANDLER"] == "app.handler"
     assert env["DOWNSTREAM_URL"] == {"Ref": "ExampleDownstreamUrl"}
+    assert env["DOWNSTREAM_TIMEOUT_MS"] == {"Ref": "ExampleDownstreamTimeoutMs"}
     # The namespace the wrapper emits is the one the subscription filter lets through.
     filter_pattern = resources["ExampleWorkerTelemetrySubscription"]["Properties"]["FilterPattern"]
     assert f'Namespace = "{env["QUEUEMESH_NAMESPACE"]}"' in filter_pattern
