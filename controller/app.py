@@ -12,7 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
@@ -24,6 +24,7 @@ from controller.model import Decision, Sample
 from controller.ports import ActuationError, LedgerError
 from controller.telemetry import (
     DEFAULT_NAMESPACE,
+    ORDINARY_SKIPS,
     DecodeResult,
     LogEventKey,
     SkipReason,
@@ -31,6 +32,27 @@ from controller.telemetry import (
 )
 
 METRICS_NAMESPACE = "QueueMeshController"
+# The controller's own health, one document per invocation without dimensions (the reasons
+# behind each are in its log lines): metric name -> the engine counter whose growth it reports.
+HEALTH_COUNTERS: Final = {
+    "SamplesWindowed": "samples_windowed",
+    "MappingUpdates": "esm_updates",
+    "ActuationFailures": "actuation_failures",
+    "ConfigsInvalid": "configs_invalid",
+    "MappingsMissing": "mappings_missing",
+}
+# ... and those the application counts from its batches.
+TELEMETRY_UNREADABLE = "TelemetryUnreadable"
+SAMPLES_NOT_WINDOWED = "SamplesNotWindowed"
+BATCHES_RETRIED = "BatchesRetried"
+HEALTH_METRICS: Final = (
+    *HEALTH_COUNTERS,
+    TELEMETRY_UNREADABLE,
+    SAMPLES_NOT_WINDOWED,
+    BATCHES_RETRIED,
+)
+# Counted with a batch's skips: the batch was failed for Lambda to retry (a ledger fault).
+BATCH_RETRIED = "batch_retried"
 # Kept back from the invocation's remaining time: returning the response and its logs.
 RESPONSE_MARGIN_S = 0.5
 
@@ -82,6 +104,10 @@ class ControllerApp:
         # Log events windowed, with their event times: CloudWatch Logs may deliver one again
         # under a new sequence number, and it must not count twice either.
         self._windowed_log_events: LruCache[LogEventKey, float] = LruCache(CACHED_LOG_EVENTS)
+        # The health counts not yet emitted: the engine's counters as last emitted, and the
+        # batches' own counts since.
+        self._counters_emitted: Counter[str] = Counter()
+        self._batch_health: Counter[str] = Counter()
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         deadline = self._deadline(context)
@@ -90,6 +116,7 @@ class ControllerApp:
             return self._dispatch(event, deadline)
         finally:
             self._log_notices()
+            self._emit_health()
 
     def _dispatch(self, event: object, deadline: float) -> dict[str, Any]:
         if isinstance(event, Mapping):
@@ -117,6 +144,17 @@ class ControllerApp:
     def process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
         """Decode, window and decide one Kinesis batch. Whatever its shape, nothing in it
         raises: what cannot be read is skipped and counted."""
+        outcome = self._process_kinesis(event, deadline)
+        self._batch_health[BATCHES_RETRIED] += outcome.skipped[BATCH_RETRIED]
+        self._batch_health[SAMPLES_NOT_WINDOWED] += sum(outcome.dropped.values())
+        self._batch_health[TELEMETRY_UNREADABLE] += sum(
+            count
+            for reason, count in outcome.skipped.items()
+            if reason not in ORDINARY_SKIPS and reason != BATCH_RETRIED
+        )
+        return outcome
+
+    def _process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
         records = event.get("Records")
         if not isinstance(records, list):
             unreadable = BatchOutcome()
@@ -193,7 +231,7 @@ class ControllerApp:
         )
         if first is not None:
             outcome.failed_sequence_numbers = [str(first)]
-        outcome.skipped["batch_retried"] += 1
+        outcome.skipped[BATCH_RETRIED] += 1
         return outcome
 
     def _report(self, outcome: BatchOutcome, decided: Sequence[Decision]) -> None:
@@ -226,6 +264,24 @@ class ControllerApp:
             self._logger.info("telemetry skipped", extra={"skipped": dict(outcome.skipped)})
         if outcome.dropped:
             self._logger.info("samples not windowed", extra={"dropped": dict(outcome.dropped)})
+
+    def _emit_health(self) -> None:
+        """What this invocation added to the health counts, as one EMF document (none when
+        nothing did)."""
+        counters = self.controller.counters
+        counts = {
+            metric: counters[counter] - self._counters_emitted[counter]
+            for metric, counter in HEALTH_COUNTERS.items()
+        }
+        counts.update(self._batch_health)
+        self._counters_emitted = Counter(counters)
+        self._batch_health.clear()
+        if not any(counts.values()):
+            return
+        metrics = EphemeralMetrics(namespace=METRICS_NAMESPACE)
+        for metric, count in counts.items():
+            metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
+        self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))
 
     def _log_notices(self) -> None:
         """One warning per thing the operator should hear of (a broken config version, a

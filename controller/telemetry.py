@@ -115,6 +115,19 @@ class SkipReason(StrEnum):
     INTERNAL_ERROR = "internal_error"
 
 
+# Skips that are the stream's ordinary traffic, not faults: CloudWatch Logs' health checks, a
+# worker's plain log lines and other EMF, at-least-once redelivery. The rest mean something sent
+# the controller what it cannot read (the controller's `TelemetryUnreadable` metric).
+ORDINARY_SKIPS: Final = frozenset(
+    {
+        SkipReason.CONTROL_MESSAGE,
+        SkipReason.NOT_EMF,
+        SkipReason.OTHER_NAMESPACE,
+        SkipReason.NO_TELEMETRY,
+        SkipReason.DUPLICATE_LOG_EVENT,
+    }
+)
+
 # Which log event a sample came from: log group, log stream, the event's id (a string in AWS,
 # an int in moto) and the sample's event time. CloudWatch Logs delivers at least once, so the
 # same log event can arrive again in a new Kinesis record; the id alone is unique in AWS, the

@@ -134,12 +134,60 @@ def test_a_kinesis_batch_moves_the_mapping_and_emits_dashboard_metrics(
 ) -> None:
     assert app.handle(storm_event(), None) == {"batchItemFailures": []}
     assert actuator.read("esm-orders", 0).max_concurrency == 50
-    [document] = [json.loads(line) for line in emitted]
+    [document] = [doc for doc in map(json.loads, emitted) if "QueueName" in doc]
     directive = document["_aws"]["CloudWatchMetrics"][0]
     assert directive["Namespace"] == "QueueMeshController"
     assert directive["Dimensions"] == [["QueueName"]]
     assert (document["QueueName"], document["MaximumConcurrency"]) == ("orders", [50.0])
     assert document["PressureRate"] == pytest.approx([20.0])
+
+
+def health(emitted: list[str]) -> list[dict[str, Any]]:
+    """The controller's health documents (no dimensions), each as metric -> count."""
+    documents = [json.loads(line) for line in emitted]
+    healthy = [
+        doc for doc in documents if doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [[]]
+    ]
+    return [
+        {m["Name"]: doc[m["Name"]][0] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]}
+        for doc in healthy
+    ]
+
+
+def test_each_invocation_emits_what_it_added_to_the_health_counts(
+    app: ControllerApp, emitted: list[str]
+) -> None:
+    event = storm_event()
+    records = event["Records"]
+    assert isinstance(records, list)
+    records.insert(3, {**records[0], "kinesis": {**records[0]["kinesis"], "data": "!!not-b64"}})
+    app.handle(event, None)
+    [first] = health(emitted)
+    assert first["SamplesWindowed"] == 10
+    assert first["MappingUpdates"] == 1
+    assert first["TelemetryUnreadable"] == 1
+    assert first["ActuationFailures"] == first["BatchesRetried"] == 0
+    # The same batch redelivered: nothing is windowed or skipped again, so nothing is emitted.
+    emitted.clear()
+    app.handle(event, None)
+    assert health(emitted) == []
+
+
+def test_a_retried_batch_is_in_the_health_counts(
+    app: ControllerApp, ledger: FlakyLedger, emitted: list[str]
+) -> None:
+    ledger.down = True
+    app.handle(storm_event(first_sequence=7), None)
+    [document] = health(emitted)
+    assert document["BatchesRetried"] == 1
+    assert document["SamplesWindowed"] == 0
+
+
+def test_an_invocation_that_counted_nothing_emits_no_health_document(
+    app: ControllerApp, emitted: list[str]
+) -> None:
+    app.handle({"detail-type": "Scheduled Event"}, None)
+    assert health(emitted) == []
 
 
 def test_a_poison_record_is_skipped_and_never_blocks_the_shard(
