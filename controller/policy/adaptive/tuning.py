@@ -46,10 +46,8 @@ class Tuning:
     latency_tolerance: float = 0.7
     latency_seconds: int = 3
     # Pausing below the floor: the period (first, longest) and the pressure at Cmin that calls
-    # for it. Each test at Cmin costs a telemetry round trip of rejected calls, and the longest
-    # period bounds how late a returned capacity is found (a paused mapping is woken by the
-    # scheduled tick: with a one-minute tick, 120 s tests every three minutes).
-    pause_s: tuple[float, float] = (30.0, 120.0)
+    # for it.
+    pause_s: tuple[float, float] = (15.0, 60.0)
     pause_above: float = 0.12
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6
