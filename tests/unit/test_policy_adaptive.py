@@ -152,6 +152,27 @@ def test_overload_at_the_floor_pauses_then_tests_and_resumes() -> None:
     assert memory_of(current).paused_until == 0 and current.enabled
 
 
+def test_failed_tests_at_the_floor_pause_for_longer_up_to_the_longest_period() -> None:
+    current = attached(2)
+    storm = window_of(*steady(960, 30, 3, ok=2, throttled=8))
+    current, _ = run(current, storm, 992.0)
+    first, longest = ALGORITHM.pause_s
+    periods = [memory_of(current).pause_s]
+    for _ in range(4):
+        test_at = memory_of(current).paused_until
+        current, _ = run(current, storm, test_at)
+        current, _ = run(current, storm, test_at + ALGORITHM.pulse_s)
+        for document in steady(int(test_at), 2, 3, ok=2, throttled=8):
+            storm.add(document)
+        judged_at = memory_of(current).judge_at
+        current, failed = run(current, storm, judged_at)
+        assert failed.action is Action.HOLD and not current.enabled
+        assert current.wake_at == memory_of(current).paused_until
+        periods.append(memory_of(current).paused_until - judged_at)
+    doubling = [min(longest, first * 2**failed) for failed in range(len(periods))]
+    assert periods == doubling and periods[-1] == longest
+
+
 def test_memory_kept_under_another_algorithm_is_not_read() -> None:
     """A queue whose algorithm changes starts that algorithm fresh."""
     window = window_of(*steady(960, 30, 10, ok=10))
