@@ -209,7 +209,7 @@ def commit(
             probe_streak=2 * max(1, streak),
         )
         why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
-        if expired:
+        if expired and ceiling:
             why += "; the ceiling has expired"
         return start_pulse(tuning, state, chained, probed, now, params, why, pulse)
     return move(
