@@ -356,23 +356,6 @@ def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 20)
 
 
-def test_a_probe_clean_above_the_level_that_broke_keeps_probing_by_pulses() -> None:
-    # Clean at 10, above the 9 that broke: the overload is over and the ceiling is forgotten,
-    # but the next level is found by a pulse (a step twice as big), not by doubling the cap.
-    current = attached(8, ceiling=9, broke_at=9, probe_streak=2)
-    window = window_of(*steady(960, 30, 10, ok=10))
-    current, _ = run(current, window, 992.0)
-    current, _ = run(current, window, memory_of(current).probe_until)
-    for document in steady(992, 8, 12, ok=10):
-        window.add(document)
-    current, verdict = run(current, window, 999.5)
-    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 14)
-    assert "expired" in verdict.reason
-    memory = memory_of(current)
-    assert (memory.ceiling, memory.broke_at, memory.probe_base) == (0, 0, 10)
-    assert memory.probe_until > 999.5
-
-
 def test_a_storm_met_by_a_pulse_is_cut_on_the_pulse_evidence() -> None:
     # The pulse from 8 to 9 met 80% pressure, far more than one extra invocation explains,
     # and nothing fresh at the base level has reported yet: cut now, on the pulse's calls.

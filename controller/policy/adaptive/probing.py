@@ -194,23 +194,25 @@ def commit(
     target = clamp(probed, params)
     ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
     expired = probed > max(ceiling, broke_at)
-    if probed < params.cmax and (expired or probed >= ceiling):
-        # The pulse was the fresh evidence for its level, so the next probe, a step twice as
-        # big, starts at once from it. Clean above the level whose overload set the ceiling
-        # (one pulse clean at that level may be luck), that overload is over: the ceiling is
-        # forgotten, but the capacity that came back is found by pulses too, not by a jump
-        # that would overshoot a partial recovery by a whole telemetry round trip.
+    if expired:
+        # Clean above the level whose overload set the ceiling (one pulse clean at that level
+        # may be luck): that overload is over. Forget the ceiling and grow at full speed again
+        # (a new overload sets a new one), from the probe's start: its invocations are the
+        # fresh evidence a first step would wait for.
+        ceiling, broke_at, streak = 0, 0, 0
+        ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
+        target = clamp(min(math.floor(probed * tuning.max_growth), probed + ramp), params)
+    elif probed >= ceiling and probed < params.cmax:
+        # Past the ceiling but not yet above the level that broke: the pulse was the fresh
+        # evidence for its level, so the next probe, a step twice as big, starts at once.
         chained = replace(
             memory,
-            ceiling=0 if expired else probed + 1,
-            broke_at=0 if expired else broke_at,
+            ceiling=probed + 1,
             good_level=probed,
             probe_backoff_s=tuning.probe_backoff_s[0],
             probe_streak=2 * max(1, streak),
         )
         why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
-        if expired and ceiling:
-            why += "; the ceiling has expired"
         return start_pulse(tuning, state, chained, probed, now, params, why, pulse)
     return move(
         target,
