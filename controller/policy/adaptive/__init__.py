@@ -91,7 +91,10 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
             return probing.commit(self, state, memory, pulse, now, params)
         failed = probing.back_off(self, state, memory, pulse, now, params)
         # A failed probe may have met a real overload at the base level: judge the base's own
-        # evidence now rather than a batch later.
+        # evidence now rather than a batch later, or, while none is fresh yet, the pulse's
+        # when it shows more pressure than the raise explains.
+        if evidence.refusal is not None and probing.overload_beneath(memory, pulse, params):
+            evidence = Evidence(pulse)
         verdict = self._evaluate(state, failed.memory, evidence, window, now, params)
         if verdict.target == state.concurrency and verdict.enabled in (None, state.enabled):
             return failed

@@ -173,6 +173,14 @@ def passed(tuning: Tuning, pulse: WindowStats, base: WindowStats, params: Policy
     )
 
 
+def overload_beneath(memory: AdaptiveMemory, pulse: WindowStats, params: PolicyParams) -> bool:
+    """The pulse's invocations met more pressure than its raise can explain (at most the
+    raised share of the calls, T1 beside): an overload at the base level that began during the
+    probe, which the base's own evidence shows only a settle period later."""
+    raised_share = memory.probe_step / (memory.probe_base + memory.probe_step)
+    return pulse.requests >= params.min_samples and pulse.pressure_rate >= params.t1 + raised_share
+
+
 def commit(
     tuning: Tuning,
     state: QueueState,
