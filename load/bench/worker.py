@@ -219,7 +219,8 @@ def _spread(values: list[float]) -> tuple[float, float, tuple[float, float]]:
     ordered = sorted(values)
     count = len(ordered)
     lower, _, upper = statistics.quantiles(ordered, n=4) if count > 1 else ordered * 3
-    outside = max(0, int((count - CONFIDENCE_Z * math.sqrt(count)) / 2))
+    # The ranks floor((n - z sqrt n) / 2) and n + 1 minus it, counted from 1.
+    outside = max(0, math.floor((count - CONFIDENCE_Z * math.sqrt(count)) / 2) - 1)
     return (
         statistics.median(ordered),
         upper - lower,
