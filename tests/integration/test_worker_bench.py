@@ -57,6 +57,20 @@ def test_the_spread_brackets_the_median_with_order_statistics() -> None:
 
 
 @pytest.mark.parametrize(
+    ("verdicts", "overall"),
+    [
+        (["met", "met"], "met"),
+        (["met", "not resolved"], "not resolved"),
+        (["not resolved", "missed"], "missed"),
+    ],
+)
+def test_the_target_is_shown_met_on_every_client_or_missed_on_any(
+    verdicts: list[str], overall: str
+) -> None:
+    assert bench._overall_verdict(verdicts) == overall
+
+
+@pytest.mark.parametrize(
     ("low", "high", "verdict"),
     [(1.0, 5.0, "met"), (5.1, 9.0, "missed"), (4.0, 6.0, "not resolved")],
 )
