@@ -106,24 +106,32 @@ def _urllib3_pool_class() -> type[Any]:
     return CannedPool
 
 
-def _httpx_transports() -> tuple[Any, Any]:
-    """httpx's sync and async transports, their connections on canned streams."""
+def _httpx_transport(*, asynchronous: bool) -> Any:
+    """httpx's sync or async transport, its connections on a canned stream."""
     import httpcore
     import httpx
 
-    class CannedStream(httpcore.NetworkStream):
-        def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-            return ANSWER
+    # httpx builds its transport's connection pool itself; the pool is replaced by the same
+    # pool on a canned network backend, so httpx's and httpcore's own code run as they would.
+    if not asynchronous:
 
-        def write(self, buffer: bytes, timeout: float | None = None) -> None:
-            """The request goes nowhere: the answer does not depend on it."""
+        class CannedStream(httpcore.NetworkStream):
+            def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+                return ANSWER
 
-        def close(self) -> None:
-            """Nothing to release."""
+            def write(self, buffer: bytes, timeout: float | None = None) -> None:
+                """The request goes nowhere: the answer does not depend on it."""
 
-    class CannedBackend(httpcore.NetworkBackend):
-        def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
-            return CannedStream()
+            def close(self) -> None:
+                """Nothing to release."""
+
+        class CannedBackend(httpcore.NetworkBackend):
+            def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
+                return CannedStream()
+
+        transport = httpx.HTTPTransport()
+        transport._pool = httpcore.ConnectionPool(network_backend=CannedBackend())
+        return transport
 
     class AsyncCannedStream(httpcore.AsyncNetworkStream):
         async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
@@ -139,13 +147,9 @@ def _httpx_transports() -> tuple[Any, Any]:
         async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
             return AsyncCannedStream()
 
-    # httpx builds its transport's connection pool itself; the pool is replaced by the same
-    # pool on the canned backend, so httpx's and httpcore's own code run as they would.
-    transport = httpx.HTTPTransport()
-    transport._pool = httpcore.ConnectionPool(network_backend=CannedBackend())
     async_transport = httpx.AsyncHTTPTransport()
     async_transport._pool = httpcore.AsyncConnectionPool(network_backend=AsyncCannedBackend())
-    return transport, async_transport
+    return async_transport
 
 
 @contextmanager
@@ -172,7 +176,7 @@ def _client(name: str) -> Iterator[Callable[[], object]]:
     elif name == "httpx":
         import httpx
 
-        with httpx.Client(transport=_httpx_transports()[0]) as client:
+        with httpx.Client(transport=_httpx_transport(asynchronous=False)) as client:
             yield lambda: client.get(url).status_code
     else:
         import asyncio
@@ -181,7 +185,7 @@ def _client(name: str) -> Iterator[Callable[[], object]]:
 
         # One loop and one client for every call, as an async worker keeps them.
         with asyncio.Runner() as runner:
-            async_client = httpx.AsyncClient(transport=_httpx_transports()[1])
+            async_client = httpx.AsyncClient(transport=_httpx_transport(asynchronous=True))
             try:
                 yield lambda: runner.run(async_client.get(url)).status_code
             finally:
