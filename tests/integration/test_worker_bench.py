@@ -18,9 +18,66 @@ def test_the_benchmark_times_counted_calls_and_leaves_the_hooks_as_it_found_them
     assert set(report["clients"]) == {"urllib3", "httpx"}
     for result in report["clients"].values():
         assert result["counted_calls"] == 12
-        assert result["uninstrumented_us"] > 0
-    assert report["overhead_us"] == max(r["overhead_us"] for r in report["clients"].values())
+        assert result["rounds"] == 3  # 5 + 5 + 2 calls per side
+        assert result["uninstrumented_cpu_us"] > 0
+        low, high = result["cpu_overhead_ci95_us"]
+        assert low <= result["cpu_overhead_us"] <= high
+        assert result["target_shown"] in {"met", "missed", "not resolved"}
+    assert report["cpu_overhead_us"] == max(
+        r["cpu_overhead_us"] for r in report["clients"].values()
+    )
+    assert report["meets_target"] == all(r["meets_target"] for r in report["clients"].values())
     assert instrument.installed()
+
+
+@pytest.mark.parametrize("client", bench.CLIENTS)
+def test_every_client_answers_over_the_in_process_transport_and_is_counted(client: str) -> None:
+    invocation = instrument.Invocation(["orders"], environ={})
+    instrument.install()
+    instrument.begin(invocation)
+    try:
+        with bench._client(client) as call:
+            statuses = [call() for _ in range(3)]
+    finally:
+        instrument.end()
+
+    assert statuses == [200, 200, 200]
+    tally = invocation.tallies["orders"]
+    assert (tally.requests, tally.ok) == (3, 3)
+    assert tally.downstreams == {f"{bench.HOST}:{bench.PORT}"}
+
+
+def test_the_spread_brackets_the_median_with_order_statistics() -> None:
+    median, iqr, (low, high) = bench._spread([float(value) for value in range(1, 101)])
+
+    assert median == 50.5
+    assert iqr == pytest.approx(50.0, abs=1.0)
+    # 95% of the time the median lies between the 40th and 61st of 100 ordered values.
+    assert (low, high) == (40.0, 61.0)
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "overall"),
+    [
+        (["met", "met"], "met"),
+        (["met", "not resolved"], "not resolved"),
+        (["not resolved", "missed"], "missed"),
+    ],
+)
+def test_the_target_is_shown_met_on_every_client_or_missed_on_any(
+    verdicts: list[str], overall: str
+) -> None:
+    assert bench._overall_verdict(verdicts) == overall
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [(1.0, 5.0, "met"), (5.1, 9.0, "missed"), (4.0, 6.0, "not resolved")],
+)
+def test_the_target_is_shown_only_by_the_whole_interval(
+    low: float, high: float, verdict: str
+) -> None:
+    assert bench._verdict(low, high) == verdict
 
 
 def test_the_command_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
@@ -31,7 +88,7 @@ def test_the_command_prints_one_json_object(capsys: pytest.CaptureFixture[str]) 
         == 0
     )
     report = json.loads(capsys.readouterr().out)
-    assert set(report) >= {"overhead_us", "ratio", "clients", "meets_target"}
+    assert set(report) >= {"overhead_us", "cpu_overhead_us", "ratio", "clients", "meets_target"}
     assert report["clients"]["http.client"]["counted_calls"] == 6
 
 
