@@ -246,6 +246,37 @@ def test_a_latency_rise_cuts_before_any_timeout() -> None:
     assert cut.reason.startswith("Latency overload")
 
 
+def test_a_latency_cut_that_does_not_lower_the_latency_moves_the_baseline_once_judged() -> None:
+    # Cut at 3x the baseline (50 ms); the downstream stays as slow at the level the cut set.
+    current = attached(40, at=0.0)
+    current, _ = run(current, window_of(*latency_samples(900, 30, 4, 50.0)), 931.0)
+    current, cut = run(current, window_of(*latency_samples(940, 30, 4, 150.0)), 971.0)
+    assert cut.action is Action.MULTIPLICATIVE_DECREASE
+    after_cut = window_of(*latency_samples(973, 2, 4, 150.0))
+    # Two seconds since the cut are too few to judge it: the check waits for a third.
+    current, early = run(current, after_cut, 976.0)
+    assert early.action is Action.HOLD
+    assert memory_of(current).latency_floor_ms == 50.0 and memory_of(current).latency_cut_rise
+    for document in latency_samples(975, 1, 4, 150.0):
+        after_cut.add(document)
+    judged, decision = run(current, after_cut, 977.0)
+    # Not load: the baseline moves so that this latency reads at the growth limit (held).
+    limit = 1.0 + ALGORITHM.latency_tolerance / 2
+    assert memory_of(judged).latency_floor_ms == 150.0 / limit
+    assert (decision.action, decision.target) == (Action.HOLD, cut.target)
+    assert memory_of(judged).latency_cut_rise == 0.0
+    # The law moved the cap again (a probe, growth, another cut), or a window went by: the
+    # latency is about another level or another time, and the check has lapsed.
+    moved = current.evolve(concurrency=cut.target + 1, last_change_at=974.0)
+    _, recut = run(moved, window_of(*latency_samples(976, 3, 4, 150.0)), 980.0)
+    late = window_of(*latency_samples(1000, 3, 4, 150.0))
+    _, still_cut = run(current, late, 971.0 + PARAMS.window_s + 5.0)
+    for lapsed in (recut, still_cut):
+        assert lapsed.action is Action.MULTIPLICATIVE_DECREASE
+        assert lapsed.reason.startswith("Latency overload"), lapsed.reason
+        assert memory_of(lapsed.new_state).latency_floor_ms == 50.0
+
+
 def test_a_single_slow_call_and_a_steady_heavy_tail_do_not_cut() -> None:
     current = attached(40, at=0.0)
     calm = window_of(*latency_samples(900, 30, 4, 50.0))

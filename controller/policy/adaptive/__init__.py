@@ -127,7 +127,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         over the capacity (trim), the band between, then growth while clean and used."""
         current, pressure = state.concurrency, stats.pressure_rate
         latencies = latency.second_latencies(stats, window, params)
-        memory = latency.with_floor(self, memory, latencies, current <= params.cmin)
+        memory = latency.with_floor(self, state, memory, latencies, now, params)
         latency_rise = latency.rise(self, memory, latencies)
         storm, sizing_pressure = sizing.latest_pressure(self, stats, window, params)
         # A few rejections over the whole evidence with a burst in its newest second are the

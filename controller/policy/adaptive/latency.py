@@ -50,7 +50,12 @@ def rise(tuning: Tuning, memory: AdaptiveMemory, latencies: list[float]) -> floa
 
 
 def with_floor(
-    tuning: Tuning, memory: AdaptiveMemory, latencies: list[float], at_cmin: bool
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    latencies: list[float],
+    now: float,
+    params: PolicyParams,
 ) -> AdaptiveMemory:
     """The memory with its baseline lowered to the fastest second of the evidence, or moved up
     to the evidence's latency when that latency does not come from load (see the module)."""
@@ -58,15 +63,25 @@ def with_floor(
         return memory
     floor = memory.latency_floor_ms
     latency_rise = rise(tuning, memory, latencies)
-    # The last latency cut left the latency within 10% of where it was: it did not fall.
-    not_load = (memory.latency_cut_rise and latency_rise >= memory.latency_cut_rise * 0.9) or (
-        at_cmin and latency_rise >= 1.0 + tuning.latency_tolerance / 2
+    # The last latency cut is checked on the evidence from the level it set, within a window
+    # of it: once the law has moved the cap again, that evidence is about another level.
+    checking = (
+        memory.latency_cut_rise > 0
+        and state.last_change_at == memory.latency_cut_at
+        and now - memory.latency_cut_at <= params.window_s
     )
-    if not_load:
+    judged = len(latencies) >= tuning.latency_seconds
+    # The cut left the latency within 10% of where it was: it did not fall.
+    if checking and judged and latency_rise >= memory.latency_cut_rise * 0.9:
+        # Moved so that this latency reads at the growth limit: held there, not cut again.
+        floor = floor * latency_rise / (1.0 + tuning.latency_tolerance / 2)
+    elif state.concurrency <= params.cmin and latency_rise >= 1.0 + tuning.latency_tolerance / 2:
         floor = floor * latency_rise
     elif floor <= 0 or min(latencies) < floor:
         floor = min(latencies)
-    return replace(memory, latency_floor_ms=floor, latency_cut_rise=0.0)
+    if checking and not judged:
+        return replace(memory, latency_floor_ms=floor)
+    return replace(memory, latency_floor_ms=floor, latency_cut_rise=0.0, latency_cut_at=0.0)
 
 
 def too_slow(tuning: Tuning, memory: AdaptiveMemory, stats: WindowStats) -> bool:
@@ -94,7 +109,7 @@ def cut(
     return cut_verdict(
         tuning,
         state,
-        replace(memory, latency_cut_rise=latency_rise),
+        replace(memory, latency_cut_rise=latency_rise, latency_cut_at=now),
         target,
         f"Latency overload: {latency_rise:.2f}x the no-load latency "
         f"({memory.latency_floor_ms:.0f} ms) >= {1 + tuning.latency_tolerance:.2f}x with about "

@@ -40,10 +40,11 @@ class AdaptiveMemory:
     cut_evidence_since: float = 0.0
     cut_requests: int = 0
     cut_running: float = 0.0
-    # The no-load baseline (ms): the lowest mean call latency of a second seen; and the rise
-    # over it that made the last latency cut (0: none to check).
+    # The no-load baseline (ms): the lowest mean call latency of a second seen; the rise over
+    # it that made the last latency cut (0: none to check), and when that cut was made.
     latency_floor_ms: float = 0.0
     latency_cut_rise: float = 0.0
+    latency_cut_at: float = 0.0
     # Pausing below the floor: the current period, and when it ends.
     pause_s: float = 0.0
     paused_until: float = 0.0
