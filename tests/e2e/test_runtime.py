@@ -25,12 +25,16 @@ LOG_GROUP = "/aws/lambda/test-worker"
 
 
 def fake_worker(event: dict[str, Any], context: Any) -> dict[str, Any]:
-    """Runs in a container process: fails messages whose body says so, prints one line."""
-    time.sleep(0.2)
+    """Runs in a container process: takes 0.2 s (or the longest ``sleep`` a body asks for),
+    fails messages whose body says ``fail`` (or ``fail_first``, on their first receive only),
+    prints one line."""
+    bodies = [json.loads(record["body"]) for record in event["Records"]]
+    time.sleep(max([0.2, *(body.get("sleep", 0) for body in bodies)]))
     failures = [
         {"itemIdentifier": record["messageId"]}
-        for record in event["Records"]
-        if json.loads(record["body"]).get("fail")
+        for record, body in zip(event["Records"], bodies, strict=True)
+        if body.get("fail")
+        or (body.get("fail_first") and record["attributes"]["ApproximateReceiveCount"] == "1")
     ]
     print(json.dumps({"records": len(event["Records"]), "function": context.function_name}))
     return {"batchItemFailures": failures}
@@ -44,7 +48,13 @@ def aws() -> Iterator[EmbeddedAws]:
         yield emulator
 
 
-def make_queue(aws: EmbeddedAws, name: str, max_concurrency: int, batch_size: int) -> QueueBinding:
+def make_queue(
+    aws: EmbeddedAws,
+    name: str,
+    max_concurrency: int,
+    batch_size: int,
+    visibility_timeout_s: int = 1,
+) -> QueueBinding:
     sqs = aws.client("sqs")
     dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
@@ -53,7 +63,7 @@ def make_queue(aws: EmbeddedAws, name: str, max_concurrency: int, batch_size: in
     url = sqs.create_queue(
         QueueName=name,
         Attributes={
-            "VisibilityTimeout": "1",
+            "VisibilityTimeout": str(visibility_timeout_s),
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 2}),
         },
     )["QueueUrl"]
@@ -170,6 +180,62 @@ def test_failures_return_and_are_redriven_to_the_dead_letter_queue(
     assert depth.visible == 0
     dlq = aws.client("sqs").receive_message(QueueUrl=binding.dlq_url, MaxNumberOfMessages=10)
     assert sorted(json.loads(m["Body"])["n"] for m in dlq["Messages"]) == [0, 2, 4, 6, 8]
+
+
+def test_invocations_in_flight_reach_the_allowed_level_and_never_exceed_it(
+    aws: EmbeddedAws, run_poller: Callable[[QueueBinding], QueuePoller]
+) -> None:
+    # Above the first 5 pollers: reached through the ramp, while receives run ahead.
+    binding = make_queue(aws, "busy", max_concurrency=7, batch_size=2, visibility_timeout_s=30)
+    send(aws, binding, [{"n": n} for n in range(240)])
+    poller = run_poller(binding)
+    seen: list[int] = []
+
+    def all_done() -> bool:
+        seen.append(poller.snapshot()[1].in_flight)
+        return len(poller.done_ids) == 240
+
+    wait_until(all_done)
+    _, counters, _ = poller.snapshot()
+    assert counters.peak_in_flight == 7
+    assert max(seen) <= 7
+    assert (counters.received, counters.deleted, counters.returned) == (240, 240, 0)
+    assert counters.invocations == 120
+
+
+def test_a_failed_message_is_not_deleted_and_comes_back(
+    aws: EmbeddedAws, run_poller: Callable[[QueueBinding], QueuePoller]
+) -> None:
+    binding = make_queue(aws, "retried", max_concurrency=2, batch_size=3, visibility_timeout_s=5)
+    send(aws, binding, [{"n": 0, "fail_first": True}, {"n": 1}, {"n": 2}])
+    poller = run_poller(binding)
+    # Done only once received again (ApproximateReceiveCount 2) after its visibility timeout.
+    wait_until(lambda: len(poller.done_ids) == 3)
+    _, counters, _ = poller.snapshot()
+    assert counters.returned >= 1
+    assert counters.received == counters.deleted + counters.returned
+    assert counters.in_flight == 0
+
+
+def test_stop_is_bounded_and_nothing_waits_invisible_beyond_the_allowed_invocations(
+    aws: EmbeddedAws, run_poller: Callable[[QueueBinding], QueuePoller]
+) -> None:
+    binding = make_queue(aws, "stuck", max_concurrency=2, batch_size=2, visibility_timeout_s=60)
+    send(aws, binding, [{"n": n, "sleep": 120} for n in range(10)])
+    poller = run_poller(binding)
+    wait_until(lambda: poller.snapshot()[1].in_flight == 2)
+    poller.request_stop()
+    poller.stop()  # the invocations outlive it
+    _, counters, _ = poller.snapshot()
+    # The two invocations hold 2 messages each, and nothing more was received for them.
+    assert (counters.received, counters.returned, counters.in_flight) == (4, 0, 2)
+    attributes = aws.client("sqs").get_queue_attributes(
+        QueueUrl=binding.url, AttributeNames=["All"]
+    )["Attributes"]
+    assert attributes["ApproximateNumberOfMessages"] == "6"
+    assert attributes["ApproximateNumberOfMessagesNotVisible"] == "4"
+    # The fixture then stops the containers (ending the invocations) and checks that no
+    # thread is left.
 
 
 def test_paused_mapping_is_not_polled(
