@@ -416,15 +416,42 @@ def _speed_up_moto_sqs() -> Callable[[], None]:
         retention_s = int(backend.get_queue(queue_name).message_retention_period)
         return bool(retention_s + message.sent_timestamp / 1000 > time.time())
 
+    # The queue's counts scan every message, asking the clock once per message and property;
+    # SendMessage computes all of them for each message sent (it reads one attribute). One
+    # clock reading per scan, same comparisons as ``Message.visible`` and ``Message.delayed``.
+    def messages(queue: Any) -> list[Any]:
+        now = time.time() * 1000.0
+        return [m for m in queue._messages if now > m.visible_at and now >= m.delayed_until]
+
+    def delayed(queue: Any) -> int:
+        now = time.time() * 1000.0
+        return sum(1 for m in queue._messages if now < m.delayed_until)
+
+    def not_visible(queue: Any) -> int:
+        now = time.time() * 1000.0
+        return sum(1 for m in queue._messages if now <= m.visible_at)
+
+    counts = {
+        "messages": property(messages),
+        "approximate_number_of_messages": property(lambda queue: len(messages(queue))),
+        "approximate_number_of_messages_delayed": property(delayed),
+        "approximate_number_of_messages_not_visible": property(not_visible),
+    }
+    original_counts = {name: models.Queue.__dict__[name] for name in counts}
+
     models.unix_time = unix_time
     models.unix_time_millis = unix_time_millis
     retention_check = "is_message_valid_based_on_retention_period"
     setattr(models.SQSBackend, retention_check, is_message_valid_based_on_retention_period)
+    for name, count in counts.items():
+        setattr(models.Queue, name, count)
 
     def restore() -> None:
         models.unix_time = original_unix_time
         models.unix_time_millis = original_unix_time_millis
         setattr(models.SQSBackend, retention_check, original_retention_check)
+        for name, original in original_counts.items():
+            setattr(models.Queue, name, original)
 
     return restore
 
