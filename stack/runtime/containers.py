@@ -173,7 +173,9 @@ class ContainerPool:
             healthy = container.alive
         finally:
             with self._lock:
-                if healthy and not self._closed:
+                if self._closed:
+                    pass  # close() has taken every container and stops them
+                elif healthy:
                     self._idle.append(container)
                 else:
                     self._all.remove(container)

@@ -12,6 +12,7 @@ from stack.emulator import EmbeddedAws, QueueBinding
 from stack.runtime import (
     ContainerPool,
     FunctionSpec,
+    InvocationFailed,
     LogShipper,
     QueuePoller,
     ScheduleRunner,
@@ -338,3 +339,21 @@ def test_a_prewarmed_pool_serves_its_first_invocations_without_cold_starts() -> 
         assert pool.cold_starts == 2  # both served by the warm containers
     finally:
         pool.close()
+
+
+def test_an_invocation_ending_after_the_pool_closed_hands_its_container_back_quietly() -> None:
+    spec = FunctionSpec(
+        name="closing-fn",
+        handler="tests.e2e.test_runtime.fake_worker",
+        environment={},
+        timeout_s=10.0,
+        memory_mb=128,
+        log_group=LOG_GROUP,
+    )
+    pool = ContainerPool(spec)
+    with pool.container() as container:
+        container.wait_ready()
+        pool.close()  # the runtime stops while this invocation is still running
+    assert not container.alive
+    with pytest.raises(InvocationFailed, match="stopping"), pool.container():
+        pass
