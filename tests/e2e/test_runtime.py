@@ -310,16 +310,20 @@ def test_schedule_runner_finds_rules_targeting_its_functions(aws: EmbeddedAws) -
     assert runner.schedules == [("wake", 60.0, "ctl", {"source": "queuemesh.wakeup"})]
 
 
-def test_a_prewarmed_pool_serves_its_first_invocations_without_cold_starts() -> None:
-    spec = FunctionSpec(
-        name="warm-fn",
+def fake_worker_spec(name: str) -> FunctionSpec:
+    """A function running ``fake_worker`` in its own containers."""
+    return FunctionSpec(
+        name=name,
         handler="tests.e2e.test_runtime.fake_worker",
         environment={},
         timeout_s=10.0,
         memory_mb=128,
         log_group=LOG_GROUP,
     )
-    pool = ContainerPool(spec)
+
+
+def test_a_prewarmed_pool_serves_its_first_invocations_without_cold_starts() -> None:
+    pool = ContainerPool(fake_worker_spec("warm-fn"))
     try:
         pool.prewarm(2)
         assert pool.cold_starts == 2
@@ -342,15 +346,7 @@ def test_a_prewarmed_pool_serves_its_first_invocations_without_cold_starts() -> 
 
 
 def test_an_invocation_ending_after_the_pool_closed_hands_its_container_back_quietly() -> None:
-    spec = FunctionSpec(
-        name="closing-fn",
-        handler="tests.e2e.test_runtime.fake_worker",
-        environment={},
-        timeout_s=10.0,
-        memory_mb=128,
-        log_group=LOG_GROUP,
-    )
-    pool = ContainerPool(spec)
+    pool = ContainerPool(fake_worker_spec("closing-fn"))
     with pool.container() as container:
         container.wait_ready()
         pool.close()  # the runtime stops while this invocation is still running

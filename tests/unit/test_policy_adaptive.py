@@ -408,27 +408,27 @@ def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 20)
 
 
-def test_a_storm_met_by_a_pulse_is_cut_on_the_pulse_evidence() -> None:
-    # The pulse from 8 to 9 met 80% pressure, far more than one extra invocation explains,
-    # and nothing fresh at the base level has reported yet: cut now, on the pulse's calls.
+def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
+    """The verdict on a pulse from 8 to 9 whose calls met ``throttled`` of ``ok + throttled``
+    429s, before anything fresh at the base level has reported."""
     current = attached(8, ceiling=9)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, _ = run(current, window, 992.0)
     current, _ = run(current, window, 993.0)
-    for document in steady(992, 1, 9, ok=2, throttled=8):
+    for document in steady(992, 1, 9, ok=ok, throttled=throttled):
         window.add(document)
-    current, verdict = run(current, window, 996.0)
+    _, verdict = run(current, window, 996.0)
+    return verdict
+
+
+def test_a_storm_met_by_a_pulse_is_cut_on_the_pulse_evidence() -> None:
+    # 80% pressure, far more than one extra invocation explains: cut now, on the pulse's calls.
+    verdict = judged_pulse_from_8_to_9(ok=2, throttled=8)
     assert verdict.action is Action.MULTIPLICATIVE_DECREASE, verdict.reason
     assert verdict.target <= 3
 
 
 def test_a_failed_pulse_the_raise_explains_is_not_a_storm() -> None:
     # 10% pressure at 9 over a base of 8: the extra invocation's share, not a storm beneath.
-    current = attached(8, ceiling=9)
-    window = window_of(*steady(960, 30, 10, ok=10))
-    current, _ = run(current, window, 992.0)
-    current, _ = run(current, window, 993.0)
-    for document in steady(992, 1, 9, ok=9, throttled=1):
-        window.add(document)
-    current, verdict = run(current, window, 996.0)
+    verdict = judged_pulse_from_8_to_9(ok=9, throttled=1)
     assert (verdict.action, verdict.target) == (Action.HOLD, 8), verdict.reason
