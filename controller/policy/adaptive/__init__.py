@@ -146,7 +146,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        if latency_rise >= 1.0 + self.latency_tolerance and current > params.cmin:
+        if latency_rise >= self.cutting_rise and current > params.cmin:
             return latency.cut(self, state, memory, stats, now, params, window, latency_rise)
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
@@ -164,7 +164,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        if latency_rise >= 1.0 + self.latency_tolerance / 2:
+        if latency_rise >= self.holding_rise:
             return hold(
                 state,
                 f"Latency {latency_rise:.2f}x the no-load latency: not growing; holding at "

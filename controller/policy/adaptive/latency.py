@@ -74,8 +74,8 @@ def with_floor(
     # The cut left the latency within 10% of where it was: it did not fall.
     if checking and judged and latency_rise >= memory.latency_cut_rise * 0.9:
         # Moved so that this latency reads at the growth limit: held there, not cut again.
-        floor = floor * latency_rise / (1.0 + tuning.latency_tolerance / 2)
-    elif state.concurrency <= params.cmin and latency_rise >= 1.0 + tuning.latency_tolerance / 2:
+        floor = floor * latency_rise / tuning.holding_rise
+    elif state.concurrency <= params.cmin and latency_rise >= tuning.holding_rise:
         floor = floor * latency_rise
     elif floor <= 0 or min(latencies) < floor:
         floor = min(latencies)
@@ -87,7 +87,7 @@ def with_floor(
 def too_slow(tuning: Tuning, memory: AdaptiveMemory, stats: WindowStats) -> bool:
     """``stats``' calls as a whole are slow enough to stop growth (a pulse probe's check)."""
     mean = stats.mean_latency_ms
-    limit = memory.latency_floor_ms * (1.0 + tuning.latency_tolerance / 2)
+    limit = memory.latency_floor_ms * tuning.holding_rise
     return mean is not None and memory.latency_floor_ms > 0 and mean >= limit
 
 
@@ -104,7 +104,7 @@ def cut(
     """Cut to the concurrency whose latency would sit half way to the tolerance."""
     current = state.concurrency
     running = in_use(tuning, state, stats, window)
-    fitting = math.floor(running * (1.0 + tuning.latency_tolerance / 2) / latency_rise)
+    fitting = math.floor(running * tuning.holding_rise / latency_rise)
     target = clamp(min(current - 1, fitting), params)
     return cut_verdict(
         tuning,
@@ -112,7 +112,7 @@ def cut(
         replace(memory, latency_cut_rise=latency_rise, latency_cut_at=now),
         target,
         f"Latency overload: {latency_rise:.2f}x the no-load latency "
-        f"({memory.latency_floor_ms:.0f} ms) >= {1 + tuning.latency_tolerance:.2f}x with about "
+        f"({memory.latency_floor_ms:.0f} ms) >= {tuning.cutting_rise:.2f}x with about "
         f"{running:.1f} invocations in use. Scaled from {current} -> {target}.",
         stats,
         now,

@@ -41,8 +41,9 @@ class Tuning:
     probe_backoff_s: tuple[float, float] = (5.0, 30.0)
     probe_budget: float = 0.01
     probe_jitter: float = 0.2
-    # Latency: the rise over the no-load baseline that cuts (growth stops at half of it), and
-    # the seconds of evidence (each with at least min_samples timed calls) it needs.
+    # Latency: the rise over the no-load baseline that cuts (``cutting_rise``; growth stops at
+    # half of it, ``holding_rise``), and the seconds of evidence (each with at least
+    # min_samples timed calls) it needs.
     latency_tolerance: float = 0.7
     latency_seconds: int = 3
     # Pausing below the floor: the period (first, longest) and the pressure at Cmin that calls
@@ -55,3 +56,13 @@ class Tuning:
     # Growth needs at least this share of the cap in use over the window (the poller's ramp
     # after the last step included).
     used_share: float = 0.5
+
+    @property
+    def cutting_rise(self) -> float:
+        """The latency rise over the no-load baseline that cuts."""
+        return 1.0 + self.latency_tolerance
+
+    @property
+    def holding_rise(self) -> float:
+        """The latency rise that stops growth and fails a probe: half the cut's."""
+        return 1.0 + self.latency_tolerance / 2
