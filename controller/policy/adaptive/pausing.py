@@ -1,7 +1,8 @@
 """Pausing below the floor: overload at Cmin cannot be cut further.
 
-The mapping is disabled for a bounded, growing period, then tested with a short pulse at Cmin,
-and resumed only if that pulse was clean. A paused mapping sends no telemetry: every step asks
+The mapping is disabled for a bounded period, growing while tests fail but no longer than a
+failed test's cost calls for, then tested with a short pulse at Cmin, and resumed only if that
+pulse was clean. A paused mapping sends no telemetry: every step asks
 to be woken (``wake_at``).
 """
 
@@ -29,6 +30,7 @@ def pause_above(tuning: Tuning, params: PolicyParams) -> float:
 def pause(
     tuning: Tuning, state: QueueState, memory: AdaptiveMemory, stats: WindowStats, now: float
 ) -> AdaptiveVerdict:
+    # The shortest: no test has shown yet what one costs.
     period = tuning.pause_s[0]
     return move(
         state.concurrency,
