@@ -3,6 +3,8 @@ are in test_algorithm_contract.py)."""
 
 from __future__ import annotations
 
+import pytest
+
 from controller.model import Action, Decision, QueueState, Sample
 from controller.policy import ALGORITHMS, decide
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
@@ -152,25 +154,47 @@ def test_overload_at_the_floor_pauses_then_tests_and_resumes() -> None:
     assert memory_of(current).paused_until == 0 and current.enabled
 
 
-def test_failed_tests_at_the_floor_pause_for_longer_up_to_the_longest_period() -> None:
+TEST_S = 3.0
+
+
+def failed_test_periods(ok: int, throttled: int, tests: int = 4) -> list[float]:
+    """The pauses at the floor: the first, then one after each of ``tests`` failed tests whose
+    invocations (3 a second for 2 s) each met ``throttled`` 429s beside ``ok`` successes. Each
+    test ends ``TEST_S`` after it began, at the first telemetry batch."""
     current = attached(2)
     storm = window_of(*steady(960, 30, 3, ok=2, throttled=8))
     current, _ = run(current, storm, 992.0)
-    first, longest = ALGORITHM.pause_s
     periods = [memory_of(current).pause_s]
-    for _ in range(4):
+    for _ in range(tests):
         test_at = memory_of(current).paused_until
         current, _ = run(current, storm, test_at)
-        current, _ = run(current, storm, test_at + ALGORITHM.pulse_s)
-        for document in steady(int(test_at), 2, 3, ok=2, throttled=8):
+        current, _ = run(current, storm, test_at + TEST_S)
+        for document in steady(int(test_at), 2, 3, ok=ok, throttled=throttled):
             storm.add(document)
         judged_at = memory_of(current).judge_at
         current, failed = run(current, storm, judged_at)
         assert failed.action is Action.HOLD and not current.enabled
         assert current.wake_at == memory_of(current).paused_until
         periods.append(memory_of(current).paused_until - judged_at)
+    return periods
+
+
+def test_failed_tests_at_the_floor_pause_for_longer_up_to_the_longest_period() -> None:
+    # 80% rejected over a 3 s test: worth far more than the longest pause.
+    periods = failed_test_periods(ok=2, throttled=8)
+    first, longest = ALGORITHM.pause_s
     doubling = [min(longest, first * 2**failed) for failed in range(len(periods))]
     assert periods == doubling and periods[-1] == longest
+
+
+def test_a_narrowly_failed_test_pauses_only_as_long_as_its_cost_calls_for() -> None:
+    # 20% rejected (a capacity just under what the floor sends): the test's waste is within
+    # the budget after 0.2 x 3 s / pause_budget, and the floor is tested again then.
+    periods = failed_test_periods(ok=8, throttled=2)
+    enough = 0.2 * TEST_S / ALGORITHM.pause_budget
+    first, longest = ALGORITHM.pause_s
+    assert first < enough < longest
+    assert periods == pytest.approx([first] + [enough] * 4)
 
 
 def test_memory_kept_under_another_algorithm_is_not_read() -> None:

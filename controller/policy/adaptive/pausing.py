@@ -1,12 +1,14 @@
 """Pausing below the floor: overload at Cmin cannot be cut further.
 
-The mapping is disabled for a bounded, growing period, then tested with a short pulse at Cmin,
-and resumed only if that pulse was clean. A paused mapping sends no telemetry: every step asks
+The mapping is disabled for a bounded period, growing while tests fail but no longer than a
+failed test's cost calls for, then tested with a short pulse at Cmin, and resumed only if that
+pulse was clean. A paused mapping sends no telemetry: every step asks
 to be woken (``wake_at``).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from controller.model import QueueState, QueueStateName
@@ -28,7 +30,8 @@ def pause_above(tuning: Tuning, params: PolicyParams) -> float:
 def pause(
     tuning: Tuning, state: QueueState, memory: AdaptiveMemory, stats: WindowStats, now: float
 ) -> AdaptiveVerdict:
-    period = _next_period(tuning, memory)
+    # The shortest: no test has shown yet what one costs.
+    period = tuning.pause_s[0]
     return move(
         state.concurrency,
         QueueStateName.CRITICAL_BACKOFF,
@@ -125,7 +128,7 @@ def _judging(
             breaches=0,
             wake_at=0.0,
         )
-    period = _next_period(tuning, memory)
+    period = _period_after(tuning, memory, test)
     return hold(
         state,
         f"Pause test failed (pressure {test.pressure_rate:.1%} at {state.concurrency}); "
@@ -136,6 +139,17 @@ def _judging(
     )
 
 
-def _next_period(tuning: Tuning, memory: AdaptiveMemory) -> float:
+def _period_after(tuning: Tuning, memory: AdaptiveMemory, test: WindowStats) -> float:
+    """The pause after a failed test: twice the last (a lasting overload is tested less
+    often), up to the longest, but no longer than the test's cost calls for.
+
+    A test costs its pressure share of what Cmin sent during it; the pause that keeps that
+    cost within ``pause_budget`` of what Cmin would send over the pause is enough. A narrow
+    failure (a capacity just under what Cmin sends) costs little, so the floor is tested again
+    soon and a capacity that returns is found sooner; a floor far above the capacity pauses
+    the longest.
+    """
     low, high = tuning.pause_s
-    return min(high, 2 * memory.pause_s) if memory.pause_s else low
+    span_s = max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
+    enough = test.pressure_rate * span_s / tuning.pause_budget
+    return max(low, min(high, 2 * memory.pause_s, enough))

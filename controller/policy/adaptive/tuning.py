@@ -46,10 +46,11 @@ class Tuning:
     # min_samples timed calls) it needs.
     latency_tolerance: float = 0.7
     latency_seconds: int = 3
-    # Pausing below the floor: the period (first, longest) and the pressure at Cmin that calls
-    # for it.
+    # Pausing below the floor: the period (first, longest), the pressure at Cmin that calls
+    # for it, and the share of what Cmin sends over a pause that its failed test may cost.
     pause_s: tuple[float, float] = (15.0, 60.0)
     pause_above: float = 0.12
+    pause_budget: float = 0.02
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6
     estimate_span_s: float = 10.0
