@@ -87,7 +87,8 @@ def test_the_demo_shows_the_storm_and_the_cure(
     cards: dict[tuple[str, str], dict[str, Any]],
 ) -> None:
     static, mesh = cards[("demo", "static")], cards[("demo", "queuemesh")]
-    assert static["wasted_ratio"] >= 0.3 or static["dlq_messages"] > 0
+    # Issue 12 asks for either; the scenario sized for the local stack shows both (docs/demo.md).
+    assert static["wasted_ratio"] >= 0.3 and static["dlq_messages"] > 0
     assert mesh["wasted_ratio"] <= 0.05 and mesh["dlq_messages"] == 0
     assert mesh["drain_ratio"] is not None and mesh["drain_ratio"] <= 1.1
 
