@@ -101,7 +101,7 @@ class EmbeddedAws:
         logging.getLogger("werkzeug").setLevel(logging.ERROR)
         # It also warns for each resource type its CloudFormation skips; deploy() reports them.
         logging.getLogger("moto").setLevel(logging.ERROR)
-        self._restore_moto = _speed_up_moto_sqs()
+        self._restore_moto = _patch_moto_sqs()
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()
@@ -388,8 +388,8 @@ class EmbeddedAws:
 CODE_KEY = "queuemesh-functions.zip"
 
 
-def _speed_up_moto_sqs() -> Callable[[], None]:
-    """Make moto's SQS usable at demo depth; returns the undo.
+def _patch_moto_sqs() -> Callable[[], None]:
+    """Make moto's SQS usable at demo depth and under concurrent requests; returns the undo.
 
     moto's SQS reads the clock through datetime arithmetic for every message of a queue on
     every send and receive, and checks retention by recomputing all queue attributes per
@@ -431,26 +431,34 @@ def _speed_up_moto_sqs() -> Callable[[], None]:
         now = time.time() * 1000.0
         return sum(1 for m in queue._messages if now <= m.visible_at)
 
-    counts = {
+    # ReceiveMessage iterates the queue's set of pending messages while a delete on another
+    # server thread removes from it ("Set changed size during iteration", a 500 and a
+    # traceback); a tuple of the set is taken in one step under the GIL.
+    def pending_message_groups(queue: Any) -> set[str]:
+        pending = tuple(queue._pending_messages)
+        return {message.group_id for message in pending if message.group_id is not None}
+
+    queue_properties = {
         "messages": property(messages),
         "approximate_number_of_messages": property(lambda queue: len(messages(queue))),
         "approximate_number_of_messages_delayed": property(delayed),
         "approximate_number_of_messages_not_visible": property(not_visible),
+        "pending_message_groups": property(pending_message_groups),
     }
-    original_counts = {name: models.Queue.__dict__[name] for name in counts}
+    original_properties = {name: models.Queue.__dict__[name] for name in queue_properties}
 
     models.unix_time = unix_time
     models.unix_time_millis = unix_time_millis
     retention_check = "is_message_valid_based_on_retention_period"
     setattr(models.SQSBackend, retention_check, is_message_valid_based_on_retention_period)
-    for name, count in counts.items():
-        setattr(models.Queue, name, count)
+    for name, replacement in queue_properties.items():
+        setattr(models.Queue, name, replacement)
 
     def restore() -> None:
         models.unix_time = original_unix_time
         models.unix_time_millis = original_unix_time_millis
         setattr(models.SQSBackend, retention_check, original_retention_check)
-        for name, original in original_counts.items():
+        for name, original in original_properties.items():
             setattr(models.Queue, name, original)
 
     return restore

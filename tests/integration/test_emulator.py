@@ -5,6 +5,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 
@@ -105,6 +106,35 @@ def test_the_deployed_table_answers_the_ticks_wake_up_query(
     ledger.commit(state, AuditEntry("woken", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))
     assert [due.queue for due in ledger.due_states(1_000.0)] == ["woken"]
     assert ledger.due_states(999.0) == []
+
+
+class _Ungrouped:
+    group_id = None
+
+
+class _DeletedWhileRead:
+    """A pending message whose group is read while a delete on another server thread removes
+    a neighbour from the same pending set (the race ReceiveMessage lost: a 500)."""
+
+    def __init__(self, pending: set[object], neighbour: object) -> None:
+        self._pending, self._neighbour = pending, neighbour
+
+    @property
+    def group_id(self) -> str:
+        self._pending.discard(self._neighbour)
+        return "group"
+
+
+def test_a_receive_survives_a_concurrent_delete_of_a_pending_message(aws: EmbeddedAws) -> None:
+    from moto.sqs.models import Queue
+
+    queue: Any = Queue.__new__(cast(Any, Queue))  # the property reads the pending set only
+    neighbour = _Ungrouped()
+    pending: set[object] = {neighbour}
+    pending.add(_DeletedWhileRead(pending, neighbour))
+    queue._pending_messages = pending
+    assert queue.pending_message_groups <= {"group"}
+    assert neighbour not in queue._pending_messages
 
 
 def test_stop_closes_the_port() -> None:
