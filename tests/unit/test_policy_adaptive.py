@@ -235,6 +235,52 @@ def test_a_clean_level_at_the_ceiling_that_broke_expires_it_and_growth_reaches_t
     assert memory_of(current).ceiling == 0
 
 
+def passed_above_the_level_that_broke(refused: bool) -> tuple[QueueState, Decision]:
+    """Cut from 9 to 8 (by 429s, or not: ``refused``): clean pulses at 9, then at 11."""
+    current = attached(8, ceiling=9, broke_at=9, ceiling_refused=refused)
+    window = window_of(*steady(960, 30, 10, ok=10))
+    now = 992.0
+    for level in (9, 11):
+        current, raised = run(current, window, now)
+        assert raised.target == level, raised.reason
+        for document in steady(int(now), 7, level + 1, ok=10):
+            window.add(document)
+        now = memory_of(current).probe_until
+        current, _ = run(current, window, now)
+        now += 6.5
+    return run(current, window, now)
+
+
+def test_past_a_ceiling_set_by_429s_growth_goes_on_by_judged_pulses() -> None:
+    # A capacity back in part: a committed doubling (11 -> 22) would meet its 429s for a
+    # telemetry round trip; a pulse meets them for about one invocation time.
+    current, verdict = passed_above_the_level_that_broke(refused=True)
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 15), verdict.reason
+    assert memory_of(current).probe_base == 11 and memory_of(current).probe_until > 0
+
+
+def test_past_a_ceiling_set_by_latency_growth_returns_to_full_speed() -> None:
+    current, verdict = passed_above_the_level_that_broke(refused=False)
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 22), verdict.reason
+    assert memory_of(current).ceiling == 0 and memory_of(current).probe_until == 0.0
+
+
+def test_the_ceiling_remembers_whether_429s_or_latency_set_it() -> None:
+    current, cut = run(
+        attached(40, at=0.0), window_of(*steady(960, 30, 40, ok=7, throttled=3)), 992.0
+    )
+    assert cut.action is Action.MULTIPLICATIVE_DECREASE and memory_of(current).ceiling_refused
+    slow = attached(8, ceiling=9, latency_floor_ms=50.0, ceiling_refused=True)
+    window = window_of(*latency_samples(960, 32, 16, 50.0))
+    slow, _ = run(slow, window, 992.0)
+    slow, _ = run(slow, window, 993.0)
+    for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
+        window.add(document)
+    slow, verdict = run(slow, window, 999.5)
+    assert verdict.reason.startswith("Probe failed")
+    assert not memory_of(slow).ceiling_refused
+
+
 def test_a_latency_rise_cuts_before_any_timeout() -> None:
     current = attached(40, at=0.0)
     calm = window_of(*latency_samples(900, 30, 4, 50.0))
@@ -404,8 +450,9 @@ def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
                     invocation_ms=800,
                 )
             )
-    _, decision = run(current, window, 995.0)
+    current, decision = run(current, window, 995.0)
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 20)
+    assert not memory_of(current).ceiling_refused
 
 
 def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
