@@ -475,6 +475,27 @@ def test_a_storm_met_by_a_pulse_is_cut_on_the_pulse_evidence() -> None:
     assert verdict.target <= 3
 
 
+def test_a_pulse_passes_only_under_the_pressure_a_level_is_trimmed_at() -> None:
+    # A level just over the capacity draws a few refusals in a thousand: a probe committing it
+    # would be trimmed back a few hundred calls later, and probe it again.
+    def verdict_with(throttled: int) -> Decision:
+        current = attached(8, ceiling=9)
+        window = window_of(*steady(960, 30, 10, ok=10))
+        current, _ = run(current, window, 992.0)
+        current, _ = run(current, window, 993.0)
+        for document in steady(992, 1, 9, ok=100):
+            window.add(document)
+        window.add(sample(at=992.9, ok=100 - throttled, throttled=throttled, invocation_ms=800))
+        _, verdict = run(current, window, 996.0)
+        return verdict
+
+    # 1 and 4 refused calls in 1,000: under and over the trim's share (0.25%).
+    passed = verdict_with(throttled=1)
+    assert passed.reason.startswith("Probe passed"), passed.reason
+    failed = verdict_with(throttled=4)
+    assert (failed.action, failed.target) == (Action.HOLD, 8), failed.reason
+
+
 def test_a_failed_pulse_the_raise_explains_is_not_a_storm() -> None:
     # 10% pressure at 9 over a base of 8: the extra invocation's share, not a storm beneath.
     verdict = judged_pulse_from_8_to_9(ok=9, throttled=1)

@@ -166,11 +166,12 @@ def awaiting_telemetry(
 
 
 def passed(tuning: Tuning, pulse: WindowStats, base: WindowStats, params: PolicyParams) -> bool:
-    """Clean at the probed level, and the base level's own evidence since the pulse ended
-    clean too: a probe never commits a raise into an overload that began after it."""
+    """Clean at the probed level (under the share a level is trimmed at: a level committed
+    above it would be stepped down again), and the base level's own evidence since the pulse
+    ended clean too: a probe never commits a raise into an overload that began after it."""
     return (
         pulse.requests >= params.min_samples
-        and pulse.pressure_rate < tuning.probe_tolerance
+        and pulse.pressure_rate < tuning.trim_above
         and base.pressure_rate < params.t1
     )
 
@@ -284,7 +285,7 @@ def back_off(
             memory,
             ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
             broke_at=probed,
-            ceiling_refused=pulse.pressure_rate >= tuning.probe_tolerance and refused(pulse),
+            ceiling_refused=pulse.pressure_rate >= tuning.trim_above and refused(pulse),
             probe_backoff_s=backoff,
             probe_streak=0,
             next_probe_at=next_probe_at,
