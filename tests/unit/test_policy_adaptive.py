@@ -12,6 +12,8 @@ from tests.factories import config, sample, state
 
 PARAMS = PolicyParams()
 ALGORITHM = AdaptiveLimit()
+# The end of a pulse probe of one step raised at 992 (its shortest: past the poller's step).
+PULSE_END = 992.0 + ALGORITHM.pulse_s + ALGORITHM.pulse_margin_s
 
 
 def attached(concurrency: int, at: float = 900.0, **memory: object) -> QueueState:
@@ -99,10 +101,10 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     window = window_of(*steady(960, 30, 10, ok=10))
     current, raised = run(current, window, 992.0)
     assert (raised.action, raised.target) == (Action.ADDITIVE_INCREASE, 9)
-    assert memory_of(current).probe_until == 992.0 + ALGORITHM.pulse_s
-    current, reverted = run(current, window, 993.0)
+    assert memory_of(current).probe_until == PULSE_END
+    current, reverted = run(current, window, PULSE_END)
     assert reverted.target == 8
-    assert memory_of(current).judge_at == 993.0 + ALGORITHM.judge_after_s
+    assert memory_of(current).judge_at == PULSE_END + ALGORITHM.judge_after_s
     for document in steady(992, 8, 11, ok=10):
         window.add(document)
     current, verdict = run(current, window, 999.5)
@@ -110,7 +112,7 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     # twice as big, starts at once from it.
     assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 11)
     assert (memory_of(current).probe_base, memory_of(current).ceiling) == (9, 10)
-    current, reverted = run(current, window, 999.5 + 2 * ALGORITHM.pulse_s)
+    current, reverted = run(current, window, memory_of(current).probe_until)
     assert reverted.target == 9
 
 
@@ -118,7 +120,7 @@ def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
     current = attached(8, ceiling=9)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, _ = run(current, window, 992.0)
-    current, _ = run(current, window, 993.0)
+    current, _ = run(current, window, PULSE_END)
     for document in steady(992, 1, 11, ok=7, throttled=3):
         window.add(document)
     for document in steady(993, 7, 10, ok=10):
@@ -273,7 +275,7 @@ def test_the_ceiling_remembers_whether_429s_or_latency_set_it() -> None:
     slow = attached(8, ceiling=9, latency_floor_ms=50.0, ceiling_refused=True)
     window = window_of(*latency_samples(960, 32, 16, 50.0))
     slow, _ = run(slow, window, 992.0)
-    slow, _ = run(slow, window, 993.0)
+    slow, _ = run(slow, window, PULSE_END)
     for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
         window.add(document)
     slow, verdict = run(slow, window, 999.5)
@@ -396,7 +398,7 @@ def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
         current = attached(8, ceiling=9)
         window = window_of(*steady(960, 30, 10, ok=10))
         current, _ = run(current, window, 992.0)
-        current, _ = run(current, window, 993.0)
+        current, _ = run(current, window, PULSE_END)
         for document in steady(992, 1, 11, ok=10 - throttled, throttled=throttled):
             window.add(document)
         for document in steady(993, 7, 10, ok=10):
@@ -414,7 +416,7 @@ def test_a_probe_whose_calls_slow_down_fails_without_any_rejection() -> None:
     window = window_of(*latency_samples(960, 32, 16, 50.0))
     current, raised = run(current, window, 992.0)
     assert raised.target == 9
-    current, _ = run(current, window, 993.0)
+    current, _ = run(current, window, PULSE_END)
     for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
         window.add(document)
     current, verdict = run(current, window, 999.5)
@@ -461,10 +463,10 @@ def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
     current = attached(8, ceiling=9)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, _ = run(current, window, 992.0)
-    current, _ = run(current, window, 993.0)
+    current, _ = run(current, window, PULSE_END)
     for document in steady(992, 1, 9, ok=ok, throttled=throttled):
         window.add(document)
-    _, verdict = run(current, window, 996.0)
+    _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
     return verdict
 
 
@@ -482,11 +484,11 @@ def test_a_pulse_passes_only_under_the_pressure_a_level_is_trimmed_at() -> None:
         current = attached(8, ceiling=9)
         window = window_of(*steady(960, 30, 10, ok=10))
         current, _ = run(current, window, 992.0)
-        current, _ = run(current, window, 993.0)
+        current, _ = run(current, window, PULSE_END)
         for document in steady(992, 1, 9, ok=100):
             window.add(document)
         window.add(sample(at=992.9, ok=100 - throttled, throttled=throttled, invocation_ms=800))
-        _, verdict = run(current, window, 996.0)
+        _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
         return verdict
 
     # 1 and 4 refused calls in 1,000: under and over the trim's share (0.25%).

@@ -108,11 +108,12 @@ def start_pulse(
     probes pass), then back to ``base``."""
     step = max(1, min(memory.probe_streak, math.floor(base * tuning.probe_growth)))
     target = clamp(base + step, params)
-    # About one invocation time (at least ``pulse_s``), so that enough invocations start under
-    # the raised cap to be judged; the poller adds a few invocations per second, so a bigger
-    # raise needs a longer pulse.
+    # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
+    # invocations start under the raised cap to be judged; the poller adds a few invocations
+    # per second, so a bigger raise needs a longer pulse.
     invocation_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
-    pulse = max(tuning.pulse_s, invocation_s) + (target - state.concurrency - 1) / (
+    shortest = tuning.pulse_s + tuning.pulse_margin_s
+    pulse = max(shortest, invocation_s) + (target - state.concurrency - 1) / (
         tuning.poller_ramp_per_s
     )
     return move(

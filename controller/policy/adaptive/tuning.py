@@ -34,8 +34,12 @@ class Tuning:
     sizing_z: float = 1.0
     # Pulse probes: how long the raised cap stands, when and how patiently its invocations are
     # judged, the backoff (first, longest) after a failure, and the share of the goodput failed
-    # probes may cost.
+    # probes may cost. A probe's shortest pulse ends ``pulse_margin_s`` past the poller's
+    # scaling step, not at it: a cap put back as the poller steps may never have run the raised
+    # level, and its pulse would pass on the base level's calls (a level 2.5% over the
+    # capacity, committed on a clean pulse that never ran it, refused calls until trimmed).
     pulse_s: float = 1.0
+    pulse_margin_s: float = 0.1
     judge_after_s: float = 3.0
     judge_patience_s: float = 20.0
     probe_backoff_s: tuple[float, float] = (5.0, 30.0)
