@@ -502,3 +502,28 @@ def test_a_failed_pulse_the_raise_explains_is_not_a_storm() -> None:
     # 10% pressure at 9 over a base of 8: the extra invocation's share, not a storm beneath.
     verdict = judged_pulse_from_8_to_9(ok=9, throttled=1)
     assert (verdict.action, verdict.target) == (Action.HOLD, 8), verdict.reason
+
+
+def just_over(concurrency: int) -> Decision:
+    """About 16 invocations running (20 of 800 ms a second) and 0.4% of their calls refused:
+    a level just over the capacity, under a cap of ``concurrency``."""
+    documents = steady(960, 30, 20, ok=10)
+    documents += [
+        sample(at=960 + second + 0.9, ok=9, throttled=1, invocation_ms=800)
+        for second in range(0, 30, 1)
+    ]
+    _, decision = run(attached(concurrency, at=0.0), window_of(*documents), 991.0)
+    return decision
+
+
+def test_a_level_just_over_the_capacity_is_trimmed_by_one() -> None:
+    decision = just_over(16)
+    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 15)
+    assert decision.reason.startswith("Trim"), decision.reason
+
+
+def test_a_poller_climbing_well_under_the_cap_is_not_trimmed() -> None:
+    # A cap of 100 with 16 running: a cap of 99 would not lower what runs, and the change
+    # would restart the evidence a storm's cut waits for (flash-crowd: 5 s of its first storm).
+    decision = just_over(100)
+    assert (decision.action, decision.target) == (Action.HOLD, 100), decision.reason

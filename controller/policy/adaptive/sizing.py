@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 
 from controller.model import QueueState, QueueStateName
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, move
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold, move
 from controller.policy.adaptive.probing import refused, spread
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import clamp
@@ -262,8 +262,20 @@ def trim(
 ) -> AdaptiveVerdict:
     """A level that keeps drawing a few rejections is just over the capacity: each rejected
     message comes back a visibility timeout later, which is what a drain waits for at the
-    end. Step down one and remember the level."""
+    end. Step down one and remember the level.
+
+    Not while the poller is still climbing well below the cap: a lower cap would not lower
+    what runs, and the change would only restart the evidence a storm's cut waits for."""
     current = state.concurrency
+    used = busy_concurrency(stats, tuning.estimate_span_s)
+    if used is not None and used < tuning.saturated_share * current:
+        return hold(
+            state,
+            f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls with about "
+            f"{used:.1f} of {current} in use: a lower cap would not lower it; holding.",
+            memory,
+            stats,
+        )
     target = current - 1
     return move(
         target,
