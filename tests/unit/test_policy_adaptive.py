@@ -14,6 +14,8 @@ from tests.factories import config, sample, state
 
 PARAMS = PolicyParams()
 ALGORITHM = AdaptiveLimit()
+# The end of a pulse probe of one step raised at 992 (its shortest: past the poller's step).
+PULSE_END = 992.0 + ALGORITHM.pulse_s + ALGORITHM.pulse_margin_s
 
 
 def attached(concurrency: int, at: float = 900.0, **memory: object) -> QueueState:
@@ -101,10 +103,10 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     window = window_of(*steady(960, 30, 10, ok=10))
     current, raised = run(current, window, 992.0)
     assert (raised.action, raised.target) == (Action.ADDITIVE_INCREASE, 9)
-    assert memory_of(current).probe_until == 992.0 + ALGORITHM.pulse_s
-    current, reverted = run(current, window, 993.0)
+    assert memory_of(current).probe_until == PULSE_END
+    current, reverted = run(current, window, PULSE_END)
     assert reverted.target == 8
-    assert memory_of(current).judge_at == 993.0 + ALGORITHM.judge_after_s
+    assert memory_of(current).judge_at == PULSE_END + ALGORITHM.judge_after_s
     for document in steady(992, 8, 11, ok=10):
         window.add(document)
     current, verdict = run(current, window, 999.5)
@@ -112,7 +114,7 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     # twice as big, starts at once from it.
     assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 11)
     assert (memory_of(current).probe_base, memory_of(current).ceiling) == (9, 10)
-    current, reverted = run(current, window, 999.5 + 2 * ALGORITHM.pulse_s)
+    current, reverted = run(current, window, memory_of(current).probe_until)
     assert reverted.target == 9
 
 
@@ -120,7 +122,7 @@ def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
     current = attached(8, ceiling=9)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, _ = run(current, window, 992.0)
-    current, _ = run(current, window, 993.0)
+    current, _ = run(current, window, PULSE_END)
     for document in steady(992, 1, 11, ok=7, throttled=3):
         window.add(document)
     for document in steady(993, 7, 10, ok=10):
@@ -259,6 +261,52 @@ def test_a_clean_level_at_the_ceiling_that_broke_expires_it_and_growth_reaches_t
     assert memory_of(current).ceiling == 0
 
 
+def passed_above_the_level_that_broke(refused: bool) -> tuple[QueueState, Decision]:
+    """Cut from 9 to 8 (by 429s, or not: ``refused``): clean pulses at 9, then at 11."""
+    current = attached(8, ceiling=9, broke_at=9, ceiling_refused=refused)
+    window = window_of(*steady(960, 30, 10, ok=10))
+    now = 992.0
+    for level in (9, 11):
+        current, raised = run(current, window, now)
+        assert raised.target == level, raised.reason
+        for document in steady(int(now), 7, level + 1, ok=10):
+            window.add(document)
+        now = memory_of(current).probe_until
+        current, _ = run(current, window, now)
+        now += 6.5
+    return run(current, window, now)
+
+
+def test_past_a_ceiling_set_by_429s_growth_goes_on_by_judged_pulses() -> None:
+    # A capacity back in part: a committed doubling (11 -> 22) would meet its 429s for a
+    # telemetry round trip; a pulse meets them for about one invocation time.
+    current, verdict = passed_above_the_level_that_broke(refused=True)
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 15), verdict.reason
+    assert memory_of(current).probe_base == 11 and memory_of(current).probe_until > 0
+
+
+def test_past_a_ceiling_set_by_latency_growth_returns_to_full_speed() -> None:
+    current, verdict = passed_above_the_level_that_broke(refused=False)
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 22), verdict.reason
+    assert memory_of(current).ceiling == 0 and memory_of(current).probe_until == 0.0
+
+
+def test_the_ceiling_remembers_whether_429s_or_latency_set_it() -> None:
+    current, cut = run(
+        attached(40, at=0.0), window_of(*steady(960, 30, 40, ok=7, throttled=3)), 992.0
+    )
+    assert cut.action is Action.MULTIPLICATIVE_DECREASE and memory_of(current).ceiling_refused
+    slow = attached(8, ceiling=9, latency_floor_ms=50.0, ceiling_refused=True)
+    window = window_of(*latency_samples(960, 32, 16, 50.0))
+    slow, _ = run(slow, window, 992.0)
+    slow, _ = run(slow, window, PULSE_END)
+    for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
+        window.add(document)
+    slow, verdict = run(slow, window, 999.5)
+    assert verdict.reason.startswith("Probe failed")
+    assert not memory_of(slow).ceiling_refused
+
+
 def test_a_latency_rise_cuts_before_any_timeout() -> None:
     current = attached(40, at=0.0)
     calm = window_of(*latency_samples(900, 30, 4, 50.0))
@@ -374,7 +422,7 @@ def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
         current = attached(8, ceiling=9)
         window = window_of(*steady(960, 30, 10, ok=10))
         current, _ = run(current, window, 992.0)
-        current, _ = run(current, window, 993.0)
+        current, _ = run(current, window, PULSE_END)
         for document in steady(992, 1, 11, ok=10 - throttled, throttled=throttled):
             window.add(document)
         for document in steady(993, 7, 10, ok=10):
@@ -392,7 +440,7 @@ def test_a_probe_whose_calls_slow_down_fails_without_any_rejection() -> None:
     window = window_of(*latency_samples(960, 32, 16, 50.0))
     current, raised = run(current, window, 992.0)
     assert raised.target == 9
-    current, _ = run(current, window, 993.0)
+    current, _ = run(current, window, PULSE_END)
     for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
         window.add(document)
     current, verdict = run(current, window, 999.5)
@@ -428,8 +476,9 @@ def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
                     invocation_ms=800,
                 )
             )
-    _, decision = run(current, window, 995.0)
+    current, decision = run(current, window, 995.0)
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 20)
+    assert not memory_of(current).ceiling_refused
 
 
 def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
@@ -438,10 +487,10 @@ def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
     current = attached(8, ceiling=9)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, _ = run(current, window, 992.0)
-    current, _ = run(current, window, 993.0)
+    current, _ = run(current, window, PULSE_END)
     for document in steady(992, 1, 9, ok=ok, throttled=throttled):
         window.add(document)
-    _, verdict = run(current, window, 996.0)
+    _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
     return verdict
 
 
@@ -452,7 +501,53 @@ def test_a_storm_met_by_a_pulse_is_cut_on_the_pulse_evidence() -> None:
     assert verdict.target <= 3
 
 
+def test_a_pulse_passes_only_under_the_pressure_a_level_is_trimmed_at() -> None:
+    # A level just over the capacity draws a few refusals in a thousand: a probe committing it
+    # would be trimmed back a few hundred calls later, and probe it again.
+    def verdict_with(throttled: int) -> Decision:
+        current = attached(8, ceiling=9)
+        window = window_of(*steady(960, 30, 10, ok=10))
+        current, _ = run(current, window, 992.0)
+        current, _ = run(current, window, PULSE_END)
+        for document in steady(992, 1, 9, ok=100):
+            window.add(document)
+        window.add(sample(at=992.9, ok=100 - throttled, throttled=throttled, invocation_ms=800))
+        _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
+        return verdict
+
+    # 1 and 4 refused calls in 1,000: under and over the trim's share (0.25%).
+    passed = verdict_with(throttled=1)
+    assert passed.reason.startswith("Probe passed"), passed.reason
+    failed = verdict_with(throttled=4)
+    assert (failed.action, failed.target) == (Action.HOLD, 8), failed.reason
+
+
 def test_a_failed_pulse_the_raise_explains_is_not_a_storm() -> None:
     # 10% pressure at 9 over a base of 8: the extra invocation's share, not a storm beneath.
     verdict = judged_pulse_from_8_to_9(ok=9, throttled=1)
     assert (verdict.action, verdict.target) == (Action.HOLD, 8), verdict.reason
+
+
+def just_over(concurrency: int) -> Decision:
+    """About 16 invocations running (20 of 800 ms a second) and 0.4% of their calls refused:
+    a level just over the capacity, under a cap of ``concurrency``."""
+    documents = steady(960, 30, 20, ok=10)
+    documents += [
+        sample(at=960 + second + 0.9, ok=9, throttled=1, invocation_ms=800)
+        for second in range(0, 30, 1)
+    ]
+    _, decision = run(attached(concurrency, at=0.0), window_of(*documents), 991.0)
+    return decision
+
+
+def test_a_level_just_over_the_capacity_is_trimmed_by_one() -> None:
+    decision = just_over(16)
+    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 15)
+    assert decision.reason.startswith("Trim"), decision.reason
+
+
+def test_a_poller_climbing_well_under_the_cap_is_not_trimmed() -> None:
+    # A cap of 100 with 16 running: a cap of 99 would not lower what runs, and the change
+    # would restart the evidence a storm's cut waits for (flash-crowd: 5 s of its first storm).
+    decision = just_over(100)
+    assert (decision.action, decision.target) == (Action.HOLD, 100), decision.reason

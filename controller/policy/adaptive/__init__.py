@@ -14,7 +14,8 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   and the allowance actually in use, and then keeps up with the poller's ramp (at most
   doubling a step). Near the remembered ceiling growth is by pulse probes, which judge only the
   invocations that started during the pulse, paid for from a budget of the goodput; clean
-  above the level that broke, the ceiling expires and growth returns to full speed.
+  above the level that broke, a ceiling set by latency or timeouts expires and growth returns
+  to full speed, and past one set by refused calls growth goes on by pulses.
 - **Latency** (``latency``). A rise of the evidence's per-second latency over the no-load
   baseline by ``latency_tolerance`` cuts in proportion, before client timeouts come.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping

@@ -22,6 +22,9 @@ class AdaptiveMemory:
     ceiling: int = 0
     broke_at: int = 0
     good_level: int = 0
+    # The ceiling was set by calls the downstream refused (429, 503), not by latency or
+    # timeouts: past the level that broke, growth goes on by pulses, each judged before the next.
+    ceiling_refused: bool = False
     # The pulse probe in progress: the level it raises from, by how much, and its timeline.
     probe_base: int = 0
     probe_step: int = 0

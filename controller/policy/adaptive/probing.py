@@ -3,8 +3,10 @@
 Far from any known ceiling the level grows by real steps. Near it, a pulse probe raises the
 cap by a step for about one invocation time and puts it back; only invocations that started
 during the pulse are judged, so a failed probe costs about one invocation per extra slot
-whatever the telemetry delay. Failed probes back off (doubling); a passing one commits the step
-and clears the ceiling when it passes it.
+whatever the telemetry delay. Failed probes back off (doubling); a passing one is the fresh
+evidence for its level and the next, a step twice as big, starts at once. Clean above the level
+that broke, the ceiling expires when latency or timeouts set it (growth returns to full speed);
+where the downstream refused calls (429, 503) the pulses go on, each judged before the next.
 """
 
 from __future__ import annotations
@@ -106,11 +108,12 @@ def start_pulse(
     probes pass), then back to ``base``."""
     step = max(1, min(memory.probe_streak, math.floor(base * tuning.probe_growth)))
     target = clamp(base + step, params)
-    # About one invocation time (at least ``pulse_s``), so that enough invocations start under
-    # the raised cap to be judged; the poller adds a few invocations per second, so a bigger
-    # raise needs a longer pulse.
+    # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
+    # invocations start under the raised cap to be judged; the poller adds a few invocations
+    # per second, so a bigger raise needs a longer pulse.
     invocation_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
-    pulse = max(tuning.pulse_s, invocation_s) + (target - state.concurrency - 1) / (
+    shortest = tuning.pulse_s + tuning.pulse_margin_s
+    pulse = max(shortest, invocation_s) + (target - state.concurrency - 1) / (
         tuning.poller_ramp_per_s
     )
     return move(
@@ -164,11 +167,12 @@ def awaiting_telemetry(
 
 
 def passed(tuning: Tuning, pulse: WindowStats, base: WindowStats, params: PolicyParams) -> bool:
-    """Clean at the probed level, and the base level's own evidence since the pulse ended
-    clean too: a probe never commits a raise into an overload that began after it."""
+    """Clean at the probed level (under the share a level is trimmed at: a level committed
+    above it would be stepped down again), and the base level's own evidence since the pulse
+    ended clean too: a probe never commits a raise into an overload that began after it."""
     return (
         pulse.requests >= params.min_samples
-        and pulse.pressure_rate < tuning.probe_tolerance
+        and pulse.pressure_rate < tuning.trim_above
         and base.pressure_rate < params.t1
     )
 
@@ -194,17 +198,11 @@ def commit(
     target = clamp(probed, params)
     ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
     expired = probed > max(ceiling, broke_at)
-    if expired:
-        # Clean above the level whose overload set the ceiling (one pulse clean at that level
-        # may be luck): that overload is over. Forget the ceiling and grow at full speed again
-        # (a new overload sets a new one), from the probe's start: its invocations are the
-        # fresh evidence a first step would wait for.
-        ceiling, broke_at, streak = 0, 0, 0
-        ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
-        target = clamp(min(math.floor(probed * tuning.max_growth), probed + ramp), params)
-    elif probed >= ceiling and probed < params.cmax:
-        # Past the ceiling but not yet above the level that broke: the pulse was the fresh
-        # evidence for its level, so the next probe, a step twice as big, starts at once.
+    # Past the ceiling but not yet above the level that broke, or above it where 429s set the
+    # ceiling: the pulse was the fresh evidence for its level, so the next probe, a step twice
+    # as big, starts at once. Past refusals a committed doubling that overshoots a capacity
+    # back only in part is refused for a telemetry round trip, a pulse for one invocation time.
+    if probed >= ceiling and probed < params.cmax and (memory.ceiling_refused or not expired):
         chained = replace(
             memory,
             ceiling=probed + 1,
@@ -213,7 +211,17 @@ def commit(
             probe_streak=2 * max(1, streak),
         )
         why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+        if expired:
+            why += f", above {broke_at}, where refused calls set the ceiling"
         return start_pulse(tuning, state, chained, probed, now, params, why, pulse)
+    if expired:
+        # Clean above the level whose overload set the ceiling (one pulse clean at that level
+        # may be luck), an overload of latency or timeouts: it is over. Forget the ceiling and
+        # grow at full speed again (a new overload sets a new one), from the probe's start:
+        # its invocations are the fresh evidence a first step would wait for.
+        ceiling, broke_at, streak = 0, 0, 0
+        ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
+        target = clamp(min(math.floor(probed * tuning.max_growth), probed + ramp), params)
     return move(
         target,
         rising(target, params),
@@ -278,6 +286,7 @@ def back_off(
             memory,
             ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
             broke_at=probed,
+            ceiling_refused=pulse.pressure_rate >= tuning.trim_above and refused(pulse),
             probe_backoff_s=backoff,
             probe_streak=0,
             next_probe_at=next_probe_at,
@@ -287,6 +296,12 @@ def back_off(
         pulse,
         wake_at=0.0,
     )
+
+
+def refused(stats: WindowStats) -> bool:
+    """At most half of the pressure in ``stats`` is timeouts: the rest is calls the downstream
+    refused (429, 503), each of which a level above the capacity pays for at once."""
+    return stats.pressure >= 2 * stats.timed_out
 
 
 def spread(tuning: Tuning, state: QueueState, now: float, backoff_s: float) -> float:

@@ -7,8 +7,8 @@ import math
 from dataclasses import replace
 
 from controller.model import QueueState, QueueStateName
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, move
-from controller.policy.adaptive.probing import spread
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold, move
+from controller.policy.adaptive.probing import refused, spread
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
@@ -133,7 +133,7 @@ def cut(
     running = in_use(tuning, state, stats, window)
     onset = storm_onset(stats, window, params)
     proportional = math.floor(running * (1.0 - min(1.0, pressure + margin)))
-    if 2 * stats.timed_out > stats.pressure:
+    if not refused(stats):
         # Mostly timeouts: a downstream past its latency cliff fails every call however few
         # too many there are, so the accepted share says nothing of the level that fits.
         # Halve (at most), and cut again next settle period if it still times out.
@@ -156,6 +156,7 @@ def cut(
         f"share. Scaled from {current} -> {target}.",
         stats,
         now,
+        by_refusals=refused(stats),
     )
 
 
@@ -167,9 +168,12 @@ def cut_verdict(
     reason: str,
     stats: WindowStats,
     now: float,
+    *,
+    by_refusals: bool = False,
 ) -> AdaptiveVerdict:
     """A cut to ``target``: the level above it is the ceiling and the level cut from the one
-    that broke; probing starts over after a backoff."""
+    that broke; probing starts over after a backoff. ``by_refusals``: the downstream refused
+    the calls (429, 503), rather than answering them too slowly or not in time."""
     breaches = state.consecutive_breaches + 1
     name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
     backoff = memory.probe_backoff_s or tuning.probe_backoff_s[0]
@@ -177,6 +181,7 @@ def cut_verdict(
         memory,
         ceiling=target + 1,
         broke_at=state.concurrency,
+        ceiling_refused=by_refusals,
         probe_streak=0,
         next_probe_at=now + spread(tuning, state, now, backoff),
         probe_backoff_s=backoff,
@@ -218,10 +223,7 @@ def correction(
     ):
         return None
     before = window.stats(memory.cut_evidence_since, memory.cut_at)
-    if (
-        before.requests < tuning.correction_evidence * memory.cut_requests
-        or 2 * before.timed_out > before.pressure
-    ):
+    if before.requests < tuning.correction_evidence * memory.cut_requests or not refused(before):
         return None
     # The storm at full strength: its first second straddles the onset.
     pressure = max(
@@ -260,8 +262,20 @@ def trim(
 ) -> AdaptiveVerdict:
     """A level that keeps drawing a few rejections is just over the capacity: each rejected
     message comes back a visibility timeout later, which is what a drain waits for at the
-    end. Step down one and remember the level."""
+    end. Step down one and remember the level.
+
+    Not while the poller is still climbing well below the cap: a lower cap would not lower
+    what runs, and the change would only restart the evidence a storm's cut waits for."""
     current = state.concurrency
+    used = busy_concurrency(stats, tuning.estimate_span_s)
+    if used is not None and used < tuning.saturated_share * current:
+        return hold(
+            state,
+            f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls with about "
+            f"{used:.1f} of {current} in use: a lower cap would not lower it; holding.",
+            memory,
+            stats,
+        )
     target = current - 1
     return move(
         target,
@@ -273,6 +287,7 @@ def trim(
             memory,
             ceiling=current,
             broke_at=current,
+            ceiling_refused=refused(stats),
             next_probe_at=now + spread(tuning, state, now, memory.probe_backoff_s),
             probe_streak=0,
         ),

@@ -15,7 +15,8 @@ class Tuning:
     # Growth needs the pressure under this share.
     grow_below: float = 0.005
     # A level drawing at least this share of rejections over ``trim_evidence`` calls is just
-    # over the capacity: step down one.
+    # over the capacity: step down one. A pulse probe passes only under it (a level a probe
+    # committed above it would be trimmed back, and the cycle would repeat).
     trim_above: float = 0.0025
     trim_evidence: int = 400
     # The Lambda poller's scaling: concurrent batches at first, and added each second.
@@ -32,12 +33,15 @@ class Tuning:
     # Standard errors added to the pressure that sizes a cut.
     sizing_z: float = 1.0
     # Pulse probes: how long the raised cap stands, when and how patiently its invocations are
-    # judged, the pressure they may show, the backoff (first, longest) after a failure, and the
-    # share of the goodput failed probes may cost.
+    # judged, the backoff (first, longest) after a failure, and the share of the goodput failed
+    # probes may cost. A probe's shortest pulse ends ``pulse_margin_s`` past the poller's
+    # scaling step, not at it: a cap put back as the poller steps may never have run the raised
+    # level, and its pulse would pass on the base level's calls (a level 2.5% over the
+    # capacity, committed on a clean pulse that never ran it, refused calls until trimmed).
     pulse_s: float = 1.0
+    pulse_margin_s: float = 0.1
     judge_after_s: float = 3.0
     judge_patience_s: float = 20.0
-    probe_tolerance: float = 0.005
     probe_backoff_s: tuple[float, float] = (5.0, 30.0)
     probe_budget: float = 0.01
     probe_jitter: float = 0.2
