@@ -7,16 +7,20 @@ takes tens to hundreds of microseconds instead of milliseconds, and a difference
 not lost in the noise of the network path (which the hooks do not touch).
 
 The hooks are installed once, as in a worker, and every timed call runs inside an open
-invocation (so every hooked call is counted). The plain side is a twin of the same client whose
-hooked classes are subclassed with the libraries' own methods back in place (``_unhooked``): its
-calls run none of the hooks' code, and neither side's classes change while the bench runs, so
-the interpreter keeps every call site specialised and the two clients can take turns call by
-call. Calls are timed in pairs, one hooked and one plain back to back (which goes first
-alternating from pair to pair), in rounds of ``block`` pairs. Removing and reinstalling the
-hooks between blocks instead rewrites the clients' classes, after which the interpreter
-re-learns every call site for some 64 calls: that put tens of milliseconds between the two
-sides, over which a shared host's speed swings by several percent (hundreds of microseconds on
-a requests call), far more than the hooks cost. Two calls in a row see the same host.
+invocation (so every hooked call is counted). The plain side is a twin of the same client: each
+side's client gets a new subclass of every hooked class, holding the hooks on one side and the
+libraries' own methods on the other (``_twin``), so plain calls run none of the hooks' code and
+no class changes while the bench runs. The two clients then take turns call by call: calls are
+timed in pairs, one hooked and one plain back to back (which goes first alternating from pair
+to pair, and a round's figure taking both orders alike: ``_time_round``), in rounds of ``block``
+pairs; the twins are rebuilt every
+``SEGMENT_ROUNDS`` rounds, the side built first alternating, so neither side keeps a lucky place
+in memory or in the interpreter's caches. Removing and reinstalling the hooks between blocks
+instead rewrites the clients' classes, after which the interpreter re-learns every call site for
+some 64 calls: that put tens of milliseconds between the two sides, over which a shared host's
+speed swings by several percent (hundreds of microseconds on a requests call), far more than
+the hooks cost. Two calls in a row see the same host. An async call is timed inside its event
+loop, from the ``await`` to the answer (``_timed_client``).
 
 Each round starts with a garbage collection and ``SETTLE_CALLS`` untimed pairs (the collection
 evicts the caches), and the collector is off while the round's pairs are timed, on both sides:
@@ -39,7 +43,6 @@ from __future__ import annotations
 import gc
 import io
 import math
-import random
 import socket
 import statistics
 import sys
@@ -55,7 +58,6 @@ CLIENTS = ("http.client", "urllib3", "requests", "httpx", "httpx-async")
 WARMUP_CALLS = 20  # per side, before the first round of a segment
 SEGMENT_ROUNDS = 16  # rounds on the same pair of clients
 SETTLE_CALLS = 4  # per side, untimed, at the start of every round
-ORDER_SEED = 15  # which call of a pair goes first: random, the same in every run
 CONFIDENCE_Z = 1.96  # of a 95% confidence interval
 # The downstream the calls name: never connected to (the transport is in-process).
 HOST, PORT = "127.0.0.1", 8080
@@ -285,47 +287,73 @@ def _time_round(
     hooked: Callable[[], tuple[int, int]],
     pairs: int,
     *,
-    order: random.Random,
+    hooked_first: bool,
     settle: Any,
     invocation: Any,
 ) -> _Round:
-    """``pairs`` pairs of timed calls, hooked and plain back to back, which goes first alternating;
-    the hooked calls counted for ``invocation``, the settling ones for ``settle``. The medians
-    are the typical pair's: they shrug off the calls that found the caches cold after the
-    host ran other work."""
+    """``pairs`` pairs of timed calls, hooked and plain back to back, which goes first
+    alternating from pair to pair (``hooked_first``: in the first pair); the hooked calls
+    counted for ``invocation``, the settling ones for ``settle``.
+
+    The second call of a pair runs on caches the first left warm, so the pairs are told apart
+    by which side went first and the round's overhead is the mean of the two orders' medians:
+    the warm-cache advantage is on the plain side in one and the hooked side in the other, and
+    cancels (a single median of both would take the order that has more pairs, or that the
+    caches favour more). Medians shrug off the calls that found the caches cold after the host
+    ran other work.
+    """
     from worker import instrument
+
+    def hooked_goes_first(pair: int) -> bool:
+        return (pair % 2 == 0) == hooked_first
 
     gc.collect()
     instrument.begin(settle)
     try:
-        for _ in range(SETTLE_CALLS):
-            plain()
-            hooked()
+        # The untimed pairs run in the same alternating order as the timed ones that follow,
+        # so every first call of a timed pair follows a call of its own side, as in the rest.
+        for pair in range(-SETTLE_CALLS, 0):
+            first, second = (hooked, plain) if hooked_goes_first(pair) else (plain, hooked)
+            first()
+            second()
     finally:
         instrument.end()
-    plain_times: list[tuple[int, int]] = []
-    hooked_times: list[tuple[int, int]] = []
+    # (plain, hooked) times of each pair, by whether the hooked call went first
+    by_order: dict[bool, list[tuple[tuple[int, int], tuple[int, int]]]] = {True: [], False: []}
     gc.disable()
     instrument.begin(invocation)
     try:
-        for _ in range(pairs):
-            if order.random() < 0.5:
-                hooked_times.append(hooked())
-                plain_times.append(plain())
+        for pair in range(pairs):
+            first_is_hooked = hooked_goes_first(pair)
+            if first_is_hooked:
+                hooked_time = hooked()
+                plain_time = plain()
             else:
-                plain_times.append(plain())
-                hooked_times.append(hooked())
+                plain_time = plain()
+                hooked_time = hooked()
+            by_order[first_is_hooked].append((plain_time, hooked_time))
     finally:
         instrument.end()
         gc.enable()
-    pairs_timed = list(zip(plain_times, hooked_times, strict=True))
+    timed = by_order[True] + by_order[False]
+
+    def overhead(clock: int) -> float:
+        return (
+            statistics.mean(
+                statistics.median(h[clock] - p[clock] for p, h in order)
+                for order in by_order.values()
+                if order
+            )
+            / 1000
+        )
+
     return _Round(
-        cpu_overhead=statistics.median(h[0] - p[0] for p, h in pairs_timed) / 1000,
-        wall_overhead=statistics.median(h[1] - p[1] for p, h in pairs_timed) / 1000,
-        plain_cpu=statistics.median(p[0] for p in plain_times) / 1000,
-        hooked_cpu=statistics.median(h[0] for h in hooked_times) / 1000,
-        plain_wall=statistics.median(p[1] for p in plain_times) / 1000,
-        hooked_wall=statistics.median(h[1] for h in hooked_times) / 1000,
+        cpu_overhead=overhead(0),
+        wall_overhead=overhead(1),
+        plain_cpu=statistics.median(p[0] for p, _ in timed) / 1000,
+        hooked_cpu=statistics.median(h[0] for _, h in timed) / 1000,
+        plain_wall=statistics.median(p[1] for p, _ in timed) / 1000,
+        hooked_wall=statistics.median(h[1] for _, h in timed) / 1000,
     )
 
 
@@ -374,7 +402,6 @@ def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
     settle = instrument.Invocation(["bench"], environ={})
     invocation = instrument.Invocation(["bench"], environ={})
     rounds: list[_Round] = []
-    order = random.Random(ORDER_SEED)
     done = 0
     while done < calls:
         # Which side's client is built first (its classes, its objects' places in memory)
@@ -399,7 +426,12 @@ def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
                 size = min(block, calls - done)
                 rounds.append(
                     _time_round(
-                        plain, hooked, size, order=order, settle=settle, invocation=invocation
+                        plain,
+                        hooked,
+                        size,
+                        hooked_first=len(rounds) % 2 == 0,
+                        settle=settle,
+                        invocation=invocation,
                     )
                 )
                 done += size
