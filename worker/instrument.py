@@ -607,3 +607,10 @@ def uninstall() -> None:
 
 def installed() -> bool:
     return bool(_installed)
+
+
+def originals() -> dict[tuple[type, str], Callable[..., Any]]:
+    """The methods the hooks replaced, by (class, name), as their libraries define them (empty
+    while the hooks are not installed): the benchmark's unhooked twin of each client."""
+    with _install_lock:
+        return dict(_installed)

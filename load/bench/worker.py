@@ -4,25 +4,43 @@ Each client library (http.client, urllib3, requests, httpx sync and async) makes
 keep-alive GET over an in-process transport that answers every request with the same canned
 response: the client's own code and the hooks run, the kernel and a server do not, so a call
 takes tens to hundreds of microseconds instead of milliseconds, and a difference of a few is
-not lost in the noise of the network path (which the hooks do not touch). Calls are timed in paired
-rounds in one process: a block with the hooks removed and a block with them installed inside
-an open invocation (so every call is counted), their order alternating from round to round.
-Switching the hooks rewrites the clients' classes, after which the interpreter re-learns every
-call site that touches them (Python 3.11+ specialises, and gives a site up to about 50 misses
-before it adapts); the hooks are installed once in a worker, so each block starts after
-``SETTLE_CALLS`` untimed calls and times the steady state on both sides.
+not lost in the noise of the network path (which the hooks do not touch).
 
-A block's figure is the median of its single calls' calling-thread CPU time (the time the host
-gives other work does not count) and, beside it, wall time. ``cpu_overhead_us`` and
-``overhead_us`` are the medians over rounds of hooked minus plain; ``cpu_overhead_iqr_us`` says
-how far rounds disagree and ``cpu_overhead_ci95_us`` how precisely the median is known;
-``ratio`` and ``cpu_ratio`` are the medians over rounds of hooked over plain. The target, at
-most 5 us per call, is judged on every client's ``cpu_overhead_us`` (``meets_target``) and on
-its whole interval (``target_shown``).
+The hooks are installed once, as in a worker, and every timed call runs inside an open
+invocation (so every hooked call is counted). The plain side is a twin of the same client: each
+side's client gets a new subclass of every hooked class, holding the hooks on one side and the
+libraries' own methods on the other (``_twin``), so plain calls run none of the hooks' code and
+no class changes while the bench runs. The two clients then take turns call by call: calls are
+timed in pairs, one hooked and one plain back to back (which goes first alternating from pair
+to pair, and a round's figure taking both orders alike: ``_time_round``), in rounds of ``block``
+pairs; the twins are rebuilt every
+``SEGMENT_ROUNDS`` rounds, the side built first alternating, so neither side keeps a lucky place
+in memory or in the interpreter's caches. Removing and reinstalling the hooks between blocks
+instead rewrites the clients' classes, after which the interpreter re-learns every call site for
+some 64 calls: that put tens of milliseconds between the two sides, over which a shared host's
+speed swings by several percent (hundreds of microseconds on a requests call), far more than
+the hooks cost. Two calls in a row see the same host. An async call is timed inside its event
+loop, from the ``await`` to the answer (``_timed_client``).
+
+Each round starts with a garbage collection and ``SETTLE_CALLS`` untimed pairs (the collection
+evicts the caches), and the collector is off while the round's pairs are timed, on both sides:
+otherwise a collection lands in some calls and not others. The hooks allocate nothing the
+collector tracks that outlives the call, so they add no collections to pay for. The heap the
+imports built is frozen (``gc.freeze``) for the run, so a collection walks only what the calls
+left.
+
+A pair's figure is hooked minus plain calling-thread CPU time (the time the host gives other
+work does not count) and, beside it, wall time; a round's figure is the median of its pairs'.
+``cpu_overhead_us`` and ``overhead_us`` are the medians over rounds; ``cpu_overhead_iqr_us``
+says how far rounds disagree and ``cpu_overhead_ci95_us`` how precisely the median is known;
+``ratio`` and ``cpu_ratio`` are the medians over rounds of a round's median hooked call over its
+median plain call. The target, at most 5 us per call, is judged on every client's
+``cpu_overhead_us`` (``meets_target``) and on its whole interval (``target_shown``).
 """
 
 from __future__ import annotations
 
+import gc
 import io
 import math
 import socket
@@ -30,15 +48,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any, cast
+from contextlib import ExitStack, contextmanager
+from typing import Any, NamedTuple, cast
 
 from load.bench import BenchError
 
 TARGET_OVERHEAD_US = 5.0
 CLIENTS = ("http.client", "urllib3", "requests", "httpx", "httpx-async")
-WARMUP_CALLS = 20
-SETTLE_CALLS = 64
+WARMUP_CALLS = 20  # per side, before the first round of a segment
+SEGMENT_ROUNDS = 16  # rounds on the same pair of clients
+SETTLE_CALLS = 4  # per side, untimed, at the start of every round
 CONFIDENCE_Z = 1.96  # of a 95% confidence interval
 # The downstream the calls name: never connected to (the transport is in-process).
 HOST, PORT = "127.0.0.1", 8080
@@ -72,11 +91,25 @@ class _CannedSocket:
         self._peer.close()
 
 
+def _twin(cls: type[Any], *, hooked: bool) -> type[Any]:
+    """A new subclass of ``cls`` holding the methods the hooks replaced on ``cls``: the hooks
+    when ``hooked``, else the methods as the library defines them (calls run none of the
+    hooks' code). The two sides' classes are built alike, and anew for each segment."""
+    from worker import instrument
+
+    methods = {
+        name: vars(cls)[name] if hooked else original
+        for (owner, name), original in instrument.originals().items()
+        if owner is cls
+    }
+    return type(f"{'Hooked' if hooked else 'Unhooked'}{cls.__name__}", (cls,), methods)
+
+
 @contextmanager
-def _http_client() -> Iterator[Callable[[], object]]:
+def _http_client(*, hooked: bool) -> Iterator[Callable[[], object]]:
     import http.client
 
-    connection = http.client.HTTPConnection(HOST, PORT)
+    connection = _twin(http.client.HTTPConnection, hooked=hooked)(HOST, PORT)
     connection.sock = _CannedSocket()  # connected: the connection never dials
 
     def call() -> object:
@@ -91,22 +124,25 @@ def _http_client() -> Iterator[Callable[[], object]]:
         connection.close()
 
 
-def _urllib3_pool_class() -> type[Any]:
+def _canned_socket(connection: object) -> socket.socket:
+    return cast(socket.socket, _CannedSocket())
+
+
+def _urllib3_pool_class(*, hooked: bool) -> type[Any]:
     """urllib3's connection pool, its connections on canned sockets."""
+    import http.client
+
     import urllib3
     from urllib3.connection import HTTPConnection
 
-    class CannedConnection(HTTPConnection):
-        def _new_conn(self) -> socket.socket:
-            return cast(socket.socket, _CannedSocket())
-
-    class CannedPool(urllib3.HTTPConnectionPool):
-        ConnectionCls = CannedConnection
-
-    return CannedPool
+    # The twin of http.client's (hooked) connection class goes between it and urllib3's, where
+    # urllib3's ``super()`` calls find the twin's methods.
+    bases = (HTTPConnection, _twin(http.client.HTTPConnection, hooked=hooked))
+    connection_class = type("CannedConnection", bases, {"_new_conn": _canned_socket})
+    return type("CannedPool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": connection_class})
 
 
-def _httpx_transport(*, asynchronous: bool) -> Any:
+def _httpx_transport(*, asynchronous: bool, hooked: bool) -> Any:
     """httpx's sync or async transport, its connections on a canned stream."""
     import httpcore
     import httpx
@@ -129,7 +165,7 @@ def _httpx_transport(*, asynchronous: bool) -> Any:
             def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.NetworkStream:
                 return CannedStream()
 
-        transport = httpx.HTTPTransport()
+        transport = _twin(httpx.HTTPTransport, hooked=hooked)()
         transport._pool = httpcore.ConnectionPool(network_backend=CannedBackend())
         return transport
 
@@ -147,20 +183,22 @@ def _httpx_transport(*, asynchronous: bool) -> Any:
         async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
             return AsyncCannedStream()
 
-    async_transport = httpx.AsyncHTTPTransport()
+    async_transport = _twin(httpx.AsyncHTTPTransport, hooked=hooked)()
     async_transport._pool = httpcore.AsyncConnectionPool(network_backend=AsyncCannedBackend())
     return async_transport
 
 
 @contextmanager
-def _client(name: str) -> Iterator[Callable[[], object]]:
-    """A one-call function over one keep-alive connection of the named library."""
+def _client(name: str, *, hooked: bool = True) -> Iterator[Callable[[], object]]:
+    """A one-call function over one keep-alive connection of the named library; with
+    ``hooked`` False, over the plain twin, whose calls the hooks do not see."""
     url = f"http://{HOST}:{PORT}/"
     if name == "http.client":
-        with _http_client() as call:
+        with _http_client(hooked=hooked) as call:
             yield call
     elif name == "urllib3":
-        with _urllib3_pool_class()(HOST, PORT, maxsize=1, retries=False) as pool:
+        pool_class = _urllib3_pool_class(hooked=hooked)
+        with pool_class(HOST, PORT, maxsize=1, retries=False) as pool:
             yield lambda: pool.request("GET", "/").status
     elif name == "requests":
         import requests
@@ -170,53 +208,153 @@ def _client(name: str) -> Iterator[Callable[[], object]]:
             # on every request, kernel work the hooks do not add to.
             session.trust_env = False
             adapter = requests.adapters.HTTPAdapter()
-            adapter.poolmanager.pool_classes_by_scheme = {"http": _urllib3_pool_class()}
+            adapter.poolmanager.pool_classes_by_scheme = {
+                "http": _urllib3_pool_class(hooked=hooked)
+            }
             session.mount("http://", adapter)
             yield lambda: session.get(url).status_code
     elif name == "httpx":
         import httpx
 
-        with httpx.Client(transport=_httpx_transport(asynchronous=False)) as client:
+        transport = _httpx_transport(asynchronous=False, hooked=hooked)
+        with httpx.Client(transport=transport) as client:
             yield lambda: client.get(url).status_code
     else:
-        import asyncio
-
-        import httpx
-
-        # One loop and one client for every call, as an async worker keeps them.
-        with asyncio.Runner() as runner:
-            async_client = httpx.AsyncClient(transport=_httpx_transport(asynchronous=True))
-            try:
-                yield lambda: runner.run(async_client.get(url)).status_code
-            finally:
-                runner.run(async_client.aclose())
+        with _async_client(hooked=hooked) as (runner, async_client):
+            yield lambda: runner.run(async_client.get(url)).status_code
 
 
-def _time_side(call: Callable[[], object], calls: int, invocation: Any) -> tuple[float, float]:
-    """Median CPU and wall time of the single calls of a block, in microseconds: with the hooks
-    counting for ``invocation``, or without hooks when it is None. The median is the typical
-    call's: it shrugs off the calls that found the caches cold after the host ran other work."""
+@contextmanager
+def _async_client(*, hooked: bool) -> Iterator[tuple[Any, Any]]:
+    """An event loop (an ``asyncio.Runner``) and an httpx async client on the canned transport:
+    one loop and one client for every call, as an async worker keeps them."""
+    import asyncio
+
+    import httpx
+
+    with asyncio.Runner() as runner:
+        async_client = httpx.AsyncClient(
+            transport=_httpx_transport(asynchronous=True, hooked=hooked)
+        )
+        try:
+            yield runner, async_client
+        finally:
+            runner.run(async_client.aclose())
+
+
+@contextmanager
+def _timed_client(name: str, *, hooked: bool) -> Iterator[Callable[[], tuple[int, int]]]:
+    """The named client's call, timed: its calling-thread CPU time and wall time, in
+    nanoseconds. An async call is timed inside the event loop, from the ``await`` to its
+    answer: the loop's own start and stop around each call (a task, signal handlers, a poll
+    of the selector: system calls whose cost swings with the host) run no hook code, and an
+    async worker pays them once for many calls."""
+    if name != "httpx-async":
+        with _client(name, hooked=hooked) as call:
+            yield lambda: _time_call(call)
+        return
+    url = f"http://{HOST}:{PORT}/"
+    with _async_client(hooked=hooked) as (runner, async_client):
+
+        async def timed_call() -> tuple[int, int]:
+            started_wall, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
+            await async_client.get(url)
+            return time.thread_time_ns() - started_cpu, time.perf_counter_ns() - started_wall
+
+        yield lambda: runner.run(timed_call())
+
+
+class _Round(NamedTuple):
+    """Medians of one round's pairs, in microseconds."""
+
+    cpu_overhead: float  # of hooked minus plain, pair by pair
+    wall_overhead: float
+    plain_cpu: float
+    hooked_cpu: float
+    plain_wall: float
+    hooked_wall: float
+
+
+def _time_call(call: Callable[[], object]) -> tuple[int, int]:
+    """One call's calling-thread CPU time and wall time, in nanoseconds."""
+    started_wall, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
+    call()
+    return time.thread_time_ns() - started_cpu, time.perf_counter_ns() - started_wall
+
+
+def _time_round(
+    plain: Callable[[], tuple[int, int]],
+    hooked: Callable[[], tuple[int, int]],
+    pairs: int,
+    *,
+    hooked_first: bool,
+    settle: Any,
+    invocation: Any,
+) -> _Round:
+    """``pairs`` pairs of timed calls, hooked and plain back to back, which goes first
+    alternating from pair to pair (``hooked_first``: in the first pair); the hooked calls
+    counted for ``invocation``, the settling ones for ``settle``.
+
+    The second call of a pair runs on caches the first left warm, so the pairs are told apart
+    by which side went first and the round's overhead is the mean of the two orders' medians:
+    the warm-cache advantage is on the plain side in one and the hooked side in the other, and
+    cancels (a single median of both would take the order that has more pairs, or that the
+    caches favour more). Medians shrug off the calls that found the caches cold after the host
+    ran other work.
+    """
     from worker import instrument
 
-    if invocation is None:
-        instrument.uninstall()
-    else:
-        instrument.install()
-    for _ in range(SETTLE_CALLS):  # outside the invocation: the counts are of timed calls
-        call()
-    cpu: list[int] = []
-    wall: list[int] = []
-    if invocation is not None:
-        instrument.begin(invocation)
+    def hooked_goes_first(pair: int) -> bool:
+        return (pair % 2 == 0) == hooked_first
+
+    gc.collect()
+    instrument.begin(settle)
     try:
-        for _ in range(calls):
-            started_wall, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
-            call()
-            cpu.append(time.thread_time_ns() - started_cpu)
-            wall.append(time.perf_counter_ns() - started_wall)
+        # The untimed pairs run in the same alternating order as the timed ones that follow,
+        # so every first call of a timed pair follows a call of its own side, as in the rest.
+        for pair in range(-SETTLE_CALLS, 0):
+            first, second = (hooked, plain) if hooked_goes_first(pair) else (plain, hooked)
+            first()
+            second()
     finally:
         instrument.end()
-    return statistics.median(cpu) / 1000, statistics.median(wall) / 1000
+    # (plain, hooked) times of each pair, by whether the hooked call went first
+    by_order: dict[bool, list[tuple[tuple[int, int], tuple[int, int]]]] = {True: [], False: []}
+    gc.disable()
+    instrument.begin(invocation)
+    try:
+        for pair in range(pairs):
+            first_is_hooked = hooked_goes_first(pair)
+            if first_is_hooked:
+                hooked_time = hooked()
+                plain_time = plain()
+            else:
+                plain_time = plain()
+                hooked_time = hooked()
+            by_order[first_is_hooked].append((plain_time, hooked_time))
+    finally:
+        instrument.end()
+        gc.enable()
+    timed = by_order[True] + by_order[False]
+
+    def overhead(clock: int) -> float:
+        return (
+            statistics.mean(
+                statistics.median(h[clock] - p[clock] for p, h in order)
+                for order in by_order.values()
+                if order
+            )
+            / 1000
+        )
+
+    return _Round(
+        cpu_overhead=overhead(0),
+        wall_overhead=overhead(1),
+        plain_cpu=statistics.median(p[0] for p, _ in timed) / 1000,
+        hooked_cpu=statistics.median(h[0] for _, h in timed) / 1000,
+        plain_wall=statistics.median(p[1] for p, _ in timed) / 1000,
+        hooked_wall=statistics.median(h[1] for _, h in timed) / 1000,
+    )
 
 
 def _spread(values: list[float]) -> tuple[float, float, tuple[float, float]]:
@@ -253,56 +391,71 @@ def _overall_verdict(verdicts: list[str]) -> str:
 
 
 def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
-    """Paired rounds of plain and hooked blocks, in alternating order; medians over rounds.
+    """Rounds of paired calls, hooked and plain; medians over rounds.
 
-    Pairing neighbours cancels the slow swings of a shared host's load, alternating the order
-    cancels a drift within a round, and the median over rounds shrugs off a disturbed round.
+    Pairing neighbouring calls cancels the swings of a shared host's speed, alternating the
+    order within a pair cancels what the first call of a pair leaves warm for the second, and
+    the median over rounds shrugs off a disturbed round.
     """
     from worker import instrument
 
+    settle = instrument.Invocation(["bench"], environ={})
     invocation = instrument.Invocation(["bench"], environ={})
-    plain: list[tuple[float, float]] = []
-    hooked: list[tuple[float, float]] = []
-    with _client(name) as call:
-        instrument.install()
-        instrument.begin(invocation)
-        try:
-            for _ in range(WARMUP_CALLS):
-                call()
-        finally:
-            instrument.end()
-        done = 0
-        while done < calls:
-            size = min(block, calls - done)
-            if len(plain) % 2 == 0:
-                plain.append(_time_side(call, size, None))
-                hooked.append(_time_side(call, size, invocation))
-            else:
-                hooked.append(_time_side(call, size, invocation))
-                plain.append(_time_side(call, size, None))
-            done += size
-    counted = invocation.tallies["bench"].ok - WARMUP_CALLS
+    rounds: list[_Round] = []
+    done = 0
+    while done < calls:
+        # Which side's client is built first (its classes, its objects' places in memory)
+        # alternates from segment to segment.
+        plain_first = len(rounds) % (2 * SEGMENT_ROUNDS) == 0
+        with ExitStack() as clients:
+            sides = {
+                is_hooked: clients.enter_context(_timed_client(name, hooked=is_hooked))
+                for is_hooked in ((False, True) if plain_first else (True, False))
+            }
+            plain, hooked = sides[False], sides[True]
+            instrument.begin(settle)
+            try:
+                for _ in range(WARMUP_CALLS):
+                    plain()
+                    hooked()
+            finally:
+                instrument.end()
+            for _ in range(SEGMENT_ROUNDS):
+                if done == calls:
+                    break
+                size = min(block, calls - done)
+                rounds.append(
+                    _time_round(
+                        plain,
+                        hooked,
+                        size,
+                        hooked_first=len(rounds) % 2 == 0,
+                        settle=settle,
+                        invocation=invocation,
+                    )
+                )
+                done += size
+    counted = invocation.tallies["bench"].ok
     if counted != calls:
         raise BenchError(
             f"the hooks counted {counted} of {calls} {name} calls: the measurement is not of "
             "instrumented calls; this is a QueueMesh bug, please report it"
         )
-    pairs = list(zip(plain, hooked, strict=True))
-    cpu_overhead, cpu_iqr, (cpu_low, cpu_high) = _spread([h[0] - p[0] for p, h in pairs])
-    wall_overhead, wall_iqr, _ = _spread([h[1] - p[1] for p, h in pairs])
+    cpu_overhead, cpu_iqr, (cpu_low, cpu_high) = _spread([r.cpu_overhead for r in rounds])
+    wall_overhead, wall_iqr, _ = _spread([r.wall_overhead for r in rounds])
     return {
-        "uninstrumented_us": round(statistics.median(p[1] for p in plain), 2),
-        "instrumented_us": round(statistics.median(h[1] for h in hooked), 2),
-        "uninstrumented_cpu_us": round(statistics.median(p[0] for p in plain), 2),
-        "instrumented_cpu_us": round(statistics.median(h[0] for h in hooked), 2),
+        "uninstrumented_us": round(statistics.median(r.plain_wall for r in rounds), 2),
+        "instrumented_us": round(statistics.median(r.hooked_wall for r in rounds), 2),
+        "uninstrumented_cpu_us": round(statistics.median(r.plain_cpu for r in rounds), 2),
+        "instrumented_cpu_us": round(statistics.median(r.hooked_cpu for r in rounds), 2),
         "overhead_us": round(wall_overhead, 2),
         "overhead_iqr_us": round(wall_iqr, 2),
         "cpu_overhead_us": round(cpu_overhead, 2),
         "cpu_overhead_iqr_us": round(cpu_iqr, 2),
         "cpu_overhead_ci95_us": [round(cpu_low, 2), round(cpu_high, 2)],
-        "ratio": round(statistics.median(h[1] / p[1] for p, h in pairs), 4),
-        "cpu_ratio": round(statistics.median(h[0] / p[0] for p, h in pairs), 4),
-        "rounds": len(pairs),
+        "ratio": round(statistics.median(r.hooked_wall / r.plain_wall for r in rounds), 4),
+        "cpu_ratio": round(statistics.median(r.hooked_cpu / r.plain_cpu for r in rounds), 4),
+        "rounds": len(rounds),
         "counted_calls": counted,
         "meets_target": cpu_overhead <= TARGET_OVERHEAD_US,
         "target_shown": _verdict(cpu_low, cpu_high),
@@ -314,13 +467,14 @@ def measure(*, calls: int, block: int, clients: tuple[str, ...]) -> dict[str, An
 
     was_installed = instrument.installed()
     results: dict[str, dict[str, Any]] = {}
+    instrument.install()
+    gc.freeze()  # what the imports built: a collection before each round walks only the rest
     try:
         for name in dict.fromkeys(clients):
             results[name] = _measure_client(name, calls, block)
     finally:
-        if was_installed:
-            instrument.install()
-        else:
+        gc.unfreeze()
+        if not was_installed:
             instrument.uninstall()
     worst = max(results, key=lambda name: results[name]["cpu_overhead_us"])
     return {

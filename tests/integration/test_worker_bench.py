@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -97,3 +98,63 @@ def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -
     assert capsys.readouterr().err.strip() == (
         "queuemesh bench: error: --calls must be between 1 and 100000; got 0"
     )
+
+
+@pytest.mark.parametrize("client", bench.CLIENTS)
+def test_the_plain_twin_answers_the_same_and_the_hooks_do_not_see_it(client: str) -> None:
+    invocation = instrument.Invocation(["orders"], environ={})
+    instrument.install()
+    instrument.begin(invocation)
+    try:
+        with bench._client(client, hooked=False) as call:
+            statuses = [call() for _ in range(3)]
+    finally:
+        instrument.end()
+
+    assert statuses == [200, 200, 200]
+    assert invocation.tallies["orders"].requests == 0
+
+
+def test_the_originals_are_the_methods_the_hooks_replaced_while_installed() -> None:
+    import http.client
+
+    instrument.uninstall()
+    unhooked = http.client.HTTPConnection.__dict__["getresponse"]
+    assert instrument.originals() == {}
+    instrument.install()
+
+    originals = instrument.originals()
+    assert originals[(http.client.HTTPConnection, "getresponse")] is unhooked
+    assert http.client.HTTPConnection.__dict__["getresponse"] is not unhooked
+
+
+def test_a_round_weighs_both_call_orders_alike() -> None:
+    # The second call of a pair is 10 us cheaper (warm caches); the hooks add 5 us.
+    calls: list[str] = []
+
+    def timed(side: str, cost_ns: int) -> Callable[[], tuple[int, int]]:
+        def call() -> tuple[int, int]:
+            calls.append(side)
+            second = len(calls) % 2 == 0
+            cost = cost_ns - (10_000 if second else 0)
+            return cost, cost
+
+        return call
+
+    settle = instrument.Invocation(["bench"], environ={})
+    invocation = instrument.Invocation(["bench"], environ={})
+    result = bench._time_round(
+        timed("plain", 100_000),
+        timed("hooked", 105_000),
+        5,  # three pairs in one order, two in the other
+        hooked_first=True,
+        settle=settle,
+        invocation=invocation,
+    )
+
+    assert result.cpu_overhead == pytest.approx(5.0)
+    assert result.wall_overhead == pytest.approx(5.0)
+    timed_calls = calls[2 * bench.SETTLE_CALLS :]
+    assert timed_calls[:4] == ["hooked", "plain", "plain", "hooked"]
+    # the untimed pairs keep the alternation: the first timed call follows its own side
+    assert calls[2 * bench.SETTLE_CALLS - 1] == "hooked"
