@@ -215,7 +215,7 @@ def _register_worker(bench_subparsers: Any) -> None:
         "--block",
         type=int,
         default=25,
-        help=f"timed calls per side in a round, each side after {worker.SETTLE_CALLS} untimed "
+        help=f"timed pairs (hooked, plain) in a round, after {worker.SETTLE_CALLS} untimed pairs "
         "(default 25)",
     )
     parser.add_argument(
@@ -241,9 +241,9 @@ def _run_worker(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         lines = [
-            f"worker hooks: {report['calls']} calls per side in paired rounds of {report['block']} "
-            f"(each after {report['settle_calls']} untimed calls), keep-alive GET over an "
-            "in-process transport; medians over rounds of hooked minus plain"
+            f"worker hooks: {report['calls']} calls per side in rounds of {report['block']} "
+            f"back-to-back pairs (each after {report['settle_calls']} untimed pairs), keep-alive "
+            "GET over an in-process transport; medians over rounds of hooked minus plain"
         ]
         for name, result in report["clients"].items():
             low, high = result["cpu_overhead_ci95_us"]
