@@ -46,6 +46,10 @@ class Tuning:
     # min_samples timed calls) it needs.
     latency_tolerance: float = 0.7
     latency_seconds: int = 3
+    # A latency cut takes at most this share of the invocations in use at once, and is checked
+    # on its level's evidence for this long.
+    latency_cut_depth: float = 0.25
+    latency_check_s: float = 90.0
     # Pausing below the floor: the period (first, longest) and the pressure at Cmin that calls
     # for it.
     pause_s: tuple[float, float] = (15.0, 60.0)
