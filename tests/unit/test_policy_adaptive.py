@@ -3,6 +3,8 @@ are in test_algorithm_contract.py)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from controller.model import Action, Decision, QueueState, Sample
@@ -296,15 +298,9 @@ def test_the_ceiling_remembers_whether_429s_or_latency_set_it() -> None:
         attached(40, at=0.0), window_of(*steady(960, 30, 40, ok=7, throttled=3)), 992.0
     )
     assert cut.action is Action.MULTIPLICATIVE_DECREASE and memory_of(current).ceiling_refused
-    slow = attached(8, ceiling=9, latency_floor_ms=50.0, ceiling_refused=True)
-    window = window_of(*latency_samples(960, 32, 16, 50.0))
-    slow, _ = run(slow, window, 992.0)
-    slow, _ = run(slow, window, PULSE_END)
-    for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
-        window.add(document)
-    slow, verdict = run(slow, window, 999.5)
-    assert verdict.reason.startswith("Probe failed")
-    assert not memory_of(slow).ceiling_refused
+    slow = judged_slow_pulse(75.0, ceiling_refused=True)
+    assert slow.reason.startswith("Probe failed")
+    assert not memory_of(slow.new_state).ceiling_refused
 
 
 def test_a_latency_rise_cuts_before_any_timeout() -> None:
@@ -337,12 +333,17 @@ def test_a_latency_cut_that_does_not_lower_the_latency_moves_the_baseline_once_j
     assert memory_of(judged).latency_floor_ms == 150.0 / limit
     assert (decision.action, decision.target) == (Action.HOLD, cut.target)
     assert memory_of(judged).latency_cut_rise == 0.0
-    # The law moved the cap again (a probe, growth, another cut), or a window went by: the
-    # latency is about another level or another time, and the check has lapsed.
+    # Back at the cut's level after a failed probe above it: the check still stands.
+    returned = current.evolve(last_change_at=974.0)
+    probed, decision = run(returned, window_of(*latency_samples(976, 3, 4, 150.0)), 980.0)
+    assert (decision.action, decision.target) == (Action.HOLD, cut.target), decision.reason
+    assert memory_of(probed).latency_floor_ms == 150.0 / limit
+    # The cap is at another level (growth, another cut), or the check's time went by: the
+    # latency is about another level or another load, and the check has lapsed.
     moved = current.evolve(concurrency=cut.target + 1, last_change_at=974.0)
     _, recut = run(moved, window_of(*latency_samples(976, 3, 4, 150.0)), 980.0)
-    late = window_of(*latency_samples(1000, 3, 4, 150.0))
-    _, still_cut = run(current, late, 971.0 + PARAMS.window_s + 5.0)
+    late_at = 971.0 + ALGORITHM.latency_check_s + 5.0
+    _, still_cut = run(current, window_of(*latency_samples(late_at - 10, 3, 4, 150.0)), late_at)
     for lapsed in (recut, still_cut):
         assert lapsed.action is Action.MULTIPLICATIVE_DECREASE
         assert lapsed.reason.startswith("Latency overload"), lapsed.reason
@@ -435,17 +436,43 @@ def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
     assert low <= backoff_after(1) < backoff_after(3) <= high
 
 
-def test_a_probe_whose_calls_slow_down_fails_without_any_rejection() -> None:
-    current = attached(8, ceiling=9, latency_floor_ms=50.0)
-    window = window_of(*latency_samples(960, 32, 16, 50.0))
+def judged_slow_pulse(pulse_ms: float, base_seconds: int = 32, **memory: object) -> Decision:
+    """The verdict on a pulse from 8 to 9 whose calls took ``pulse_ms`` (the baseline 50 ms),
+    after ``base_seconds`` of the base level, and its own evidence since then clean and fast."""
+    current = attached(8, ceiling=9, latency_floor_ms=50.0, **memory)
+    window = window_of(*latency_samples(992 - base_seconds, base_seconds, 16, 50.0))
     current, raised = run(current, window, 992.0)
     assert raised.target == 9
     current, _ = run(current, window, PULSE_END)
-    for document in latency_samples(992, 1, 18, 120.0) + latency_samples(993, 6, 16, 50.0):
+    after_pulse = math.ceil(PULSE_END)
+    for document in latency_samples(992, 1, 18, pulse_ms) + latency_samples(
+        after_pulse, 999 - after_pulse, 16, 50.0
+    ):
         window.add(document)
-    current, verdict = run(current, window, 999.5)
+    _, verdict = run(current, window, 999.5)
+    return verdict
+
+
+def test_a_probe_whose_calls_slow_down_fails_without_any_rejection() -> None:
+    # 1.5x the baseline: over the growth limit, under the cut's.
+    verdict = judged_slow_pulse(75.0)
     assert (verdict.action, verdict.target) == (Action.HOLD, 8)
     assert verdict.reason.startswith("Probe failed")
+
+
+def test_a_pulse_at_the_cutting_rise_cuts_from_the_base_by_at_most_a_quarter() -> None:
+    # 2.4x: Little's law would cut 8 to 4; a latency cut takes at most a quarter at once, and
+    # the level it sets is checked on its own evidence.
+    verdict = judged_slow_pulse(120.0)
+    assert (verdict.action, verdict.target) == (Action.MULTIPLICATIVE_DECREASE, 6)
+    assert verdict.reason.startswith("Latency overload"), verdict.reason
+    assert memory_of(verdict.new_state).latency_cut_level == 6
+    # A latency cut to 8 whose check is still waiting (two seconds of evidence at 8, too few to
+    # judge) is not cut again on a pulse.
+    pending = judged_slow_pulse(
+        120.0, base_seconds=2, latency_cut_rise=2.4, latency_cut_at=980.0, latency_cut_level=8
+    )
+    assert (pending.action, pending.target) == (Action.HOLD, 8), pending.reason
 
 
 def test_a_latency_that_stays_high_at_cmin_moves_the_baseline() -> None:

@@ -16,8 +16,9 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   invocations that started during the pulse, paid for from a budget of the goodput; clean
   above the level that broke, a ceiling set by latency or timeouts expires and growth returns
   to full speed, and past one set by refused calls growth goes on by pulses.
-- **Latency** (``latency``). A rise of the evidence's per-second latency over the no-load
-  baseline by ``latency_tolerance`` cuts in proportion, before client timeouts come.
+- **Latency** (``latency``). A rise of the evidence's per-second latency (or a failed pulse's
+  calls) over the no-load baseline by ``latency_tolerance`` cuts in proportion, a quarter at
+  most, before client timeouts come.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
   is disabled for a bounded, growing period, then tested with a short pulse at Cmin.
 
@@ -98,7 +99,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
             evidence = Evidence(pulse)
         verdict = self._evaluate(state, failed.memory, evidence, window, now, params)
         if verdict.target == state.concurrency and verdict.enabled in (None, state.enabled):
-            return failed
+            return latency.slow_pulse(self, state, failed, pulse, now, params)
         # The probe is over whatever the base's evidence calls for.
         return verdict if verdict.wake_at is not None else replace(verdict, wake_at=0.0)
 
@@ -148,7 +149,8 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
                 stats,
             )
         if latency_rise >= self.cutting_rise and current > params.cmin:
-            return latency.cut(self, state, memory, stats, now, params, window, latency_rise)
+            running = sizing.in_use(self, state, stats, window)
+            return latency.cut(self, state, memory, stats, now, params, running, latency_rise)
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
         if (

@@ -7,13 +7,19 @@ median, and a heavy tail that does not depend on load moves every second alike, 
 reads as a rise. The baseline is the lowest such second seen (the no-load latency, as far
 as the queue has shown it). At ``1 + latency_tolerance`` times the baseline the level is cut
 in proportion (Little's law: at the same throughput, the concurrency that fits is the one in
-use times baseline x (1 + tolerance / 2) / level); from ``1 + tolerance / 2`` growth stops,
-and a pulse probe whose calls are that slow fails.
+use times baseline x (1 + tolerance / 2) / level), by at most ``latency_cut_depth`` of it at
+once; from ``1 + tolerance / 2`` growth stops, and a pulse probe whose calls are that slow
+fails. Probes keep a level's own evidence short (every pulse is a change, and invocations
+report only when they end), so its seconds may never be enough to judge it: a failed pulse's
+calls as a whole (the base level ran beside the raise of one) are judged as the base level's
+latency.
 
 A latency that does not fall when the concurrency is cut, or that stays high at Cmin, does not
 come from load: the downstream itself slowed down (a brownout). The baseline moves up to it,
 so the queue is not held at its floor for a latency no concurrency would fix; timeouts, if
-they come, are pressure like 429s.
+they come, are pressure like 429s. A latency with a part load does not add falls less than
+Little's law says, which is why a cut is bounded: the check on the level it set tells load
+from a downstream that slowed down before the queue is cut far below what fits.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import replace
 
 from controller.model import QueueState
 from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict
-from controller.policy.adaptive.sizing import cut_verdict, in_use
+from controller.policy.adaptive.sizing import cut_verdict
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
@@ -63,12 +69,13 @@ def with_floor(
         return memory
     floor = memory.latency_floor_ms
     latency_rise = rise(tuning, memory, latencies)
-    # The last latency cut is checked on the evidence from the level it set, within a window
-    # of it: once the law has moved the cap again, that evidence is about another level.
+    # The last latency cut is checked on the evidence from the level it set (again after a
+    # failed probe above it), for ``latency_check_s``: at another level, or later, the latency
+    # is about another level or another load.
     checking = (
         memory.latency_cut_rise > 0
-        and state.last_change_at == memory.latency_cut_at
-        and now - memory.latency_cut_at <= params.window_s
+        and state.concurrency == memory.latency_cut_level
+        and now - memory.latency_cut_at <= tuning.latency_check_s
     )
     judged = len(latencies) >= tuning.latency_seconds
     # The cut left the latency within 10% of where it was: it did not fall.
@@ -81,7 +88,13 @@ def with_floor(
         floor = min(latencies)
     if checking and not judged:
         return replace(memory, latency_floor_ms=floor)
-    return replace(memory, latency_floor_ms=floor, latency_cut_rise=0.0, latency_cut_at=0.0)
+    return replace(
+        memory,
+        latency_floor_ms=floor,
+        latency_cut_rise=0.0,
+        latency_cut_at=0.0,
+        latency_cut_level=0,
+    )
 
 
 def too_slow(tuning: Tuning, memory: AdaptiveMemory, stats: WindowStats) -> bool:
@@ -91,6 +104,34 @@ def too_slow(tuning: Tuning, memory: AdaptiveMemory, stats: WindowStats) -> bool
     return mean is not None and memory.latency_floor_ms > 0 and mean >= limit
 
 
+def slow_pulse(
+    tuning: Tuning,
+    state: QueueState,
+    failed: AdaptiveVerdict,
+    pulse: WindowStats,
+    now: float,
+    params: PolicyParams,
+) -> AdaptiveVerdict:
+    """A failed probe whose base level's own evidence called for nothing: its pulse's calls,
+    as a whole, are the base level's latency too (the base ran beside the raise of one); at
+    the cutting rise they cut from the base level (see the module)."""
+    memory = failed.memory
+    mean = pulse.mean_latency_ms
+    if (
+        mean is None
+        or pulse.latency_count < params.min_samples
+        or memory.latency_floor_ms <= 0
+        or state.concurrency <= params.cmin
+    ):
+        return failed
+    latency_rise = mean / memory.latency_floor_ms
+    # A latency cut still waiting for its check is judged on its level's own evidence: cut
+    # again on a pulse, a latency that is not load would be cut step after step.
+    if latency_rise < tuning.cutting_rise or memory.latency_cut_rise > 0:
+        return failed
+    return cut(tuning, state, memory, pulse, now, params, float(state.concurrency), latency_rise)
+
+
 def cut(
     tuning: Tuning,
     state: QueueState,
@@ -98,18 +139,25 @@ def cut(
     stats: WindowStats,
     now: float,
     params: PolicyParams,
-    window: QueueWindow,
+    running: float,
     latency_rise: float,
 ) -> AdaptiveVerdict:
-    """Cut to the concurrency whose latency would sit half way to the tolerance."""
+    """Cut ``running`` invocations to the concurrency whose latency would sit half way to the
+    tolerance, by at most ``latency_cut_depth`` of them."""
     current = state.concurrency
-    running = in_use(tuning, state, stats, window)
-    fitting = math.floor(running * tuning.holding_rise / latency_rise)
+    # Little's law at a steady throughput; a latency with a part that load does not add (the
+    # downstream's own) falls less than that, and a deeper cut would overshoot: the check on
+    # the level it sets tells which it was.
+    fitting = math.floor(
+        running * max(1.0 - tuning.latency_cut_depth, tuning.holding_rise / latency_rise)
+    )
     target = clamp(min(current - 1, fitting), params)
     return cut_verdict(
         tuning,
         state,
-        replace(memory, latency_cut_rise=latency_rise, latency_cut_at=now),
+        replace(
+            memory, latency_cut_rise=latency_rise, latency_cut_at=now, latency_cut_level=target
+        ),
         target,
         f"Latency overload: {latency_rise:.2f}x the no-load latency "
         f"({memory.latency_floor_ms:.0f} ms) >= {tuning.cutting_rise:.2f}x with about "

@@ -44,10 +44,12 @@ class AdaptiveMemory:
     cut_requests: int = 0
     cut_running: float = 0.0
     # The no-load baseline (ms): the lowest mean call latency of a second seen; the rise over
-    # it that made the last latency cut (0: none to check), and when that cut was made.
+    # it that made the last latency cut (0: none to check), when that cut was made, and the
+    # level it set.
     latency_floor_ms: float = 0.0
     latency_cut_rise: float = 0.0
     latency_cut_at: float = 0.0
+    latency_cut_level: int = 0
     # Pausing below the floor: the current period, and when it ends.
     pause_s: float = 0.0
     paused_until: float = 0.0

@@ -50,6 +50,10 @@ class Tuning:
     # min_samples timed calls) it needs.
     latency_tolerance: float = 0.7
     latency_seconds: int = 3
+    # A latency cut takes at most this share of the invocations in use at once, and is checked
+    # on its level's evidence for this long.
+    latency_cut_depth: float = 0.25
+    latency_check_s: float = 90.0
     # Pausing below the floor: the period (first, longest), the pressure at Cmin that calls
     # for it, and the share of what Cmin sends over a pause that its failed test may cost.
     pause_s: tuple[float, float] = (15.0, 60.0)
