@@ -439,7 +439,7 @@ def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
 def judged_slow_pulse(pulse_ms: float, base_seconds: int = 32, **memory: object) -> Decision:
     """The verdict on a pulse from 8 to 9 whose calls took ``pulse_ms`` (the baseline 50 ms),
     after ``base_seconds`` of the base level, and its own evidence since then clean and fast."""
-    current = attached(8, ceiling=9, latency_floor_ms=50.0, **memory)
+    current = attached(8, 900.0, ceiling=9, latency_floor_ms=50.0, **memory)
     window = window_of(*latency_samples(992 - base_seconds, base_seconds, 16, 50.0))
     current, raised = run(current, window, 992.0)
     assert raised.target == 9
