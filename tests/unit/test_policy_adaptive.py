@@ -573,6 +573,18 @@ def test_a_level_just_over_the_capacity_is_trimmed_by_one() -> None:
     assert decision.reason.startswith("Trim"), decision.reason
 
 
+def test_a_storms_first_reports_are_not_trimmed() -> None:
+    # 29 clean seconds at 16, then 4 of the newest second's 20 invocations with 4 of their 10
+    # calls refused: 0.27% over the evidence (a trim's share), 8% among the newest (under the
+    # 10% a cut starts on). A trim would restart the evidence the storm's cut waits for
+    # (the live demo: cut 4 s late).
+    documents = steady(960, 29, 20, ok=10) + steady(989, 1, 16, ok=10)
+    documents += steady(989, 1, 4, ok=6, throttled=4)
+    _, decision = run(attached(16, at=0.0), window_of(*documents), 991.0)
+    assert (decision.action, decision.target) == (Action.HOLD, 16), decision.reason
+    assert "newest invocations" in decision.reason
+
+
 def test_a_poller_climbing_well_under_the_cap_is_not_trimmed() -> None:
     # A cap of 100 with 16 running: a cap of 99 would not lower what runs, and the change
     # would restart the evidence a storm's cut waits for (flash-crowd: 5 s of its first storm).

@@ -259,14 +259,26 @@ def trim(
     stats: WindowStats,
     now: float,
     params: PolicyParams,
+    newest_pressure: float,
 ) -> AdaptiveVerdict:
     """A level that keeps drawing a few rejections is just over the capacity: each rejected
     message comes back a visibility timeout later, which is what a drain waits for at the
     end. Step down one and remember the level.
 
     Not while the poller is still climbing well below the cap: a lower cap would not lower
-    what runs, and the change would only restart the evidence a storm's cut waits for."""
+    what runs, and the change would only restart the evidence a storm's cut waits for. Nor
+    while the newest invocations (``newest_pressure``, see ``latest_pressure``) draw T1 or
+    more: those are a storm's first reports, thinned by the clean evidence before it."""
     current = state.concurrency
+    if newest_pressure >= params.t1:
+        return hold(
+            state,
+            f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls, "
+            f"{newest_pressure:.1%} among the newest invocations: waiting for their evidence; "
+            f"holding at {current}.",
+            memory,
+            stats,
+        )
     used = busy_concurrency(stats, tuning.estimate_span_s)
     if used is not None and used < tuning.saturated_share * current:
         return hold(
