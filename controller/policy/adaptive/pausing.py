@@ -8,12 +8,16 @@ to be woken (``wake_at``).
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 from controller.model import QueueState, QueueStateName
 from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold, move
-from controller.policy.adaptive.probing import awaiting_telemetry, pulse_stats, spread
+from controller.policy.adaptive.probing import (
+    awaiting_telemetry,
+    pulse_span_s,
+    pulse_stats,
+    spread,
+)
 from controller.policy.adaptive.tuning import Tuning
 from controller.settings import PolicyParams
 from controller.window import QueueWindow, WindowStats
@@ -150,6 +154,5 @@ def _period_after(tuning: Tuning, memory: AdaptiveMemory, test: WindowStats) -> 
     the longest.
     """
     low, high = tuning.pause_s
-    span_s = max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
-    enough = test.pressure_rate * span_s / tuning.pause_budget
+    enough = test.pressure_rate * pulse_span_s(memory) / tuning.pause_budget
     return max(low, min(high, 2 * memory.pause_s, enough))

@@ -158,6 +158,11 @@ def pulse_stats(memory: AdaptiveMemory, window: QueueWindow) -> WindowStats:
     return window.stats(math.floor(memory.probe_started_at), memory.probe_ended_at)
 
 
+def pulse_span_s(memory: AdaptiveMemory) -> float:
+    """How long the evidence ``pulse_stats`` reads lasts (at least a second)."""
+    return max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
+
+
 def awaiting_telemetry(
     tuning: Tuning, memory: AdaptiveMemory, pulse: WindowStats, now: float, params: PolicyParams
 ) -> bool:
@@ -266,8 +271,7 @@ def back_off(
         backoff = memory.probe_backoff_s or low
         next_probe_at = now
     else:
-        span_s = max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
-        goodput = pulse.ok / span_s
+        goodput = pulse.ok / pulse_span_s(memory)
         cost = pulse.pressure
         # A probe that cost nothing (too slow, or too little telemetry) may try again soon.
         wait = cost / (tuning.probe_budget * goodput) if goodput else (high if cost else low)
