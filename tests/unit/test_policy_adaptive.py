@@ -120,11 +120,18 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     assert reverted.target == 9
 
 
-def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
+def pulsed_from_8_to_9() -> tuple[QueueState, QueueWindow]:
+    """A clean queue at 8 under a remembered ceiling of 9, just after a pulse probe raised it to
+    9 and put it back; nothing from the pulse has reported yet."""
     current = attached(8, ceiling=9)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, _ = run(current, window, 992.0)
     current, _ = run(current, window, PULSE_END)
+    return current, window
+
+
+def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
+    current, window = pulsed_from_8_to_9()
     for document in steady(992, 1, 11, ok=7, throttled=3):
         window.add(document)
     for document in steady(993, 7, 10, ok=10):
@@ -420,10 +427,7 @@ def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_rep
 
 def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
     def backoff_after(throttled: int) -> float:
-        current = attached(8, ceiling=9)
-        window = window_of(*steady(960, 30, 10, ok=10))
-        current, _ = run(current, window, 992.0)
-        current, _ = run(current, window, PULSE_END)
+        current, window = pulsed_from_8_to_9()
         for document in steady(992, 1, 11, ok=10 - throttled, throttled=throttled):
             window.add(document)
         for document in steady(993, 7, 10, ok=10):
@@ -511,10 +515,7 @@ def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
 def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
     """The verdict on a pulse from 8 to 9 whose calls met ``throttled`` of ``ok + throttled``
     429s, before anything fresh at the base level has reported."""
-    current = attached(8, ceiling=9)
-    window = window_of(*steady(960, 30, 10, ok=10))
-    current, _ = run(current, window, 992.0)
-    current, _ = run(current, window, PULSE_END)
+    current, window = pulsed_from_8_to_9()
     for document in steady(992, 1, 9, ok=ok, throttled=throttled):
         window.add(document)
     _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
@@ -532,10 +533,7 @@ def test_a_pulse_passes_only_under_the_pressure_a_level_is_trimmed_at() -> None:
     # A level just over the capacity draws a few refusals in a thousand: a probe committing it
     # would be trimmed back a few hundred calls later, and probe it again.
     def verdict_with(throttled: int) -> Decision:
-        current = attached(8, ceiling=9)
-        window = window_of(*steady(960, 30, 10, ok=10))
-        current, _ = run(current, window, 992.0)
-        current, _ = run(current, window, PULSE_END)
+        current, window = pulsed_from_8_to_9()
         for document in steady(992, 1, 9, ok=100):
             window.add(document)
         window.add(sample(at=992.9, ok=100 - throttled, throttled=throttled, invocation_ms=800))
