@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -340,8 +340,7 @@ class QueuePoller:
             messages = [message for batch in self._batches for message in batch]
             self._batches.clear()
             self.counters.returned += len(messages)
-        for start in range(0, len(messages), MAX_MESSAGES_PER_CALL):
-            chunk = messages[start : start + MAX_MESSAGES_PER_CALL]
+        for chunk in _sqs_batch_calls(messages):
             try:
                 self._sqs.change_message_visibility_batch(
                     QueueUrl=self.binding.url,
@@ -427,8 +426,7 @@ class QueuePoller:
 
     def _delete(self, batches: list[list[dict[str, Any]]]) -> None:
         messages = [message for batch in batches for message in batch]
-        for start in range(0, len(messages), MAX_MESSAGES_PER_CALL):
-            chunk = messages[start : start + MAX_MESSAGES_PER_CALL]
+        for chunk in _sqs_batch_calls(messages):
             try:
                 self._sqs.delete_message_batch(
                     QueueUrl=self.binding.url,
@@ -449,6 +447,12 @@ class QueuePoller:
 
 
 _FIELDS = tuple(QueueCounters.__dataclass_fields__)
+
+
+def _sqs_batch_calls(messages: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """``messages`` in chunks of at most what one SQS batch call takes."""
+    for start in range(0, len(messages), MAX_MESSAGES_PER_CALL):
+        yield messages[start : start + MAX_MESSAGES_PER_CALL]
 
 
 def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
