@@ -31,16 +31,64 @@ def pause_above(tuning: Tuning, params: PolicyParams) -> float:
     return max(params.t1, tuning.pause_above)
 
 
+def floor_pressure(fit: float, params: PolicyParams) -> float:
+    """The share of Cmin's calls a downstream that fits ``fit`` invocations would refuse."""
+    return max(0.0, 1.0 - fit / params.cmin)
+
+
 def pause(
     tuning: Tuning, state: QueueState, memory: AdaptiveMemory, stats: WindowStats, now: float
+) -> AdaptiveVerdict:
+    """Pause at Cmin, whose own evidence shows it overloads."""
+    return _paused(
+        tuning,
+        state,
+        memory,
+        stats,
+        now,
+        f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at {state.concurrency}",
+    )
+
+
+def pause_far_below(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+    running: float,
+    fit: float,
+) -> AdaptiveVerdict:
+    """Pause instead of a cut whose fitting level (``fit`` of the ``running`` invocations)
+    lies so far below Cmin that Cmin would draw at least ``pause_at_once`` pressure: set to
+    Cmin, the queue would only wait a telemetry round trip to show it."""
+    return _paused(
+        tuning,
+        replace(state, concurrency=params.cmin),
+        memory,
+        stats,
+        now,
+        f"Overload far below the floor: pressure {stats.pressure_rate:.1%} with about "
+        f"{running:.1f} invocations in use fits {fit:.1f}, Cmin ({params.cmin}) would draw "
+        f"{floor_pressure(fit, params):.0%}; scaled from {state.concurrency} -> {params.cmin}",
+    )
+
+
+def _paused(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    why: str,
 ) -> AdaptiveVerdict:
     # The shortest: no test has shown yet what one costs.
     period = tuning.pause_s[0]
     return move(
         state.concurrency,
         QueueStateName.CRITICAL_BACKOFF,
-        f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at {state.concurrency}; "
-        f"pausing the mapping for {period:.0f}s.",
+        f"{why}; pausing the mapping for {period:.0f}s.",
         replace(memory, pause_s=period, paused_until=now + period),
         stats,
         enabled=False,
