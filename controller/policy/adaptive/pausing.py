@@ -2,8 +2,8 @@
 
 The mapping is disabled for a bounded period, growing while tests fail but no longer than a
 failed test's cost calls for, then tested with a short pulse at Cmin, and resumed only if that
-pulse was clean. A paused mapping sends no telemetry: every step asks
-to be woken (``wake_at``).
+pulse was clean. A cut that shows Cmin itself would overload hard pauses at once, at Cmin.
+A paused mapping sends no telemetry: every step asks to be woken (``wake_at``).
 """
 
 from __future__ import annotations
