@@ -177,11 +177,10 @@ def storm_accepting(per_100: int) -> QueueWindow:
 def test_a_cut_that_leaves_cmin_far_overloaded_pauses_at_once() -> None:
     # 2% accepted of 10 invocations fit 0.2 (pessimistically 0.17): Cmin (2) would draw about
     # 90% pressure, so the queue pauses at Cmin now rather than run it until fresh evidence
-    # says so, for the longest period (a test would fail as dearly), and is tested at Cmin
-    # when the pause is over.
+    # says so, and is tested at Cmin when the pause is over.
     current, paused = run(attached(10), storm_accepting(2), 992.0)
     assert (paused.action, paused.target, paused.enabled) == (Action.PAUSE, 2, False)
-    assert current.wake_at == 992.0 + ALGORITHM.pause_s[1]
+    assert current.wake_at == 992.0 + ALGORITHM.pause_s[0]
     current, testing = run(current, storm_accepting(2), memory_of(current).paused_until)
     assert (testing.action, testing.target, testing.enabled) == (Action.RESUME, 2, True)
 

@@ -39,14 +39,13 @@ def floor_pressure(fit: float, params: PolicyParams) -> float:
 def pause(
     tuning: Tuning, state: QueueState, memory: AdaptiveMemory, stats: WindowStats, now: float
 ) -> AdaptiveVerdict:
-    """Pause at Cmin, whose own evidence shows it overloads, for the shortest period: no test
-    has shown yet what one costs."""
+    """Pause at Cmin, whose own evidence shows it overloads."""
     return _paused(
+        tuning,
         state,
         memory,
         stats,
         now,
-        tuning.pause_s[0],
         f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at {state.concurrency}",
     )
 
@@ -63,17 +62,14 @@ def pause_far_below(
 ) -> AdaptiveVerdict:
     """Pause instead of a cut whose fitting level (``fit`` of the ``running`` invocations)
     lies so far below Cmin that Cmin would draw at least ``pause_at_once`` pressure: set to
-    Cmin, the queue would only wait a telemetry round trip to show it.
-
-    The level that broke is remembered as a cut's is. The pause is the longest at once: a test
-    at that pressure, running until its first report (2 s or more), would cost more than
-    ``pause_budget`` of what Cmin sends over the longest pause (see ``_period_after``)."""
+    Cmin, the queue would only wait a telemetry round trip to show it. The level that broke is
+    remembered as a cut's is."""
     return _paused(
+        tuning,
         replace(state, concurrency=params.cmin),
         replace(memory, ceiling=params.cmin + 1, broke_at=state.concurrency, ceiling_refused=True),
         stats,
         now,
-        tuning.pause_s[1],
         f"Overload far below the floor: pressure {stats.pressure_rate:.1%} with about "
         f"{running:.1f} invocations in use fits {fit:.1f}, Cmin ({params.cmin}) would draw "
         f"{floor_pressure(fit, params):.0%}; scaled from {state.concurrency} -> {params.cmin}",
@@ -81,13 +77,17 @@ def pause_far_below(
 
 
 def _paused(
+    tuning: Tuning,
     state: QueueState,
     memory: AdaptiveMemory,
     stats: WindowStats,
     now: float,
-    period: float,
     why: str,
 ) -> AdaptiveVerdict:
+    # The shortest, also after a cut that predicts a hard overload at Cmin: near the floor
+    # the prediction can be far off (slow-recovery: 93% of 16 invocations' calls refused
+    # predicted 83% at Cmin, which drew 17%), and a longer first pause finds a capacity late.
+    period = tuning.pause_s[0]
     return move(
         state.concurrency,
         QueueStateName.CRITICAL_BACKOFF,
