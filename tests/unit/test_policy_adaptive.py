@@ -165,6 +165,34 @@ def test_overload_at_the_floor_pauses_then_tests_and_resumes() -> None:
     assert memory_of(current).paused_until == 0 and current.enabled
 
 
+def storm_accepting(per_100: int) -> QueueWindow:
+    """30 s of a storm on a queue whose cap of 10 the poller fills: 10 invocations of 800 ms a
+    second (8 in use), ``per_100`` of each second's 100 calls accepted."""
+    return window_of(
+        *steady(960, 30, per_100, ok=1, throttled=9),
+        *steady(960, 30, 10 - per_100, ok=0, throttled=10),
+    )
+
+
+def test_a_cut_that_leaves_cmin_far_overloaded_pauses_at_once() -> None:
+    # 2% accepted of 10 invocations fit 0.2 (pessimistically 0.17): Cmin (2) would draw about
+    # 90% pressure, so the queue pauses at Cmin now rather than run it until fresh evidence
+    # says so, and is tested at Cmin when the pause is over.
+    current, paused = run(attached(10), storm_accepting(2), 992.0)
+    assert (paused.action, paused.target, paused.enabled) == (Action.PAUSE, 2, False)
+    assert current.wake_at == 992.0 + ALGORITHM.pause_s[0]
+    current, testing = run(current, storm_accepting(2), memory_of(current).paused_until)
+    assert (testing.action, testing.target, testing.enabled) == (Action.RESUME, 2, True)
+
+
+def test_a_cut_that_leaves_cmin_narrowly_overloaded_runs_it() -> None:
+    # 15% accepted fit 1.4: Cmin would draw about 30%, over the pause line, but the queue
+    # runs at Cmin until its own evidence shows that.
+    decision = decide(ALGORITHM, attached(10), config(), storm_accepting(15), 992.0, PARAMS)
+    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 2)
+    assert decision.enabled
+
+
 TEST_S = 3.0
 
 

@@ -20,7 +20,8 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   calls) over the no-load baseline by ``latency_tolerance`` cuts in proportion, a quarter at
   most, before client timeouts come.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
-  is disabled for a bounded, growing period, then tested with a short pulse at Cmin.
+  is disabled for a bounded, growing period, then tested with a short pulse at Cmin. A cut
+  whose fitting level would leave Cmin hard overloaded pauses at once.
 
 Every time is the caller's ``now``: pure, no clock reads, no I/O.
 """

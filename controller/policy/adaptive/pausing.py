@@ -2,8 +2,8 @@
 
 The mapping is disabled for a bounded period, growing while tests fail but no longer than a
 failed test's cost calls for, then tested with a short pulse at Cmin, and resumed only if that
-pulse was clean. A paused mapping sends no telemetry: every step asks
-to be woken (``wake_at``).
+pulse was clean. A cut that shows Cmin itself would overload hard pauses at once, at Cmin.
+A paused mapping sends no telemetry: every step asks to be woken (``wake_at``).
 """
 
 from __future__ import annotations
@@ -31,16 +31,67 @@ def pause_above(tuning: Tuning, params: PolicyParams) -> float:
     return max(params.t1, tuning.pause_above)
 
 
+def floor_pressure(fit: float, params: PolicyParams) -> float:
+    """The share of Cmin's calls a downstream that fits ``fit`` invocations would refuse."""
+    return max(0.0, 1.0 - fit / params.cmin)
+
+
 def pause(
     tuning: Tuning, state: QueueState, memory: AdaptiveMemory, stats: WindowStats, now: float
 ) -> AdaptiveVerdict:
-    # The shortest: no test has shown yet what one costs.
+    """Pause at Cmin, whose own evidence shows it overloads."""
+    return _paused(
+        tuning,
+        state,
+        memory,
+        stats,
+        now,
+        f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at {state.concurrency}",
+    )
+
+
+def pause_far_below(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+    running: float,
+    fit: float,
+) -> AdaptiveVerdict:
+    """Pause instead of a cut whose fitting level (``fit`` of the ``running`` invocations)
+    lies so far below Cmin that Cmin would draw at least ``pause_at_once`` pressure: set to
+    Cmin, the queue would only wait a telemetry round trip to show it. The level that broke is
+    remembered as a cut's is."""
+    return _paused(
+        tuning,
+        replace(state, concurrency=params.cmin),
+        replace(memory, ceiling=params.cmin + 1, broke_at=state.concurrency, ceiling_refused=True),
+        stats,
+        now,
+        f"Overload far below the floor: pressure {stats.pressure_rate:.1%} with about "
+        f"{running:.1f} invocations in use fits {fit:.1f}, Cmin ({params.cmin}) would draw "
+        f"{floor_pressure(fit, params):.0%}; scaled from {state.concurrency} -> {params.cmin}",
+    )
+
+
+def _paused(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    why: str,
+) -> AdaptiveVerdict:
+    # The shortest, also after a cut that predicts a hard overload at Cmin: near the floor
+    # the prediction can be far off (slow-recovery: 93% of 16 invocations' calls refused
+    # predicted 83% at Cmin, which drew 17%), and a longer first pause finds a capacity late.
     period = tuning.pause_s[0]
     return move(
         state.concurrency,
         QueueStateName.CRITICAL_BACKOFF,
-        f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at {state.concurrency}; "
-        f"pausing the mapping for {period:.0f}s.",
+        f"{why}; pausing the mapping for {period:.0f}s.",
         replace(memory, pause_s=period, paused_until=now + period),
         stats,
         enabled=False,

@@ -7,6 +7,7 @@ import math
 from dataclasses import replace
 
 from controller.model import QueueState, QueueStateName
+from controller.policy.adaptive import pausing
 from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold, move
 from controller.policy.adaptive.probing import refused, spread
 from controller.policy.adaptive.tuning import Tuning
@@ -123,16 +124,17 @@ def cut(
     latest_pressure: float,
 ) -> AdaptiveVerdict:
     """Cut to the accepted share of the invocations in use, and remember the level above as
-    the ceiling."""
+    the ceiling; pause instead when that share of them overloads even Cmin hard."""
     current = state.concurrency
     pressure = max(stats.pressure_rate, latest_pressure)
     fresh = stats.pressure_rate < params.t1
-    # Size the cut on a pessimistic share: a decision on a few dozen calls would otherwise
-    # under-cut and need a second cut a settle period later, the storm going on meanwhile.
-    margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, stats.requests))
     running = in_use(tuning, state, stats, window)
+    if refused(stats):
+        paused = _pause_far_below(tuning, state, memory, stats, now, params, running)
+        if paused is not None:
+            return paused
     onset = storm_onset(stats, window, params)
-    proportional = math.floor(running * (1.0 - min(1.0, pressure + margin)))
+    proportional = math.floor(fitting(tuning, running, pressure, stats.requests))
     if not refused(stats):
         # Mostly timeouts: a downstream past its latency cliff fails every call however few
         # too many there are, so the accepted share says nothing of the level that fits.
@@ -158,6 +160,34 @@ def cut(
         now,
         by_refusals=refused(stats),
     )
+
+
+def fitting(tuning: Tuning, running: float, pressure: float, requests: int) -> float:
+    """The invocations that fit: ``running`` times the accepted share, sized pessimistically
+    (``sizing_z`` standard errors of ``pressure`` over ``requests`` calls): a decision on a
+    few dozen calls would otherwise under-cut and need a second cut a settle period later, the
+    storm going on meanwhile."""
+    margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, requests))
+    return running * (1.0 - min(1.0, pressure + margin))
+
+
+def _pause_far_below(
+    tuning: Tuning,
+    state: QueueState,
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    now: float,
+    params: PolicyParams,
+    running: float,
+) -> AdaptiveVerdict | None:
+    """A pause at once when the ``running`` invocations' accepted share over the whole of
+    ``stats`` fits so few that Cmin would draw ``pause_at_once`` pressure (``None``: it does
+    not). Not on the newest second's share: a storm's first reports, thinned, can show it all
+    refused while Cmin still fits."""
+    fit = fitting(tuning, running, stats.pressure_rate, stats.requests)
+    if pausing.floor_pressure(fit, params) < tuning.pause_at_once:
+        return None
+    return pausing.pause_far_below(tuning, state, memory, stats, now, params, running, fit)
 
 
 def cut_verdict(
@@ -234,8 +264,12 @@ def correction(
             if bucket.requests >= 2 * params.min_samples
         ]
     )
-    margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, before.requests))
-    target = clamp(math.floor(memory.cut_running * (1.0 - min(1.0, pressure + margin))), params)
+    paused = _pause_far_below(tuning, state, memory, before, now, params, memory.cut_running)
+    if paused is not None:
+        return paused
+    target = clamp(
+        math.floor(fitting(tuning, memory.cut_running, pressure, before.requests)), params
+    )
     current = state.concurrency
     if target >= current:
         return None

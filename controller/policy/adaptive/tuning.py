@@ -59,6 +59,10 @@ class Tuning:
     pause_s: tuple[float, float] = (15.0, 60.0)
     pause_above: float = 0.12
     pause_budget: float = 0.02
+    # A cut whose fitting level (in use x the pessimistic accepted share) would leave Cmin at
+    # least this pressure pauses at once: Cmin overloads far beyond doubt, and running it until
+    # fresh evidence says so costs seconds of its calls.
+    pause_at_once: float = 0.75
     # In-use estimates at least this share of the cap mean the poller fills the cap.
     saturated_share: float = 0.6
     estimate_span_s: float = 10.0
