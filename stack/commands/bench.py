@@ -209,12 +209,7 @@ def _register_worker(bench_subparsers: Any) -> None:
         description=_first_line(worker.__doc__),
     )
     parser.add_argument(
-        "--calls",
-        type=int,
-        default=4_000,
-        help="timed calls per side per client (default 4000), times "
-        + ", ".join(f"{factor} for {name}" for name, factor in worker.CALLS_FACTOR.items())
-        + " (their calls vary most)",
+        "--calls", type=int, default=4_000, help="timed calls per side per client (default 4000)"
     )
     parser.add_argument(
         "--block",
@@ -246,9 +241,7 @@ def _run_worker(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         lines = [
-            f"worker hooks: {report['calls']} calls per side ("
-            + ", ".join(f"{name} {factor}x" for name, factor in worker.CALLS_FACTOR.items())
-            + f") in rounds of {report['block']} "
+            f"worker hooks: {report['calls']} calls per side in rounds of {report['block']} "
             f"back-to-back pairs (each after {report['settle_calls']} untimed pairs), keep-alive "
             "GET over an in-process transport; medians over rounds of hooked minus plain"
         ]
