@@ -119,6 +119,9 @@ def queue_from_arn(arn: object) -> str | None:
 
 
 _current_record: ContextVar[RecordRef | None] = ContextVar("queuemesh_record", default=None)
+# One call as a hook saw it: the record it was attributed to, status (None: no answer), latency
+# in ms, Retry-After in seconds, downstream, and whether it timed out (``Invocation.count``).
+_Call = tuple[RecordRef | None, int | None, float | None, float | None, str | None, bool]
 
 
 @contextlib.contextmanager
@@ -179,9 +182,6 @@ class Invocation:
 
     def __init__(self, queues: list[str], environ: Mapping[str, str] | None = None) -> None:
         self.default_queue = queues[0] if queues else None
-        self.tallies: dict[str, Tally] = {queue: Tally() for queue in queues}
-        self.retry_after_by_message: dict[str, float] = {}
-        self.unattributed_retry_after: dict[str, float] = {}
         self._aws_endpoints = _aws_endpoints(os.environ if environ is None else environ)
         # Connections are reused (keep-alive): name each (host, port) once per invocation.
         self._names: dict[tuple[str | None, int | None, int], str | None] = {}
@@ -192,7 +192,15 @@ class Invocation:
         self._routes: dict[object, str | None] = {}
         # The downstream call in flight per http.client connection: downstream and start time.
         self._in_flight: dict[object, tuple[str, float]] = {}
-        self._lock = threading.Lock()
+        # The calls as the hooks saw them, classified into the tallies only when those are
+        # read (once, when the invocation's documents are written): a hook only appends, and
+        # ``list.append`` is atomic, so calls from several threads need no lock.
+        self._calls: list[_Call] = []
+        self._folded = 0  # how many of ``_calls`` the tallies hold
+        self._tallies: dict[str, Tally] = {queue: Tally() for queue in queues}
+        self._retry_after_by_message: dict[str, float] = {}
+        self._unattributed_retry_after: dict[str, float] = {}
+        self._fold_lock = threading.Lock()
 
     def downstream_name(
         self, host: str | None, port: int | None, *, default_port: int
@@ -225,31 +233,67 @@ class Invocation:
     ) -> None:
         """Count one call for the queue being worked on, as ``Tally.add`` classifies it.
 
-        Every hooked call ends here, so the lock is taken without a ``with`` block (which looks
-        up and calls ``__enter__`` and ``__exit__``).
+        The hot hooks append the same tuple themselves, inline.
         """
-        ref = _current_record.get()
+        self._calls.append(
+            (_current_record.get(), status, latency_ms, retry_after_s, downstream, timed_out)
+        )
+
+    @property
+    def tallies(self) -> dict[str, Tally]:
+        """The calls so far per queue (the queues the invocation began with first)."""
+        self._fold()
+        return self._tallies
+
+    @property
+    def retry_after_by_message(self) -> dict[str, float]:
+        """The largest Retry-After of a 429 per message the calls were attributed to."""
+        self._fold()
+        return self._retry_after_by_message
+
+    @property
+    def unattributed_retry_after(self) -> dict[str, float]:
+        """The largest Retry-After of a 429 per queue, among calls attributed to no message."""
+        self._fold()
+        return self._unattributed_retry_after
+
+    def _fold(self) -> None:
+        """Classify the calls not yet in the tallies, in the order they were counted."""
+        with self._fold_lock:
+            calls = self._calls
+            end = len(calls)
+            for index in range(self._folded, end):
+                try:
+                    self._add(*calls[index])
+                except Exception as error:
+                    failures.swallow(error)
+            self._folded = end
+
+    def _add(
+        self,
+        ref: RecordRef | None,
+        status: int | None,
+        latency_ms: float | None,
+        retry_after_s: float | None,
+        downstream: str | None,
+        timed_out: bool,
+    ) -> None:
         queue = ref.queue if ref is not None else self.default_queue
         if queue is None:
             return
-        lock = self._lock
-        lock.acquire()
         try:
-            try:
-                tally = self.tallies[queue]
-            except KeyError:
-                tally = self.tallies[queue] = Tally()
-            tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
-            if status == 429 and retry_after_s is not None:
-                if ref is not None and ref.message_id is not None:
-                    evidence = self.retry_after_by_message
-                    key = ref.message_id
-                else:
-                    evidence = self.unattributed_retry_after
-                    key = queue
-                evidence[key] = max(evidence.get(key, 0.0), retry_after_s)
-        finally:
-            lock.release()
+            tally = self._tallies[queue]
+        except KeyError:
+            tally = self._tallies[queue] = Tally()
+        tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
+        if status == 429 and retry_after_s is not None:
+            if ref is not None and ref.message_id is not None:
+                evidence = self._retry_after_by_message
+                key = ref.message_id
+            else:
+                evidence = self._unattributed_retry_after
+                key = queue
+            evidence[key] = max(evidence.get(key, 0.0), retry_after_s)
 
 
 _active: Invocation | None = None
@@ -442,8 +486,8 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
         invocation = _active
         if invocation is None:
             return original(self)
-        # The whole per-call path is inline, down to ``Invocation.count``: a helper's frame
-        # costs more than the work it would hold.
+        # The whole per-call path is inline, down to the tuple ``Invocation.count`` appends: a
+        # helper's frame costs more than the work it would hold.
         try:
             call = invocation._in_flight.pop(self, None)
         except Exception as error:
@@ -458,13 +502,17 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
             raise
         try:
             status = response.status
-            invocation.count(
-                status,
-                (perf_counter() - call[1]) * 1000.0,
-                parse_retry_after(response.getheader("Retry-After"))
-                if status == 429 or status >= 500
-                else None,
-                call[0],
+            invocation._calls.append(
+                (
+                    _current_record.get(),
+                    status,
+                    (perf_counter() - call[1]) * 1000.0,
+                    parse_retry_after(response.getheader("Retry-After"))
+                    if status == 429 or status >= 500
+                    else None,
+                    call[0],
+                    False,
+                )
             )
         except Exception as error:
             failures.swallow(error)
@@ -500,13 +548,17 @@ def _count_httpx_answer(
     """Count an httpx answer (the sync and async transports alike); never raises."""
     try:
         status = response.status_code
-        invocation.count(
-            status,
-            (perf_counter() - started) * 1000.0,
-            parse_retry_after(response.headers.get("retry-after"))
-            if status == 429 or status >= 500
-            else None,
-            downstream,
+        invocation._calls.append(
+            (
+                _current_record.get(),
+                status,
+                (perf_counter() - started) * 1000.0,
+                parse_retry_after(response.headers.get("retry-after"))
+                if status == 429 or status >= 500
+                else None,
+                downstream,
+                False,
+            )
         )
     except Exception as error:
         failures.swallow(error)

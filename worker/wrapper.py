@@ -149,12 +149,13 @@ def _finish(scope: _InvocationScope, response: Any, *, raised: bool) -> None:
     instrument.end()  # before the SQS calls below, and whatever happens next
     try:
         namespace = emf.namespace_from_env()
+        tallies = scope.invocation.tallies  # first: classifying the calls may fail too
         notes = (
             {"QueueMeshInstrumentationErrors": instrument.failures.count}
             if instrument.failures.count
             else None
         )
-        for queue, tally in scope.invocation.tallies.items():
+        for queue, tally in tallies.items():
             emf.emit(emf.document(queue, tally, invocation_ms, namespace=namespace, notes=notes))
         if respect_retry_after_enabled():
             failed_ids = _failed_message_ids(scope, response, raised)

@@ -311,6 +311,57 @@ def test_record_outside_an_invocation_is_a_no_op_and_never_raises() -> None:
     assert instrument.failures.count == 1
 
 
+@settings(max_examples=50, deadline=None)
+@given(
+    statuses=st.lists(st.sampled_from([200, 204, 301, 404, 429, 500, 503]), max_size=40),
+    reads=st.sets(st.integers(min_value=0, max_value=40)),
+)
+def test_reading_the_tallies_mid_invocation_counts_each_call_once(
+    statuses: list[int], reads: set[int]
+) -> None:
+    """The hooks' calls become tallies when read; a read between calls changes nothing."""
+    read_often = instrument.Invocation(["orders"], environ={})
+    read_once = instrument.Invocation(["orders"], environ={})
+    for index, status in enumerate(statuses):
+        if index in reads:
+            assert read_often.tallies["orders"].requests == _counted(statuses[:index])
+        for invocation in (read_often, read_once):
+            invocation.count(status, 1.0, 2.0 if status == 429 else None, "payments")
+
+    assert read_often.tallies == read_once.tallies
+    assert read_often.unattributed_retry_after == read_once.unattributed_retry_after
+    assert read_once.tallies["orders"].requests == _counted(statuses)
+
+
+def _counted(statuses: list[int]) -> int:
+    """The calls among ``statuses`` that count (a redirect leads to the call that does)."""
+    return sum(not 300 <= status < 400 for status in statuses)
+
+
+def test_calls_from_many_threads_are_all_counted() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    invocation = instrument.Invocation(["orders"], environ={})
+    seen: list[int] = []  # what one thread reads while the others count
+
+    def calls(thread: int) -> None:
+        for _ in range(2_000):
+            api.record(200, 1.0)
+            if thread == 0:
+                seen.append(invocation.tallies["orders"].ok)
+
+    instrument.begin(invocation)
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            list(pool.map(calls, range(4)))
+    finally:
+        instrument.end()
+
+    assert seen == sorted(seen) and seen[-1] <= 8_000
+    assert invocation.tallies["orders"].ok == 8_000
+    assert len(invocation.tallies["orders"].latencies_ms) == 8_000
+
+
 def test_processing_attributes_calls_to_a_record_in_a_worker_thread(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -222,10 +222,10 @@ def test_instrumentation_failures_are_swallowed_counted_and_logged_once(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def broken_count(self: instrument.Invocation, *args: Any) -> None:
+    def broken_add(self: instrument.Tally, *args: Any) -> None:
         raise ValueError("instrumentation bug")
 
-    monkeypatch.setattr(instrument.Invocation, "count", broken_count)
+    monkeypatch.setattr(instrument.Tally, "add", broken_add)
     pool = urllib3.PoolManager(retries=False)
 
     def application(event: Any, context: Any) -> Any:
