@@ -202,6 +202,10 @@ def _run_fleet(args: argparse.Namespace) -> int:
 # --- worker ---------------------------------------------------------------------------------
 
 
+# The clients whose calls spread wider get more of them (load/bench/worker.py).
+_MORE_CALLS = ", ".join(f"{factor}x for {name}" for name, factor in worker.CALLS_FACTOR.items())
+
+
 def _register_worker(bench_subparsers: Any) -> None:
     parser = bench_subparsers.add_parser(
         "worker",
@@ -209,7 +213,10 @@ def _register_worker(bench_subparsers: Any) -> None:
         description=_first_line(worker.__doc__),
     )
     parser.add_argument(
-        "--calls", type=int, default=4_000, help="timed calls per side per client (default 4000)"
+        "--calls",
+        type=int,
+        default=4_000,
+        help=f"timed calls per side per client (default 4000; {_MORE_CALLS})",
     )
     parser.add_argument(
         "--block",
@@ -241,7 +248,8 @@ def _run_worker(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         lines = [
-            f"worker hooks: {report['calls']} calls per side in rounds of {report['block']} "
+            f"worker hooks: {report['calls']} calls per side ({_MORE_CALLS}) in rounds of "
+            f"{report['block']} "
             f"back-to-back pairs (each after {report['settle_calls']} untimed pairs), keep-alive "
             "GET over an in-process transport; medians over rounds of hooked minus plain"
         ]
