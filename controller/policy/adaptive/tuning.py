@@ -42,9 +42,13 @@ class Tuning:
     pulse_margin_s: float = 0.1
     judge_after_s: float = 3.0
     judge_patience_s: float = 20.0
-    probe_backoff_s: tuple[float, float] = (5.0, 30.0)
+    probe_backoff_s: tuple[float, float] = (5.0, 25.0)
     probe_budget: float = 0.01
     probe_jitter: float = 0.2
+    # A pulse of one step that failed with fewer than this share of its calls refused found a
+    # level just over the capacity: its next wait doubles the last (within
+    # ``probe_backoff_s``) rather than following its small cost.
+    marginal_below: float = 0.02
     # Latency: the rise over the no-load baseline that cuts (``cutting_rise``; growth stops at
     # half of it, ``holding_rise``), and the seconds of evidence (each with at least
     # min_samples timed calls) it needs.
