@@ -45,7 +45,7 @@ class Tuning:
     probe_backoff_s: tuple[float, float] = (5.0, 25.0)
     probe_budget: float = 0.01
     probe_jitter: float = 0.2
-    # A pulse of one step that failed with fewer than this share of its calls refused found a
+    # A pulse that failed with fewer than this share of its calls refused found a
     # level just over the capacity: its next wait doubles the last (within
     # ``probe_backoff_s``) rather than following its small cost.
     marginal_below: float = 0.02
