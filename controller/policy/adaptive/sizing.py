@@ -129,13 +129,14 @@ def cut(
     pressure = max(stats.pressure_rate, latest_pressure)
     fresh = stats.pressure_rate < params.t1
     running = in_use(tuning, state, stats, window)
-    if refused(stats):
+    by_refusals = refused(stats)
+    if by_refusals:
         paused = _pause_far_below(tuning, state, memory, stats, now, params, running)
         if paused is not None:
             return paused
     onset = storm_onset(stats, window, params)
     proportional = math.floor(fitting(tuning, running, pressure, stats.requests))
-    if not refused(stats):
+    if not by_refusals:
         # Mostly timeouts: a downstream past its latency cliff fails every call however few
         # too many there are, so the accepted share says nothing of the level that fits.
         # Halve (at most), and cut again next settle period if it still times out.
@@ -158,7 +159,7 @@ def cut(
         f"share. Scaled from {current} -> {target}.",
         stats,
         now,
-        by_refusals=refused(stats),
+        by_refusals=by_refusals,
     )
 
 
