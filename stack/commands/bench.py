@@ -249,9 +249,9 @@ def _run_worker(args: argparse.Namespace) -> int:
     else:
         lines = [
             f"worker hooks: {report['calls']} calls per side ({_MORE_CALLS}) in rounds of "
-            f"{report['block']} "
-            f"back-to-back pairs (each after {report['settle_calls']} untimed pairs), keep-alive "
-            "GET over an in-process transport; medians over rounds of hooked minus plain"
+            f"{report['block']} back-to-back pairs (each after {report['settle_calls']} untimed "
+            "pairs), keep-alive GET over an in-process transport; medians over rounds of hooked "
+            "minus plain"
         ]
         for name, result in report["clients"].items():
             low, high = result["cpu_overhead_ci95_us"]

@@ -31,16 +31,23 @@ def test_the_benchmark_times_counted_calls_and_leaves_the_hooks_as_it_found_them
     assert instrument.installed()
 
 
-@pytest.mark.parametrize("client", bench.CLIENTS)
-def test_every_client_answers_over_the_in_process_transport_and_is_counted(client: str) -> None:
+def three_calls(client: str, *, hooked: bool) -> tuple[list[object], instrument.Invocation]:
+    """Three calls of the named client (or its plain twin) inside an invocation, with the
+    hooks installed: their answers, and the invocation that saw them."""
     invocation = instrument.Invocation(["orders"], environ={})
     instrument.install()
     instrument.begin(invocation)
     try:
-        with bench._client(client) as call:
+        with bench._client(client, hooked=hooked) as call:
             statuses = [call() for _ in range(3)]
     finally:
         instrument.end()
+    return statuses, invocation
+
+
+@pytest.mark.parametrize("client", bench.CLIENTS)
+def test_every_client_answers_over_the_in_process_transport_and_is_counted(client: str) -> None:
+    statuses, invocation = three_calls(client, hooked=True)
 
     assert statuses == [200, 200, 200]
     tally = invocation.tallies["orders"]
@@ -102,14 +109,7 @@ def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -
 
 @pytest.mark.parametrize("client", bench.CLIENTS)
 def test_the_plain_twin_answers_the_same_and_the_hooks_do_not_see_it(client: str) -> None:
-    invocation = instrument.Invocation(["orders"], environ={})
-    instrument.install()
-    instrument.begin(invocation)
-    try:
-        with bench._client(client, hooked=False) as call:
-            statuses = [call() for _ in range(3)]
-    finally:
-        instrument.end()
+    statuses, invocation = three_calls(client, hooked=False)
 
     assert statuses == [200, 200, 200]
     assert invocation.tallies["orders"].requests == 0
