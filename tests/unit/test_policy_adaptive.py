@@ -453,6 +453,29 @@ def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_rep
     assert decision.target >= 30, decision.reason
 
 
+def test_a_storm_in_a_new_queue_s_first_second_of_reports_is_cut_from_the_poller_s_ramp() -> None:
+    # A mapping at 100 never decided: its first reports, from one second (no pair of seconds
+    # to read the concurrency from), show 3 invocations with a fifth of their calls rejected.
+    # The poller started there and has climbed to about 10 since: the cut starts from that
+    # (from the cap it would be to about 72, and the poller would go on climbing into it).
+    window = window_of(*storm_seconds(1000, 3, ok=8, throttled=2))
+    decision = decide(ALGORITHM, state(100), config(), window, 1003.0, PARAMS)
+    assert decision.action is Action.MULTIPLICATIVE_DECREASE
+    assert 2 <= decision.target <= 10, decision.reason
+
+
+def test_one_second_of_fresh_reports_at_a_steady_level_is_cut_from_the_cap() -> None:
+    # 40 invocations busy for 40 s, then a change at 996: the one second of fresh reports (the
+    # first 5 of its invocations) reads low, and no poller start is in view: the cut starts
+    # from the cap, not from the 5 reported so far.
+    window = window_of(*steady(958, 40, 40, ok=10))
+    for document in storm_seconds(998, 5, ok=7, throttled=3):
+        window.add(document)
+    decision = decide(ALGORITHM, attached(40, at=996.0), config(), window, 1001.0, PARAMS)
+    assert decision.action is Action.MULTIPLICATIVE_DECREASE
+    assert decision.target >= 20, decision.reason
+
+
 def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
     def backoff_after(throttled: int) -> float:
         current, window = pulsed_from_8_to_9()

@@ -56,21 +56,28 @@ def in_use(tuning: Tuning, state: QueueState, stats: WindowStats, window: QueueW
     it ran no more than it starts with, it adds ``poller_ramp_per_s`` a second.
     """
     estimate = peak_concurrency(stats, window)
-    if estimate is None or estimate >= tuning.saturated_share * state.concurrency:
+    if estimate is not None and estimate >= tuning.saturated_share * state.concurrency:
         return _reachable(tuning, state, stats, float(state.concurrency))
     started = ramp_start(tuning, window, stats.until)
-    if started is not None and stats.newest_event_time is not None:
-        climbed = tuning.poller_start + tuning.poller_ramp_per_s * (
-            stats.newest_event_time - started
+    if started is None or stats.newest_event_time is None:
+        # One second of evidence is no pair to read the concurrency from: the cap, unless the
+        # poller's start is in view (below), which bounds what it can run by now.
+        return _reachable(
+            tuning, state, stats, float(state.concurrency) if estimate is None else estimate
         )
-        estimate = max(estimate, min(climbed, float(state.concurrency)))
+    climbed = tuning.poller_start + tuning.poller_ramp_per_s * (stats.newest_event_time - started)
+    estimate = max(estimate or 0.0, min(climbed, float(state.concurrency)))
     return _reachable(tuning, state, stats, estimate)
 
 
 def ramp_start(tuning: Tuning, window: QueueWindow, until: float) -> float | None:
     """The newest second before the busiest one in which the queue ran no more than the
     poller's first two steps (``None``: it ran more than that throughout the window)."""
-    pairs = _paired_busy(window.seconds(-math.inf, until))
+    seconds = window.seconds(-math.inf, until)
+    # A queue whose first second of reports is all there is: that second is its start.
+    pairs = _paired_busy(seconds) or [
+        (second, totals.busy_ms / 1000.0) for second, totals in seconds
+    ]
     if not pairs:
         return None
     peak = max(range(len(pairs)), key=lambda index: pairs[index][1])
