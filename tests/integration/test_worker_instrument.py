@@ -219,6 +219,25 @@ def test_aws_hosts_are_recognised_by_their_domain(host: str, aws: bool) -> None:
     assert instrument.is_aws_host(host) is aws
 
 
+def test_httpx_calls_are_named_by_their_scheme_host_and_port() -> None:
+    # The hooks key httpx's names by its parsed URL's fields: each of the three tells origins apart.
+    invocation = instrument.Invocation(["orders"], environ={"AWS_ENDPOINT_URL": "http://local"})
+
+    def name(url: str) -> str | None:
+        return instrument._httpx_downstream(invocation, httpx.Request("GET", url))
+
+    assert [
+        name(url)
+        for url in (
+            "http://local/",
+            "https://local/",
+            "http://local:8080/",
+            "http://remote:8080/",
+            "http://local:8080/again",
+        )
+    ] == [None, "local", "local:8080", "remote:8080", "local:8080"]
+
+
 def test_the_http_client_hooks_take_the_stdlib_arguments() -> None:
     # The hooks spell the stdlib's parameters out (no *args/**kwargs on the hot path).
     def parameters(function: Callable[..., Any]) -> list[tuple[str, object, object]]:
