@@ -32,6 +32,9 @@ from urllib.parse import urlsplit
 logger = logging.getLogger("queuemesh")
 
 AWS_HOST_SUFFIXES = ("amazonaws.com", "amazonaws.com.cn", "api.aws")
+# Calls an invocation holds as the hooks saw them before the tallies take them in: however many
+# calls an invocation makes, the hooks keep at most this many (about 100 bytes each).
+FOLD_EVERY = 4096
 
 
 @dataclass(slots=True)
@@ -193,10 +196,10 @@ class Invocation:
         # The downstream call in flight per http.client connection: downstream and start time.
         self._in_flight: dict[object, tuple[str, float]] = {}
         # The calls as the hooks saw them, classified into the tallies only when those are
-        # read (once, when the invocation's documents are written): a hook only appends, and
-        # ``list.append`` is atomic, so calls from several threads need no lock.
+        # read (when the invocation's documents are written) or ``FOLD_EVERY`` have piled up: a
+        # hook only appends, and ``list.append`` is atomic, so calls from several threads need
+        # no lock.
         self._calls: list[_Call] = []
-        self._folded = 0  # how many of ``_calls`` the tallies hold
         self._tallies: dict[str, Tally] = {queue: Tally() for queue in queues}
         self._retry_after_by_message: dict[str, float] = {}
         self._unattributed_retry_after: dict[str, float] = {}
@@ -235,9 +238,12 @@ class Invocation:
 
         The hot hooks append the same tuple themselves, inline.
         """
-        self._calls.append(
+        held = self._calls
+        held.append(
             (_current_record.get(), status, latency_ms, retry_after_s, downstream, timed_out)
         )
+        if len(held) >= FOLD_EVERY:
+            self._fold()
 
     @property
     def tallies(self) -> dict[str, Tally]:
@@ -258,16 +264,18 @@ class Invocation:
         return self._unattributed_retry_after
 
     def _fold(self) -> None:
-        """Classify the calls not yet in the tallies, in the order they were counted."""
+        """Classify the calls not yet in the tallies, in the order they were counted, and let
+        them go."""
         with self._fold_lock:
             calls = self._calls
             end = len(calls)
-            for index in range(self._folded, end):
+            for index in range(end):
                 try:
                     self._add(*calls[index])
                 except Exception as error:
                     failures.swallow(error)
-            self._folded = end
+            # One operation under the GIL: calls appended meanwhile, past ``end``, stay.
+            del calls[:end]
 
     def _add(
         self,
@@ -502,7 +510,8 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
             raise
         try:
             status = response.status
-            invocation._calls.append(
+            held = invocation._calls
+            held.append(
                 (
                     _current_record.get(),
                     status,
@@ -514,6 +523,8 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
                     False,
                 )
             )
+            if len(held) >= FOLD_EVERY:
+                invocation._fold()
         except Exception as error:
             failures.swallow(error)
         return response
@@ -548,7 +559,8 @@ def _count_httpx_answer(
     """Count an httpx answer (the sync and async transports alike); never raises."""
     try:
         status = response.status_code
-        invocation._calls.append(
+        held = invocation._calls
+        held.append(
             (
                 _current_record.get(),
                 status,
@@ -560,6 +572,8 @@ def _count_httpx_answer(
                 False,
             )
         )
+        if len(held) >= FOLD_EVERY:
+            invocation._fold()
     except Exception as error:
         failures.swallow(error)
 

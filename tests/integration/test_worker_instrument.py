@@ -357,9 +357,14 @@ def _counted(statuses: list[int]) -> int:
     return sum(not 300 <= status < 400 for status in statuses)
 
 
-def test_calls_from_many_threads_are_all_counted() -> None:
+@pytest.mark.parametrize("fold_every", [instrument.FOLD_EVERY, 7])
+def test_calls_from_many_threads_are_all_counted(
+    fold_every: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Folding every 7 calls: the threads fold the calls into the tallies while others count.
     from concurrent.futures import ThreadPoolExecutor
 
+    monkeypatch.setattr(instrument, "FOLD_EVERY", fold_every)
     invocation = instrument.Invocation(["orders"], environ={})
     seen: list[int] = []  # what one thread reads while the others count
 
@@ -379,6 +384,25 @@ def test_calls_from_many_threads_are_all_counted() -> None:
     assert seen == sorted(seen) and seen[-1] <= 8_000
     assert invocation.tallies["orders"].ok == 8_000
     assert len(invocation.tallies["orders"].latencies_ms) == 8_000
+
+
+def test_an_invocation_holds_a_bounded_number_of_calls_however_many_it_makes() -> None:
+    """Past ``FOLD_EVERY`` calls the tallies take the calls in and the calls are let go: an
+    invocation's memory does not grow with each call (about 100 bytes a call if it did)."""
+    import tracemalloc
+
+    invocation = instrument.Invocation(["orders"], environ={})
+    many = 20 * instrument.FOLD_EVERY
+    tracemalloc.start()
+    try:
+        for _ in range(many):
+            invocation.count(200, None, None, "payments")
+        _, peak_bytes = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert invocation.tallies["orders"].ok == many
+    assert peak_bytes < 20 * many
 
 
 def test_processing_attributes_calls_to_a_record_in_a_worker_thread(
