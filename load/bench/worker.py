@@ -24,35 +24,57 @@ loop, from the ``await`` to the answer (``_timed_client``).
 
 Each round starts with a garbage collection and ``SETTLE_CALLS`` untimed pairs (the collection
 evicts the caches), and the collector is off while the round's pairs are timed, on both sides:
-otherwise a collection lands in some calls and not others. The hooks allocate nothing the
-collector tracks that outlives the call, so they add no collections to pay for. The heap the
-imports built is frozen (``gc.freeze``) for the run, so a collection walks only what the calls
-left.
+otherwise a collection lands in some calls and not others. A hooked call leaves one object the
+collector tracks: the tuple it appends to the invocation, kept until the tallies are read (when
+the invocation's documents are written). That is one more young-generation object a call than
+the plain call leaves (0.9-1.3 on http.client, urllib3 and requests; about 40 on httpx): one
+more young collection (700 objects, some 8 us) per 700 calls, about 0.01 us a call, and none
+while pairs are timed here. In the bench the round's untimed collection walks the tuples and
+stops tracking them (with no message to attribute them to, they hold nothing it tracks); in a
+worker, whose tuples hold the message's ``RecordRef``, they stay tracked until the invocation
+ends. The heap the imports built is frozen (``gc.freeze``) for the run, so a collection walks
+only what the calls left.
 
 A pair's figure is hooked minus plain calling-thread CPU time (the time the host gives other
-work does not count) and, beside it, wall time; a round's figure is the median of its pairs'.
-``cpu_overhead_us`` and ``overhead_us`` are the medians over rounds; ``cpu_overhead_iqr_us``
-says how far rounds disagree and ``cpu_overhead_ci95_us`` how precisely the median is known;
-``ratio`` and ``cpu_ratio`` are the medians over rounds of a round's median hooked call over its
-median plain call. The clients whose calls vary most from one call to the next get a multiple
-of ``calls`` (``CALLS_FACTOR``; an httpx async pair's difference spreads over some 200 us
-between its quartiles, against 25 us for urllib3, so 4,000 pairs left an interval wider than
-the target): what is measured is the same, only known more precisely. The target, at most 5 us
-per call, is judged on every client's ``cpu_overhead_us`` (``meets_target``) and on its whole
-interval (``target_shown``).
+work does not count) and, beside it, wall time; a round's figure is the median of its pairs',
+and a process's the median of its rounds' (``measure_in_process``), with a 95% interval that
+says how precisely that process's figure is known. It does not say how the figure varies from
+process to process, and it varies more than that: the interpreter's type attribute cache is
+indexed by addresses, so which lookups collide, and with them a call's cost by thousands of
+instructions, changes with the memory layout, drawn anew in every process (short runs of the
+same code in fresh processes: requests 1.2-10.8 us, httpx async -3.9 to 17 us). So ``measure``
+splits ``calls`` across ``processes`` fresh interpreters (``python -m`` this module), run one
+after another (side by side they would disturb each other), each measuring every client and
+printing its report; a child that fails, or does not answer within its time limit, fails the
+bench (``BenchError``). Every figure of the report is over processes: ``cpu_overhead_us`` and
+``overhead_us`` are the medians of the processes' figures, ``process_cpu_overheads_us`` lists
+those figures in run order, ``cpu_overhead_iqr_us`` says how far processes disagree and
+``cpu_overhead_ci95_us`` how precisely the median over processes is known (the order statistics
+that bracket it, as ``_spread`` does); the plain and hooked times, ``ratio`` and ``cpu_ratio``
+(a round's median hooked call over its median plain call, medians over rounds) are medians over
+processes, and ``calls``, ``rounds`` and ``counted_calls`` are summed. The clients whose calls
+vary most from one call to the next get a multiple of ``calls`` (``CALLS_FACTOR``; an httpx
+async pair's difference spreads over some 200 us between its quartiles, against 25 us for
+urllib3): what is measured is the same, only known more precisely. The target, at most 5 us per
+call, is judged on every client's ``cpu_overhead_us`` (``meets_target``) and on its whole
+interval (``target_shown``; fewer than ``MIN_PROCESSES_SHOWN`` processes show it neither met
+nor missed).
 """
 
 from __future__ import annotations
 
 import gc
 import io
+import json
 import math
 import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 from load.bench import BenchError
@@ -67,6 +89,20 @@ WARMUP_CALLS = 20  # per side, before the first round of a segment
 SEGMENT_ROUNDS = 16  # rounds on the same pair of clients
 SETTLE_CALLS = 4  # per side, untimed, at the start of every round
 CONFIDENCE_Z = 1.96  # of a 95% confidence interval
+# Fresh processes the calls are split across. With ten, the 95% interval of the median over
+# processes is their whole range, so one process drawing an unlucky layout sets a bound; eleven
+# and more leave out the lowest and the highest. Their starts (under a second each) are small
+# beside the measurement.
+DEFAULT_PROCESSES = 12
+MAX_PROCESSES = 100
+# The fewest processes whose range holds the median over processes 95% of the time
+# (1 - 2 / 2**n): with fewer, the target is shown neither met nor missed.
+MIN_PROCESSES_SHOWN = 6
+# A child's time limit: its start, then a generous allowance per timed pair (an httpx async
+# pair, the longest, takes about 2 ms of CPU with its untimed share; a busy host, a few times
+# that), so a child that hangs fails the bench instead of stalling it.
+PROCESS_START_ALLOWANCE_S = 60.0
+PAIR_ALLOWANCE_S = 0.02
 # The downstream the calls name: never connected to (the transport is in-process).
 HOST, PORT = "127.0.0.1", 8080
 ANSWER = (
@@ -471,7 +507,9 @@ def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
     }
 
 
-def measure(*, calls: int, block: int, clients: tuple[str, ...]) -> dict[str, Any]:
+def measure_in_process(*, calls: int, block: int, clients: tuple[str, ...]) -> dict[str, Any]:
+    """One process's measurement (what a child of ``measure`` runs): ``calls`` timed pairs
+    per client (times ``CALLS_FACTOR``), medians over rounds."""
     from worker import instrument
 
     was_installed = instrument.installed()
@@ -485,12 +523,118 @@ def measure(*, calls: int, block: int, clients: tuple[str, ...]) -> dict[str, An
         gc.unfreeze()
         if not was_installed:
             instrument.uninstall()
+    return _report(results, calls=calls, block=block, processes=1)
+
+
+def measure(*, calls: int, block: int, clients: tuple[str, ...], processes: int) -> dict[str, Any]:
+    """``calls`` timed pairs per client (times ``CALLS_FACTOR``) split across ``processes``
+    fresh interpreters run one after another, each measuring every client; per client the
+    median and 95% interval over processes (``_client_over_processes``)."""
+    names = tuple(dict.fromkeys(clients))
+    shares = [calls // processes + (index < calls % processes) for index in range(processes)]
+    reports = []
+    for index, share in enumerate(shares):
+        pairs = share * sum(CALLS_FACTOR.get(name, 1) for name in names)
+        arguments = {"calls": share, "block": block, "clients": names}
+        reports.append(
+            _run_process(
+                [sys.executable, "-m", __name__, json.dumps(arguments)],
+                timeout_s=PROCESS_START_ALLOWANCE_S + pairs * PAIR_ALLOWANCE_S,
+                label=f"process {index + 1} of {processes}",
+            )
+        )
+    return _over_processes(reports)
+
+
+def _run_process(command: list[str], *, timeout_s: float, label: str) -> dict[str, Any]:
+    """The JSON report ``command`` prints, run from the directory holding this package (so
+    ``-m`` imports the same code as this process, whichever directory the bench was started
+    in); a child that fails, or has not answered within ``timeout_s``, is a ``BenchError``."""
+    try:
+        finished = subprocess.run(
+            command,
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as error:
+        raise BenchError(
+            f"worker bench {label} gave no answer within {timeout_s:.0f} s and was stopped"
+        ) from error
+    if finished.returncode != 0:
+        last_line = (finished.stderr.strip().splitlines() or ["no message"])[-1]
+        raise BenchError(f"worker bench {label} failed (exit {finished.returncode}): {last_line}")
+    try:
+        return cast(dict[str, Any], json.loads(finished.stdout))
+    except ValueError as error:
+        raise BenchError(f"worker bench {label} printed no JSON report: {error}") from error
+
+
+def _over_processes(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """The report over several processes' reports (``measure_in_process``, in run order)."""
+    return _report(
+        {
+            name: _client_over_processes([report["clients"][name] for report in reports])
+            for name in reports[0]["clients"]
+        },
+        calls=sum(report["calls"] for report in reports),
+        block=reports[0]["block"],
+        processes=len(reports),
+    )
+
+
+def _client_over_processes(per_process: list[dict[str, Any]]) -> dict[str, Any]:
+    """One client's figures over processes: medians of the processes' figures, the 95%
+    interval of the median overhead (``_spread``), each process's overhead in run order, and
+    the calls, rounds and counted calls summed. The target is shown met or missed only by
+    enough processes (``MIN_PROCESSES_SHOWN``)."""
+    cpu_overheads = [result["cpu_overhead_us"] for result in per_process]
+    cpu_overhead, cpu_iqr, (cpu_low, cpu_high) = _spread(cpu_overheads)
+    wall_overhead, wall_iqr, _ = _spread([result["overhead_us"] for result in per_process])
+    medians = {
+        key: round(statistics.median(result[key] for result in per_process), digits)
+        for key, digits in (
+            ("uninstrumented_us", 2),
+            ("instrumented_us", 2),
+            ("uninstrumented_cpu_us", 2),
+            ("instrumented_cpu_us", 2),
+            ("ratio", 4),
+            ("cpu_ratio", 4),
+        )
+    }
+    totals = {
+        key: sum(result[key] for result in per_process)
+        for key in ("calls", "rounds", "counted_calls")
+    }
+    return {
+        **medians,
+        "overhead_us": round(wall_overhead, 2),
+        "overhead_iqr_us": round(wall_iqr, 2),
+        "cpu_overhead_us": round(cpu_overhead, 2),
+        "cpu_overhead_iqr_us": round(cpu_iqr, 2),
+        "cpu_overhead_ci95_us": [round(cpu_low, 2), round(cpu_high, 2)],
+        "process_cpu_overheads_us": cpu_overheads,
+        **totals,
+        "meets_target": cpu_overhead <= TARGET_OVERHEAD_US,
+        "target_shown": _verdict(cpu_low, cpu_high)
+        if len(per_process) >= MIN_PROCESSES_SHOWN
+        else "not resolved",
+    }
+
+
+def _report(
+    results: dict[str, dict[str, Any]], *, calls: int, block: int, processes: int
+) -> dict[str, Any]:
+    """The whole report around the clients' results: the worst client's figures first."""
     worst = max(results, key=lambda name: results[name]["cpu_overhead_us"])
     return {
         "benchmark": "worker",
         "transport": "in-process canned answer",
         "calls": calls,
         "block": block,
+        "processes": processes,
         "settle_calls": SETTLE_CALLS,
         "python": sys.version.split()[0],
         "clients": results,
@@ -503,3 +647,22 @@ def measure(*, calls: int, block: int, clients: tuple[str, ...]) -> dict[str, An
         "meets_target": all(result["meets_target"] for result in results.values()),
         "target_shown": _overall_verdict([result["target_shown"] for result in results.values()]),
     }
+
+
+def _main(argument: str) -> int:
+    """A child of ``measure``: ``measure_in_process`` with the JSON ``argument``'s calls,
+    block and clients, its report printed as JSON (a ``BenchError`` as its message)."""
+    arguments = json.loads(argument)
+    try:
+        report = measure_in_process(
+            calls=arguments["calls"], block=arguments["block"], clients=tuple(arguments["clients"])
+        )
+    except BenchError as error:
+        print(error, file=sys.stderr)
+        return 1
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1]))

@@ -216,7 +216,7 @@ def _register_worker(bench_subparsers: Any) -> None:
         "--calls",
         type=int,
         default=4_000,
-        help=f"timed calls per side per client (default 4000; {_MORE_CALLS})",
+        help=f"timed calls per side per client, over all processes (default 4000; {_MORE_CALLS})",
     )
     parser.add_argument(
         "--block",
@@ -224,6 +224,13 @@ def _register_worker(bench_subparsers: Any) -> None:
         default=25,
         help=f"timed pairs (hooked, plain) in a round, after {worker.SETTLE_CALLS} untimed pairs "
         "(default 25)",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        help="fresh processes the calls are split across, run one after another (default "
+        f"{worker.DEFAULT_PROCESSES}, or --calls if fewer; at least "
+        f"{worker.MIN_PROCESSES_SHOWN} to show the target met or missed)",
     )
     parser.add_argument(
         "--client",
@@ -241,24 +248,38 @@ def _run_worker(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if not 1 <= value <= ceiling:
             raise CliError(f"--{name} must be between 1 and {ceiling}; got {value}")
+    processes = (
+        min(worker.DEFAULT_PROCESSES, args.calls) if args.processes is None else args.processes
+    )
+    if not 1 <= processes <= min(worker.MAX_PROCESSES, args.calls):
+        raise CliError(
+            f"--processes must be between 1 and {worker.MAX_PROCESSES}, and at most --calls "
+            f"({args.calls}: each process makes at least one call); got {processes}"
+        )
     report = worker.measure(
-        calls=args.calls, block=args.block, clients=tuple(args.client or worker.CLIENTS)
+        calls=args.calls,
+        block=args.block,
+        clients=tuple(args.client or worker.CLIENTS),
+        processes=processes,
     )
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         lines = [
-            f"worker hooks: {report['calls']} calls per side ({_MORE_CALLS}) in rounds of "
-            f"{report['block']} back-to-back pairs (each after {report['settle_calls']} untimed "
-            "pairs), keep-alive GET over an in-process transport; medians over rounds of hooked "
-            "minus plain"
+            f"worker hooks: {report['calls']} calls per side ({_MORE_CALLS}) split across "
+            f"{report['processes']} fresh processes, in rounds of {report['block']} "
+            f"back-to-back pairs (each after {report['settle_calls']} untimed pairs), "
+            "keep-alive GET over an in-process transport; per process the median over rounds "
+            "of hooked minus plain, then the median over processes"
         ]
         for name, result in report["clients"].items():
             low, high = result["cpu_overhead_ci95_us"]
+            per_process = result["process_cpu_overheads_us"]
             lines.append(
                 f"  {name:<12} plain cpu {result['uninstrumented_cpu_us']:7.1f} us  "
                 f"overhead cpu {result['cpu_overhead_us']:5.2f} us "
-                f"(95% CI {low:.2f}..{high:.2f}, IQR {result['cpu_overhead_iqr_us']:.2f})  "
+                f"(95% CI {low:.2f}..{high:.2f}; processes {min(per_process):.2f}.."
+                f"{max(per_process):.2f}, IQR {result['cpu_overhead_iqr_us']:.2f})  "
                 f"wall {result['overhead_us']:5.2f} us  ratio {result['cpu_ratio']:.4f}: "
                 f"target {result['target_shown']}"
             )

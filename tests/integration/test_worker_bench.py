@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
+from load.bench import BenchError
 from load.bench import worker as bench
 from stack.cli import main
 from worker import instrument
@@ -14,7 +17,7 @@ from worker import instrument
 
 def test_the_benchmark_times_counted_calls_and_leaves_the_hooks_as_it_found_them() -> None:
     instrument.install()
-    report = bench.measure(calls=12, block=5, clients=("urllib3", "httpx"))
+    report = bench.measure_in_process(calls=12, block=5, clients=("urllib3", "httpx"))
 
     assert set(report["clients"]) == {"urllib3", "httpx"}
     for result in report["clients"].values():
@@ -88,23 +91,120 @@ def test_the_target_is_shown_only_by_the_whole_interval(
     assert bench._verdict(low, high) == verdict
 
 
-def test_the_command_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
-    assert (
-        main(
-            ["bench", "worker", "--calls", "6", "--block", "3", "--client", "http.client", "--json"]
+def test_the_calls_are_split_across_fresh_processes_and_every_one_is_counted() -> None:
+    report = bench.measure(calls=7, block=3, clients=("http.client", "httpx-async"), processes=3)
+
+    assert (report["calls"], report["processes"]) == (7, 3)
+    for name, factor in (("http.client", 1), ("httpx-async", 4)):
+        result = report["clients"][name]
+        # 3 + 2 + 2 calls per side, each process's counted by its hooks
+        assert result["calls"] == result["counted_calls"] == 7 * factor
+        assert len(result["process_cpu_overheads_us"]) == 3
+        low, high = result["cpu_overhead_ci95_us"]
+        assert low <= result["cpu_overhead_us"] <= high
+        # three processes are too few for a 95% interval: the target is neither shown
+        assert result["target_shown"] == "not resolved"
+    assert result["rounds"] == 4 + 3 + 3  # httpx async: 12, 8 and 8 pairs in rounds of 3
+
+
+def process_report(overheads: dict[str, float], calls: int) -> dict[str, Any]:
+    """What one process reports (``measure_in_process``), with the given overheads."""
+    clients = {
+        name: {
+            "uninstrumented_us": 100.0 + overhead,
+            "instrumented_us": 110.0 + overhead,
+            "uninstrumented_cpu_us": 90.0 + overhead,
+            "instrumented_cpu_us": 95.0 + overhead,
+            "overhead_us": overhead + 1,
+            "overhead_iqr_us": 1.0,
+            "cpu_overhead_us": overhead,
+            "cpu_overhead_iqr_us": 1.0,
+            "cpu_overhead_ci95_us": [overhead - 1, overhead + 1],
+            "ratio": 1.1,
+            "cpu_ratio": 1.05,
+            "calls": calls,
+            "rounds": 2,
+            "counted_calls": calls,
+            "meets_target": overhead <= bench.TARGET_OVERHEAD_US,
+            "target_shown": "met",
+        }
+        for name, overhead in overheads.items()
+    }
+    return bench._report(clients, calls=calls, block=25, processes=1)
+
+
+def test_the_figures_are_medians_over_processes_with_their_interval() -> None:
+    # Ten processes: each measured urllib3 at 1..10 us and httpx at 10 us less.
+    reports = [
+        process_report({"urllib3": float(value), "httpx": value - 10.0}, calls=40)
+        for value in (3, 7, 1, 10, 5, 2, 9, 4, 8, 6)
+    ]
+
+    report = bench._over_processes(reports)
+
+    assert (report["calls"], report["processes"], report["block"]) == (400, 10, 25)
+    urllib3 = report["clients"]["urllib3"]
+    assert urllib3["cpu_overhead_us"] == 5.5
+    assert urllib3["overhead_us"] == 6.5
+    assert urllib3["uninstrumented_cpu_us"] == 95.5
+    # Ten processes' median lies between the lowest and the highest 95% of the time and more:
+    # the interval is theirs, not any one process's.
+    assert urllib3["cpu_overhead_ci95_us"] == [1.0, 10.0]
+    assert urllib3["process_cpu_overheads_us"] == [3, 7, 1, 10, 5, 2, 9, 4, 8, 6]
+    assert (urllib3["calls"], urllib3["counted_calls"], urllib3["rounds"]) == (400, 400, 20)
+    assert (urllib3["meets_target"], urllib3["target_shown"]) == (False, "not resolved")
+    httpx = report["clients"]["httpx"]
+    assert httpx["cpu_overhead_ci95_us"] == [-9.0, 0.0]
+    assert (httpx["meets_target"], httpx["target_shown"]) == (True, "met")
+    assert (report["worst_client"], report["cpu_overhead_us"]) == ("urllib3", 5.5)
+    assert (report["meets_target"], report["target_shown"]) == (False, "not resolved")
+
+
+def test_a_child_that_fails_or_hangs_fails_the_bench_in_one_line() -> None:
+    with pytest.raises(BenchError, match=r"process 2 of 3 failed \(exit 1\): broken$"):
+        bench._run_process(
+            [sys.executable, "-c", "import sys; sys.exit('broken')"],
+            timeout_s=60,
+            label="process 2 of 3",
         )
-        == 0
-    )
+    with pytest.raises(BenchError, match="process 1 of 3 gave no answer within 0 s"):
+        bench._run_process(
+            [sys.executable, "-c", "import time; time.sleep(60)"],
+            timeout_s=0.2,
+            label="process 1 of 3",
+        )
+
+
+def test_the_command_prints_one_json_object(capsys: pytest.CaptureFixture[str]) -> None:
+    command = ["bench", "worker", "--calls", "6", "--block", "3", "--processes", "2"]
+    assert main([*command, "--client", "http.client", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert set(report) >= {"overhead_us", "cpu_overhead_us", "ratio", "clients", "meets_target"}
+    assert report["processes"] == 2
     assert report["clients"]["http.client"]["counted_calls"] == 6
 
 
-def test_bad_arguments_are_one_line_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "worker", "--calls", "0"]) == 2
-    assert capsys.readouterr().err.strip() == (
-        "queuemesh bench: error: --calls must be between 1 and 100000; got 0"
-    )
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (["--calls", "0"], "--calls must be between 1 and 100000; got 0"),
+        (
+            ["--processes", "0"],
+            "--processes must be between 1 and 100, and at most --calls (4000: each process "
+            "makes at least one call); got 0",
+        ),
+        (
+            ["--calls", "5", "--processes", "6"],
+            "--processes must be between 1 and 100, and at most --calls (5: each process "
+            "makes at least one call); got 6",
+        ),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    arguments: list[str], error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "worker", *arguments]) == 2
+    assert capsys.readouterr().err.strip() == f"queuemesh bench: error: {error}"
 
 
 @pytest.mark.parametrize("client", bench.CLIENTS)
