@@ -25,15 +25,15 @@ loop, from the ``await`` to the answer (``_timed_client``).
 Each round starts with a garbage collection and ``SETTLE_CALLS`` untimed pairs (the collection
 evicts the caches), and the collector is off while the round's pairs are timed, on both sides:
 otherwise a collection lands in some calls and not others. A hooked call leaves one object the
-collector tracks: the tuple it appends to the invocation, kept until the tallies are read (when
-the invocation's documents are written). That is one more young-generation object a call than
-the plain call leaves (0.9-1.3 on http.client, urllib3 and requests; about 40 on httpx): one
-more young collection (700 objects, some 8 us) per 700 calls, about 0.01 us a call, and none
-while pairs are timed here. In the bench the round's untimed collection walks the tuples and
-stops tracking them (with no message to attribute them to, they hold nothing it tracks); in a
-worker, whose tuples hold the message's ``RecordRef``, they stay tracked until the invocation
-ends. The heap the imports built is frozen (``gc.freeze``) for the run, so a collection walks
-only what the calls left.
+collector tracks: the tuple it appends to the invocation, kept until the tallies take it in
+(when the invocation's documents are written, or after ``FOLD_EVERY`` calls). That is one more
+young-generation object a call than the plain call leaves (0.9-1.3 on http.client, urllib3 and
+requests; about 40 on httpx): one more young collection (700 objects, some 8 us) per 700 calls,
+about 0.01 us a call, and none while pairs are timed here. In the bench the round's untimed
+collection walks the tuples and stops tracking them (with no message to attribute them to, they
+hold nothing it tracks); in a worker, whose tuples hold the message's ``RecordRef``, they stay
+tracked until the tallies take them in. The heap the imports built is frozen (``gc.freeze``) for
+the run, so a collection walks only what the calls left.
 
 A pair's figure is hooked minus plain calling-thread CPU time (the time the host gives other
 work does not count) and, beside it, wall time; a round's figure is the median of its pairs',
