@@ -21,23 +21,27 @@ def namespace_from_env() -> str:
     return os.environ.get(NAMESPACE_ENV) or schema.NAMESPACE
 
 
-def latency_values(latencies_ms: list[float], limit: int = MAX_LATENCY_VALUES) -> list[float]:
-    """The latencies, or past ``limit`` one value per run of them that keeps the mean exact.
+def latency_values(tally: Tally, limit: int = MAX_LATENCY_VALUES) -> list[float]:
+    """The tally's latencies, or past ``limit`` one value per group of them, in the order the
+    calls came, that keeps the mean exact.
 
     Past the limit the number of values no longer counts calls (``DownstreamRequests`` does):
-    each value is its run's sum over the average run length, so their mean is the calls' mean.
+    each value is its group's sum over the average group's calls, so their mean is the calls'
+    mean. A tally past ``LATENCIES_HELD`` holds runs of calls, grouped the same way.
     """
-    if len(latencies_ms) <= limit:
-        return list(latencies_ms)
-    size, extra = divmod(len(latencies_ms), limit)
-    average_run = len(latencies_ms) / limit
-    merged: list[float] = []
+    runs = list(tally.latency_runs())
+    if len(runs) <= limit and tally.latency_run == 1:
+        return [total for total, _ in runs]
+    groups = min(len(runs), limit)
+    size, extra = divmod(len(runs), groups)
+    average_calls = tally.latency_count / groups
+    values: list[float] = []
     start = 0
-    for index in range(limit):
+    for index in range(groups):
         end = start + size + (1 if index < extra else 0)
-        merged.append(sum(latencies_ms[start:end]) / average_run)
+        values.append(sum(total for total, _ in runs[start:end]) / average_calls)
         start = end
-    return merged
+    return values
 
 
 def document(
@@ -65,7 +69,7 @@ def document(
     )
     for metric, value in counts:
         _add(metrics, metric, value)
-    for latency in latency_values(tally.latencies_ms):
+    for latency in latency_values(tally):
         _add(metrics, schema.LATENCY, latency)
     if tally.retry_after_s > 0:
         _add(metrics, schema.RETRY_AFTER, tally.retry_after_s)

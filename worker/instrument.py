@@ -35,6 +35,10 @@ AWS_HOST_SUFFIXES = ("amazonaws.com", "amazonaws.com.cn", "api.aws")
 # Calls an invocation holds as the hooks saw them before the tallies take them in: however many
 # calls an invocation makes, the hooks keep at most this many (about 100 bytes each).
 FOLD_EVERY = 4096
+# Latencies a tally holds: whenever that many have piled up, each pair becomes its mean (a value
+# then stands for twice as many calls in a row), so however many calls an invocation makes a
+# queue's tally holds at most this many; its EMF document sends at most 99.
+LATENCIES_HELD = 4096  # even: the values pair up
 
 
 @dataclass(slots=True)
@@ -48,7 +52,12 @@ class Tally:
     overloaded: int = 0
     client_errors: int = 0
     timed_out: int = 0
+    # In the order the calls came: each value the mean latency of ``latency_run`` calls in a row
+    # (one call each until ``LATENCIES_HELD`` have been held), then the next run's calls so far.
     latencies_ms: list[float] = field(default_factory=list)
+    latency_run: int = 1
+    pending_latency_ms: float = 0.0  # their sum
+    pending_latencies: int = 0
     retry_after_s: float = 0.0
     downstreams: set[str] = field(default_factory=set)
 
@@ -87,9 +96,39 @@ class Tally:
         if downstream and downstream not in self.downstreams:
             self.downstreams.add(downstream)
         if latency_ms is not None:
-            self.latencies_ms.append(latency_ms)
+            self._add_latency(latency_ms)
         if retry_after_s is not None and retry_after_s > self.retry_after_s:
             self.retry_after_s = retry_after_s
+
+    def _add_latency(self, latency_ms: float) -> None:
+        if self.latency_run == 1:
+            self.latencies_ms.append(latency_ms)
+        else:
+            self.pending_latency_ms += latency_ms
+            self.pending_latencies += 1
+            if self.pending_latencies < self.latency_run:
+                return
+            self.latencies_ms.append(self.pending_latency_ms / self.latency_run)
+            self.pending_latency_ms, self.pending_latencies = 0.0, 0
+        if len(self.latencies_ms) >= LATENCIES_HELD:
+            held = self.latencies_ms
+            self.latencies_ms = [
+                (first + second) / 2 for first, second in zip(held[::2], held[1::2], strict=True)
+            ]
+            self.latency_run *= 2
+
+    @property
+    def latency_count(self) -> int:
+        """The calls with a latency."""
+        return self.latency_run * len(self.latencies_ms) + self.pending_latencies
+
+    def latency_runs(self) -> Iterator[tuple[float, int]]:
+        """The latencies in the order the calls came, as (sum in ms, calls) of runs of calls in
+        a row: one call each until ``LATENCIES_HELD`` have been held."""
+        for mean in self.latencies_ms:
+            yield mean * self.latency_run, self.latency_run
+        if self.pending_latencies:
+            yield self.pending_latency_ms, self.pending_latencies
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
+from unittest import mock
 from urllib.parse import urlsplit
 
 import boto3
@@ -383,20 +384,21 @@ def test_calls_from_many_threads_are_all_counted(
 
     assert seen == sorted(seen) and seen[-1] <= 8_000
     assert invocation.tallies["orders"].ok == 8_000
-    assert len(invocation.tallies["orders"].latencies_ms) == 8_000
+    assert invocation.tallies["orders"].latency_count == 8_000
 
 
 def test_an_invocation_holds_a_bounded_number_of_calls_however_many_it_makes() -> None:
-    """Past ``FOLD_EVERY`` calls the tallies take the calls in and the calls are let go: an
-    invocation's memory does not grow with each call (about 100 bytes a call if it did)."""
+    """Past ``FOLD_EVERY`` calls the tallies take the calls in and the calls are let go, and
+    past ``LATENCIES_HELD`` latencies a tally holds runs of them: an invocation's memory does
+    not grow with each call (about 130 bytes a call if it did)."""
     import tracemalloc
 
     invocation = instrument.Invocation(["orders"], environ={})
     many = 20 * instrument.FOLD_EVERY
     tracemalloc.start()
     try:
-        for _ in range(many):
-            invocation.count(200, None, None, "payments")
+        for index in range(many):
+            invocation.count(200, index / 1000, None, "payments")
         _, peak_bytes = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -472,13 +474,41 @@ def test_retry_after_is_never_negative_nor_raises(value: object) -> None:
     assert seconds is None or seconds >= 0
 
 
+def tally_of(latencies: list[float]) -> instrument.Tally:
+    tally = instrument.Tally()
+    for latency in latencies:
+        tally.add(200, latency, None, "payments")
+    return tally
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.floats(0, 60_000), max_size=400), st.integers(1, 99))
 def test_merged_latencies_keep_the_mean_within_the_emf_limit(
     latencies: list[float], limit: int
 ) -> None:
-    values = emf.latency_values(latencies, limit)
+    values = emf.latency_values(tally_of(latencies), limit)
+    if len(latencies) <= limit:
+        assert values == latencies
     assert len(values) == min(len(latencies), limit)
+    if latencies:
+        assert sum(values) / len(values) == pytest.approx(
+            sum(latencies) / len(latencies), rel=1e-9, abs=1e-6
+        )
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(0, 60_000), max_size=400), st.integers(1, 99))
+def test_a_tally_holds_a_bounded_number_of_latencies_and_keeps_their_mean(
+    latencies: list[float], limit: int
+) -> None:
+    # Held 8 at most: past that, values stand for runs of 2, 4, 8, ... calls in a row.
+    with mock.patch.object(instrument, "LATENCIES_HELD", 8):
+        tally = tally_of(latencies)
+
+    assert len(tally.latencies_ms) < 8
+    assert tally.latency_count == len(latencies)
+    values = emf.latency_values(tally, limit)
+    assert len(values) <= limit
     if latencies:
         assert sum(values) / len(values) == pytest.approx(
             sum(latencies) / len(latencies), rel=1e-9, abs=1e-6
