@@ -282,7 +282,7 @@ class Invocation:
             (_current_record.get(), status, latency_ms, retry_after_s, downstream, timed_out)
         )
         if len(held) >= FOLD_EVERY:
-            self._fold()
+            self._fold_unless_folding()
 
     @property
     def tallies(self) -> dict[str, Tally]:
@@ -306,15 +306,29 @@ class Invocation:
         """Classify the calls not yet in the tallies, in the order they were counted, and let
         them go."""
         with self._fold_lock:
-            calls = self._calls
-            end = len(calls)
-            for index in range(end):
-                try:
-                    self._add(*calls[index])
-                except Exception as error:
-                    failures.swallow(error)
-            # One operation under the GIL: calls appended meanwhile, past ``end``, stay.
-            del calls[:end]
+            self._fold_held()
+
+    def _fold_unless_folding(self) -> None:
+        """``_fold`` for a hook, which never waits: while a fold is in progress (in another
+        thread, or in this one, when a failure it logs makes a call) that one takes the calls
+        in, or the next call's or the read's will."""
+        if self._fold_lock.acquire(blocking=False):
+            try:
+                self._fold_held()
+            finally:
+                self._fold_lock.release()
+
+    def _fold_held(self) -> None:
+        """The fold itself, with ``_fold_lock`` held."""
+        calls = self._calls
+        end = len(calls)
+        for index in range(end):
+            try:
+                self._add(*calls[index])
+            except Exception as error:
+                failures.swallow(error)
+        # One operation under the GIL: calls appended meanwhile, past ``end``, stay.
+        del calls[:end]
 
     def _add(
         self,
@@ -563,7 +577,7 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
                 )
             )
             if len(held) >= FOLD_EVERY:
-                invocation._fold()
+                invocation._fold_unless_folding()
         except Exception as error:
             failures.swallow(error)
         return response
@@ -612,7 +626,7 @@ def _count_httpx_answer(
             )
         )
         if len(held) >= FOLD_EVERY:
-            invocation._fold()
+            invocation._fold_unless_folding()
     except Exception as error:
         failures.swallow(error)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import inspect
+import logging
 import socket
 import urllib.request
 from collections.abc import Callable
@@ -385,6 +386,41 @@ def test_calls_from_many_threads_are_all_counted(
     assert seen == sorted(seen) and seen[-1] <= 8_000
     assert invocation.tallies["orders"].ok == 8_000
     assert invocation.tallies["orders"].latency_count == 8_000
+
+
+def test_a_call_made_while_its_invocation_folds_calls_neither_waits_nor_is_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The fold's first failure is logged in the folding thread, and a logging handler that
+    # calls an API brings a call back to the same invocation while its fold is in progress.
+    monkeypatch.setattr(instrument, "FOLD_EVERY", 2)
+    invocation = instrument.Invocation(["orders"], environ={})
+    add = instrument.Tally.add
+    failing = iter([True])
+
+    def add_failing_once(self: instrument.Tally, *args: Any) -> None:
+        if next(failing, False):
+            raise RuntimeError("broken once")
+        add(self, *args)
+
+    monkeypatch.setattr(instrument.Tally, "add", add_failing_once)
+
+    class CallingHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            invocation.count(200, 1.0, None, "logs")
+
+    handler = CallingHandler()
+    logging.getLogger("queuemesh").addHandler(handler)
+    try:
+        for _ in range(4):
+            invocation.count(200, 1.0, None, "payments")
+    finally:
+        logging.getLogger("queuemesh").removeHandler(handler)
+
+    assert instrument.failures.count == 1
+    # the four calls but the one that failed, and the handler's
+    assert invocation.tallies["orders"].requests == 4
+    assert invocation.tallies["orders"].downstreams == {"payments", "logs"}
 
 
 def test_an_invocation_holds_a_bounded_number_of_calls_however_many_it_makes() -> None:
