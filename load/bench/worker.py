@@ -27,8 +27,9 @@ evicts the caches), and the collector is off while the round's pairs are timed, 
 otherwise a collection lands in some calls and not others. A hooked call leaves one object the
 collector tracks: the tuple it appends to the invocation, kept until the tallies take it in
 (when the invocation's documents are written, or after ``FOLD_EVERY`` calls). That is one more
-young-generation object a call than the plain call leaves (0.9-1.3 on http.client, urllib3 and
-requests; about 40 on httpx): one more young collection (700 objects, some 8 us) per 700 calls,
+young-generation object a call than the plain call leaves, on every client (the plain call
+itself leaves up to about 1 on http.client, urllib3 and requests, and about 42 on httpx, in
+reference cycles of its own): one more young collection (700 objects, some 8 us) per 700 calls,
 about 0.01 us a call, and none while pairs are timed here. In the bench the round's untimed
 collection walks the tuples and stops tracking them (with no message to attribute them to, they
 hold nothing it tracks); in a worker, whose tuples hold the message's ``RecordRef``, they stay
