@@ -486,25 +486,35 @@ def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
             f"the hooks counted {counted} of {calls} {name} calls: the measurement is not of "
             "instrumented calls; this is a QueueMesh bug, please report it"
         )
-    cpu_overhead, cpu_iqr, (cpu_low, cpu_high) = _spread([r.cpu_overhead for r in rounds])
-    wall_overhead, wall_iqr, _ = _spread([r.wall_overhead for r in rounds])
     return {
         "uninstrumented_us": round(statistics.median(r.plain_wall for r in rounds), 2),
         "instrumented_us": round(statistics.median(r.hooked_wall for r in rounds), 2),
         "uninstrumented_cpu_us": round(statistics.median(r.plain_cpu for r in rounds), 2),
         "instrumented_cpu_us": round(statistics.median(r.hooked_cpu for r in rounds), 2),
-        "overhead_us": round(wall_overhead, 2),
-        "overhead_iqr_us": round(wall_iqr, 2),
-        "cpu_overhead_us": round(cpu_overhead, 2),
-        "cpu_overhead_iqr_us": round(cpu_iqr, 2),
-        "cpu_overhead_ci95_us": [round(cpu_low, 2), round(cpu_high, 2)],
         "ratio": round(statistics.median(r.hooked_wall / r.plain_wall for r in rounds), 4),
         "cpu_ratio": round(statistics.median(r.hooked_cpu / r.plain_cpu for r in rounds), 4),
         "calls": calls,
         "rounds": len(rounds),
         "counted_calls": counted,
+        **_overheads(
+            [r.cpu_overhead for r in rounds], [r.wall_overhead for r in rounds], can_show=True
+        ),
+    }
+
+
+def _overheads(cpu: list[float], wall: list[float], *, can_show: bool) -> dict[str, Any]:
+    """A client's overhead keys from its per-round or per-process figures: the medians, their
+    spread (``_spread``) and the verdict on the target, shown only when ``can_show``."""
+    cpu_overhead, cpu_iqr, (cpu_low, cpu_high) = _spread(cpu)
+    wall_overhead, wall_iqr, _ = _spread(wall)
+    return {
+        "overhead_us": round(wall_overhead, 2),
+        "overhead_iqr_us": round(wall_iqr, 2),
+        "cpu_overhead_us": round(cpu_overhead, 2),
+        "cpu_overhead_iqr_us": round(cpu_iqr, 2),
+        "cpu_overhead_ci95_us": [round(cpu_low, 2), round(cpu_high, 2)],
         "meets_target": cpu_overhead <= TARGET_OVERHEAD_US,
-        "target_shown": _verdict(cpu_low, cpu_high),
+        "target_shown": _verdict(cpu_low, cpu_high) if can_show else "not resolved",
     }
 
 
@@ -592,8 +602,6 @@ def _client_over_processes(per_process: list[dict[str, Any]]) -> dict[str, Any]:
     the calls, rounds and counted calls summed. The target is shown met or missed only by
     enough processes (``MIN_PROCESSES_SHOWN``)."""
     cpu_overheads = [result["cpu_overhead_us"] for result in per_process]
-    cpu_overhead, cpu_iqr, (cpu_low, cpu_high) = _spread(cpu_overheads)
-    wall_overhead, wall_iqr, _ = _spread([result["overhead_us"] for result in per_process])
     medians = {
         key: round(statistics.median(result[key] for result in per_process), digits)
         for key, digits in (
@@ -611,17 +619,13 @@ def _client_over_processes(per_process: list[dict[str, Any]]) -> dict[str, Any]:
     }
     return {
         **medians,
-        "overhead_us": round(wall_overhead, 2),
-        "overhead_iqr_us": round(wall_iqr, 2),
-        "cpu_overhead_us": round(cpu_overhead, 2),
-        "cpu_overhead_iqr_us": round(cpu_iqr, 2),
-        "cpu_overhead_ci95_us": [round(cpu_low, 2), round(cpu_high, 2)],
         "process_cpu_overheads_us": cpu_overheads,
         **totals,
-        "meets_target": cpu_overhead <= TARGET_OVERHEAD_US,
-        "target_shown": _verdict(cpu_low, cpu_high)
-        if len(per_process) >= MIN_PROCESSES_SHOWN
-        else "not resolved",
+        **_overheads(
+            cpu_overheads,
+            [result["overhead_us"] for result in per_process],
+            can_show=len(per_process) >= MIN_PROCESSES_SHOWN,
+        ),
     }
 
 
