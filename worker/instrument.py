@@ -275,7 +275,7 @@ class Invocation:
     ) -> None:
         """Count one call for the queue being worked on, as ``Tally.add`` classifies it.
 
-        The hot hooks append the same tuple themselves, inline.
+        The http.client hook, the hottest, appends the same tuple itself, inline.
         """
         held = self._calls
         held.append(
@@ -612,21 +612,14 @@ def _count_httpx_answer(
     """Count an httpx answer (the sync and async transports alike); never raises."""
     try:
         status = response.status_code
-        held = invocation._calls
-        held.append(
-            (
-                _current_record.get(),
-                status,
-                (perf_counter() - started) * 1000.0,
-                parse_retry_after(response.headers.get("retry-after"))
-                if status == 429 or status >= 500
-                else None,
-                downstream,
-                False,
-            )
+        invocation.count(
+            status,
+            (perf_counter() - started) * 1000.0,
+            parse_retry_after(response.headers.get("retry-after"))
+            if status == 429 or status >= 500
+            else None,
+            downstream,
         )
-        if len(held) >= FOLD_EVERY:
-            invocation._fold_unless_folding()
     except Exception as error:
         failures.swallow(error)
 
