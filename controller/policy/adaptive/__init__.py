@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 
 from controller.model import QueueState, QueueStateName
 from controller.policy.adaptive import latency, pausing, probing, sizing
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, ceiling_above, hold
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import LimitAlgorithm, refused
 from controller.policy.evidence import Evidence
@@ -190,6 +190,6 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
                 stats,
             )
         # Growth waits out any Retry-After: the shared guards hold a raise until then.
-        if memory.ceiling == 0 or current + 1 < memory.ceiling:
+        if memory.ceiling == 0 or ceiling_above(current) < memory.ceiling:
             return probing.grow(self, state, memory, stats, now, params)
         return probing.probe(self, state, memory, stats, now, params)

@@ -58,6 +58,12 @@ class AdaptiveMemory:
 AdaptiveVerdict = Verdict[AdaptiveMemory]
 
 
+def ceiling_above(level: int) -> int:
+    """The ceiling over a level the queue settles at (after a cut, a pause, or a passed probe
+    or test): the next level up is the lowest taken to break."""
+    return level + 1
+
+
 def move(
     target: int,
     name: QueueStateName,

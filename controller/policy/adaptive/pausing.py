@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from controller.model import QueueState, QueueStateName
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold, move
+from controller.policy.adaptive.memory import (
+    AdaptiveMemory,
+    AdaptiveVerdict,
+    ceiling_above,
+    hold,
+    move,
+)
 from controller.policy.adaptive.probing import (
     awaiting_telemetry,
     pulse_span_s,
@@ -67,7 +73,12 @@ def pause_far_below(
     return _paused(
         tuning,
         replace(state, concurrency=params.cmin),
-        replace(memory, ceiling=params.cmin + 1, broke_at=state.concurrency, ceiling_refused=True),
+        replace(
+            memory,
+            ceiling=ceiling_above(params.cmin),
+            broke_at=state.concurrency,
+            ceiling_refused=True,
+        ),
         stats,
         now,
         f"Overload far below the floor: pressure {stats.pressure_rate:.1%} with about "
@@ -175,7 +186,7 @@ def _judging(
                 pause_s=0.0,
                 paused_until=0.0,
                 judge_at=0.0,
-                ceiling=state.concurrency + 1,
+                ceiling=ceiling_above(state.concurrency),
                 next_probe_at=now + spread(tuning, state, now, 0.0),
             ),
             test,

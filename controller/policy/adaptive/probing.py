@@ -19,6 +19,7 @@ from controller.model import QueueState
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
     AdaptiveVerdict,
+    ceiling_above,
     hold,
     move,
     rising,
@@ -210,7 +211,7 @@ def commit(
     if probed >= ceiling and probed < params.cmax and (memory.ceiling_refused or not expired):
         chained = replace(
             memory,
-            ceiling=probed + 1,
+            ceiling=ceiling_above(probed),
             good_level=probed,
             probe_backoff_s=tuning.probe_backoff_s[0],
             probe_streak=2 * max(1, streak),

@@ -8,7 +8,13 @@ from dataclasses import replace
 
 from controller.model import QueueState, QueueStateName
 from controller.policy.adaptive import pausing
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, hold, move
+from controller.policy.adaptive.memory import (
+    AdaptiveMemory,
+    AdaptiveVerdict,
+    ceiling_above,
+    hold,
+    move,
+)
 from controller.policy.adaptive.probing import refused, spread
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import clamp
@@ -217,7 +223,7 @@ def cut_verdict(
     backoff = memory.probe_backoff_s or tuning.probe_backoff_s[0]
     remembered = replace(
         memory,
-        ceiling=target + 1,
+        ceiling=ceiling_above(target),
         broke_at=state.concurrency,
         ceiling_refused=by_refusals,
         probe_streak=0,
@@ -287,7 +293,7 @@ def correction(
         f"Correcting the cut: the {before.requests} calls from before it show pressure "
         f"{pressure:.1%} with about {memory.cut_running:.1f} invocations in use. Scaled from "
         f"{current} -> {target}.",
-        replace(memory, ceiling=target + 1, cut_at=now, cut_requests=before.requests),
+        replace(memory, ceiling=ceiling_above(target), cut_at=now, cut_requests=before.requests),
         before,
         breaches=state.consecutive_breaches + 1,
         wake_at=0.0,
