@@ -6,10 +6,10 @@ found, like Lambda's scaler). As Lambda's pollers do, it works around the invoca
 inside them: one receiver thread receives for the free invocation slots, and keeps one batch
 ready for the next slot to free (``READY_BATCHES``), never more, so that a message waits
 invisible at most one invocation before its own; each slot only runs the function, and two
-handoff threads, off the slots, ship each invocation's
-log lines and delete what succeeded per the partial batch response. Failures are left to
-return after the visibility timeout; the emulated SQS moves a message to the dead-letter queue
-once its receive count exceeds the redrive policy.
+handoff threads, off the slots, ship each invocation's log lines and delete what succeeded per
+the partial batch response. Failures are left to return after the visibility timeout; the
+emulated SQS moves a message to the dead-letter queue once its receive count exceeds the
+redrive policy.
 """
 
 from __future__ import annotations
