@@ -31,8 +31,8 @@ MAPPING_REFRESH_S = 1.0
 EMPTY_RECEIVE_PAUSE_S = 0.25
 # Batches received ahead for the next invocation slot to free, while the allowed ones all hold
 # one: the embedded SQS answers a receive in 12 ms idle and several times that beside 16
-# invocations' traffic, and without one ready each invocation's slot sat idle that long (about
-# a tenth of a 1.3 s invocation in the demo) where AWS's pollers lose a few milliseconds.
+# invocations' traffic, and without one ready each slot sat idle that long between invocations
+# (2-4% of the slots' time in the demo) where AWS's pollers lose a few milliseconds.
 READY_BATCHES = 1
 # SQS's limit per ReceiveMessage, DeleteMessageBatch and ChangeMessageVisibilityBatch call.
 MAX_MESSAGES_PER_CALL = 10
