@@ -159,7 +159,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
             and stats.requests >= self.trim_evidence
             and current > params.cmin
         ):
-            return sizing.trim(self, state, memory, stats, now, params, sizing_pressure)
+            return sizing.trim(self, state, memory, stats, window, now, params, sizing_pressure)
         if pressure >= self.grow_below:
             return hold(
                 state,

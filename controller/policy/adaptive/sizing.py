@@ -103,6 +103,14 @@ def _reachable(tuning: Tuning, state: QueueState, stats: WindowStats, estimate: 
     return estimate
 
 
+def newest_start(stats: WindowStats) -> int | None:
+    """The second the newest reported invocations started in (``None``: none reported)."""
+    if stats.newest_event_time is None:
+        return None
+    mean_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
+    return math.floor(stats.newest_event_time - mean_s)
+
+
 def latest_pressure(
     tuning: Tuning, stats: WindowStats, window: QueueWindow, params: PolicyParams
 ) -> tuple[float, float]:
@@ -113,10 +121,9 @@ def latest_pressure(
     0. ``sizing`` is the same pressure on half the evidence, to size a cut the whole
     evidence has already called for, which the older, cleaner seconds would understate.
     """
-    if stats.newest_event_time is None:
+    newest = newest_start(stats)
+    if newest is None:
         return 0.0, 0.0
-    mean_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
-    newest = math.floor(stats.newest_event_time - mean_s)
     latest = window.stats(max(stats.since, newest - tuning.latest_s + 1), newest + 1)
     pressure = latest.pressure_rate
     sizing = pressure if 2 * latest.requests >= params.min_samples else 0.0
@@ -305,6 +312,7 @@ def trim(
     state: QueueState,
     memory: AdaptiveMemory,
     stats: WindowStats,
+    window: QueueWindow,
     now: float,
     params: PolicyParams,
     newest_pressure: float,
@@ -316,13 +324,21 @@ def trim(
     Not while the poller is still climbing well below the cap: a lower cap would not lower
     what runs, and the change would only restart the evidence a storm's cut waits for. Nor
     while the newest invocations (``newest_pressure``, see ``latest_pressure``) draw T1 or
-    more: those are a storm's first reports, thinned by the clean evidence before it."""
+    more, nor while the evidence before the newest ``trim_recent_s`` seconds, enough for a trim
+    on its own, stays under the trim's share: those are a storm's first reports, thinned by the
+    clean evidence before them (the live demo's first few came before their second had enough
+    calls to size on)."""
     current = state.concurrency
-    if newest_pressure >= params.t1:
+    newest = newest_start(stats)
+    until = stats.since if newest is None else newest - tuning.trim_recent_s + 1
+    before = window.stats(stats.since, until)
+    onset = before.requests >= tuning.trim_evidence and before.pressure_rate < tuning.trim_above
+    if newest_pressure >= params.t1 or onset:
         return hold(
             state,
             f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls, "
-            f"{newest_pressure:.1%} among the newest invocations: waiting for their evidence; "
+            f"{before.pressure_rate:.2%} before the newest {tuning.trim_recent_s} seconds of "
+            f"invocations and {newest_pressure:.1%} in the newest: waiting for their evidence; "
             f"holding at {current}.",
             memory,
             stats,

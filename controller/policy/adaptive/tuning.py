@@ -19,6 +19,9 @@ class Tuning:
     # committed above it would be trimmed back, and the cycle would repeat).
     trim_above: float = 0.0025
     trim_evidence: int = 400
+    # The newest seconds of invocation starts a trim never rests on alone: rejections only
+    # there are a storm's first reports.
+    trim_recent_s: int = 2
     # The Lambda poller's scaling: concurrent batches at first, and added each second.
     poller_start: int = 5
     poller_ramp_per_s: float = 5.0
