@@ -654,17 +654,23 @@ def test_a_storms_first_reports_are_not_trimmed() -> None:
     assert "8.0% in the newest" in decision.reason
 
 
-def test_a_storms_first_few_reports_are_not_trimmed() -> None:
-    # 29 clean seconds at 4 invocations, then the first reports of a storm: 9 calls in the
-    # newest second, too few to size on, and 8 in the one before, 9 of the 17 refused: 0.76%
-    # over the evidence, nothing before the newest two seconds (in the live demo a trim 16 ->
-    # 15 as a storm began put its cut 5 s later, and 7.6% of the calls were refused).
-    documents = steady(960, 29, 4, ok=10)
-    documents += [
+def after_first_reports(*history: Sample) -> Decision:
+    """The verdict at a cap of 4 on ``history`` and then a storm's first reports: 9 calls in
+    the newest second, too few to size on, and 8 in the one before, 9 of the 17 refused."""
+    documents = [
+        *history,
         sample(at=988.9, ok=4, throttled=4, invocation_ms=800),
         sample(at=989.9, ok=4, throttled=5, invocation_ms=800),
     ]
     _, decision = run(attached(4, at=0.0), window_of(*documents), 991.0)
+    return decision
+
+
+def test_a_storms_first_few_reports_are_not_trimmed() -> None:
+    # After 29 clean seconds at 4 invocations: 0.76% over the evidence, nothing before the
+    # newest two seconds (in the live demo a trim 16 -> 15 as a storm began put its cut 5 s
+    # later, and 7.6% of the calls were refused).
+    decision = after_first_reports(*steady(960, 29, 4, ok=10))
     assert (decision.action, decision.target) == (Action.HOLD, 4), decision.reason
     assert "0.00% before the newest 2 seconds" in decision.reason
 
@@ -672,16 +678,11 @@ def test_a_storms_first_few_reports_are_not_trimmed() -> None:
 def test_a_level_over_the_capacity_since_before_the_newest_seconds_is_trimmed() -> None:
     # The same, with the evidence before the newest two seconds at the trim's share too
     # (0.35%): the level draws rejections steadily, not a storm beginning.
-    documents = steady(960, 29, 4, ok=10)
-    documents += [
+    steadily_refused = [
         sample(at=960.9 + second, ok=9, throttled=1, invocation_ms=800)
         for second in (3, 10, 17, 24)
     ]
-    documents += [
-        sample(at=988.9, ok=4, throttled=4, invocation_ms=800),
-        sample(at=989.9, ok=4, throttled=4, invocation_ms=800),
-    ]
-    _, decision = run(attached(4, at=0.0), window_of(*documents), 991.0)
+    decision = after_first_reports(*steady(960, 29, 4, ok=10), *steadily_refused)
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 3)
     assert decision.reason.startswith("Trim"), decision.reason
 
@@ -690,12 +691,7 @@ def test_rejections_after_too_short_a_clean_history_to_trim_on_are_trimmed() -> 
     # The same first reports after only 9 clean seconds (360 calls, under the 400 a trim needs):
     # too little to call the level clean before them, as after a probe committed a level just
     # over the capacity.
-    documents = steady(979, 10, 4, ok=10)
-    documents += [
-        sample(at=988.9, ok=4, throttled=4, invocation_ms=800),
-        sample(at=989.9, ok=4, throttled=5, invocation_ms=800),
-    ]
-    _, decision = run(attached(4, at=0.0), window_of(*documents), 991.0)
+    decision = after_first_reports(*steady(979, 10, 4, ok=10))
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 3)
     assert decision.reason.startswith("Trim"), decision.reason
 

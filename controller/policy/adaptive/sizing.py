@@ -332,8 +332,10 @@ def trim(
     newest = newest_start(stats)
     until = stats.since if newest is None else newest - tuning.trim_recent_s + 1
     before = window.stats(stats.since, until)
-    onset = before.requests >= tuning.trim_evidence and before.pressure_rate < tuning.trim_above
-    if newest_pressure >= params.t1 or onset:
+    clean_before = (
+        before.requests >= tuning.trim_evidence and before.pressure_rate < tuning.trim_above
+    )
+    if newest_pressure >= params.t1 or clean_before:
         return hold(
             state,
             f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls, "
