@@ -18,7 +18,7 @@ from load.sim.engine import simulate
 from load.sim.policies import QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import load_scenario
 
-# Issue 7's scenarios.
+# Issue 7's scenarios, and the demo's where the capacity fits between two levels.
 SCENARIOS = [
     "below-floor",
     "capacity-drop",
@@ -27,6 +27,7 @@ SCENARIOS = [
     "shared-downstream",
     "slow-recovery",
     "long-recovery",
+    "uneven-fit",
 ]
 # Below the floor no policy can meet drain and waste targets while capacity stays under what
 # Cmin sends; there the policy must protect the queue (no dead letters) and beat the seed rule.

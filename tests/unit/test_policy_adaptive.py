@@ -6,10 +6,12 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controller.model import Action, Decision, QueueState, Sample
 from controller.policy import ALGORITHMS, decide
-from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
+from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory, sizing
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 from tests.factories import config, sample, state
@@ -634,6 +636,33 @@ def just_over(concurrency: int) -> Decision:
     ]
     _, decision = run(attached(concurrency, at=0.0), window_of(*documents), 991.0)
     return decision
+
+
+def test_a_level_one_invocation_over_the_capacity_is_cut_by_one() -> None:
+    # 8 running (10 invocations of 800 ms a second) since a change 5 s ago, 1 call in 9
+    # refused: 11% of the calls, no more than the one invocation too many makes. The capacity
+    # fits between 7 and 8 (7.1 invocations): step down one. The accepted share, sized with its
+    # margin on these 270 calls and rounded down, would cut to 6.
+    documents = steady(987, 3, 10, ok=8, throttled=1)
+    _, decision = run(attached(8, at=985.0), window_of(*documents), 990.0)
+    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 7)
+    assert "one invocation too many explains it" in decision.reason, decision.reason
+
+
+@given(
+    running=st.floats(min_value=1.0, max_value=1000.0),
+    pressure=st.floats(min_value=0.0, max_value=1.0),
+    requests=st.integers(min_value=1, max_value=100_000),
+)
+def test_the_level_that_fits_is_under_the_running_and_within_their_accepted_share(
+    running: float, pressure: float, requests: int
+) -> None:
+    level = sizing.fitting_level(ALGORITHM, running, pressure, requests)
+    assert level <= math.ceil(running) - 1
+    if pressure * running <= 1.0:
+        assert level == math.ceil(running) - 1
+    else:
+        assert level <= running * (1.0 - pressure)
 
 
 def test_a_level_just_over_the_capacity_is_trimmed_by_one() -> None:

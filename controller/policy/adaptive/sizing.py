@@ -155,12 +155,22 @@ def cut(
         if paused is not None:
             return paused
     onset = storm_onset(stats, window, params)
-    proportional = math.floor(fitting(tuning, running, pressure, stats.requests))
-    if not by_refusals:
+    if by_refusals:
+        proportional = fitting_level(tuning, running, pressure, stats.requests)
+        sized = (
+            "one invocation too many explains it: step down one"
+            if one_too_many(running, pressure)
+            else "cut to the accepted share"
+        )
+    else:
         # Mostly timeouts: a downstream past its latency cliff fails every call however few
         # too many there are, so the accepted share says nothing of the level that fits.
         # Halve (at most), and cut again next settle period if it still times out.
-        proportional = max(proportional, math.floor(running * params.beta))
+        proportional = max(
+            math.floor(fitting(tuning, running, pressure, stats.requests)),
+            math.floor(running * params.beta),
+        )
+        sized = "cut to the accepted share, by half at most"
     target = clamp(min(current - 1, proportional), params)
     correctable = replace(
         memory,
@@ -175,12 +185,30 @@ def cut(
         correctable,
         target,
         f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
-        f"({params.t1:.1%}) with about {running:.1f} invocations in use; cut to the accepted "
-        f"share. Scaled from {current} -> {target}.",
+        f"({params.t1:.1%}) with about {running:.1f} invocations in use; {sized}. Scaled from "
+        f"{current} -> {target}.",
         stats,
         now,
         by_refusals=by_refusals,
     )
+
+
+def one_too_many(running: float, pressure: float) -> bool:
+    """One invocation too many explains ``pressure``: the calls refused are no more than one of
+    the ``running`` invocations makes. A capacity seldom fits a whole number of invocations,
+    and the level above it draws just that."""
+    return pressure * running <= 1.0
+
+
+def fitting_level(tuning: Tuning, running: float, pressure: float, requests: int) -> int:
+    """The level that fits ``running`` invocations refused ``pressure`` of ``requests`` calls:
+    one under them when one invocation too many explains the pressure, else ``fitting``
+    rounded down. Such a level is just over a capacity that fits a fraction of a level more
+    than the one under it (at 7.3, 8 draws 9% refused, over T1): ``fitting``'s margin and the
+    rounding would cut it two, to a level whose way back up is a probe a backoff later."""
+    if one_too_many(running, pressure):
+        return math.ceil(running) - 1
+    return math.floor(fitting(tuning, running, pressure, requests))
 
 
 def fitting(tuning: Tuning, running: float, pressure: float, requests: int) -> float:
@@ -288,9 +316,7 @@ def correction(
     paused = _pause_far_below(tuning, state, memory, before, now, params, memory.cut_running)
     if paused is not None:
         return paused
-    target = clamp(
-        math.floor(fitting(tuning, memory.cut_running, pressure, before.requests)), params
-    )
+    target = clamp(fitting_level(tuning, memory.cut_running, pressure, before.requests), params)
     current = state.concurrency
     if target >= current:
         return None
