@@ -7,8 +7,8 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
 - **Cut in proportion** (``sizing``). On pressure at or above T1 the target is the concurrency
   really in use (the busiest seconds by Little's law, what a still-climbing poller has reached,
   or the cap when the poller fills it) times the accepted share, which lands near the fitting
-  level in one step; refusals one invocation too many explains step it down one. A cut sized
-  on a storm's first reports is corrected on the rest of them.
+  level in one step; a level whose refusals one invocation too many explains steps down one.
+  A cut sized on a storm's first reports is corrected on the rest of them.
 - **Judge only fresh evidence.** Every verdict on the queue's telemetry uses the shared guards'
   vetted evidence: invocations that started after the last change (plus the settle margin).
 - **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``
