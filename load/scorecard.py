@@ -195,7 +195,7 @@ def _queue_score(
         "wasted_ratio": _ratio(trace.calls_rejected, trace.calls_total),
         "drain_s": _round(drain, 2),
         "ideal_drain_s": _round(ideal, 2),
-        "drain_ratio": _drain_ratio(drain, ideal),
+        "drain_ratio": drain_ratio(drain, ideal),
         "esm_updates": esm_updates,
         "reaction_s": _round(reaction, 2),
         "calls_timed_out": trace.calls_timed_out,
@@ -236,7 +236,7 @@ def _totals(queues: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "wasted_ratio": _ratio(summed["calls_rejected"], summed["calls_total"]),
         "drain_s": drain,
         "ideal_drain_s": ideal,
-        "drain_ratio": _drain_ratio(drain, ideal),
+        "drain_ratio": drain_ratio(drain, ideal),
         "reaction_s": max(reactions) if reactions else None,
     }
 
@@ -245,7 +245,8 @@ def _ratio(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
-def _drain_ratio(drain: float | None, ideal: float | None) -> float | None:
+def drain_ratio(drain: float | None, ideal: float | None) -> float | None:
+    """Drain time over the ideal, to three decimals (``None``: either unknown)."""
     if drain is None or ideal is None or ideal <= 0:
         return None
     return round(drain / ideal, 3)

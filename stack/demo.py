@@ -11,13 +11,14 @@ and the ledger. See docs/demo.md.
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import json
 import math
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -464,8 +465,8 @@ def _result(
     errors: list[str],
 ) -> dict[str, Any]:
     from controller.settings import PolicyParams
-    from load.oracle import ideal_drain_times
-    from load.scorecard import reaction_time
+    from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
+    from load.scorecard import drain_ratio, reaction_time
     from load.sim.engine import QueueTrace
 
     spec = scenario.queues[0]
@@ -498,6 +499,16 @@ def _result(
         rejected_per_s=rejected_per_s,
     )
     t1 = PolicyParams().t1
+    steps = scenario.downstreams[0].capacity_rps
+    bounds = [start for start, _ in steps[1:]] + [math.inf]
+    paces = [
+        running_pace(calls_per_s, rejected_per_s, timeline.t, timeline.in_flight, start, until)
+        for (start, _), until in zip(steps, bounds, strict=True)
+    ]
+    paced_ideal = (
+        None if all(pace is None for pace in paces) else paced_drain_time(scenario, spec, paces)
+    )
+    simulated_pace = invocation_pace(scenario, spec)
     calls_total = sum(calls_per_s)
     calls_rejected = sum(rejected_per_s)
     done = len(poller.done_ids)
@@ -513,7 +524,7 @@ def _result(
         "wasted_ratio": round(calls_rejected / calls_total, 4) if calls_total else 0.0,
         "drain_s": None if drained_at is None else round(drained_at, 1),
         "ideal_drain_s": None if ideal is None else round(ideal, 1),
-        "drain_ratio": (round(drained_at / ideal, 3) if drained_at is not None and ideal else None),
+        "drain_ratio": drain_ratio(drained_at, ideal),
         "esm_updates": len(changes),
         "reaction_s": reaction_time(trace, scenario.downstreams[0].capacity_rps, t1, ended_at),
         "detection_latency_s": max(detection) if detection else None,
@@ -564,8 +575,46 @@ def _result(
             "rejected_per_s": rejected_per_s,
             "timed_out_per_s": timed_out_per_s,
         },
+        "pace": {
+            "from_s": [start for start, _ in steps],
+            "calls_per_invocation_s": [None if pace is None else round(pace, 2) for pace in paces],
+            "simulated_calls_per_invocation_s": (
+                None if simulated_pace is None else round(simulated_pace, 2)
+            ),
+            "ideal_drain_s": None if paced_ideal is None else round(paced_ideal, 1),
+            "drain_ratio": drain_ratio(drained_at, paced_ideal),
+        },
         "errors": errors[:20],
     }
+
+
+def running_pace(
+    calls_per_s: Sequence[int],
+    rejected_per_s: Sequence[int],
+    times: Sequence[float],
+    in_flight: Sequence[int],
+    since: float,
+    until: float,
+) -> float | None:
+    """Calls a second per running invocation, as this host ran them from ``since`` to
+    ``until``: over the whole seconds in which invocations ran and the downstream refused none
+    of their calls (so that their own pace, not the capacity, set how many they made), each
+    second's invocations read from the view's sample nearest its middle (``None``: no such
+    second)."""
+    calls = invocations = 0
+    for second, (made, refused) in enumerate(zip(calls_per_s, rejected_per_s, strict=True)):
+        if not since <= second < until:
+            continue
+        middle = second + 0.5
+        after = bisect.bisect_left(times, middle)
+        nearby = [index for index in (after - 1, after) if 0 <= index < len(times)]
+        if refused or not made or not nearby:
+            continue
+        running = in_flight[min(nearby, key=lambda index: abs(times[index] - middle))]
+        if running:
+            calls += made
+            invocations += running
+    return calls / invocations if invocations else None
 
 
 def _detection_latencies(
@@ -688,6 +737,7 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
         f"  downstream calls: {score['calls_total']}, rejected {score['calls_rejected']} "
         f"({score['wasted_ratio']:.1%}; {score['calls_timed_out']} of them timed out)",
         f"  drain: {_seconds(score['drain_s'])} (ideal {_seconds(score['ideal_drain_s'])})",
+        *_pace_lines(result.get("pace")),
         f"  mapping changes: {score['esm_updates']}; detection latency (first 429 after the drop "
         f"-> mapping cut): {_seconds(score['detection_latency_s'])}; reaction (rejected share "
         f"back under T1): {_seconds(score['reaction_s'])}",
@@ -715,6 +765,26 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
         lines.append(f"  plot: {result['plot']}")
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def _pace_lines(pace: Mapping[str, Any] | None) -> list[str]:
+    """How fast this host ran the invocations, against the simulator's, and the ideal drain at
+    that pace: the oracle's ideal assumes the cap's invocations can send the whole capacity,
+    and a slow host makes them slower."""
+    if not pace or pace["ideal_drain_s"] is None:
+        return []
+    measured = ", ".join(
+        f"{value:.2f} from {start:g} s"
+        for start, value in zip(pace["from_s"], pace["calls_per_invocation_s"], strict=True)
+        if value is not None
+    )
+    simulated = pace["simulated_calls_per_invocation_s"]
+    return [
+        f"  pace (calls a second per running invocation): {measured}"
+        + ("" if simulated is None else f" (the simulator's {simulated:.2f})")
+        + f"; the ideal drain at that pace: {_seconds(pace['ideal_drain_s'])}, this run "
+        + ("n/a" if pace["drain_ratio"] is None else f"{pace['drain_ratio']:.2f}x it")
+    ]
 
 
 def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:

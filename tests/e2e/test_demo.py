@@ -90,6 +90,11 @@ def test_demo_storm_and_cure_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert score["messages_pending"] == 0
     assert score["messages_done"] + score["dlq_messages"] == score["messages_total"]
     assert score["drain_s"] is not None
+    # The pace this host ran the invocations at, per step of the capacity, and the ideal at it.
+    pace = result["pace"]
+    assert pace["from_s"] == [0, 8, 24]
+    assert pace["calls_per_invocation_s"][0] > 0
+    assert pace["ideal_drain_s"] >= score["ideal_drain_s"]
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     lines = [json.loads(line) for line in recording.read_text().splitlines()]
     assert lines and all(
@@ -135,6 +140,13 @@ def fabricated_result() -> dict[str, Any]:
         "totals": score,
         "ledger": {"billing": None},
         "transitions": [],
+        "pace": {
+            "from_s": [0, 20],
+            "calls_per_invocation_s": [2.9, None],
+            "simulated_calls_per_invocation_s": 3.91,
+            "ideal_drain_s": 90.0,
+            "drain_ratio": 1.1,
+        },
     }
 
 
@@ -150,6 +162,12 @@ def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
 
     text = out.getvalue()
     assert "rejected 300 (15.0%; 250 of them timed out)" in text
+    # The host's pace, step by step of the capacity (none measured in the second), and the
+    # ideal drain at it beside the oracle's.
+    assert (
+        "pace (calls a second per running invocation): 2.90 from 0 s (the simulator's 3.91); "
+        "the ideal drain at that pace: 90.0 s, this run 1.10x it"
+    ) in text
     assert list(result["simulated"]) == list(SIMULATED_POLICIES)
     for policy, totals in result["simulated"].items():
         line = next(line for line in text.splitlines() if line.strip().startswith(policy))

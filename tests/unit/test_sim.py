@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from controller.model import Action
-from load.oracle import ideal_drain_times
+from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.scorecard import scorecard
 from load.sim.engine import POLLER_START, POLLER_STEP_PER_S, arrived_by, simulate
 from load.sim.policies import QueueMeshPolicy, SeedPolicy, StaticPolicy
@@ -220,6 +220,27 @@ def test_the_oracle_pools_queues_that_share_a_downstream() -> None:
     document["queues"] = [first, second]
     drains = ideal_drain_times(parse_scenario(json.dumps(document), source="pool.json"))
     assert drains == {"a": 20.0, "b": 20.0}
+
+
+def test_the_ideal_at_a_pace_caps_each_step_at_what_the_cap_sends() -> None:
+    # 20 invocations at 2 calls a second send 40/s: 1000 messages on 100/s take 25 s, not 10.
+    scenario = tiny(backlog=1000, capacity_rps=[[0, 100], [10, 30]])
+    spec = scenario.queues[0]
+    assert paced_drain_time(scenario, spec, [None, None]) == ideal_drain_times(scenario)["q"]
+    # 40/s for 10 s (400), then 30/s, under the cap's 40: 600 more take 20 s.
+    assert paced_drain_time(scenario, spec, [2.0, 2.0]) == 30.0
+    # A pace for the first step only: the second keeps its capacity.
+    assert paced_drain_time(scenario, spec, [2.0, None]) == 30.0
+    assert paced_drain_time(scenario, spec, [1.0, None]) == 10.0 + 800 / 30
+
+
+def test_an_invocations_pace_is_its_batch_over_its_calls_and_overhead() -> None:
+    scenario = tiny()
+    # 10 calls of 50 ms and 30 ms of overhead: 10 calls in 0.53 s.
+    assert invocation_pace(scenario, scenario.queues[0]) == pytest.approx(10 / 0.53)
+    # A latency that grows with the load has no pace of its own.
+    queueing = load_scenario("slow-database")
+    assert invocation_pace(queueing, queueing.queues[0]) is None
 
 
 # --- the scorecard ---------------------------------------------------------------------
