@@ -671,16 +671,18 @@ def test_a_level_just_over_the_capacity_is_trimmed_by_one() -> None:
     assert decision.reason.startswith("Trim"), decision.reason
 
 
-def test_a_storms_first_reports_are_not_trimmed() -> None:
+def test_a_storms_first_reports_after_a_clean_history_are_cut_to_be_corrected() -> None:
     # 29 clean seconds at 16, then 4 of the newest second's 20 invocations with 4 of their 10
-    # calls refused: 0.27% over the evidence (a trim's share), 8% among the newest (under the
-    # 10% a cut starts on). A trim would restart the evidence the storm's cut waits for
-    # (the live demo: cut 4 s late).
+    # calls refused: 0.27% over the evidence (a trim's share), 8% since the first second that
+    # met T1, after 5,800 clean calls (under the 10% the newest second alone cuts on). Not a
+    # trim, which would restart the evidence the storm's cut waits for (the live demo: cut
+    # 4-5 s late): a cut on those seconds, which the rest of the storm's reports correct.
     documents = steady(960, 29, 20, ok=10) + steady(989, 1, 16, ok=10)
     documents += steady(989, 1, 4, ok=6, throttled=4)
     _, decision = run(attached(16, at=0.0), window_of(*documents), 991.0)
-    assert (decision.action, decision.target) == (Action.HOLD, 16), decision.reason
-    assert "8.0% in the newest" in decision.reason
+    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 14)
+    assert decision.reason.startswith("Overload: newest pressure 8.0%"), decision.reason
+    assert memory_of(decision.new_state).cut_at == 991.0
 
 
 def after_first_reports(*history: Sample) -> Decision:
@@ -696,12 +698,18 @@ def after_first_reports(*history: Sample) -> Decision:
 
 
 def test_a_storms_first_few_reports_are_not_trimmed() -> None:
-    # After 29 clean seconds at 4 invocations: 0.76% over the evidence, nothing before the
-    # newest two seconds (in the live demo a trim 16 -> 15 as a storm began put its cut 5 s
-    # later, and 7.6% of the calls were refused).
-    decision = after_first_reports(*steady(960, 29, 4, ok=10))
+    # After 29 clean seconds at 4 invocations of 5 calls: 1.5% over the evidence, nothing
+    # before the newest two seconds, and 37 calls since the first second that met T1, too few
+    # to cut on (in the live demo a trim 16 -> 15 as a storm began put its cut 5 s later, and
+    # 7.6% of the calls were refused).
+    decision = after_first_reports(*steady(960, 29, 4, ok=5))
     assert (decision.action, decision.target) == (Action.HOLD, 4), decision.reason
     assert "0.00% before the newest 2 seconds" in decision.reason
+    # With 10 calls an invocation in the history, 57 calls since then, 15.8% refused: a cut,
+    # one invocation too many explaining that share so far, corrected once the rest report.
+    cut = after_first_reports(*steady(960, 29, 4, ok=10))
+    assert (cut.action, cut.target) == (Action.MULTIPLICATIVE_DECREASE, 3), cut.reason
+    assert memory_of(cut.new_state).cut_at == 991.0
 
 
 def test_a_level_over_the_capacity_since_before_the_newest_seconds_is_trimmed() -> None:

@@ -8,7 +8,8 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   really in use (the busiest seconds by Little's law, what a still-climbing poller has reached,
   or the cap when the poller fills it) times the accepted share, which lands near the fitting
   level in one step; a level whose refusals one invocation too many explains steps down one.
-  A cut sized on a storm's first reports is corrected on the rest of them.
+  A storm's first reports cut at once, sized on the newest second or, after a clean history,
+  on the seconds since the storm's onset; the cut is corrected on the rest of them.
 - **Judge only fresh evidence.** Every verdict on the queue's telemetry uses the shared guards'
   vetted evidence: invocations that started after the last change (plus the settle margin).
 - **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``
@@ -134,12 +135,16 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         memory = latency.with_floor(self, state, memory, latencies, now, params)
         latency_rise = latency.rise(self, memory, latencies)
         storm, sizing_pressure = sizing.latest_pressure(self, stats, window, params)
-        # A few rejections over the whole evidence with a burst in its newest second are the
-        # first reports of a storm, not a level just over the capacity.
-        beginning = pressure >= self.trim_above and sizing_pressure >= self.storm_factor * params.t1
+        surge = sizing.surge_pressure(self, stats, window, params) if pressure < params.t1 else 0.0
+        # A few rejections over the whole evidence with a burst in its newest second, or all in
+        # the seconds since a clean history, are the first reports of a storm, not a level just
+        # over the capacity.
+        beginning = pressure >= self.trim_above and (
+            sizing_pressure >= self.storm_factor * params.t1 or surge >= params.t1
+        )
         if max(pressure, storm) >= params.t1 or beginning:
             if current > params.cmin:
-                latest = max(storm, sizing_pressure)
+                latest = max(storm, sizing_pressure, surge)
                 return sizing.cut(self, state, memory, stats, now, params, window, latest)
             if pressure >= pausing.pause_above(self, params):
                 return pausing.pause(self, state, memory, stats, now)

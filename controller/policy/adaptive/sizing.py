@@ -133,6 +133,21 @@ def latest_pressure(
     return (pressure if clear else 0.0), sizing
 
 
+def surge_pressure(
+    tuning: Tuning, stats: WindowStats, window: QueueWindow, params: PolicyParams
+) -> float:
+    """The pressure since the storm's onset (the first second whose invocations met T1), when
+    the evidence before it is clean: enough calls for a trim, under its share. A storm's first
+    seconds of reports, thinned in the whole evidence by the clean history before them (0.0:
+    no onset after a clean history, or too few calls since)."""
+    onset = storm_onset(stats, window, params)
+    before = window.stats(stats.since, onset)
+    if before.requests < tuning.trim_evidence or before.pressure_rate >= tuning.trim_above:
+        return 0.0
+    since = window.stats(onset, stats.until)
+    return since.pressure_rate if since.requests >= 2 * params.min_samples else 0.0
+
+
 def cut(
     tuning: Tuning,
     state: QueueState,
