@@ -526,7 +526,7 @@ def _result(
         "ideal_drain_s": None if ideal is None else round(ideal, 1),
         "drain_ratio": drain_ratio(drained_at, ideal),
         "esm_updates": len(changes),
-        "reaction_s": reaction_time(trace, scenario.downstreams[0].capacity_rps, t1, ended_at),
+        "reaction_s": reaction_time(trace, steps, t1, ended_at),
         "detection_latency_s": max(detection) if detection else None,
         "detection_latencies_s": detection,
         "duplicate_deliveries": max(0, queue_counters.deleted - done),

@@ -135,7 +135,10 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         memory = latency.with_floor(self, state, memory, latencies, now, params)
         latency_rise = latency.rise(self, memory, latencies)
         storm, sizing_pressure = sizing.latest_pressure(self, stats, window, params)
-        surge = sizing.surge_pressure(self, stats, window, params) if pressure < params.t1 else 0.0
+        # Read only while some call was refused: a clean queue, the usual case, has no surge.
+        surge = (
+            sizing.surge_pressure(self, stats, window, params) if 0 < pressure < params.t1 else 0.0
+        )
         # A few rejections over the whole evidence with a burst in its newest second, or all in
         # the seconds since a clean history, are the first reports of a storm, not a level just
         # over the capacity.

@@ -141,11 +141,16 @@ def surge_pressure(
     seconds of reports, thinned in the whole evidence by the clean history before them (0.0:
     no onset after a clean history, or too few calls since)."""
     onset = storm_onset(stats, window, params)
-    before = window.stats(stats.since, onset)
-    if before.requests < tuning.trim_evidence or before.pressure_rate >= tuning.trim_above:
+    if not clean_history(tuning, window.stats(stats.since, onset)):
         return 0.0
     since = window.stats(onset, stats.until)
     return since.pressure_rate if since.requests >= 2 * params.min_samples else 0.0
+
+
+def clean_history(tuning: Tuning, history: WindowStats) -> bool:
+    """``history`` holds enough calls for a trim on its own and stays under the trim's share:
+    rejections after it are a storm's first reports, not a level just over the capacity."""
+    return history.requests >= tuning.trim_evidence and history.pressure_rate < tuning.trim_above
 
 
 def cut(
@@ -373,10 +378,7 @@ def trim(
     newest = newest_start(stats)
     until = stats.since if newest is None else newest - tuning.trim_recent_s + 1
     before = window.stats(stats.since, until)
-    clean_before = (
-        before.requests >= tuning.trim_evidence and before.pressure_rate < tuning.trim_above
-    )
-    if newest_pressure >= params.t1 or clean_before:
+    if newest_pressure >= params.t1 or clean_history(tuning, before):
         return hold(
             state,
             f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls, "
