@@ -45,6 +45,11 @@ class Totals:
         return self.ok / self.requests if self.requests else 0.0
 
     @property
+    def mean_invocation_s(self) -> float:
+        """How long the invocations that reported their duration ran, on average (0: none)."""
+        return self.busy_ms / self.timed_samples / 1000.0 if self.timed_samples else 0.0
+
+    @property
     def mean_latency_ms(self) -> float | None:
         """The calls' mean round-trip time; ``None`` when no latency was reported."""
         return self.latency_ms_sum / self.latency_count if self.latency_count else None

@@ -15,7 +15,7 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
 - **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``
   and the allowance actually in use, and then keeps up with the poller's ramp (at most
   doubling a step). Near the remembered ceiling growth is by pulse probes, which judge only the
-  invocations that started during the pulse, paid for from a budget of the goodput; clean
+  invocations that ran during the pulse, paid for from a budget of the goodput; clean
   above the level that broke, a ceiling set by latency or timeouts expires and growth returns
   to full speed, and past one set by refused calls growth goes on by pulses.
 - **Latency** (``latency``). A rise of the evidence's per-second latency (or a failed pulse's
@@ -48,8 +48,8 @@ __all__ = ["AdaptiveLimit", "AdaptiveMemory", "Tuning"]
 class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
     """The adaptive limit with its tunables (``Tuning``).
 
-    It selects its own evidence: a pulse probe is judged on the invocations that started during
-    it (older than the last change), and a paused mapping is decided without telemetry.
+    It selects its own evidence: a pulse probe is judged on the invocations that ran during it
+    (older than the last change), and a paused mapping is decided without telemetry.
     """
 
     name = "adaptive"
@@ -90,7 +90,8 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         if probing.awaiting_telemetry(self, memory, pulse, now, params):
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
-        if probing.passed(self, pulse, evidence.stats, params) and not latency.too_slow(
+        running = probing.running_stats(memory, pulse, window)
+        if probing.passed(self, pulse, running, evidence.stats, params) and not latency.too_slow(
             self, memory, pulse
         ):
             return probing.commit(self, state, memory, pulse, now, params)

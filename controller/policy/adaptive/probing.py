@@ -1,12 +1,13 @@
 """Probing: growing while clean, and pulse probes near the remembered ceiling.
 
 Far from any known ceiling the level grows by real steps. Near it, a pulse probe raises the
-cap by a step for about one invocation time and puts it back; only invocations that started
-during the pulse are judged, so a failed probe costs about one invocation per extra slot
-whatever the telemetry delay. Failed probes back off (doubling); a passing one is the fresh
-evidence for its level and the next, a step twice as big, starts at once. Clean above the level
-that broke, the ceiling expires when latency or timeouts set it (growth returns to full speed);
-where the downstream refused calls (429, 503) the pulses go on, each judged before the next.
+cap by a step for about one invocation time and puts it back; only invocations that ran
+during the pulse are judged (those that started in it, and those running beside them), so a
+failed probe costs about one invocation per extra slot whatever the telemetry delay. Failed
+probes back off (doubling); a passing one is the fresh evidence for its level and the next, a
+step twice as big, starts at once. Clean above the level that broke, the ceiling expires when
+latency or timeouts set it (growth returns to full speed); where the downstream refused calls
+(429, 503) the pulses go on, each judged before the next.
 """
 
 from __future__ import annotations
@@ -112,9 +113,8 @@ def start_pulse(
     # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
     # invocations start under the raised cap to be judged; the poller adds a few invocations
     # per second, so a bigger raise needs a longer pulse.
-    invocation_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
     shortest = tuning.pulse_s + tuning.pulse_margin_s
-    pulse = max(shortest, invocation_s) + (target - state.concurrency - 1) / (
+    pulse = max(shortest, stats.mean_invocation_s) + (target - state.concurrency - 1) / (
         tuning.poller_ramp_per_s
     )
     return move(
@@ -159,6 +159,18 @@ def pulse_stats(memory: AdaptiveMemory, window: QueueWindow) -> WindowStats:
     return window.stats(math.floor(memory.probe_started_at), memory.probe_ended_at)
 
 
+def running_stats(memory: AdaptiveMemory, pulse: WindowStats, window: QueueWindow) -> WindowStats:
+    """Every invocation that ran while the raised cap stood: the pulse's own and those that
+    started up to one invocation time before it.
+
+    A limiter refuses whichever calls come last in its window, so the calls a raise pushes
+    over the capacity are as often the running base level's as the raised invocations' own:
+    judged on the pulse's invocations alone, a pulse that drew refusals could pass.
+    """
+    since = math.floor(memory.probe_started_at - pulse.mean_invocation_s)
+    return window.stats(since, memory.probe_ended_at)
+
+
 def pulse_span_s(memory: AdaptiveMemory) -> float:
     """How long the evidence ``pulse_stats`` reads lasts (at least a second)."""
     return max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
@@ -172,13 +184,21 @@ def awaiting_telemetry(
     return pulse.requests < params.min_samples and not overdue
 
 
-def passed(tuning: Tuning, pulse: WindowStats, base: WindowStats, params: PolicyParams) -> bool:
-    """Clean at the probed level (under the share a level is trimmed at: a level committed
-    above it would be stepped down again), and the base level's own evidence since the pulse
-    ended clean too: a probe never commits a raise into an overload that began after it."""
+def passed(
+    tuning: Tuning,
+    pulse: WindowStats,
+    running: WindowStats,
+    base: WindowStats,
+    params: PolicyParams,
+) -> bool:
+    """Clean at the probed level: the pulse's invocations, and all those that ran beside them
+    (``running_stats``), each under the share a level is trimmed at (a level committed above
+    it would be stepped down again); and the base level's own evidence since the pulse ended
+    clean too: a probe never commits a raise into an overload that began after it."""
     return (
         pulse.requests >= params.min_samples
         and pulse.pressure_rate < tuning.trim_above
+        and running.pressure_rate < tuning.trim_above
         and base.pressure_rate < params.t1
     )
 

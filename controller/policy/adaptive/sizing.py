@@ -26,7 +26,7 @@ def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
     """Busy time / elapsed time over the invocations the stats cover (``None``: too short)."""
     if not stats.timed_samples or stats.newest_event_time is None:
         return None
-    mean_s = stats.busy_ms / stats.timed_samples / 1000.0
+    mean_s = stats.mean_invocation_s
     first_start = max(math.ceil(stats.since), stats.first_second or -math.inf)
     last_start = stats.newest_event_time - mean_s
     span = last_start - first_start + mean_s
@@ -107,8 +107,7 @@ def newest_start(stats: WindowStats) -> int | None:
     """The second the newest reported invocations started in (``None``: none reported)."""
     if stats.newest_event_time is None:
         return None
-    mean_s = stats.busy_ms / stats.timed_samples / 1000.0 if stats.timed_samples else 0.0
-    return math.floor(stats.newest_event_time - mean_s)
+    return math.floor(stats.newest_event_time - stats.mean_invocation_s)
 
 
 def latest_pressure(
