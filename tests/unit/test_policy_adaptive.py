@@ -437,6 +437,34 @@ def test_a_cut_on_a_storm_s_first_reports_is_corrected_on_the_rest() -> None:
     assert late.action is Action.HOLD
 
 
+def test_a_correction_keeps_a_level_the_storm_s_full_reports_say_fits() -> None:
+    # Cut from 16 to 8 on a storm's first reports. The rest of them show half of 16
+    # invocations' calls refused: 8 fit. Sized pessimistically (a standard error under it,
+    # rounded down) that is 7, but 8 is already what the reports fit, and 7 would leave a
+    # probe's backoff of the capacity unused; a storm twice as strong is still corrected.
+    def corrected(throttled: int) -> Decision:
+        current = attached(
+            8,
+            at=1002.0,
+            cut_at=1002.0,
+            cut_evidence_since=1000.0,
+            cut_requests=100,
+            cut_running=16.0,
+        )
+        window = window_of(*steady(960, 40, 16, ok=10))
+        for second in (1000, 1001):
+            for document in storm_seconds(second, 12, ok=10 - throttled, throttled=throttled):
+                window.add(document)
+        _, decision = run(current, window, 1003.0)
+        return decision
+
+    held = corrected(throttled=5)
+    assert (held.action, held.target) == (Action.HOLD, 8), held.reason
+    deeper = corrected(throttled=6)
+    assert deeper.reason.startswith("Correcting the cut"), deeper.reason
+    assert deeper.target == 5
+
+
 def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_reports() -> None:
     # A mapping at 100 the poller is still climbing (5 more a second): the reports show about
     # 25 running on average, the poller runs 50 or more by now. The cut starts from what runs

@@ -312,7 +312,8 @@ def correction(
     downstream still accepted: a cut on them falls short, and waiting for evidence from after
     it costs a settle period of the storm. The invocations that started before the cut keep
     reporting; once they hold ``correction_evidence`` times the calls the cut was sized on,
-    their accepted share sizes the cut again (``None``: none due, or the cut was deep enough).
+    their accepted share sizes the cut again (``None``: none due, or the cut was deep enough:
+    the level is at or under the target, or within what their accepted share fits).
     """
     if not (
         memory.cut_at > 0
@@ -337,7 +338,10 @@ def correction(
         return paused
     target = clamp(fitting_level(tuning, memory.cut_running, pressure, before.requests), params)
     current = state.concurrency
-    if target >= current:
+    # A level the reports' own accepted share fits is kept: the margin ``fitting`` takes is
+    # for a cut on a few dozen calls, and a level under what fits leaves capacity unused until
+    # a probe finds it, a probe that then chains a step past it.
+    if target >= current or current <= memory.cut_running * (1.0 - pressure):
         return None
     return move(
         target,
