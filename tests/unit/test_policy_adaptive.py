@@ -613,14 +613,20 @@ def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
     assert not memory_of(current).ceiling_refused
 
 
-def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
-    """The verdict on a pulse from 8 to 9 whose calls met ``throttled`` of ``ok + throttled``
-    429s, before anything fresh at the base level has reported."""
+def pulse_verdict(*documents: Sample) -> Decision:
+    """The verdict on a pulse from 8 to 9 once ``documents`` have reported, before anything
+    fresh at the base level has."""
     current, window = pulsed_from_8_to_9()
-    for document in steady(992, 1, 9, ok=ok, throttled=throttled):
+    for document in documents:
         window.add(document)
     _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
     return verdict
+
+
+def judged_pulse_from_8_to_9(ok: int, throttled: int) -> Decision:
+    """The verdict on a pulse from 8 to 9 whose calls met ``throttled`` of ``ok + throttled``
+    429s."""
+    return pulse_verdict(*steady(992, 1, 9, ok=ok, throttled=throttled))
 
 
 def test_a_storm_met_by_a_pulse_is_cut_on_the_pulse_evidence() -> None:
@@ -634,12 +640,8 @@ def test_a_pulse_passes_only_under_the_pressure_a_level_is_trimmed_at() -> None:
     # A level just over the capacity draws a few refusals in a thousand: a probe committing it
     # would be trimmed back a few hundred calls later, and probe it again.
     def verdict_with(throttled: int) -> Decision:
-        current, window = pulsed_from_8_to_9()
-        for document in steady(992, 1, 9, ok=100):
-            window.add(document)
-        window.add(sample(at=992.9, ok=100 - throttled, throttled=throttled, invocation_ms=800))
-        _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
-        return verdict
+        late = sample(at=992.9, ok=100 - throttled, throttled=throttled, invocation_ms=800)
+        return pulse_verdict(*steady(992, 1, 9, ok=100), late)
 
     # 1 and 4 refused calls in 1,000: under and over the trim's share (0.25%).
     passed = verdict_with(throttled=1)
@@ -653,13 +655,8 @@ def test_a_pulse_fails_on_refusals_its_raise_pushed_onto_the_invocations_beside_
     # calls went through, and the base level's, started just before the pulse and running
     # through it, were refused.
     def verdict_with(throttled: int) -> Decision:
-        current, window = pulsed_from_8_to_9()
-        for document in steady(992, 1, 9, ok=10):
-            window.add(document)
-        for _ in range(8):
-            window.add(sample(at=992.5, ok=10 - throttled, throttled=throttled, invocation_ms=800))
-        _, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
-        return verdict
+        beside = sample(at=992.5, ok=10 - throttled, throttled=throttled, invocation_ms=800)
+        return pulse_verdict(*steady(992, 1, 9, ok=10), *[beside] * 8)
 
     passed = verdict_with(throttled=0)
     assert passed.reason.startswith("Probe passed"), passed.reason
