@@ -1,13 +1,13 @@
 """Probing: growing while clean, and pulse probes near the remembered ceiling.
 
-Far from any known ceiling the level grows by real steps. Near it, a pulse probe raises the
-cap by a step for about one invocation time and puts it back; only invocations that ran
-during the pulse are judged (those that started in it, and those running beside them), so a
-failed probe costs about one invocation per extra slot whatever the telemetry delay. Failed
-probes back off (doubling); a passing one is the fresh evidence for its level and the next, a
-step twice as big, starts at once. Clean above the level that broke, the ceiling expires when
-latency or timeouts set it (growth returns to full speed); where the downstream refused calls
-(429, 503) the pulses go on, each judged before the next.
+Far from any known ceiling the level grows by real steps. Near it, a pulse probe raises the cap
+by a step for about one invocation time and puts it back; only invocations that ran during the
+pulse are judged (those that started in it, and those running beside them), so a failed probe
+costs about one invocation per extra slot whatever the telemetry delay. A failed probe waits as
+long as its cost calls for (``back_off``); a passing one is the fresh evidence for its level
+and the next, a step twice as big, starts at once. Clean above the level that broke, the
+ceiling expires when latency or timeouts set it (growth returns to full speed); where the
+downstream refused calls (429, 503) the pulses go on, each judged before the next.
 """
 
 from __future__ import annotations
