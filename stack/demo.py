@@ -603,12 +603,12 @@ def running_pace(
     second)."""
     calls = invocations = 0
     for second, (made, refused) in enumerate(zip(calls_per_s, rejected_per_s, strict=True)):
-        if not since <= second < until:
+        if not since <= second < until or refused or not made:
             continue
         middle = second + 0.5
         after = bisect.bisect_left(times, middle)
         nearby = [index for index in (after - 1, after) if 0 <= index < len(times)]
-        if refused or not made or not nearby:
+        if not nearby:
             continue
         running = in_flight[min(nearby, key=lambda index: abs(times[index] - middle))]
         if running:
