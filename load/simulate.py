@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 # scorecard (Netflix concurrency-limits' ports, docs/algorithms.md).
 PEER_POLICIES = ("netflix-aimd", "vegas", "gradient2")
 POLICY_NAMES = ("static", "seed", "queuemesh", *PEER_POLICIES)
+# Bounds, not policies to deploy: each run when named, never by "all"
+# (load/sim/policies.py HindsightPolicy).
+BOUND_POLICIES = ("hindsight",)
 # Seeds run in a small process pool: the simulator is CPU-bound, one run per core.
 SEED_WORKERS = 2
 MAX_SEEDS = 100

@@ -1,5 +1,6 @@
 """The policies the simulator compares: none, the original rule, and the real controller (with
-the default algorithm, or a peer's: load/simulate.py PEER_POLICIES)."""
+the default algorithm, or a peer's: load/simulate.py PEER_POLICIES); and a bound, the levels
+that fit a capacity known in hindsight."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from controller.model import Mode, QueueState, QueueStateName, Sample
 from controller.policy import DEFAULT_ALGORITHM, aimd_step, algorithm_named
 from controller.registration import register_queue
 from controller.settings import PolicyParams
+from load.oracle import invocation_pace
 from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy
-from load.sim.scenario import Scenario
+from load.sim.scenario import QueueSpec, Scenario, value_at
 
 
 def queue_params(base: PolicyParams, max_concurrency: int, min_concurrency: int) -> PolicyParams:
@@ -195,6 +197,92 @@ class QueueMeshPolicy:
         return {queue: per_uuid[uuid] for queue, uuid in self._uuids.items()}
 
 
+class HindsightPolicy(QueueMeshPolicy):
+    """A bound, not a controller: what a law that knew the downstream's capacity could reach.
+
+    Before a queue's first reports no law knows its downstream, and doing no harm it leaves the
+    poller's ramp alone, so the real controller runs the queue until its first cut. From then
+    on the queue runs at the level the capacity fits, set at each controller run from the
+    scenario: the whole invocations whose calls, at the simulator's pace
+    (``invocation_pace``), the capacity takes; paused where even Cmin would send more. A fall
+    of the capacity is known once a call it refused could have reported (the shortest
+    telemetry delay after it), a rise at once, with no probe. So its waste is what a law's
+    first seconds and the falls' detection cost whatever the law does next, and its drain the
+    best a law reaches without sitting above the capacity.
+
+    A queue whose downstream has no pace (a latency that changes over the run or with the
+    load) or serves other queues too (how best to split a capacity depends on their backlogs)
+    stays with the controller.
+    """
+
+    name = "hindsight"
+
+    def __init__(self) -> None:
+        super().__init__(name=self.name)
+        self._fits: dict[str, Callable[[float], MappingSetting] | None] = {}
+        self._registered: dict[str, int] = {}
+        # The queues past their first cut: the mapping updates so far (the controller's until
+        # the cut, then one per level set) and the level last set.
+        self._known: dict[str, tuple[int, MappingSetting]] = {}
+
+    def start(self, scenario: Scenario) -> None:
+        super().start(scenario)
+        for spec in scenario.queues:
+            self._registered[spec.name] = spec.max_concurrency
+            self._fits[spec.name] = _fitting_levels(scenario, spec)
+
+    def mappings(self) -> Mapping[str, MappingSetting]:
+        settings = dict(super().mappings())
+        for queue, setting in settings.items():
+            fit = self._fits[queue]
+            if fit is None:
+                continue
+            if queue not in self._known:
+                if setting.enabled and setting.max_concurrency >= self._registered[queue]:
+                    continue
+                self._known[queue] = (super().esm_updates()[queue], setting)
+            updates, last = self._known[queue]
+            settings[queue] = fit(self._now - SIM_EPOCH)
+            if settings[queue] != last:
+                self._known[queue] = (updates + 1, settings[queue])
+        return settings
+
+    def esm_updates(self) -> Mapping[str, int]:
+        return {
+            queue: self._known[queue][0] if queue in self._known else updates
+            for queue, updates in super().esm_updates().items()
+        }
+
+
+def _fitting_levels(
+    scenario: Scenario, spec: QueueSpec
+) -> Callable[[float], MappingSetting] | None:
+    """``spec``'s fitting mapping at a time of the run (``None``: no pace, or a shared
+    downstream).
+
+    A capacity that rose is known at once; one that fell only once the first report of a call
+    it refused could have arrived (the shortest telemetry delay later): no law knows sooner.
+    """
+    pace = invocation_pace(scenario, spec)
+    sharing = sum(1 for queue in scenario.queues if queue.downstream == spec.downstream)
+    if pace is None or sharing > 1:
+        return None
+    capacity = next(item for item in scenario.downstreams if item.name == spec.downstream)
+    lag = scenario.telemetry_delay_s[0]
+
+    def fitting(t: float) -> MappingSetting:
+        known = max(
+            [value_at(capacity.capacity_rps, t - lag)]
+            + [rate for start, rate in capacity.capacity_rps if t - lag < start <= t]
+        )
+        level = min(spec.max_concurrency, math.floor(known / pace))
+        if level < spec.min_concurrency:
+            return MappingSetting(spec.min_concurrency, enabled=False)
+        return MappingSetting(level)
+
+    return fitting
+
+
 def _counter_suffix() -> Callable[[], str]:
     """Audit key suffixes from a counter, so a simulated ledger is the same run after run."""
     numbers = itertools.count()
@@ -205,4 +293,5 @@ POLICIES: dict[str, Callable[[], SimPolicy]] = {
     StaticPolicy.name: StaticPolicy,
     SeedPolicy.name: SeedPolicy,
     QueueMeshPolicy.name: QueueMeshPolicy,
+    HindsightPolicy.name: HindsightPolicy,
 }

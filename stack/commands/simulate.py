@@ -15,6 +15,7 @@ from typing import IO
 
 from load.progress import Progress
 from load.simulate import (
+    BOUND_POLICIES,
     POLICY_NAMES,
     parse_seeds,
     render_seed_table,
@@ -45,9 +46,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--policy",
-        choices=(*POLICY_NAMES, "all"),
+        choices=(*POLICY_NAMES, *BOUND_POLICIES, "all"),
         default="all",
-        help="which policy to run (default: all)",
+        help=(
+            "which policy to run (default: all, every one but the bound 'hindsight': the "
+            "levels that fit the capacity, known from the controller's first cut on)"
+        ),
     )
     parser.add_argument(
         "--algorithm",

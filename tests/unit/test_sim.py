@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from controller.model import Action
 from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.scorecard import scorecard
 from load.sim.engine import POLLER_START, POLLER_STEP_PER_S, arrived_by, simulate
-from load.sim.policies import QueueMeshPolicy, SeedPolicy, StaticPolicy
+from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
 from stack.cli import main
 
@@ -187,6 +188,60 @@ def test_queuemesh_pauses_a_mapping_whose_floor_overloads_the_downstream() -> No
     assert trace.calls_rejected < seed.calls_rejected
 
 
+def test_hindsight_runs_the_controller_until_its_first_cut_then_the_level_the_capacity_fits() -> (
+    None
+):
+    # An invocation makes 10 calls of 50 ms in 0.53 s: 18.9 a second. 150/s fits 7 of them
+    # and 50/s fits 2; the 20 the poller runs at first send 377/s.
+    scenario = tiny(backlog=20000, capacity_rps=[[0, 150], [30, 50], [45, 150]])
+    law = simulate(scenario, QueueMeshPolicy())
+    result = simulate(scenario, HindsightPolicy())
+    trace = result.queues["q"]
+    cut = next(second for second, cap in enumerate(trace.cap_per_s) if cap < 20)
+    assert trace.cap_per_s[:cut] == law.queues["q"].cap_per_s[:cut]
+    assert cut > 1
+    # The fall at 30 s is known a second later (the shortest telemetry delay), the rise at
+    # 45 s at once.
+    assert trace.cap_per_s[cut:31] == [7] * (31 - cut)
+    assert trace.cap_per_s[31:45] == [2] * 14
+    assert set(trace.cap_per_s[45:]) == {7}
+    # Refused: the first seconds and the fall's first second; nothing else.
+    assert sum(trace.rejected_per_s[cut + 1 : 30]) == 0
+    assert trace.rejected_per_s[30] > 0
+    assert sum(trace.rejected_per_s[32:]) == 0
+    assert trace.calls_rejected < law.queues["q"].calls_rejected
+    # One mapping update a level: the controller's cut, then 7, 2 and 7.
+    assert result.esm_updates == {"q": 4}
+
+
+def test_hindsight_pauses_where_even_cmin_sends_more_until_the_capacity_returns() -> None:
+    scenario = tiny(backlog=3000, capacity_rps=[[0, 2], [120, 300]], duration_s=400)
+    trace = simulate(scenario, HindsightPolicy()).queues["q"]
+    paused = [second for second, enabled in enumerate(trace.enabled_per_s) if not enabled]
+    # Paused from the controller's first cut until the first controller run after the
+    # capacity returned (the one-minute tick at 120 s: a paused queue reports nothing).
+    assert paused == list(range(paused[0], 120))
+    assert trace.cap_per_s[120] == 15
+    assert sum(trace.rejected_per_s[paused[0] + 1 :]) == 0
+    assert trace.dlq_messages == 0
+
+
+def test_hindsight_leaves_to_the_controller_a_queue_without_a_pace_or_with_neighbours() -> None:
+    queueing = tiny(backlog=6000, capacity_rps=[[0, 300], [20, 60]], latency_model="queueing")
+    single = tiny(backlog=6000, capacity_rps=[[0, 300], [20, 60]])
+    shared = replace(single, queues=(*single.queues, replace(single.queues[0], name="r")))
+    for scenario in (queueing, shared):
+        law = simulate(scenario, QueueMeshPolicy())
+        bound = simulate(scenario, HindsightPolicy())
+        for queue in law.queues:
+            assert bound.queues[queue].cap_per_s == law.queues[queue].cap_per_s
+        assert bound.esm_updates == law.esm_updates
+    assert (
+        simulate(single, HindsightPolicy()).queues["q"].cap_per_s
+        != simulate(single, QueueMeshPolicy()).queues["q"].cap_per_s
+    )
+
+
 # --- the oracle ------------------------------------------------------------------------
 def test_the_oracle_on_the_contract_example() -> None:
     # 20000 + 20/s arrive; 100/s until 120 leaves 10400, 25/s against 20/s arriving until
@@ -313,6 +368,9 @@ def test_simulate_json_lists_one_scorecard_per_policy(
     assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "seed"]) == 0
     single = json.loads(capsys.readouterr().out)
     assert single["policy"] == "seed" and single == cards[1]
+    # The bound runs only when named.
+    assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "hindsight"]) == 0
+    assert json.loads(capsys.readouterr().out)["policy"] == "hindsight"
 
 
 def test_simulate_table_plot_and_recording(
