@@ -3,6 +3,7 @@
 queuemesh simulate --scenario capacity-drop                  # table, every policy
 queuemesh simulate --scenario all --json                     # the scorecards, as JSON
 queuemesh simulate --scenario my.json --policy queuemesh --plot out.png --record out.jsonl
+queuemesh simulate --scenario all --policy hindsight --seeds 1-10  # the bound: capacity known
 """
 
 from __future__ import annotations
