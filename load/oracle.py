@@ -75,7 +75,9 @@ def pooled_drain_time(
 def invocation_pace(scenario: Scenario, spec: QueueSpec) -> float | None:
     """The calls a second one of ``spec``'s invocations makes in the simulator: its batch's
     calls one after another at the downstream's latency, plus the invocation's overhead
-    (``None``: a latency that changes over the run or with the load)."""
+    (``None``: a latency that changes over the run or with the load). A heavy tail
+    (``latency_tail``) keeps it: its factor's mean is 1, and over many invocations the calls a
+    second are the batch over the mean invocation time."""
     downstream = _downstream_of(scenario, spec)
     if downstream.latency_model != "constant" or len(downstream.latency_ms) != 1:
         return None

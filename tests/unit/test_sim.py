@@ -289,6 +289,18 @@ def test_the_ideal_at_a_pace_caps_each_step_at_what_the_cap_sends() -> None:
     assert paced_drain_time(scenario, spec, [1.0, None]) == 10.0 + 800 / 30
 
 
+def test_a_heavy_tail_keeps_the_pace_the_simulated_invocations_make() -> None:
+    # The tail's factor has a mean of 1: over many invocations, each slot makes the calls of
+    # the batch over the mean invocation time, as without it.
+    scenario = tiny(latency_tail=2.0, backlog=40000, capacity_rps=[[0, 100000]], duration_s=200)
+    trace = simulate(scenario, StaticPolicy(), seed=1).queues["q"]
+    full = [second for second, running in enumerate(trace.running_per_s) if running == 20][5:-5]
+    made = sum(trace.calls_per_s[second] for second in full)
+    slots = sum(trace.running_per_s[second] for second in full)
+    assert len(full) > 60
+    assert made / slots == pytest.approx(invocation_pace(scenario, scenario.queues[0]), rel=0.02)
+
+
 def test_an_invocations_pace_is_its_batch_over_its_calls_and_overhead() -> None:
     scenario = tiny()
     # 10 calls of 50 ms and 30 ms of overhead: 10 calls in 0.53 s.
