@@ -30,7 +30,8 @@ DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "load" / "scenarios" / 
 # Shipped scenarios sized for the demo (minutes, a few dozen local worker processes) under the
 # shipped scenario's file name: `--scenario NAME` runs the variant when there is one.
 DEMO_VARIANTS = DEMO_SCENARIO.parent / "demo-variants"
-# The simulator's cards in the summary: the static cap, the original rule, QueueMesh.
+# The simulator's cards in the summary: the static cap, the original rule, QueueMesh; then,
+# where it knows the scenario's capacity, the bound (load/sim/policies.py HindsightPolicy).
 SIMULATED_POLICIES = ("static", "seed", "queuemesh")
 DEFAULT_PLOT_DIR = Path("out")
 VIEW_REFRESH_S = 1.0
@@ -726,6 +727,8 @@ def _colour(share: float) -> str:
 
 
 def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
+    from load.simulate import BOUND_POLICIES
+
     score = result["totals"]
     ledger = next(iter(result["ledger"].values()))
     lines = [
@@ -760,6 +763,7 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
                 f"    {policy:<10} rejected {totals['wasted_ratio']:6.1%} "
                 f"(timed out {_share(totals['calls_timed_out'], totals['calls_total'])}), "
                 f"dead-lettered {totals['dlq_messages']}, drain {_ratio(totals['drain_ratio'])}"
+                + ("  (a bound: the capacity known)" if policy in BOUND_POLICIES else "")
             )
     if "plot" in result:
         lines.append(f"  plot: {result['plot']}")
@@ -789,12 +793,15 @@ def _pace_lines(pace: Mapping[str, Any] | None) -> list[str]:
 
 def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:
     """The simulator's totals for the static cap, the original rule and QueueMesh (running
-    ``algorithm``) on the demo's scenario, a second or so in all: what the live run is to be
-    read against."""
+    ``algorithm``) on the demo's scenario, and the bound where it knows the scenario's
+    capacity, a second or so in all: what the live run is to be read against."""
+    from load.sim.policies import HindsightPolicy
     from load.simulate import run_policies
 
-    runs = run_policies([scenario], SIMULATED_POLICIES, algorithm, seed=None)
-    return {name: run.card["totals"] for name, run in zip(SIMULATED_POLICIES, runs, strict=True)}
+    bound = (HindsightPolicy.name,) if HindsightPolicy.knows(scenario) else ()
+    policies = (*SIMULATED_POLICIES, *bound)
+    runs = run_policies([scenario], policies, algorithm, seed=None)
+    return {name: run.card["totals"] for name, run in zip(policies, runs, strict=True)}
 
 
 def _ratio(value: float | None) -> str:

@@ -225,6 +225,11 @@ class HindsightPolicy(QueueMeshPolicy):
         # the cut, then one per level set) and the level last set.
         self._known: dict[str, tuple[int, MappingSetting]] = {}
 
+    @staticmethod
+    def knows(scenario: Scenario) -> bool:
+        """Whether the bound sets any of ``scenario``'s queues (else it is the controller)."""
+        return any(_fitting_levels(scenario, spec) is not None for spec in scenario.queues)
+
     def start(self, scenario: Scenario) -> None:
         super().start(scenario)
         for spec in scenario.queues:

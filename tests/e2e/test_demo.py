@@ -181,6 +181,26 @@ def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
     assert result["simulated"]["queuemesh"]["wasted_ratio"] < static["wasted_ratio"]
 
 
+def test_the_cards_end_with_the_bound_where_it_knows_the_capacity() -> None:
+    from stack.demo import SIMULATED_POLICIES, print_summary, simulated_cards
+
+    scenario, _ = demo_scenario("demo")
+    result = fabricated_result()
+    result["simulated"] = simulated_cards(scenario, "adaptive")
+    out = io.StringIO()
+
+    print_summary(result, out)
+
+    assert list(result["simulated"]) == [*SIMULATED_POLICIES, "hindsight"]
+    bound = result["simulated"]["hindsight"]
+    line = next(line for line in out.getvalue().splitlines() if "hindsight" in line)
+    assert line.strip().startswith("hindsight")
+    assert f"rejected {bound['wasted_ratio']:6.1%}" in line
+    assert line.endswith("(a bound: the capacity known)")
+    # Nothing refused past the controller's first cut: the bound wastes less than QueueMesh.
+    assert bound["wasted_ratio"] < result["simulated"]["queuemesh"]["wasted_ratio"]
+
+
 def test_the_cards_are_the_simulators_scorecard_for_the_same_scenario() -> None:
     from load.simulate import run_policies
     from stack.demo import simulated_cards

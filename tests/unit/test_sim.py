@@ -230,7 +230,9 @@ def test_hindsight_leaves_to_the_controller_a_queue_without_a_pace_or_with_neigh
     queueing = tiny(backlog=6000, capacity_rps=[[0, 300], [20, 60]], latency_model="queueing")
     single = tiny(backlog=6000, capacity_rps=[[0, 300], [20, 60]])
     shared = replace(single, queues=(*single.queues, replace(single.queues[0], name="r")))
+    assert HindsightPolicy.knows(single)
     for scenario in (queueing, shared):
+        assert not HindsightPolicy.knows(scenario)
         law = simulate(scenario, QueueMeshPolicy())
         bound = simulate(scenario, HindsightPolicy())
         for queue in law.queues:
