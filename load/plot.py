@@ -3,6 +3,7 @@ rejected share over time."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -11,6 +12,15 @@ from load.sim.scenario import value_at
 
 ROLLING_S = 5
 _COLOURS = {"static": "#d62728", "seed": "#ff7f0e", "queuemesh": "#1f77b4"}
+# Any other policy (the peers, the bound) takes the next of these, in the order its run comes.
+_MORE_COLOURS = ("#2ca02c", "#9467bd", "#8c564b", "#7f7f7f", "#e377c2", "#17becf")
+
+
+def policy_colours(policies: Sequence[str]) -> dict[str, str]:
+    """One colour per policy, for its every line (cap, running, goodput, share): the static cap,
+    the original rule and QueueMesh always their own, any other the next free one."""
+    others = itertools.cycle(_MORE_COLOURS)
+    return {policy: _COLOURS.get(policy) or next(others) for policy in dict.fromkeys(policies)}
 
 
 def rolling_share(
@@ -36,6 +46,7 @@ def plot_runs(results: Sequence[SimResult], path: Path) -> Path:
         raise ValueError("nothing to plot: no runs")
     scenario = results[0].scenario
     queues = [spec.name for spec in scenario.queues]
+    colours = policy_colours([result.policy for result in results])
     figure, axes = plt.subplots(
         len(queues), 3, figsize=(16, 3.6 * len(queues)), squeeze=False, sharex=True
     )
@@ -46,7 +57,7 @@ def plot_runs(results: Sequence[SimResult], path: Path) -> Path:
         longest = 0
         for result in results:
             trace = result.queues[queue]
-            colour = _COLOURS.get(result.policy)
+            colour = colours[result.policy]
             seconds = list(range(len(trace.cap_per_s)))
             longest = max(longest, len(seconds))
             cap_axis.step(

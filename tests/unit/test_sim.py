@@ -11,6 +11,7 @@ import pytest
 
 from controller.model import Action
 from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
+from load.plot import policy_colours
 from load.scorecard import scorecard
 from load.sim.engine import POLLER_START, POLLER_STEP_PER_S, arrived_by, simulate
 from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
@@ -385,6 +386,16 @@ def test_simulate_json_lists_one_scorecard_per_policy(
     # The bound runs only when named.
     assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "hindsight"]) == 0
     assert json.loads(capsys.readouterr().out)["policy"] == "hindsight"
+
+
+def test_every_policy_keeps_one_colour_of_its_own_on_the_plot() -> None:
+    # Each policy's cap, running, goodput and share lines share its colour: the peers and the
+    # bound too, not the next of matplotlib's cycle for each line.
+    runs = ["static", "seed", "queuemesh", "netflix-aimd", "vegas", "gradient2", "hindsight"]
+    colours = policy_colours([*runs, "queuemesh"])
+    assert list(colours) == runs
+    assert len(set(colours.values())) == len(runs)
+    assert policy_colours(["queuemesh"]) == {"queuemesh": colours["queuemesh"]}
 
 
 def test_simulate_table_plot_and_recording(
