@@ -150,17 +150,22 @@ def fabricated_result() -> dict[str, Any]:
     }
 
 
-def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
-    from stack.demo import SIMULATED_POLICIES, print_summary, simulated_cards
+def summary_with_cards(scenario_name: str) -> tuple[dict[str, Any], str]:
+    """The fabricated result with the simulator's cards for the scenario, and its summary."""
+    from stack.demo import print_summary, simulated_cards
 
-    scenario, _ = demo_scenario("slow-database")
+    scenario, _ = demo_scenario(scenario_name)
     result = fabricated_result()
     result["simulated"] = simulated_cards(scenario, "adaptive")
     out = io.StringIO()
-
     print_summary(result, out)
+    return result, out.getvalue()
 
-    text = out.getvalue()
+
+def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
+    from stack.demo import SIMULATED_POLICIES
+
+    result, text = summary_with_cards("slow-database")
     assert "rejected 300 (15.0%; 250 of them timed out)" in text
     # The host's pace, step by step of the capacity (none measured in the second), and the
     # ideal drain at it beside the oracle's.
@@ -182,18 +187,12 @@ def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
 
 
 def test_the_cards_end_with_the_bound_where_it_knows_the_capacity() -> None:
-    from stack.demo import SIMULATED_POLICIES, print_summary, simulated_cards
+    from stack.demo import SIMULATED_POLICIES
 
-    scenario, _ = demo_scenario("demo")
-    result = fabricated_result()
-    result["simulated"] = simulated_cards(scenario, "adaptive")
-    out = io.StringIO()
-
-    print_summary(result, out)
-
+    result, text = summary_with_cards("demo")
     assert list(result["simulated"]) == [*SIMULATED_POLICIES, "hindsight"]
     bound = result["simulated"]["hindsight"]
-    line = next(line for line in out.getvalue().splitlines() if "hindsight" in line)
+    line = next(line for line in text.splitlines() if "hindsight" in line)
     assert line.strip().startswith("hindsight")
     assert f"rejected {bound['wasted_ratio']:6.1%}" in line
     assert line.endswith("(a bound: the capacity known)")
