@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from load.sim.scenario import DownstreamSpec, QueueSpec, Scenario, Schedule, value_at
+from load.sim.scenario import QueueSpec, Scenario, Schedule, value_at
 
 
 def ideal_drain_times(scenario: Scenario) -> dict[str, float | None]:
@@ -78,7 +78,7 @@ def invocation_pace(scenario: Scenario, spec: QueueSpec) -> float | None:
     (``None``: a latency that changes over the run or with the load). A heavy tail
     (``latency_tail``) keeps it: its factor's mean is 1, and over many invocations the calls a
     second are the batch over the mean invocation time."""
-    downstream = _downstream_of(scenario, spec)
+    downstream = scenario.downstream(spec.downstream)
     if downstream.latency_model != "constant" or len(downstream.latency_ms) != 1:
         return None
     busy_s = spec.batch_size * downstream.latency_ms[0][1] / 1000.0
@@ -92,13 +92,9 @@ def paced_drain_time(
     at most ``paces[i]`` calls a second each during the capacity schedule's step ``i``: the
     step's capacity, capped at what ``max_concurrency`` invocations send at that pace (the
     oracle's own ideal assumes they can send it all; a step without a pace keeps it)."""
-    steps = _downstream_of(scenario, spec).capacity_rps
+    steps = scenario.downstream(spec.downstream).capacity_rps
     capacity = tuple(
         (start, rate if pace is None else min(rate, spec.max_concurrency * pace))
         for (start, rate), pace in zip(steps, paces, strict=True)
     )
     return pooled_drain_time(capacity, [spec], scenario.duration_s)
-
-
-def _downstream_of(scenario: Scenario, spec: QueueSpec) -> DownstreamSpec:
-    return next(item for item in scenario.downstreams if item.name == spec.downstream)

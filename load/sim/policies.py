@@ -272,7 +272,7 @@ def _fitting_levels(
     sharing = sum(1 for queue in scenario.queues if queue.downstream == spec.downstream)
     if pace is None or sharing > 1:
         return None
-    capacity = next(item for item in scenario.downstreams if item.name == spec.downstream)
+    capacity = scenario.downstream(spec.downstream)
     lag = scenario.telemetry_delay_s[0]
 
     def fitting(t: float) -> MappingSetting:
