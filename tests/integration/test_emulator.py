@@ -11,7 +11,7 @@ import pytest
 
 from controller.ledger import WAKE_UP_INDEX, DynamoLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
-from stack.emulator import Deployment, EmbeddedAws
+from stack.local.emulator import Deployment, EmbeddedAws
 
 DOWNSTREAM = "http://127.0.0.1:9/"
 
