@@ -2,13 +2,16 @@
 
 Each command lives in its own module exposing ``register(subparsers)``; the module sets
 ``func`` (``(argparse.Namespace) -> int``) as the parser default. Modules are imported when the
-parser is built, and keep heavy imports inside their ``func`` so ``--help`` stays fast.
+parser is built, and keep heavy imports inside their ``func`` so ``--help`` stays fast, and
+works without the optional dependencies: a command that needs the local extra and finds it
+missing says so in one line.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 from typing import NoReturn
@@ -20,10 +23,12 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stack.commands.record",
     "stack.commands.replay",
     "stack.commands.simulate",
-    "stack.dashboard",
-    "stack.demo",
-    "stack.commands.ops",
+    "stack.local.dashboard",
+    "stack.local.demo.command",
+    "stack.ops.commands",
 )
+# pyproject.toml's optional dependencies for the local stack (stack/local/) and the plots.
+LOCAL_EXTRA = "local"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -70,9 +75,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = " ".join(str(error).split())
         print(f"{prog}: error: {message}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError:
+        if not missing_extra_packages(LOCAL_EXTRA):
+            raise
+        print(
+            f"{prog}: needs the {LOCAL_EXTRA} extra: pip install 'queuemesh[{LOCAL_EXTRA}]'",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+
+
+def missing_extra_packages(extra: str) -> list[str]:
+    """The packages the installed queuemesh declares for ``extra`` that are not installed
+    (none when queuemesh itself is not installed: then nothing tells what is missing)."""
+    from importlib import metadata
+
+    try:
+        requirements = metadata.requires("queuemesh") or []
+    except metadata.PackageNotFoundError:
+        return []
+    missing = []
+    for requirement in requirements:
+        specifier, _, marker = requirement.partition(";")
+        if re.search(rf"""extra\s*==\s*["']{re.escape(extra)}["']""", marker) is None:
+            continue
+        name = re.split(r"[\s\[<>=!~;(]", specifier.strip(), maxsplit=1)[0]
+        try:
+            metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            missing.append(name)
+    return missing
 
 
 if __name__ == "__main__":

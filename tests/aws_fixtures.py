@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stack.emulator import EmbeddedAws
+from stack.local.emulator import EmbeddedAws
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -157,7 +157,7 @@ def _run_fleet(args: argparse.Namespace) -> int:
     if not 1 <= args.max_invocations <= 100:
         raise CliError(f"--max-invocations must be 1..100, got {args.max_invocations}")
     from load.progress import Progress
-    from stack.emulator import EmbeddedAws
+    from stack.local.emulator import EmbeddedAws
 
     with (
         EmbeddedAws() as aws,

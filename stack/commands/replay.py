@@ -146,7 +146,7 @@ def _replay_on_stack(
     from controller.actuator import LambdaActuator
     from controller.ledger import DynamoLedger
     from stack.aws import AwsTarget
-    from stack.commands.ops import adapter_errors
+    from stack.ops.commands import adapter_errors
 
     if config.queues is not None:
         raise CliError(

@@ -14,10 +14,11 @@ import boto3
 import pytest
 
 from load.sim.scenario import load_scenario
-from stack.demo import LiveView, run_demo
-from stack.emulator import DEFAULT_TEMPLATE
-from stack.template import load_template
-from stack.widgets import StackFacts, dashboard_body
+from stack.local.demo.run import run_demo
+from stack.local.demo.view import LiveView
+from stack.local.emulator import DEFAULT_TEMPLATE
+from stack.local.template import load_template
+from stack.local.widgets import StackFacts, dashboard_body
 from tests.chromium import Chromium
 from tests.paths import ROOT
 

@@ -14,7 +14,7 @@ import pytest
 
 from load.sim.scenario import load_scenario
 from stack.cli import main
-from stack.demo import demo_scenario
+from stack.local.demo.command import demo_scenario
 
 SHORT_SCENARIO = {
     "name": "demo-test",
@@ -152,7 +152,7 @@ def fabricated_result() -> dict[str, Any]:
 
 def summary_with_cards(scenario_name: str) -> tuple[dict[str, Any], str]:
     """The fabricated result with the simulator's cards for the scenario, and its summary."""
-    from stack.demo import print_summary, simulated_cards
+    from stack.local.demo.summary import print_summary, simulated_cards
 
     scenario, _ = demo_scenario(scenario_name)
     result = fabricated_result()
@@ -163,7 +163,7 @@ def summary_with_cards(scenario_name: str) -> tuple[dict[str, Any], str]:
 
 
 def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
-    from stack.demo import SIMULATED_POLICIES
+    from stack.local.demo.summary import SIMULATED_POLICIES
 
     result, text = summary_with_cards("slow-database")
     assert "rejected 300 (15.0%; 250 of them timed out)" in text
@@ -187,7 +187,7 @@ def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
 
 
 def test_the_cards_end_with_the_bound_where_it_knows_the_capacity() -> None:
-    from stack.demo import SIMULATED_POLICIES
+    from stack.local.demo.summary import SIMULATED_POLICIES
 
     result, text = summary_with_cards("demo")
     assert list(result["simulated"]) == [*SIMULATED_POLICIES, "hindsight"]
@@ -202,7 +202,7 @@ def test_the_cards_end_with_the_bound_where_it_knows_the_capacity() -> None:
 
 def test_the_cards_are_the_simulators_scorecard_for_the_same_scenario() -> None:
     from load.simulate import run_policies
-    from stack.demo import simulated_cards
+    from stack.local.demo.summary import simulated_cards
 
     scenario, _ = demo_scenario("slow-database")
     (seed,) = run_policies([scenario], ["seed"], "adaptive", seed=None)

@@ -17,7 +17,7 @@ from controller import handler as controller_handler
 from controller.ledger import DynamoLedger, create_ledger_table
 from controller.model import Mode, QueueConfig
 from load.recording import RecordedLine, emf_line, kinesis_event
-from stack.emulator import EmbeddedAws
+from stack.local.emulator import EmbeddedAws
 from tests.factories import sample
 
 REGION = "us-east-1"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from stack.emulator import EmbeddedAws, QueueBinding
-from stack.runtime import (
+from stack.local.emulator import EmbeddedAws, QueueBinding
+from stack.local.runtime import (
     ContainerPool,
     FunctionSpec,
     InvocationFailed,
@@ -21,7 +21,7 @@ from stack.runtime import (
     rate_seconds,
     sqs_event,
 )
-from stack.runtime.sqs_poller import MAPPING_REFRESH_S, READY_BATCHES
+from stack.local.runtime.sqs_poller import MAPPING_REFRESH_S, READY_BATCHES
 
 LOG_GROUP = "/aws/lambda/test-worker"
 THREADS_END_WITHIN_S = 10.0

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from stack.cli import main
-from stack.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
-from stack.metrics import EmfMetricsPublisher
-from stack.template import load_template
-from stack.widgets import (
+from stack.local.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
+from stack.local.metrics import EmfMetricsPublisher
+from stack.local.template import load_template
+from stack.local.widgets import (
     DashboardError,
     MetricLine,
     MetricsReader,

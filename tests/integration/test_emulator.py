@@ -3,6 +3,8 @@ from __future__ import annotations
 import gzip
 import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any, cast
@@ -11,7 +13,8 @@ import pytest
 
 from controller.ledger import WAKE_UP_INDEX, DynamoLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
-from stack.emulator import Deployment, EmbeddedAws
+from stack.local.emulator import Deployment, EmbeddedAws
+from tests.paths import ROOT
 
 DOWNSTREAM = "http://127.0.0.1:9/"
 
@@ -135,6 +138,36 @@ def test_a_receive_survives_a_concurrent_delete_of_a_pending_message(aws: Embedd
     queue._pending_messages = pending
     assert queue.pending_message_groups <= {"group"}
     assert neighbour not in queue._pending_messages
+
+
+READ_THE_STACK = """
+from stack.local.emulator import EmbeddedAws
+with EmbeddedAws() as aws:
+    deployment = aws.deploy(parameters={"ExampleDownstreamUrl": "http://127.0.0.1:9/"})
+    pages = aws.client("cloudformation").get_paginator("list_stack_resources")
+    for _ in range(2):
+        pages.paginate(StackName=deployment.stack_name).build_full_result()
+    (queue,) = deployment.queues
+    print(deployment.code_dirs[queue.function_name])
+"""
+
+
+def test_reading_the_stack_prints_no_moto_warning_and_runs_the_projects_code() -> None:
+    """moto warns of every type its CloudFormation skips each time it reads the stack's
+    resources (the dashboard reads them every refresh); none of that reaches the terminal."""
+    completed = subprocess.run(
+        [sys.executable, "-c", READ_THE_STACK],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stderr == ""
+    # The shipped template's CodeUris are the project's packages (installed or checked out).
+    assert completed.stdout == f"{ROOT / 'worker' / 'example'}\n"
 
 
 def test_stop_closes_the_port() -> None:

@@ -28,7 +28,7 @@ from controller.ledger import DynamoLedger
 from controller.model import AuditEvent
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
-from stack.emulator import EmbeddedAws
+from stack.local.emulator import EmbeddedAws
 from tests.e2e.test_end_to_end import REGION, TABLE, deploy_pipeline
 from tests.factories import kinesis_event, sample
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def test_a_batch_of_changes_costs_one_listing_and_an_update_each() -> None:
     from load.bench.fleet import measure
-    from stack.emulator import EmbeddedAws
+    from stack.local.emulator import EmbeddedAws
 
     with EmbeddedAws() as aws:
         report = measure(aws.endpoint, 6, timeout_s=30, max_invocations=3)

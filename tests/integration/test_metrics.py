@@ -19,10 +19,10 @@ from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
-from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
-from stack.metrics import EmfMetricsPublisher, InvalidDocument, extract
-from stack.template import load_template
-from stack.widgets import MetricLine, Search, StackFacts, dashboard_body, parse_widgets
+from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
+from stack.local.metrics import EmfMetricsPublisher, InvalidDocument, extract
+from stack.local.template import load_template
+from stack.local.widgets import MetricLine, Search, StackFacts, dashboard_body, parse_widgets
 from tests.factories import config, kinesis_event, sample
 from tests.paths import EVENTS
 from tests.worker_support import (  # noqa: F401 (fixtures)

@@ -19,8 +19,8 @@ from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from load.localfleet import LocalFleet, build_fleet, client
 from stack.cli import main
-from stack.commands.ops import parse_since
-from stack.emulator import EmbeddedAws
+from stack.local.emulator import EmbeddedAws
+from stack.ops.commands import parse_since
 from tests.factories import sample
 
 

@@ -33,7 +33,7 @@ import boto3
 import pytest
 
 from controller.ledger import create_ledger_table
-from stack.template import load_template, transform_template
+from stack.local.template import load_template, transform_template
 from tests.paths import ROOT
 
 TEMPLATE = ROOT / "template.yaml"

@@ -145,7 +145,7 @@ def test_replay_reports_each_controller_invocation() -> None:
 
 def test_bench_fleet_reports_setup_and_every_mapping_update() -> None:
     from load.bench.fleet import measure
-    from stack.emulator import EmbeddedAws
+    from stack.local.emulator import EmbeddedAws
 
     heard: list[tuple[int, int, str]] = []
     with EmbeddedAws() as aws:

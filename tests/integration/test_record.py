@@ -261,7 +261,7 @@ def test_progress_reports_records_bytes_and_shards() -> None:
 
 @pytest.fixture
 def moto_url() -> Iterator[str]:
-    from stack.emulator import EmbeddedAws
+    from stack.local.emulator import EmbeddedAws
 
     with EmbeddedAws() as aws:
         yield aws.endpoint

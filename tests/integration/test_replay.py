@@ -420,7 +420,7 @@ def test_replay_against_the_local_stack_moves_its_mappings(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     from load.localfleet import build_fleet, client
-    from stack.emulator import EmbeddedAws
+    from stack.local.emulator import EmbeddedAws
 
     with EmbeddedAws() as aws:
         endpoint = aws.endpoint

@@ -25,16 +25,15 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from controller.ledger import create_ledger_table
-from stack.template import (
+from stack.local.template import (
     TemplateError,
-    delivery_findings,
     expand_language_extensions,
-    iam_findings,
     load_template,
     parameter_values,
     transform_document,
     transform_template,
 )
+from stack.local.template_rules import delivery_findings, iam_findings
 from tests.paths import ROOT, TEMPLATES
 
 TEMPLATE = ROOT / "template.yaml"

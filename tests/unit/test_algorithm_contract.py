@@ -20,7 +20,7 @@ from controller.policy import (
 )
 from controller.settings import PolicyParams
 from controller.window import QueueWindow, WindowStats
-from stack.template import load_template
+from stack.local.template import load_template
 from tests.factories import config, sample, state
 from tests.paths import ROOT
 

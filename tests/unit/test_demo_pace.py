@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from stack.demo import running_pace
+from stack.local.demo.result import running_pace
 
 
 def test_the_pace_is_calls_over_the_running_invocations_in_seconds_nothing_was_refused() -> None:

@@ -114,3 +114,18 @@ def test_an_import_against_the_layers_is_found(module: str, source: str) -> None
 )
 def test_imports_along_the_layers_pass(module: str, source: str) -> None:
     assert violations(source, module) == []
+
+
+def test_the_operator_commands_import_nothing_of_the_local_stack() -> None:
+    """`pip install queuemesh` runs stack/ops/ without the local extra (moto, samtranslator)."""
+    operator_side = [
+        (m, p) for m, p in project_modules() if m.startswith(("stack.ops", "stack.aws"))
+    ]
+    assert operator_side
+    local = [
+        f"{module}:{line} imports {name}"
+        for module, path in operator_side
+        for line, name in imported_modules(path.read_text(encoding="utf-8"), module)
+        if name.startswith("stack.local")
+    ]
+    assert local == []

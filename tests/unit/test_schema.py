@@ -16,7 +16,7 @@ from controller import schema as controller_schema
 from controller.model import Sample
 from controller.telemetry import samples_from_log_message
 from load.recording import emf_document
-from stack.template import load_template
+from stack.local.template import load_template
 from tests.paths import ROOT
 from worker import emf
 from worker import schema as worker_schema

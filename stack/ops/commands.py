@@ -22,7 +22,7 @@ from controller.ports import ActuationError, LedgerError
 from controller.registration import OperatorError, check_mapping_id, concurrency_text
 from stack.aws import AwsTarget, add_target_arguments, aws_errors, explain, root_cause
 from stack.errors import CliError, quoted
-from stack.ops import FleetOps, StatusRow, iso_time
+from stack.ops.fleet import FleetOps, StatusRow, iso_time
 
 MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
 POLICY_FLAGS = ("t1", "t2", "beta", "alpha", "cmin", "cmax")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from stack.emulator import ACCOUNT
+from stack.local.cloudformation import ACCOUNT
 
 STOP_JOIN_S = 5.0
 

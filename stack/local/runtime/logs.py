@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from stack.metrics import EmfMetricsPublisher
+from stack.local.metrics import EmfMetricsPublisher
 
 
 class LogShipper:

@@ -6,7 +6,9 @@
   time, cold-started on demand and reused while warm, as Lambda's execution environments are.
 - ``logs``: each invocation's output goes to its function's log group with PutLogEvents, from
   where the emulator's subscription filter delivers it to Kinesis.
-- ``sqs_poller``: ``QueuePoller``, an SQS event source mapping (the workers).
+- ``sqs_poller``: ``QueuePoller``, an SQS event source mapping (the workers); the event it
+  passes and the partial batch response it reads are ``sqs_event``'s, the log shipping and
+  deletes it hands off run on ``handoff``'s threads.
 - ``kinesis_poller``: ``StreamPoller``, the Kinesis event source mapping (the controller).
 - ``schedule``: ``ScheduleRunner``, EventBridge's ``rate(...)`` rules (the controller's tick).
 """
@@ -16,13 +18,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from stack.emulator import Deployment, EmbeddedAws
-from stack.metrics import EmfMetricsPublisher
-from stack.runtime.containers import ContainerPool, FunctionSpec, InvocationFailed
-from stack.runtime.kinesis_poller import StreamPoller, first_failure
-from stack.runtime.logs import LogShipper, ensure_log_group
-from stack.runtime.schedule import ScheduleRunner, rate_seconds
-from stack.runtime.sqs_poller import QueuePoller, failed_item_ids, sqs_event
+from stack.local.emulator import Deployment, EmbeddedAws
+from stack.local.metrics import EmfMetricsPublisher
+from stack.local.runtime.containers import ContainerPool, FunctionSpec, InvocationFailed
+from stack.local.runtime.kinesis_poller import StreamPoller, first_failure
+from stack.local.runtime.logs import LogShipper, ensure_log_group
+from stack.local.runtime.schedule import ScheduleRunner, rate_seconds
+from stack.local.runtime.sqs_event import failed_item_ids, sqs_event
+from stack.local.runtime.sqs_poller import QueuePoller
 
 __all__ = [
     "ContainerPool",

@@ -2,7 +2,7 @@
 
 The page (``dashboard.html``: plain HTML, CSS and JavaScript, charts drawn as inline SVG, no
 network access beyond this server) polls ``/api/dashboard``, which ``DashboardSource``
-answers from CloudWatch (the template's own widgets, evaluated by ``stack.widgets``) and from
+answers from CloudWatch (the template's own widgets, evaluated by ``stack.local.widgets``) and from
 the DynamoDB ledger (each queue's state and its recent transitions). The server listens on
 127.0.0.1 only. See docs/dashboard.md.
 """
@@ -70,9 +70,8 @@ class DashboardSource:
 
         from controller.actuator import LambdaActuator
         from controller.ledger import DynamoLedger
-        from stack.ops import FleetOps
-        from stack.template import TemplateError, load_template
-        from stack.widgets import (
+        from stack.local.template import TemplateError, load_template
+        from stack.local.widgets import (
             DashboardError,
             MetricsReader,
             StackFacts,
@@ -80,6 +79,7 @@ class DashboardSource:
             dashboard_name,
             parse_widgets,
         )
+        from stack.ops.fleet import FleetOps
 
         self._clock = clock
         self.settings = settings
@@ -135,7 +135,7 @@ class DashboardSource:
         )
 
     def _evaluate(self, now: float) -> dict[str, Any]:
-        from stack.commands.ops import audit_json
+        from stack.ops.commands import audit_json
 
         start, end, period = self.time_range(now)
         errors: list[str] = []
@@ -300,7 +300,7 @@ def parse_port(raw: str) -> int:
 
 
 def parse_period(raw: str | None) -> int | None:
-    from stack.widgets import valid_period
+    from stack.local.widgets import valid_period
 
     if raw is None:
         return None
@@ -323,7 +323,7 @@ def parse_refresh(raw: str) -> float:
 
 
 def settings_from(args: argparse.Namespace, now: float) -> DashboardSettings:
-    from stack.commands.ops import parse_since
+    from stack.ops.commands import parse_since
 
     start = parse_since(args.since, now)
     if start >= now:
@@ -340,7 +340,7 @@ def settings_from(args: argparse.Namespace, now: float) -> DashboardSettings:
 
 def run(args: argparse.Namespace) -> int:
     from stack.aws import AwsTarget, aws_errors
-    from stack.emulator import DEFAULT_TEMPLATE
+    from stack.local.emulator import DEFAULT_TEMPLATE
 
     port = parse_port(args.port)
     settings = settings_from(args, time.time())

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from load.recording import RecordedLine, kinesis_event
-from stack.emulator import EmbeddedAws
-from stack.runtime.containers import STOP_JOIN_S, ContainerPool
-from stack.runtime.logs import LogShipper
+from stack.local.emulator import EmbeddedAws
+from stack.local.runtime.containers import STOP_JOIN_S, ContainerPool
+from stack.local.runtime.logs import LogShipper
 
 KINESIS_POLL_S = 0.25
 KINESIS_RETRY_ATTEMPTS = 3

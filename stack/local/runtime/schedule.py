@@ -8,9 +8,9 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stack.emulator import EmbeddedAws
-from stack.runtime.containers import STOP_JOIN_S, ContainerPool
-from stack.runtime.logs import LogShipper
+from stack.local.emulator import EmbeddedAws
+from stack.local.runtime.containers import STOP_JOIN_S, ContainerPool
+from stack.local.runtime.logs import LogShipper
 
 RATE_UNITS_S = {"minute": 60.0, "minutes": 60.0, "hour": 3600.0, "hours": 3600.0, "day": 86400.0}
 

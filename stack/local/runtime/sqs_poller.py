@@ -17,13 +17,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-from stack.emulator import EmbeddedAws, QueueBinding
-from stack.runtime.containers import STOP_JOIN_S, ContainerPool, InvocationFailed, InvocationResult
-from stack.runtime.logs import LogShipper
+from stack.local.emulator import EmbeddedAws, QueueBinding
+from stack.local.runtime.containers import (
+    STOP_JOIN_S,
+    ContainerPool,
+    InvocationFailed,
+    InvocationResult,
+)
+from stack.local.runtime.handoff import Handoff
+from stack.local.runtime.logs import LogShipper
+from stack.local.runtime.sqs_event import failed_item_ids, sqs_event
 
 INITIAL_POLLERS = 5
 POLLERS_ADDED_PER_SECOND = 5
@@ -36,14 +43,9 @@ EMPTY_RECEIVE_PAUSE_S = 0.25
 READY_BATCHES = 1
 # SQS's limit per ReceiveMessage, DeleteMessageBatch and ChangeMessageVisibilityBatch call.
 MAX_MESSAGES_PER_CALL = 10
-# Invocations whose log lines or deletes may wait for a handoff thread before a slot waits too
-# (late log lines are late telemetry for the controller).
-HANDOFF_CAPACITY = 16
 # Log shipping is two calls per invocation (PutLogEvents, PutMetricData), more than one thread
 # keeps up with at 16 invocations a second on a loaded machine.
 SHIPPING_THREADS = 2
-
-Item = TypeVar("Item")
 
 
 @dataclass(slots=True)
@@ -74,79 +76,6 @@ class QueueDepth:
     visible: int = 0
     in_flight: int = 0
     dead_lettered: int = 0
-
-
-class Handoff(Generic[Item]):
-    """Work taken off the invocation slots: ``threads`` threads handle the items put, in the
-    order put, up to ``batch`` at a time. ``put`` waits while ``HANDOFF_CAPACITY`` items are
-    pending; after ``close`` the threads end once everything put before is handled, and a late
-    ``put`` is handled by its caller, so nothing put is ever dropped."""
-
-    def __init__(
-        self,
-        name: str,
-        handle: Callable[[list[Item]], None],
-        on_error: Callable[[str], None],
-        *,
-        batch: int = 1,
-        threads: int = 1,
-    ) -> None:
-        self._handle = handle
-        self._on_error = on_error
-        self._batch = batch
-        self._pending: deque[Item] = deque()
-        self._changed = threading.Condition()
-        self._closed = False
-        self._name = name
-        self._threads = [
-            threading.Thread(target=self._run, name=f"{name}-{index}", daemon=True)
-            for index in range(threads)
-        ]
-
-    def start(self) -> None:
-        for thread in self._threads:
-            thread.start()
-
-    def put(self, item: Item) -> None:
-        with self._changed:
-            while len(self._pending) >= HANDOFF_CAPACITY and not self._closed:
-                self._changed.wait(MAPPING_REFRESH_S)
-            if not self._closed:
-                self._pending.append(item)
-                self._changed.notify_all()
-                return
-        self._handle_safely([item])
-
-    def close(self) -> None:
-        with self._changed:
-            self._closed = True
-            self._changed.notify_all()
-
-    def join(self, deadline: float) -> None:
-        """Wait for the threads until ``deadline`` (``time.monotonic()``)."""
-        for thread in self._threads:
-            if thread.ident is not None:
-                thread.join(timeout=max(0.0, deadline - time.monotonic()))
-
-    def _run(self) -> None:
-        while True:
-            with self._changed:
-                if not self._pending:
-                    if self._closed:
-                        return
-                    self._changed.wait(MAPPING_REFRESH_S)
-                    continue
-                taken = [
-                    self._pending.popleft() for _ in range(min(self._batch, len(self._pending)))
-                ]
-                self._changed.notify_all()
-            self._handle_safely(taken)
-
-    def _handle_safely(self, items: list[Item]) -> None:
-        try:
-            self._handle(items)
-        except Exception as error:
-            self._on_error(f"{self._name}: {error}")
 
 
 class QueuePoller:
@@ -459,53 +388,3 @@ def _sqs_batch_calls(messages: list[dict[str, Any]]) -> Iterator[list[dict[str, 
     """``messages`` in chunks of at most what one SQS batch call takes."""
     for start in range(0, len(messages), MAX_MESSAGES_PER_CALL):
         yield messages[start : start + MAX_MESSAGES_PER_CALL]
-
-
-def sqs_event(messages: list[dict[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
-    """The event Lambda passes for an SQS batch, from ReceiveMessage's answer."""
-    return {
-        "Records": [
-            {
-                "messageId": message["MessageId"],
-                "receiptHandle": message["ReceiptHandle"],
-                "body": message["Body"],
-                "attributes": dict(message.get("Attributes", {})),
-                "messageAttributes": {
-                    name: {
-                        "stringValue": value.get("StringValue"),
-                        "binaryValue": value.get("BinaryValue"),
-                        "stringListValues": [],
-                        "binaryListValues": [],
-                        "dataType": value["DataType"],
-                    }
-                    for name, value in message.get("MessageAttributes", {}).items()
-                },
-                "md5OfBody": message.get("MD5OfBody", ""),
-                "eventSource": "aws:sqs",
-                "eventSourceARN": queue_arn,
-                "awsRegion": region,
-            }
-            for message in messages
-        ]
-    }
-
-
-def failed_item_ids(response: Any, every_id: set[str]) -> set[str]:
-    """The partial batch response's failures. Lambda fails the whole batch on a malformed one
-    (an identifier that is empty or not in the batch)."""
-    if response is None:
-        return set()
-    if not isinstance(response, Mapping):
-        return set()
-    failures = response.get("batchItemFailures")
-    if failures is None:
-        return set()
-    if not isinstance(failures, list):
-        return set(every_id)
-    failed: set[str] = set()
-    for item in failures:
-        identifier = item.get("itemIdentifier") if isinstance(item, Mapping) else None
-        if not identifier or identifier not in every_id:
-            return set(every_id)
-        failed.add(identifier)
-    return failed

@@ -1,0 +1,159 @@
+"""`queuemesh demo`: its arguments, the scenario it runs, and what it prints (docs/demo.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+from controller.policy import ALGORITHMS
+from load.sim.scenario import SCENARIO_DIR
+from stack.errors import CliError
+from stack.local.demo.run import run_demo
+from stack.local.demo.summary import print_summary, simulated_cards, write_plot
+from stack.local.demo.view import LiveView
+
+DEMO_SCENARIO = SCENARIO_DIR / "demo.json"
+# Shipped scenarios sized for the demo (minutes, a few dozen local worker processes) under the
+# shipped scenario's file name: `--scenario NAME` runs the variant when there is one.
+DEMO_VARIANTS = DEMO_SCENARIO.parent / "demo-variants"
+DEFAULT_PLOT_DIR = Path("out")
+DEFAULT_GRACE_S = 60.0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "demo",
+        help="run the whole loop on an embedded local AWS (no account needed)",
+        description=(
+            "Deploy template.yaml onto an embedded AWS (moto) on 127.0.0.1, run the example "
+            "worker against a rate-limited local API whose capacity drops and returns, and "
+            "watch the controller steer the mapping's MaximumConcurrency."
+        ),
+    )
+    parser.add_argument(
+        "--scenario",
+        default=str(DEMO_SCENARIO),
+        help="scenario name or JSON file (default: the two-minute demo scenario)",
+    )
+    parser.add_argument(
+        "--duration", type=float, metavar="S", help="run for S seconds instead of the scenario's"
+    )
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=DEFAULT_GRACE_S,
+        metavar="S",
+        help="after the scenario, keep running up to S seconds until the queue is drained "
+        f"(default {DEFAULT_GRACE_S:.0f})",
+    )
+    parser.add_argument(
+        "--headless", action="store_true", help="no live view: periodic status lines on stderr"
+    )
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument(
+        "--plot", metavar="PNG", help="where to write the plot (default: out/demo-<scenario>.png)"
+    )
+    parser.add_argument("--no-plot", action="store_true", help="do not write a plot")
+    parser.add_argument(
+        "--template", metavar="FILE", help="SAM template to deploy (default: template.yaml)"
+    )
+    parser.add_argument(
+        "--algorithm",
+        choices=sorted(ALGORITHMS),
+        help="the controller's algorithm (the template's PolicyAlgorithm; default: its default)",
+    )
+    parser.add_argument(
+        "--record",
+        metavar="JSONL",
+        help="also write the telemetry stream as a recording (for queuemesh replay)",
+    )
+    parser.add_argument(
+        "--dashboard",
+        action="store_true",
+        help="also serve the template's dashboard and the ledger on 127.0.0.1 (its URL is "
+        "printed); it stays up after the summary until Ctrl-C",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    scenario, variant = demo_scenario(args.scenario)
+    if len(scenario.queues) != 1 or len(scenario.downstreams) != 1:
+        raise CliError(
+            f"scenario {scenario.name} has {len(scenario.queues)} queues and "
+            f"{len(scenario.downstreams)} downstreams; the demo runs the template's one example "
+            "pipeline: pass a scenario file with one queue and one downstream"
+        )
+    duration = scenario.duration_s if args.duration is None else args.duration
+    # Written so that nan fails too; the run is in real time, so both are finite.
+    if not (0 < duration < math.inf and 0 <= args.grace < math.inf):
+        raise CliError(
+            "--duration must be a positive number of seconds and --grace a non-negative one, "
+            "both finite"
+        )
+    plot = (
+        None if args.no_plot else Path(args.plot or DEFAULT_PLOT_DIR / f"demo-{scenario.name}.png")
+    )
+    out: TextIO = sys.stderr if args.json else sys.stdout
+    live = not args.headless and not args.json and out.isatty()
+    template = Path(args.template) if args.template else None
+    record = Path(args.record) if args.record else None
+    view = LiveView(out, live=live)
+    if variant is not None:
+        view.note(
+            f"running {scenario.name}, {args.scenario} sized for the demo "
+            f"({scenario.duration_s:.0f} s of load); for the full scenario pass its file, "
+            f"load/scenarios/{args.scenario}.json"
+        )
+
+    def report(result: dict[str, Any]) -> None:
+        # QueueMesh's card runs the algorithm the live controller ran.
+        result["simulated"] = simulated_cards(scenario, result["policy"].removeprefix("queuemesh-"))
+        if plot is not None:
+            result["plot"] = str(write_plot(result, plot))
+        if args.json:
+            print(json.dumps(result, indent=2, default=str), flush=True)
+        else:
+            print_summary(result, out)
+        if args.dashboard:
+            _hold_dashboard(result["dashboard"], sys.stderr if args.json else out)
+
+    run_demo(
+        scenario,
+        duration,
+        args.grace,
+        view=view,
+        template=template,
+        record=record,
+        algorithm=args.algorithm,
+        dashboard=args.dashboard,
+        on_result=report,
+    )
+    return 0
+
+
+def demo_scenario(name_or_file: str) -> tuple[Any, Path | None]:
+    """The scenario to run, and the demo variant file when a shipped name has one."""
+    from load.sim.scenario import ScenarioError, load_scenario, shipped_scenarios
+
+    variant = DEMO_VARIANTS / f"{name_or_file}.json"
+    chosen = variant if name_or_file in shipped_scenarios() and variant.is_file() else None
+    try:
+        return load_scenario(str(chosen or name_or_file)), chosen
+    except ScenarioError as error:
+        raise CliError(str(error)) from error
+
+
+def _hold_dashboard(url: str, out: TextIO) -> None:
+    """Keep the stack and the page up for a look after the run, until Ctrl-C."""
+    out.write(f"queuemesh demo: the dashboard stays up at {url}; Ctrl-C to stop\n")
+    out.flush()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        out.write("queuemesh demo: stopping\n")

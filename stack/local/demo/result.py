@@ -1,0 +1,210 @@
+"""The demo's result: the timeline the view sampled and what the downstream, the queues and the
+ledger counted, scored as the simulator scores a run."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Timeline:
+    """One row per second of the run, for the summary and the plot."""
+
+    t: list[float] = field(default_factory=list)
+    capacity: list[float] = field(default_factory=list)
+    max_concurrency: list[int] = field(default_factory=list)
+    in_flight: list[int] = field(default_factory=list)
+    backlog: list[int] = field(default_factory=list)
+    dead_lettered: list[int] = field(default_factory=list)
+    state: list[str] = field(default_factory=list)
+
+
+def demo_result(
+    scenario: Any,
+    policy: str,
+    duration_s: float,
+    ended_at: float,
+    drained_at: float | None,
+    queue: str,
+    poller: Any,
+    messages_sent: int,
+    downstream: Any,
+    ledger: Any,
+    timeline: Timeline,
+    wall_s: float,
+    origin: float,
+    errors: list[str],
+) -> dict[str, Any]:
+    from controller.settings import PolicyParams
+    from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
+    from load.scorecard import drain_ratio, reaction_time
+    from load.sim.engine import QueueTrace
+
+    spec = scenario.queues[0]
+    counters = downstream.counters()
+    last = max([*counters.per_second, int(ended_at)])
+    ok_per_s = [
+        counters.per_second[s].ok if s in counters.per_second else 0 for s in range(last + 1)
+    ]
+    timed_out_per_s = [
+        counters.per_second[s].timed_out if s in counters.per_second else 0 for s in range(last + 1)
+    ]
+    # Rejected as the scorecard counts it: answered 429, or timed out on the client side.
+    rejected_per_s = [
+        counters.per_second[s].rejected + counters.per_second[s].timed_out
+        if s in counters.per_second
+        else 0
+        for s in range(last + 1)
+    ]
+    calls_per_s = [ok + rejected for ok, rejected in zip(ok_per_s, rejected_per_s, strict=True)]
+    _, queue_counters, depth = poller.snapshot()
+    epoch_origin = time.time() - (time.monotonic() - origin)
+    audit = ledger.audit_trail(queue)
+    changes = [entry for entry in audit if entry.new_value != entry.previous_value]
+    detection = _detection_latencies(counters.first_rejection_after_drop, changes, epoch_origin)
+    ideal = ideal_drain_times(scenario).get(spec.name)
+    trace = QueueTrace(
+        name=spec.name,
+        downstream=spec.downstream,
+        calls_per_s=calls_per_s,
+        rejected_per_s=rejected_per_s,
+    )
+    t1 = PolicyParams().t1
+    steps = scenario.downstreams[0].capacity_rps
+    bounds = [start for start, _ in steps[1:]] + [math.inf]
+    paces = [
+        running_pace(calls_per_s, rejected_per_s, timeline.t, timeline.in_flight, start, until)
+        for (start, _), until in zip(steps, bounds, strict=True)
+    ]
+    paced_ideal = (
+        None if all(pace is None for pace in paces) else paced_drain_time(scenario, spec, paces)
+    )
+    simulated_pace = invocation_pace(scenario, spec)
+    calls_total = sum(calls_per_s)
+    calls_rejected = sum(rejected_per_s)
+    done = len(poller.done_ids)
+    state = ledger.get_states([queue]).get(queue)
+    score = {
+        "messages_total": messages_sent,
+        "messages_done": done,
+        "dlq_messages": depth.dead_lettered,
+        "messages_pending": depth.visible + depth.in_flight,
+        "calls_total": calls_total,
+        "calls_rejected": calls_rejected,
+        "calls_timed_out": sum(timed_out_per_s),
+        "wasted_ratio": round(calls_rejected / calls_total, 4) if calls_total else 0.0,
+        "drain_s": None if drained_at is None else round(drained_at, 1),
+        "ideal_drain_s": None if ideal is None else round(ideal, 1),
+        "drain_ratio": drain_ratio(drained_at, ideal),
+        "esm_updates": len(changes),
+        "reaction_s": reaction_time(trace, steps, t1, ended_at),
+        "detection_latency_s": max(detection) if detection else None,
+        "detection_latencies_s": detection,
+        "duplicate_deliveries": max(0, queue_counters.deleted - done),
+        "peak_in_flight": queue_counters.peak_in_flight,
+    }
+    return {
+        "scenario": scenario.name,
+        "policy": policy,
+        "duration_s": duration_s,
+        "ended_at_s": round(ended_at, 1),
+        "wall_s": round(wall_s, 1),
+        "queue": queue,
+        "queues": {spec.name: score},
+        "totals": dict(score),
+        "ledger": {
+            spec.name: None
+            if state is None
+            else {
+                "state": state.state.value,
+                "concurrency": state.concurrency,
+                "previous_concurrency": state.previous_concurrency,
+                "last_action": state.last_action.value,
+                "last_reason": state.last_reason,
+                "version": state.version,
+            }
+        },
+        "transitions": [
+            {
+                "t": round(entry.timestamp - epoch_origin, 1),
+                "action": entry.action,
+                "previous": entry.previous_value,
+                "target": entry.new_value,
+                "reason": entry.reason,
+            }
+            for entry in audit
+        ],
+        "timeline": {
+            "t": timeline.t,
+            "capacity_rps": timeline.capacity,
+            "max_concurrency": timeline.max_concurrency,
+            "in_flight": timeline.in_flight,
+            "backlog": timeline.backlog,
+            "dead_lettered": timeline.dead_lettered,
+            "state": timeline.state,
+            "ok_per_s": ok_per_s,
+            "rejected_per_s": rejected_per_s,
+            "timed_out_per_s": timed_out_per_s,
+        },
+        "pace": {
+            "from_s": [start for start, _ in steps],
+            "calls_per_invocation_s": [None if pace is None else round(pace, 2) for pace in paces],
+            "simulated_calls_per_invocation_s": (
+                None if simulated_pace is None else round(simulated_pace, 2)
+            ),
+            "ideal_drain_s": None if paced_ideal is None else round(paced_ideal, 1),
+            "drain_ratio": drain_ratio(drained_at, paced_ideal),
+        },
+        "errors": errors[:20],
+    }
+
+
+def running_pace(
+    calls_per_s: Sequence[int],
+    rejected_per_s: Sequence[int],
+    times: Sequence[float],
+    in_flight: Sequence[int],
+    since: float,
+    until: float,
+) -> float | None:
+    """Calls a second per running invocation, as this host ran them from ``since`` to
+    ``until``: over the whole seconds in which invocations ran and the downstream refused none
+    of their calls (so that their own pace, not the capacity, set how many they made), each
+    second's invocations read from the view's sample nearest its middle (``None``: no such
+    second)."""
+    calls = invocations = 0
+    for second, (made, refused) in enumerate(zip(calls_per_s, rejected_per_s, strict=True)):
+        if not since <= second < until or refused or not made:
+            continue
+        middle = second + 0.5
+        after = bisect.bisect_left(times, middle)
+        nearby = [index for index in (after - 1, after) if 0 <= index < len(times)]
+        if not nearby:
+            continue
+        running = in_flight[min(nearby, key=lambda index: abs(times[index] - middle))]
+        if running:
+            calls += made
+            invocations += running
+    return calls / invocations if invocations else None
+
+
+def _detection_latencies(
+    first_rejections: Mapping[float, float], changes: list[Any], epoch_origin: float
+) -> list[float]:
+    """Per capacity drop: from the first 429 after it to the first mapping cut after that."""
+    latencies: list[float] = []
+    for _, first_429 in sorted(first_rejections.items()):
+        cuts = [
+            entry.timestamp - epoch_origin
+            for entry in changes
+            if entry.new_value < entry.previous_value
+            and entry.timestamp - epoch_origin >= first_429
+        ]
+        if cuts:
+            latencies.append(round(min(cuts) - first_429, 2))
+    return latencies

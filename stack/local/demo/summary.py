@@ -1,0 +1,137 @@
+"""The demo's summary and plot, and the simulator's cards it is read against."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+# The simulator's cards in the summary: the static cap, the original rule, QueueMesh; then,
+# where it knows the scenario's capacity, the bound (load/sim/policies.py HindsightPolicy).
+SIMULATED_POLICIES = ("static", "seed", "queuemesh")
+
+
+def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
+    from load.simulate import BOUND_POLICIES
+
+    score = result["totals"]
+    ledger = next(iter(result["ledger"].values()))
+    lines = [
+        "",
+        f"QueueMesh demo summary: scenario {result['scenario']}, policy {result['policy']}, "
+        f"{result['ended_at_s']} s of load, {result['wall_s']} s wall time",
+        f"  messages: {score['messages_total']} sent, {score['messages_done']} done, "
+        f"{score['dlq_messages']} dead-lettered, {score['messages_pending']} pending",
+        f"  downstream calls: {score['calls_total']}, rejected {score['calls_rejected']} "
+        f"({score['wasted_ratio']:.1%}; {score['calls_timed_out']} of them timed out)",
+        f"  drain: {_seconds(score['drain_s'])} (ideal {_seconds(score['ideal_drain_s'])})",
+        *_pace_lines(result.get("pace")),
+        f"  mapping changes: {score['esm_updates']}; detection latency (first 429 after the drop "
+        f"-> mapping cut): {_seconds(score['detection_latency_s'])}; reaction (rejected share "
+        f"back under T1): {_seconds(score['reaction_s'])}",
+    ]
+    if ledger is not None:
+        lines.append(
+            f"  ledger: {ledger['state']} at {ledger['concurrency']} "
+            f"(version {ledger['version']}): {ledger['last_reason']}"
+        )
+    for transition in result["transitions"][-8:]:
+        lines.append(
+            f"    t={transition['t']:6.1f}s {transition['action']:<24} "
+            f"{transition['previous']:>4} -> {transition['target']:<4} {transition['reason'][:70]}"
+        )
+    simulated = result.get("simulated")
+    if simulated:
+        lines.append("  the same scenario in the simulator (queuemesh simulate), for comparison:")
+        for policy, totals in simulated.items():
+            lines.append(
+                f"    {policy:<10} rejected {totals['wasted_ratio']:6.1%} "
+                f"(timed out {_share(totals['calls_timed_out'], totals['calls_total'])}), "
+                f"dead-lettered {totals['dlq_messages']}, drain {_ratio(totals['drain_ratio'])}"
+                + ("  (a bound: the capacity known)" if policy in BOUND_POLICIES else "")
+            )
+    if "plot" in result:
+        lines.append(f"  plot: {result['plot']}")
+    out.write("\n".join(lines) + "\n")
+    out.flush()
+
+
+def _pace_lines(pace: Mapping[str, Any] | None) -> list[str]:
+    """How fast this host ran the invocations, against the simulator's, and the ideal drain at
+    that pace: the oracle's ideal assumes the cap's invocations can send the whole capacity,
+    and a slow host makes them slower."""
+    if not pace or pace["ideal_drain_s"] is None:
+        return []
+    measured = ", ".join(
+        f"{value:.2f} from {start:g} s"
+        for start, value in zip(pace["from_s"], pace["calls_per_invocation_s"], strict=True)
+        if value is not None
+    )
+    simulated = pace["simulated_calls_per_invocation_s"]
+    return [
+        f"  pace (calls a second per running invocation): {measured}"
+        + ("" if simulated is None else f" (the simulator's {simulated:.2f})")
+        + f"; the ideal drain at that pace: {_seconds(pace['ideal_drain_s'])}, this run "
+        + ("n/a" if pace["drain_ratio"] is None else f"{pace['drain_ratio']:.2f}x it")
+    ]
+
+
+def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:
+    """The simulator's totals for the static cap, the original rule and QueueMesh (running
+    ``algorithm``) on the demo's scenario, and the bound where it knows the scenario's
+    capacity, a second or so in all: what the live run is to be read against."""
+    from load.sim.policies import HindsightPolicy
+    from load.simulate import run_policies
+
+    bound = (HindsightPolicy.name,) if HindsightPolicy.knows(scenario) else ()
+    policies = (*SIMULATED_POLICIES, *bound)
+    runs = run_policies([scenario], policies, algorithm, seed=None)
+    return {name: run.card["totals"] for name, run in zip(policies, runs, strict=True)}
+
+
+def _ratio(value: float | None) -> str:
+    return "not reached (not every message done)" if value is None else f"{value:.2f}x ideal"
+
+
+def _share(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "0.0%"
+
+
+def _seconds(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} s"
+
+
+def write_plot(result: Mapping[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    timeline = result["timeline"]
+    seconds = list(range(len(timeline["ok_per_s"])))
+    figure, (calls, concurrency, backlog) = pyplot.subplots(
+        3, 1, figsize=(10, 8), sharex=True, constrained_layout=True
+    )
+    calls.step(timeline["t"], timeline["capacity_rps"], where="post", label="capacity", color="k")
+    calls.plot(seconds, timeline["ok_per_s"], label="answered 2xx /s", color="tab:green")
+    calls.plot(
+        seconds, timeline["rejected_per_s"], label="rejected (429 or timed out) /s", color="tab:red"
+    )
+    calls.set_ylabel("downstream calls /s")
+    calls.legend(loc="upper right")
+    calls.set_title(f"QueueMesh demo: {result['scenario']} (embedded AWS)")
+    concurrency.step(
+        timeline["t"], timeline["max_concurrency"], where="post", label="MaximumConcurrency"
+    )
+    concurrency.plot(timeline["t"], timeline["in_flight"], label="in flight", alpha=0.7)
+    concurrency.set_ylabel("concurrency")
+    concurrency.legend(loc="upper right")
+    backlog.plot(timeline["t"], timeline["backlog"], label="queue backlog")
+    backlog.plot(timeline["t"], timeline["dead_lettered"], label="dead-lettered")
+    backlog.set_ylabel("messages")
+    backlog.set_xlabel("seconds")
+    backlog.legend(loc="upper right")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path
