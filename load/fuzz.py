@@ -36,6 +36,7 @@ from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from controller.telemetry import decode_kinesis_event
 from load.recording import emf_document
+from worker import schema
 
 DEFAULT_INPUTS = 100_000
 # One event in this many also goes through the handler (slower: windows, plan, ledger twin).
@@ -44,19 +45,12 @@ REGISTERED = "orders"
 QUEUE_NAMES = (REGISTERED, "payments", "orders.fifo", "x" * 80, "x" * 81, "bad name", "", "订单")
 # The handler's clock; event times are drawn around it.
 NOW = 1_764_428_400.0
+# A document's members to break: the telemetry schema's metrics and dimensions, and EMF's
+# metadata.
 MEMBERS = (
-    "Downstream2xx",
-    "Downstream429",
-    "Downstream5xx",
-    "Downstream503",
-    "Downstream4xx",
-    "DownstreamRequests",
-    "DownstreamLatency",
-    "RetryAfterSeconds",
-    "InvocationDurationMs",
-    "DownstreamTimeout",
-    "QueueName",
-    "Downstream",
+    *(metric.name for metric in schema.METRICS),
+    schema.QUEUE_DIMENSION,
+    schema.DOWNSTREAM_DIMENSION,
     "_aws",
 )
 

@@ -21,7 +21,8 @@ import pytest
 from controller.model import Sample
 from controller.telemetry import samples_from_log_message
 from tests.paths import EVENTS
-from worker import instrument
+from worker import instrument, schema
+from worker.invocation import failures
 
 
 class _Downstream(BaseHTTPRequestHandler):
@@ -77,7 +78,7 @@ def instrumentation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Hooks installed, no invocation left open, failure count reset, no AWS endpoint env."""
     for name in ("AWS_ENDPOINT_URL", "QUEUEMESH_NAMESPACE", "QUEUEMESH_RESPECT_RETRY_AFTER"):
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setattr(instrument.failures, "count", 0)
+    monkeypatch.setattr(failures, "count", 0)
     instrument.install()
     try:
         yield
@@ -91,7 +92,7 @@ def load_event(name: str) -> dict[str, Any]:
     return copy.deepcopy(event)
 
 
-def decoded(printed: str, namespace: str = "QueueMesh") -> list[Sample]:
+def decoded(printed: str, namespace: str = schema.NAMESPACE) -> list[Sample]:
     """The samples the controller's decoder reads from what the worker printed."""
     samples: list[Sample] = []
     skipped: Counter[str] = Counter()

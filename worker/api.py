@@ -12,6 +12,7 @@ import contextlib
 from collections.abc import Iterator
 
 from worker import instrument
+from worker.invocation import attributed_to, failures, record_ref
 from worker.wrapper import instrumented
 
 __all__ = ["instrumented", "processing", "record"]
@@ -40,11 +41,11 @@ def record(
             downstream,
         )
     except Exception as error:
-        instrument.failures.swallow(error)
+        failures.swallow(error)
 
 
 @contextlib.contextmanager
 def processing(record: object) -> Iterator[None]:
     """Attribute the calls made inside the block to this SQS record (dict or SQSRecord)."""
-    with instrument.attributed_to(instrument.record_ref(record)):
+    with attributed_to(record_ref(record)):
         yield

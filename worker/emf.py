@@ -10,7 +10,7 @@ from typing import Any
 from aws_lambda_powertools.metrics import EphemeralMetrics
 
 from worker import schema
-from worker.instrument import Tally
+from worker.tally import Tally
 
 NAMESPACE_ENV = "QUEUEMESH_NAMESPACE"
 # EMF allows 100 values per metric; powertools publishes a partial document when one reaches it.

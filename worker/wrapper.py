@@ -20,6 +20,7 @@ from time import perf_counter
 from typing import Any
 
 from worker import emf, instrument
+from worker.invocation import Invocation, TrackedRecords, failures, record_ref
 from worker.visibility import Postponement, VisibilityExtender, respect_retry_after_enabled
 
 HANDLER_ENV = "QUEUEMESH_HANDLER"
@@ -71,7 +72,7 @@ class _Message:
 
 @dataclass(slots=True)
 class _InvocationScope:
-    invocation: instrument.Invocation
+    invocation: Invocation
     messages: dict[str, _Message]
     started: float
 
@@ -89,7 +90,7 @@ def _begin(event: Any) -> _InvocationScope | None:
         messages: dict[str, _Message] = {}
         per_queue: Counter[str] = Counter()
         for record in records:
-            ref = instrument.record_ref(record)
+            ref = record_ref(record)
             if ref is None:
                 continue
             per_queue[ref.queue] += 1
@@ -105,13 +106,13 @@ def _begin(event: Any) -> _InvocationScope | None:
         # Real SQS invocations hold one queue; a mixed event's unattributed calls go to the
         # queue with the most records (the first seen, on a tie).
         queues = [queue for queue, _ in per_queue.most_common()]
-        invocation = instrument.Invocation(queues)
+        invocation = Invocation(queues)
         if type(records) is list:
-            event["Records"] = instrument.TrackedRecords(records)
+            event["Records"] = TrackedRecords(records)
         instrument.begin(invocation)
         return _InvocationScope(invocation, messages, started)
     except Exception as error:
-        instrument.failures.swallow(error)
+        failures.swallow(error)
         return None
 
 
@@ -120,12 +121,12 @@ def _failed_message_ids(scope: _InvocationScope, response: Any, raised: bool) ->
         return list(scope.messages)  # the whole batch returns to the queue
     if not isinstance(response, Mapping):
         return []
-    failures = response.get("batchItemFailures")
-    if not isinstance(failures, list):
+    failed_items = response.get("batchItemFailures")
+    if not isinstance(failed_items, list):
         return []
     return [
         item["itemIdentifier"]
-        for item in failures
+        for item in failed_items
         if isinstance(item, Mapping) and item.get("itemIdentifier") in scope.messages
     ]
 
@@ -150,18 +151,14 @@ def _finish(scope: _InvocationScope, response: Any, *, raised: bool) -> None:
     try:
         namespace = emf.namespace_from_env()
         tallies = scope.invocation.tallies  # first: classifying the calls may fail too
-        notes = (
-            {"QueueMeshInstrumentationErrors": instrument.failures.count}
-            if instrument.failures.count
-            else None
-        )
+        notes = {"QueueMeshInstrumentationErrors": failures.count} if failures.count else None
         for queue, tally in tallies.items():
             emf.emit(emf.document(queue, tally, invocation_ms, namespace=namespace, notes=notes))
         if respect_retry_after_enabled():
             failed_ids = _failed_message_ids(scope, response, raised)
             _extender.extend(_postponements(scope, failed_ids))
     except Exception as error:
-        instrument.failures.swallow(error)
+        failures.swallow(error)
 
 
 def invoke(app_handler: Handler, event: Any, context: Any) -> Any:

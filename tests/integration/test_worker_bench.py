@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from load.bench import BenchError
+from load.bench import BenchError, worker_clients, worker_stats
 from load.bench import worker as bench
 from stack.cli import main
 from worker import instrument
+from worker.invocation import Invocation
 
 
 def test_the_benchmark_times_counted_calls_and_leaves_the_hooks_as_it_found_them() -> None:
@@ -34,14 +35,14 @@ def test_the_benchmark_times_counted_calls_and_leaves_the_hooks_as_it_found_them
     assert instrument.installed()
 
 
-def three_calls(client: str, *, hooked: bool) -> tuple[list[object], instrument.Invocation]:
+def three_calls(client: str, *, hooked: bool) -> tuple[list[object], Invocation]:
     """Three calls of the named client (or its plain twin) inside an invocation, with the
     hooks installed: their answers, and the invocation that saw them."""
-    invocation = instrument.Invocation(["orders"], environ={})
+    invocation = Invocation(["orders"], environ={})
     instrument.install()
     instrument.begin(invocation)
     try:
-        with bench._client(client, hooked=hooked) as call:
+        with worker_clients.client(client, hooked=hooked) as call:
             statuses = [call() for _ in range(3)]
     finally:
         instrument.end()
@@ -55,11 +56,11 @@ def test_every_client_answers_over_the_in_process_transport_and_is_counted(clien
     assert statuses == [200, 200, 200]
     tally = invocation.tallies["orders"]
     assert (tally.requests, tally.ok) == (3, 3)
-    assert tally.downstreams == {f"{bench.HOST}:{bench.PORT}"}
+    assert tally.downstreams == {f"{worker_clients.HOST}:{worker_clients.PORT}"}
 
 
 def test_the_spread_brackets_the_median_with_order_statistics() -> None:
-    median, iqr, (low, high) = bench._spread([float(value) for value in range(1, 101)])
+    median, iqr, (low, high) = worker_stats.spread([float(value) for value in range(1, 101)])
 
     assert median == 50.5
     assert iqr == pytest.approx(50.0, abs=1.0)
@@ -78,7 +79,7 @@ def test_the_spread_brackets_the_median_with_order_statistics() -> None:
 def test_the_target_is_shown_met_on_every_client_or_missed_on_any(
     verdicts: list[str], overall: str
 ) -> None:
-    assert bench._overall_verdict(verdicts) == overall
+    assert worker_stats.overall_verdict(verdicts) == overall
 
 
 @pytest.mark.parametrize(
@@ -88,7 +89,7 @@ def test_the_target_is_shown_met_on_every_client_or_missed_on_any(
 def test_the_target_is_shown_only_by_the_whole_interval(
     low: float, high: float, verdict: str
 ) -> None:
-    assert bench._verdict(low, high) == verdict
+    assert worker_stats.verdict(low, high) == verdict
 
 
 def test_the_calls_are_split_across_fresh_processes_and_every_one_is_counted() -> None:
@@ -125,7 +126,7 @@ def process_report(overheads: dict[str, float], calls: int) -> dict[str, Any]:
             "calls": calls,
             "rounds": 2,
             "counted_calls": calls,
-            "meets_target": overhead <= bench.TARGET_OVERHEAD_US,
+            "meets_target": overhead <= worker_stats.TARGET_OVERHEAD_US,
             "target_shown": "met",
         }
         for name, overhead in overheads.items()
@@ -241,8 +242,8 @@ def test_a_round_weighs_both_call_orders_alike() -> None:
 
         return call
 
-    settle = instrument.Invocation(["bench"], environ={})
-    invocation = instrument.Invocation(["bench"], environ={})
+    settle = Invocation(["bench"], environ={})
+    invocation = Invocation(["bench"], environ={})
     result = bench._time_round(
         timed("plain", 100_000),
         timed("hooked", 105_000),

@@ -31,6 +31,8 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     load_event,
 )
 from worker import api, emf, instrument, wrapper
+from worker.invocation import FOLD_EVERY, Invocation, failures, is_aws_host
+from worker.tally import Tally
 
 pytestmark = pytest.mark.usefixtures("instrumentation")
 
@@ -218,12 +220,12 @@ def test_plain_http_to_the_configured_aws_endpoint_is_not_a_downstream_call(
     ],
 )
 def test_aws_hosts_are_recognised_by_their_domain(host: str, aws: bool) -> None:
-    assert instrument.is_aws_host(host) is aws
+    assert is_aws_host(host) is aws
 
 
 def test_httpx_calls_are_named_by_their_scheme_host_and_port() -> None:
     # The hooks key httpx's names by its parsed URL's fields: each of the three tells origins apart.
-    invocation = instrument.Invocation(["orders"], environ={"AWS_ENDPOINT_URL": "http://local"})
+    invocation = Invocation(["orders"], environ={"AWS_ENDPOINT_URL": "http://local"})
 
     def name(url: str) -> str | None:
         return instrument._httpx_downstream(invocation, httpx.Request("GET", url))
@@ -324,12 +326,12 @@ def test_recorded_calls_decode_to_the_same_counts(
 def test_record_outside_an_invocation_is_a_no_op_and_never_raises() -> None:
     api.record(429, 12.0, retry_after="soon")
     assert instrument.active() is None
-    invocation = instrument.Invocation(["orders"])
+    invocation = Invocation(["orders"])
     instrument.begin(invocation)
     api.record("not a status", 1.0)  # type: ignore[arg-type]
     instrument.end()
     assert invocation.tallies["orders"].requests == 0
-    assert instrument.failures.count == 1
+    assert failures.count == 1
 
 
 @settings(max_examples=50, deadline=None)
@@ -341,8 +343,8 @@ def test_reading_the_tallies_mid_invocation_counts_each_call_once(
     statuses: list[int], reads: set[int]
 ) -> None:
     """The hooks' calls become tallies when read; a read between calls changes nothing."""
-    read_often = instrument.Invocation(["orders"], environ={})
-    read_once = instrument.Invocation(["orders"], environ={})
+    read_often = Invocation(["orders"], environ={})
+    read_once = Invocation(["orders"], environ={})
     for index, status in enumerate(statuses):
         if index in reads:
             assert read_often.tallies["orders"].requests == _counted(statuses[:index])
@@ -359,15 +361,15 @@ def _counted(statuses: list[int]) -> int:
     return sum(not 300 <= status < 400 for status in statuses)
 
 
-@pytest.mark.parametrize("fold_every", [instrument.FOLD_EVERY, 7])
+@pytest.mark.parametrize("fold_every", [FOLD_EVERY, 7])
 def test_calls_from_many_threads_are_all_counted(
     fold_every: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Folding every 7 calls: the threads fold the calls into the tallies while others count.
     from concurrent.futures import ThreadPoolExecutor
 
-    monkeypatch.setattr(instrument, "FOLD_EVERY", fold_every)
-    invocation = instrument.Invocation(["orders"], environ={})
+    monkeypatch.setattr("worker.invocation.FOLD_EVERY", fold_every)
+    invocation = Invocation(["orders"], environ={})
     seen: list[int] = []  # what one thread reads while the others count
 
     def calls(thread: int) -> None:
@@ -393,17 +395,17 @@ def test_a_call_made_while_its_invocation_folds_calls_neither_waits_nor_is_lost(
 ) -> None:
     # The fold's first failure is logged in the folding thread, and a logging handler that
     # calls an API brings a call back to the same invocation while its fold is in progress.
-    monkeypatch.setattr(instrument, "FOLD_EVERY", 2)
-    invocation = instrument.Invocation(["orders"], environ={})
-    add = instrument.Tally.add
+    monkeypatch.setattr("worker.invocation.FOLD_EVERY", 2)
+    invocation = Invocation(["orders"], environ={})
+    add = Tally.add
     failing = iter([True])
 
-    def add_failing_once(self: instrument.Tally, *args: Any) -> None:
+    def add_failing_once(self: Tally, *args: Any) -> None:
         if next(failing, False):
             raise RuntimeError("broken once")
         add(self, *args)
 
-    monkeypatch.setattr(instrument.Tally, "add", add_failing_once)
+    monkeypatch.setattr(Tally, "add", add_failing_once)
 
     class CallingHandler(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
@@ -417,7 +419,7 @@ def test_a_call_made_while_its_invocation_folds_calls_neither_waits_nor_is_lost(
     finally:
         logging.getLogger("queuemesh").removeHandler(handler)
 
-    assert instrument.failures.count == 1
+    assert failures.count == 1
     # the four calls but the one that failed, and the handler's
     assert invocation.tallies["orders"].requests == 4
     assert invocation.tallies["orders"].downstreams == {"payments", "logs"}
@@ -429,8 +431,8 @@ def test_an_invocation_holds_a_bounded_number_of_calls_however_many_it_makes() -
     not grow with each call (about 130 bytes a call if it did)."""
     import tracemalloc
 
-    invocation = instrument.Invocation(["orders"], environ={})
-    many = 20 * instrument.FOLD_EVERY
+    invocation = Invocation(["orders"], environ={})
+    many = 20 * FOLD_EVERY
     tracemalloc.start()
     try:
         for index in range(many):
@@ -510,8 +512,8 @@ def test_retry_after_is_never_negative_nor_raises(value: object) -> None:
     assert seconds is None or seconds >= 0
 
 
-def tally_of(latencies: list[float]) -> instrument.Tally:
-    tally = instrument.Tally()
+def tally_of(latencies: list[float]) -> Tally:
+    tally = Tally()
     for latency in latencies:
         tally.add(200, latency, None, "payments")
     return tally
@@ -538,7 +540,7 @@ def test_a_tally_holds_a_bounded_number_of_latencies_and_keeps_their_mean(
     latencies: list[float], limit: int
 ) -> None:
     # Held 8 at most: past that, values stand for runs of 2, 4, 8, ... calls in a row.
-    with mock.patch.object(instrument, "LATENCIES_HELD", 8):
+    with mock.patch("worker.tally.LATENCIES_HELD", 8):
         tally = tally_of(latencies)
 
     assert len(tally.latencies_ms) < 8

@@ -26,6 +26,8 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
 )
 from worker import instrument, wrapper
 from worker.example import app
+from worker.invocation import failures, queue_from_arn
+from worker.tally import Tally
 
 pytestmark = pytest.mark.usefixtures("instrumentation")
 
@@ -222,10 +224,10 @@ def test_instrumentation_failures_are_swallowed_counted_and_logged_once(
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    def broken_add(self: instrument.Tally, *args: Any) -> None:
+    def broken_add(self: Tally, *args: Any) -> None:
         raise ValueError("instrumentation bug")
 
-    monkeypatch.setattr(instrument.Tally, "add", broken_add)
+    monkeypatch.setattr(Tally, "add", broken_add)
     pool = urllib3.PoolManager(retries=False)
 
     def application(event: Any, context: Any) -> Any:
@@ -235,7 +237,7 @@ def test_instrumentation_failures_are_swallowed_counted_and_logged_once(
         assert wrapper.invoke(application, load_event("sqs_mixed_answers.json"), None) == [200, 429]
         assert wrapper.invoke(application, load_event("sqs_mixed_answers.json"), None) == [200, 429]
 
-    assert instrument.failures.count == 4
+    assert failures.count == 4
     assert len([r for r in caplog.records if "instrumentation failed" in r.getMessage()]) == 1
     documents = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [document["QueueMeshInstrumentationErrors"] for document in documents] == [2, 4]
@@ -368,7 +370,7 @@ def test_powertools_readers_see_the_same_records_and_attribution_follows_them(
     ],
 )
 def test_the_queue_is_the_last_segment_of_an_sqs_arn(arn: object, queue: str | None) -> None:
-    assert instrument.queue_from_arn(arn) == queue
+    assert queue_from_arn(arn) == queue
 
 
 def test_records_from_other_event_sources_are_not_queues(

@@ -20,7 +20,7 @@ from stack.local.template import load_template
 from tests.paths import ROOT
 from worker import emf
 from worker import schema as worker_schema
-from worker.instrument import Tally
+from worker.tally import Tally
 
 TEMPLATE = ROOT / "template.yaml"
 
