@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from controller.policy import ALGORITHMS
+from controller.policy import ALGORITHMS, memory_type
 from stack.errors import CliError
 
 DEMO_SCENARIO = Path(__file__).resolve().parent.parent / "load" / "scenarios" / "demo.json"
@@ -322,7 +322,9 @@ def run_demo(
         producer = Producer(sqs, binding.url, spec.arrivals_rps, duration_s)
         producer.send(spec.backlog, first=0)
         view.note(f"stack {deployment.stack_name} deployed; {producer.sent} messages in the queue")
-        ledger = DynamoLedger(deployment.table_name, client=aws.client("dynamodb"))
+        ledger = DynamoLedger(
+            deployment.table_name, client=aws.client("dynamodb"), memory_types=memory_type
+        )
         if dashboard:
             settings = DashboardSettings(
                 window_s=math.inf,

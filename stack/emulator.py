@@ -379,9 +379,12 @@ class EmbeddedAws:
         """Write the queue's CONFIG item: only registered mappings are ever actuated."""
         from controller.ledger import DynamoLedger
         from controller.model import QueueConfig
+        from controller.policy import memory_type
 
         binding = deployment.queue(queue)
-        ledger = DynamoLedger(deployment.table_name, client=self.client("dynamodb"))
+        ledger = DynamoLedger(
+            deployment.table_name, client=self.client("dynamodb"), memory_types=memory_type
+        )
         ledger.put_config(QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid))
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from controller.ledger import WAKE_UP_INDEX, DynamoLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
+from controller.policy import memory_type
 from stack.emulator import Deployment, EmbeddedAws
 
 DOWNSTREAM = "http://127.0.0.1:9/"
@@ -100,7 +101,7 @@ def test_the_deployed_table_answers_the_ticks_wake_up_query(
     client = aws.client("dynamodb")
     table = client.describe_table(TableName=deployment.table_name)["Table"]
     assert [index["IndexName"] for index in table["GlobalSecondaryIndexes"]] == [WAKE_UP_INDEX]
-    ledger = DynamoLedger(deployment.table_name, client)
+    ledger = DynamoLedger(deployment.table_name, client, memory_types=memory_type)
     ledger.put_config(QueueConfig("woken", "esm-woken"))
     state = QueueState("woken", "esm-woken", QueueStateName.HEALTHY, 2, 100, wake_at=1_000.0)
     ledger.commit(state, AuditEntry("woken", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))

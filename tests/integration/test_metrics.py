@@ -17,6 +17,7 @@ from controller.actuator import InMemoryActuator
 from controller.app import HEALTH_METRICS, METRICS_NAMESPACE, ControllerApp
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
@@ -208,7 +209,7 @@ def controller_output() -> list[str]:
     emitted: list[str] = []
     actuator = InMemoryActuator()
     actuator.add_mapping("esm-orders", 100)
-    ledger = InMemoryLedger()
+    ledger = InMemoryLedger(memory_types=memory_type)
     ledger.put_config(config("orders"))
     app = ControllerApp(
         Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()),

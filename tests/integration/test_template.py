@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from controller.ledger import create_ledger_table
+from controller.policy import memory_type
 from stack.template import (
     TemplateError,
     delivery_findings,
@@ -343,7 +344,9 @@ def test_a_scheduled_tick_reaches_the_controller_as_a_wake_up(resources: dict[st
     ]
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     tick = json.loads(rule["Properties"]["Targets"][0]["Input"])
-    app = ControllerApp(Controller(InMemoryLedger(), InMemoryActuator(), PolicyParams()))
+    app = ControllerApp(
+        Controller(InMemoryLedger(memory_types=memory_type), InMemoryActuator(), PolicyParams())
+    )
     assert app.handle(tick, None) == {"due": 0, "decided": 0}
 
 

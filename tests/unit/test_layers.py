@@ -114,3 +114,18 @@ def test_an_import_against_the_layers_is_found(module: str, source: str) -> None
 )
 def test_imports_along_the_layers_pass(module: str, source: str) -> None:
     assert violations(source, module) == []
+
+
+def test_the_ledger_knows_no_algorithm() -> None:
+    """Storage does not depend on the algorithms: the memory types are its builder's to hand
+    in (docs/ledger.md)."""
+    package = ROOT / "controller" / "ledger"
+    imported = {
+        name
+        for path in package.glob("*.py")
+        for _, name in imported_modules(
+            path.read_text(encoding="utf-8"), f"controller.ledger.{path.stem}"
+        )
+    }
+    assert "controller.model" in imported
+    assert not {name for name in imported if name.startswith("controller.policy")}
