@@ -84,9 +84,18 @@ def test_worker_log_lines_reach_the_stream_through_the_subscription(
     assert [event["message"] for event in payload["logEvents"]] == ['{"probe": 1}']
 
 
-def test_register_queue_writes_the_config_item(aws: EmbeddedAws, deployment: Deployment) -> None:
+def test_the_deploy_runs_the_registrar_and_register_queue_writes_the_same_item(
+    aws: EmbeddedAws, deployment: Deployment
+) -> None:
     queue = deployment.queues[0]
+    ledger = DynamoLedger(deployment.table_name, aws.client("dynamodb"), memory_types=memory_type)
+    registered = QueueConfig(queue=queue.name, esm_uuid=queue.esm_uuid)
+    assert ledger.list_configs() == [registered]
+    assert any("ExampleQueueRegistration" in done for done in deployment.created_through_api)
+    assert not any("Registration" in missing for missing in deployment.not_created)
+
     aws.register_queue(deployment, queue.name)
+    assert ledger.list_configs() == [registered]
     item = aws.client("dynamodb").get_item(
         TableName=deployment.table_name,
         Key={"PK": {"S": f"QUEUE#{queue.name}"}, "SK": {"S": "CONFIG"}},
