@@ -29,7 +29,7 @@ from controller.telemetry import (
     DecodeResult,
     LogEventKey,
     SkipReason,
-    decode_kinesis_event,
+    TelemetryDecoder,
 )
 
 # The controller's own health, one document per invocation without dimensions (the reasons
@@ -86,7 +86,8 @@ class ControllerApp:
         self.controller = controller
         self._clock = clock
         self._monotonic = monotonic
-        self._namespace = namespace
+        # Learns as it decodes (declarations, valid queue names): kept for the container.
+        self._decoder = TelemetryDecoder(namespace)
         self._emit = emit
         self._logger = logger or Logger(service="queuemesh-controller")
         # Highest sequence number ingested per shard: a retried batch must not count the same
@@ -154,7 +155,7 @@ class ControllerApp:
             return unreadable
         fresh = [record for record in records if not self._already_ingested(record)]
         outcome = BatchOutcome(records=len(records), redelivered=len(records) - len(fresh))
-        decoded = decode_kinesis_event({"Records": fresh}, namespace=self._namespace)
+        decoded = self._decoder.decode_kinesis_event({"Records": fresh})
         outcome.skipped = decoded.skipped
         samples, log_events = self._not_yet_windowed(decoded, outcome.skipped)
         outcome.samples = len(samples)
