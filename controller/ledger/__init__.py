@@ -18,6 +18,7 @@ from controller.ledger.codec import (
     WAKE_UP_ATTRIBUTE,
     WAKE_UP_INDEX,
     WAKE_UP_KEY,
+    Item,
     audit_sort_key,
     config_key,
     config_registration,
@@ -33,7 +34,7 @@ from controller.ledger.codec import (
     read_config_items,
 )
 from controller.ledger.dynamodb import BATCH_GET_LIMIT, DynamoLedger
-from controller.ledger.memory import Item, MemoryCodec, MemoryTypes, to_number
+from controller.ledger.memory import MemoryCodec, MemoryTypes, to_number
 from controller.ledger.tables import create_ledger_table
 from controller.ledger.twin import InMemoryLedger
 

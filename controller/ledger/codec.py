@@ -16,7 +16,6 @@ from decimal import Decimal
 from typing import Any
 
 from controller.ledger.memory import (
-    Item,
     MemoryCodec,
     encode_memory,
     to_attribute,
@@ -32,6 +31,9 @@ from controller.model import (
     QueueStateName,
 )
 from controller.ports import ConfigRead, InvalidConfig
+
+# An item as both ledgers hold it: attribute name -> plain value (numbers as ``Decimal``).
+Item = dict[str, Any]
 
 STATE_SK = "STATE#CURRENT"
 CONFIG_SK = "CONFIG"

@@ -28,6 +28,7 @@ from controller.ledger.codec import (
     WAKE_UP_ATTRIBUTE,
     WAKE_UP_INDEX,
     WAKE_UP_KEY,
+    Item,
     check_commit,
     config_key,
     config_registration,
@@ -45,7 +46,7 @@ from controller.ledger.codec import (
     read_config_items,
     unique,
 )
-from controller.ledger.memory import Item, MemoryCodec, MemoryTypes, to_number
+from controller.ledger.memory import MemoryCodec, MemoryTypes, to_number
 from controller.model import AuditEntry, QueueConfig, QueueState
 from controller.ports import ConfigRead, LedgerError, VersionConflict
 

@@ -19,7 +19,6 @@ from typing import Any
 
 from controller.ports import LedgerError
 
-Item = dict[str, Any]
 # The memory record of the algorithm of that name, None for an algorithm not registered.
 MemoryTypes = Callable[[str], type[Any] | None]
 
@@ -72,7 +71,7 @@ def from_attribute(value: object, annotation: Any) -> object:
     return value
 
 
-def encode_memory(algorithm: str, memory: object) -> Item:
+def encode_memory(algorithm: str, memory: object) -> dict[str, Any]:
     """``{algorithm: {field: value}}``, by the record's own field names; ``{}`` for none."""
     if not algorithm or memory is None:
         return {}

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from controller.ledger import codec
-from controller.ledger.memory import Item, MemoryCodec, MemoryTypes
+from controller.ledger.memory import MemoryCodec, MemoryTypes
 from controller.model import AuditEntry, QueueConfig, QueueState
 from controller.ports import ConfigRead, LedgerError, VersionConflict
 
@@ -26,7 +26,7 @@ class InMemoryLedger:
         self._memory = MemoryCodec(memory_types)
         self._suffix = suffix
         self._lock = threading.Lock()
-        self._items: dict[tuple[str, str], Item] = {}
+        self._items: dict[tuple[str, str], codec.Item] = {}
 
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
         codec.check_commit(state, audit)
@@ -59,7 +59,7 @@ class InMemoryLedger:
     def read_configs(self, queues: Iterable[str]) -> ConfigRead:
         return codec.read_config_items(self._get(queues, codec.CONFIG_SK))
 
-    def put_item(self, item: Item) -> None:
+    def put_item(self, item: codec.Item) -> None:
         """Store a raw item as is (tests: a hand-edited or legacy item)."""
         with self._lock:
             self._items[(item["PK"], item["SK"])] = dict(item)
@@ -122,7 +122,7 @@ class InMemoryLedger:
             )
         return codec.entries_since([codec.decode_audit(item) for _, item in items], since)
 
-    def audit_items(self, queue: str) -> list[Item]:
+    def audit_items(self, queue: str) -> list[codec.Item]:
         """The raw audit items of a queue in sort-key order (tests and tooling)."""
         pk = codec.queue_key(queue)
         with self._lock:
@@ -132,11 +132,11 @@ class InMemoryLedger:
                 if item_pk == pk and sk.startswith(codec.AUDIT_PREFIX)
             ]
 
-    def _get(self, queues: Iterable[str], sort_key: str) -> list[Item]:
+    def _get(self, queues: Iterable[str], sort_key: str) -> list[codec.Item]:
         with self._lock:
             found = (self._items.get((codec.queue_key(q), sort_key)) for q in codec.unique(queues))
             return [item for item in found if item is not None]
 
-    def _with_sort_key(self, sort_key: str) -> list[Item]:
+    def _with_sort_key(self, sort_key: str) -> list[codec.Item]:
         with self._lock:
             return [item for (_, sk), item in sorted(self._items.items()) if sk == sort_key]

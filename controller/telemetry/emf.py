@@ -114,13 +114,13 @@ class EmfReader:
             counter[SkipReason.NOT_EMF] += 1
             return []
         try:
-            sample = self.sample_from_message(message, timestamp_ms, counter)
+            sample = self._sample_from_message(message, timestamp_ms, counter)
         except Exception:
             counter[SkipReason.INTERNAL_ERROR] += 1
             return []
         return [] if sample is None else [sample]
 
-    def sample_from_message(
+    def _sample_from_message(
         self, message: str, timestamp_ms: float | None, skipped: Counter[str]
     ) -> Sample | None:
         """Parse a log line that passed the ``_aws`` prefilter (the payload loop of

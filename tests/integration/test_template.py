@@ -530,7 +530,7 @@ def registrar(
         yield registrar_module.handler, replies, client
 
 
-def test_the_registrar_is_the_controller_package_s_own_code(resources: dict[str, Any]) -> None:
+def test_the_registrar_runs_the_controller_package(resources: dict[str, Any]) -> None:
     """One spelling of the CONFIG item: the registrar runs the controller's registration and
     ledger codec, from the controller's CodeUri, not code of its own inline."""
     source = load_template(TEMPLATE)["Resources"]
