@@ -527,12 +527,19 @@ def elf_machines(folder: Path) -> set[int]:
 def test_build_fetches_lambda_platform_wheels_and_the_layer_is_pure_python(
     built: dict[str, Path],
 ) -> None:
-    assert set(built) == {"ControllerFunction", "ExampleWorkerFunction", "WorkerLayer"}
-    controller, layer = built["ControllerFunction"], built["WorkerLayer"] / "python"
-    assert (controller / "aws_lambda_powertools").is_dir()
-    assert (controller / "six.py").is_file()
-    # protobuf's compiled backend is the one native piece; it must be the arm64 build.
-    assert elf_machines(controller) == {AARCH64}
+    assert set(built) == {
+        "ControllerFunction",
+        "RegistrarFunction",
+        "ExampleWorkerFunction",
+        "WorkerLayer",
+    }
+    layer = built["WorkerLayer"] / "python"
+    # The registrar is the controller's package, built by the same target.
+    for package in (built["ControllerFunction"], built["RegistrarFunction"]):
+        assert (package / "aws_lambda_powertools").is_dir()
+        assert (package / "six.py").is_file()
+        # protobuf's compiled backend is the one native piece; it must be the arm64 build.
+        assert elf_machines(package) == {AARCH64}
     assert (layer / "aws_lambda_powertools").is_dir()
     assert (layer / "urllib3").is_dir()
     # No native code at all: the layer serves arm64 and x86_64 functions alike.
