@@ -18,34 +18,7 @@ from botocore.exceptions import ClientError
 
 from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, error_code
 from controller.aws import client as aws_client
-from controller.ledger.codec import (
-    AUDIT_END,
-    AUDIT_PREFIX,
-    CONFIG_SK,
-    DEFAULT_RETENTION_S,
-    GUARD_ATTRIBUTES,
-    STATE_SK,
-    WAKE_UP_ATTRIBUTE,
-    WAKE_UP_INDEX,
-    WAKE_UP_KEY,
-    Item,
-    check_commit,
-    config_key,
-    config_registration,
-    decode_audit,
-    decode_config,
-    decode_state,
-    default_suffix,
-    encode_audit,
-    encode_config,
-    encode_state,
-    entries_since,
-    iso_utc,
-    queue_key,
-    queue_of,
-    read_config_items,
-    unique,
-)
+from controller.ledger import codec
 from controller.ledger.memory import MemoryCodec, MemoryTypes, to_number
 from controller.model import AuditEntry, QueueConfig, QueueState
 from controller.ports import ConfigRead, LedgerError, VersionConflict
@@ -82,8 +55,8 @@ class DynamoLedger:
         client: Any = None,
         *,
         memory_types: MemoryTypes,
-        retention_s: int = DEFAULT_RETENTION_S,
-        suffix: Callable[[], str] = default_suffix,
+        retention_s: int = codec.DEFAULT_RETENTION_S,
+        suffix: Callable[[], str] = codec.default_suffix,
         call_timeout_s: float = 10.0,
         clock: Clock = time.monotonic,
         sleep: Sleep = time.sleep,
@@ -113,8 +86,8 @@ class DynamoLedger:
         self._deserializer = TypeDeserializer()
 
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
-        check_commit(state, audit)
-        state_item = encode_state(state.evolve(version=state.version + 1))
+        codec.check_commit(state, audit)
+        state_item = codec.encode_state(state.evolve(version=state.version + 1))
         state_put: dict[str, Any] = {"TableName": self.table_name, "Item": self._wire(state_item)}
         if state.version == 0:
             state_put["ConditionExpression"] = "attribute_not_exists(PK)"
@@ -123,7 +96,7 @@ class DynamoLedger:
             state_put["ExpressionAttributeValues"] = {":expected": {"N": str(state.version)}}
         audit_put = {
             "TableName": self.table_name,
-            "Item": self._wire(encode_audit(audit, self._suffix(), self.retention_s)),
+            "Item": self._wire(codec.encode_audit(audit, self._suffix(), self.retention_s)),
             "ConditionExpression": "attribute_not_exists(SK)",
         }
         try:
@@ -142,26 +115,28 @@ class DynamoLedger:
                     f"queue {state.queue}: state is no longer at version {state.version}"
                 ) from cause
             raise LedgerError(f"queue {state.queue}: commit: {failure}") from cause or failure
-        return decode_state(state_item, self._memory)
+        return codec.decode_state(state_item, self._memory)
 
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
-        items = self._batch_get(unique(queues), CONFIG_SK)
-        return {queue_of(item): decode_config(item) for item in items}
+        items = self._batch_get(codec.unique(queues), codec.CONFIG_SK)
+        return {codec.queue_of(item): codec.decode_config(item) for item in items}
 
     def read_configs(self, queues: Iterable[str]) -> ConfigRead:
-        return read_config_items(self._batch_get(unique(queues), CONFIG_SK))
+        return codec.read_config_items(self._batch_get(codec.unique(queues), codec.CONFIG_SK))
 
     def get_states(self, queues: Iterable[str]) -> dict[str, QueueState]:
-        items = self._batch_get(unique(queues), STATE_SK)
-        return {queue_of(item): decode_state(item, self._memory) for item in items}
+        items = self._batch_get(codec.unique(queues), codec.STATE_SK)
+        return {codec.queue_of(item): codec.decode_state(item, self._memory) for item in items}
 
     def list_configs(self) -> list[QueueConfig]:
-        items = self._scan(CONFIG_SK)
-        return sorted((decode_config(item) for item in items), key=lambda c: c.queue)
+        items = self._scan(codec.CONFIG_SK)
+        return sorted((codec.decode_config(item) for item in items), key=lambda c: c.queue)
 
     def list_states(self) -> list[QueueState]:
-        items = self._scan(STATE_SK)
-        return sorted((decode_state(item, self._memory) for item in items), key=lambda s: s.queue)
+        items = self._scan(codec.STATE_SK)
+        return sorted(
+            (codec.decode_state(item, self._memory) for item in items), key=lambda s: s.queue
+        )
 
     def due_states(self, now: float) -> list[QueueState]:
         # A global index reads eventually consistent: a wake-up written a moment ago shows up
@@ -170,32 +145,34 @@ class DynamoLedger:
             "due states",
             "query",
             consistent=False,
-            IndexName=WAKE_UP_INDEX,
+            IndexName=codec.WAKE_UP_INDEX,
             KeyConditionExpression="#due = :due AND #wake <= :now",
             ExpressionAttributeNames={
-                "#due": WAKE_UP_ATTRIBUTE,
-                "#wake": GUARD_ATTRIBUTES["wake_at"],
+                "#due": codec.WAKE_UP_ATTRIBUTE,
+                "#wake": codec.GUARD_ATTRIBUTES["wake_at"],
             },
             ExpressionAttributeValues={
-                ":due": {"S": WAKE_UP_KEY},
+                ":due": {"S": codec.WAKE_UP_KEY},
                 ":now": {"N": str(to_number(now))},
             },
         )
-        return sorted((decode_state(item, self._memory) for item in items), key=lambda s: s.queue)
+        return sorted(
+            (codec.decode_state(item, self._memory) for item in items), key=lambda s: s.queue
+        )
 
     def put_config(self, config: QueueConfig) -> None:
         self._call(
             f"put config of {config.queue}",
             "put_item",
             TableName=self.table_name,
-            Item=self._wire(encode_config(config)),
+            Item=self._wire(codec.encode_config(config)),
         )
 
     def merge_config(self, config: QueueConfig) -> None:
         """Point the queue's CONFIG item at ``config``'s mapping and keep whatever else it
-        holds (``config_registration``), in one conditional-free update: a deploy's
+        holds (``codec.config_registration``), in one conditional-free update: a deploy's
         registration."""
-        key, always, when_absent = config_registration(config)
+        key, always, when_absent = codec.config_registration(config)
         names: dict[str, str] = {}
         values: dict[str, Any] = {}
         assignments = []
@@ -219,45 +196,49 @@ class DynamoLedger:
             f"delete config of {queue}",
             "delete_item",
             TableName=self.table_name,
-            Key=self._wire(config_key(queue)),
+            Key=self._wire(codec.config_key(queue)),
         )
 
     def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
-        low = AUDIT_PREFIX if since is None else AUDIT_PREFIX + iso_utc(since, "milliseconds")
+        low = (
+            codec.AUDIT_PREFIX
+            if since is None
+            else codec.AUDIT_PREFIX + codec.iso_utc(since, "milliseconds")
+        )
         items = self._pages(
             f"audit trail of {queue}",
             "query",
             KeyConditionExpression="PK = :pk AND SK BETWEEN :low AND :high",
             ExpressionAttributeValues={
-                ":pk": {"S": queue_key(queue)},
+                ":pk": {"S": codec.queue_key(queue)},
                 ":low": {"S": low},
-                ":high": {"S": AUDIT_END},
+                ":high": {"S": codec.AUDIT_END},
             },
         )
-        return entries_since([decode_audit(item) for item in items], since)
+        return codec.entries_since([codec.decode_audit(item) for item in items], since)
 
-    def audit_items(self, queue: str) -> list[Item]:
+    def audit_items(self, queue: str) -> list[codec.Item]:
         """The raw audit items of a queue in sort-key order (tests and tooling)."""
         return self._pages(
             f"audit items of {queue}",
             "query",
             KeyConditionExpression="PK = :pk AND begins_with(SK, :audit)",
             ExpressionAttributeValues={
-                ":pk": {"S": queue_key(queue)},
-                ":audit": {"S": AUDIT_PREFIX},
+                ":pk": {"S": codec.queue_key(queue)},
+                ":audit": {"S": codec.AUDIT_PREFIX},
             },
         )
 
-    def _batch_get(self, queues: list[str], sort_key: str) -> list[Item]:
-        found: list[Item] = []
+    def _batch_get(self, queues: list[str], sort_key: str) -> list[codec.Item]:
+        found: list[codec.Item] = []
         for start in range(0, len(queues), BATCH_GET_LIMIT):
             chunk = queues[start : start + BATCH_GET_LIMIT]
-            keys = [{"PK": {"S": queue_key(q)}, "SK": {"S": sort_key}} for q in chunk]
+            keys = [{"PK": {"S": codec.queue_key(q)}, "SK": {"S": sort_key}} for q in chunk]
             found.extend(self._batch_get_chunk(keys))
         return found
 
-    def _batch_get_chunk(self, keys: list[dict[str, Any]]) -> list[Item]:
-        found: list[Item] = []
+    def _batch_get_chunk(self, keys: list[dict[str, Any]]) -> list[codec.Item]:
+        found: list[codec.Item] = []
         request: dict[str, Any] = {self.table_name: {"Keys": keys, "ConsistentRead": True}}
         deadline = self._deadline()
         for round_number in range(BATCH_GET_ROUNDS):
@@ -272,7 +253,7 @@ class DynamoLedger:
             f"batch get: keys still unprocessed after {round_number + 1} rounds (throttled?)"
         )
 
-    def _scan(self, sort_key: str) -> list[Item]:
+    def _scan(self, sort_key: str) -> list[codec.Item]:
         return self._pages(
             f"scan for {sort_key}",
             "scan",
@@ -282,9 +263,9 @@ class DynamoLedger:
 
     def _pages(
         self, what: str, operation: str, *, consistent: bool = True, **params: Any
-    ) -> list[Item]:
+    ) -> list[codec.Item]:
         """All items of a Query or Scan, following LastEvaluatedKey (each page retried alone)."""
-        items: list[Item] = []
+        items: list[codec.Item] = []
         start: dict[str, Any] | None = None
         while True:
             page_params = dict(params, TableName=self.table_name, ConsistentRead=consistent)
@@ -308,10 +289,10 @@ class DynamoLedger:
     def _deadline(self) -> float:
         return min(self._clock() + self.call_timeout_s, self._invocation_deadline)
 
-    def _wire(self, item: Item) -> dict[str, Any]:
+    def _wire(self, item: codec.Item) -> dict[str, Any]:
         return {name: self._serializer.serialize(value) for name, value in item.items()}
 
-    def _plain(self, raw: Mapping[str, Any]) -> Item:
+    def _plain(self, raw: Mapping[str, Any]) -> codec.Item:
         return {name: self._deserializer.deserialize(value) for name, value in raw.items()}
 
 
