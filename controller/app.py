@@ -22,35 +22,26 @@ from controller.constants import CACHED_LOG_EVENTS, CACHED_SHARDS, is_queue_name
 from controller.engine import Controller
 from controller.model import Decision, Sample
 from controller.ports import ActuationError, LedgerError
+from controller.schema import CONTROLLER_NAMESPACE, QUEUE_DIMENSION, DecisionMetric, HealthMetric
 from controller.telemetry import (
     DEFAULT_NAMESPACE,
     ORDINARY_SKIPS,
     DecodeResult,
     LogEventKey,
     SkipReason,
-    decode_kinesis_event,
+    TelemetryDecoder,
 )
 
-METRICS_NAMESPACE = "QueueMeshController"
 # The controller's own health, one document per invocation without dimensions (the reasons
-# behind each are in its log lines): metric name -> the engine counter whose growth it reports.
+# behind each are in its log lines): metric -> the engine counter whose growth it reports. The
+# other health metrics the application counts from its batches.
 HEALTH_COUNTERS: Final = {
-    "SamplesWindowed": "samples_windowed",
-    "MappingUpdates": "esm_updates",
-    "ActuationFailures": "actuation_failures",
-    "ConfigsInvalid": "configs_invalid",
-    "MappingsMissing": "mappings_missing",
+    HealthMetric.SAMPLES_WINDOWED: "samples_windowed",
+    HealthMetric.MAPPING_UPDATES: "esm_updates",
+    HealthMetric.ACTUATION_FAILURES: "actuation_failures",
+    HealthMetric.CONFIGS_INVALID: "configs_invalid",
+    HealthMetric.MAPPINGS_MISSING: "mappings_missing",
 }
-# ... and those the application counts from its batches.
-TELEMETRY_UNREADABLE = "TelemetryUnreadable"
-SAMPLES_NOT_WINDOWED = "SamplesNotWindowed"
-BATCHES_RETRIED = "BatchesRetried"
-HEALTH_METRICS: Final = (
-    *HEALTH_COUNTERS,
-    TELEMETRY_UNREADABLE,
-    SAMPLES_NOT_WINDOWED,
-    BATCHES_RETRIED,
-)
 # Counted with a batch's skips: the batch was failed for Lambda to retry (a ledger fault).
 BATCH_RETRIED = "batch_retried"
 # Kept back from the invocation's remaining time: returning the response and its logs.
@@ -95,7 +86,8 @@ class ControllerApp:
         self.controller = controller
         self._clock = clock
         self._monotonic = monotonic
-        self._namespace = namespace
+        # Learns as it decodes (declarations, valid queue names): kept for the container.
+        self._decoder = TelemetryDecoder(namespace)
         self._emit = emit
         self._logger = logger or Logger(service="queuemesh-controller")
         # Highest sequence number ingested per shard: a retried batch must not count the same
@@ -145,9 +137,9 @@ class ControllerApp:
         """Decode, window and decide one Kinesis batch. Whatever its shape, nothing in it
         raises: what cannot be read is skipped and counted."""
         outcome = self._process_kinesis(event, deadline)
-        self._batch_health[BATCHES_RETRIED] += outcome.skipped[BATCH_RETRIED]
-        self._batch_health[SAMPLES_NOT_WINDOWED] += sum(outcome.dropped.values())
-        self._batch_health[TELEMETRY_UNREADABLE] += sum(
+        self._batch_health[HealthMetric.BATCHES_RETRIED] += outcome.skipped[BATCH_RETRIED]
+        self._batch_health[HealthMetric.SAMPLES_NOT_WINDOWED] += sum(outcome.dropped.values())
+        self._batch_health[HealthMetric.TELEMETRY_UNREADABLE] += sum(
             count
             for reason, count in outcome.skipped.items()
             if reason not in ORDINARY_SKIPS and reason != BATCH_RETRIED
@@ -163,7 +155,7 @@ class ControllerApp:
             return unreadable
         fresh = [record for record in records if not self._already_ingested(record)]
         outcome = BatchOutcome(records=len(records), redelivered=len(records) - len(fresh))
-        decoded = decode_kinesis_event({"Records": fresh}, namespace=self._namespace)
+        decoded = self._decoder.decode_kinesis_event({"Records": fresh})
         outcome.skipped = decoded.skipped
         samples, log_events = self._not_yet_windowed(decoded, outcome.skipped)
         outcome.samples = len(samples)
@@ -237,15 +229,19 @@ class ControllerApp:
     def _report(self, outcome: BatchOutcome, decided: Sequence[Decision]) -> None:
         """Per-queue EMF for the dashboard (one document per queue), and a log line per change."""
         for decision in decided:
-            metrics = EphemeralMetrics(namespace=METRICS_NAMESPACE)
-            metrics.add_dimension(name="QueueName", value=decision.queue)
+            metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
+            metrics.add_dimension(name=QUEUE_DIMENSION, value=decision.queue)
             metrics.add_metric(
-                name="MaximumConcurrency", unit=MetricUnit.Count, value=decision.target
+                name=DecisionMetric.MAXIMUM_CONCURRENCY,
+                unit=MetricUnit.Count,
+                value=decision.target,
             )
             metrics.add_metric(
-                name="PressureRate", unit=MetricUnit.Percent, value=decision.pressure_rate * 100
+                name=DecisionMetric.PRESSURE_RATE,
+                unit=MetricUnit.Percent,
+                value=decision.pressure_rate * 100,
             )
-            metrics.add_metric(name="Decisions", unit=MetricUnit.Count, value=1)
+            metrics.add_metric(name=DecisionMetric.DECISIONS, unit=MetricUnit.Count, value=1)
             metrics.add_metadata(key="action", value=decision.action.value)
             self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))
         for decision in outcome.decisions:
@@ -269,7 +265,7 @@ class ControllerApp:
         """What this invocation added to the health counts, as one EMF document (none when
         nothing did)."""
         counters = self.controller.counters
-        counts = {
+        counts: dict[str, int] = {
             metric: counters[counter] - self._counters_emitted[counter]
             for metric, counter in HEALTH_COUNTERS.items()
         }
@@ -278,7 +274,7 @@ class ControllerApp:
         self._batch_health.clear()
         if not any(counts.values()):
             return
-        metrics = EphemeralMetrics(namespace=METRICS_NAMESPACE)
+        metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
         for metric, count in counts.items():
             metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
         self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))

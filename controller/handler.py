@@ -11,7 +11,7 @@ from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
-from controller.policy import DEFAULT_ALGORITHM, algorithm_named
+from controller.policy import DEFAULT_ALGORITHM, algorithm_named, memory_type
 from controller.settings import PolicyParams
 
 logger = Logger(service="queuemesh-controller")
@@ -28,7 +28,10 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
     except ValueError as error:
         raise RuntimeError(f"QUEUEMESH_ALGORITHM: {error}") from error
     controller = Controller(
-        DynamoLedger(table), LambdaActuator(), PolicyParams.from_env(env), algorithm=algorithm
+        DynamoLedger(table, memory_types=memory_type),
+        LambdaActuator(),
+        PolicyParams.from_env(env),
+        algorithm=algorithm,
     )
     return ControllerApp(controller, logger=logger)
 

@@ -97,6 +97,21 @@ class Ledger(Protocol):
         ...
 
 
+class DeployedConfigs(Protocol):
+    """What a deploy's registration (the template's registrar) needs of a ledger; both
+    ledgers have it, the controller itself never uses it."""
+
+    def merge_config(self, config: QueueConfig) -> None:
+        """Point the queue's CONFIG item at ``config.esm_uuid``; its other attributes are
+        written only where the stored item has none (a deploy's registration: an operator's
+        mode, pin and overrides survive it)."""
+        ...
+
+    def delete_config(self, queue: str) -> None:
+        """Remove the queue's CONFIG item (none: nothing to do); its state and audit stay."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class MappingView:
     uuid: str

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
+from controller.constants import is_queue_name
 from controller.model import (
     Action,
     AuditEvent,
@@ -23,6 +24,7 @@ from controller.model import (
 from controller.ports import (
     ActuationError,
     Actuator,
+    DeployedConfigs,
     Ledger,
     MappingNotFound,
     MappingView,
@@ -101,6 +103,27 @@ def register_queue(
         concurrency=view.max_concurrency,
     )
     return config, view
+
+
+def register_deployed(
+    ledger: DeployedConfigs, queue: object, esm_uuid: object, mode: object
+) -> QueueConfig:
+    """A deploy's registration (the template's registrar): the CONFIG item of ``queue`` points
+    at ``esm_uuid``; a new item takes ``mode``, an existing one keeps the mode, pin and
+    overrides an operator gave it. The values come from a template, so each is checked here
+    and a bad one is an ``OperatorError`` naming it."""
+    if not is_queue_name(queue):
+        raise OperatorError(f"QueueName {queue!r} is not an SQS queue name")
+    if not isinstance(esm_uuid, str):
+        raise OperatorError(f"EsmUuid {esm_uuid!r} is not an event source mapping id")
+    try:
+        chosen = Mode(str(mode))
+    except ValueError as error:
+        known = ", ".join(m.value for m in Mode)
+        raise OperatorError(f"Mode {mode!r} is not one of {known}") from error
+    config = QueueConfig(queue=queue, esm_uuid=check_mapping_id(esm_uuid), mode=chosen)
+    ledger.merge_config(config)
+    return config
 
 
 def read_mapping(actuator: Actuator, esm_uuid: str, deadline: float) -> MappingView:

@@ -1,11 +1,14 @@
-"""The telemetry schema (worker -> controller), as the controller reads it.
+"""The telemetry schema (worker -> controller), as the controller reads it, and the names of
+the controller's own metrics.
 
 The controller ships as its own Lambda package and may not import ``worker/``, so it keeps this
-copy of ``worker/schema.py``'s vocabulary; ``tests/unit/test_schema.py`` pins the two equal.
+copy of ``worker/schema.py``'s vocabulary; ``tests/unit/test_schema.py`` pins the two equal
+(all but the ``CONTROLLER_`` vocabulary at the end, which is the controller's alone).
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Final, NamedTuple
 
 NAMESPACE: Final = "QueueMesh"
@@ -45,3 +48,31 @@ METRICS: Final = (
     RETRY_AFTER,
     INVOCATION_DURATION,
 )
+
+
+# --- The controller's own metrics (controller -> CloudWatch), the CONTROLLER_ vocabulary: not
+# telemetry, so not in the worker's schema. template.yaml's dashboard graphs them
+# (tests/integration/test_template.py holds it to these names).
+CONTROLLER_NAMESPACE: Final = "QueueMeshController"
+
+
+class DecisionMetric(StrEnum):
+    """One document per queue decided, under the dimension ``QueueName`` alone: the
+    dashboard's SEARCH schema is exactly ``{QueueMeshController,QueueName}``."""
+
+    MAXIMUM_CONCURRENCY = "MaximumConcurrency"
+    PRESSURE_RATE = "PressureRate"
+    DECISIONS = "Decisions"
+
+
+class HealthMetric(StrEnum):
+    """The controller's health: counts, one document per invocation, without dimensions."""
+
+    SAMPLES_WINDOWED = "SamplesWindowed"
+    MAPPING_UPDATES = "MappingUpdates"
+    ACTUATION_FAILURES = "ActuationFailures"
+    CONFIGS_INVALID = "ConfigsInvalid"
+    MAPPINGS_MISSING = "MappingsMissing"
+    TELEMETRY_UNREADABLE = "TelemetryUnreadable"
+    SAMPLES_NOT_WINDOWED = "SamplesNotWindowed"
+    BATCHES_RETRIED = "BatchesRetried"

@@ -32,6 +32,7 @@ from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import QueueConfig, Sample
+from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from controller.telemetry import decode_kinesis_event
@@ -205,7 +206,7 @@ def fuzz_event(rng: random.Random, first_sequence: int = 0) -> Any:
 
 def fresh_app() -> tuple[ControllerApp, InMemoryActuator]:
     """A controller on in-memory twins with one registered queue (``orders`` at 100)."""
-    ledger, actuator = InMemoryLedger(), InMemoryActuator()
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
     ledger.put_config(QueueConfig(queue=REGISTERED, esm_uuid="esm-orders"))
     actuator.add_mapping("esm-orders", 100)
     app = ControllerApp(

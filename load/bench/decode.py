@@ -7,7 +7,7 @@ floor measured in the same process with the same JSON library: base64, gunzip an
 each payload and each log event's message, nothing else. ``floor_ratio`` is our time over the
 floor's; it is what to watch, as it depends far less on the machine than MB/s do. The decoder
 parses less than the floor: it recognises the metric declarations a worker repeats in every
-document and skips them (``controller/telemetry.py``). ``scanner_floor_ratio`` is the same
+document and skips them (``controller/telemetry/``). ``scanner_floor_ratio`` is the same
 against a stricter floor that calls the JSON library's bare scanner, as the decoder itself
 does, instead of ``json.loads``.
 """

@@ -150,6 +150,7 @@ def measure(
     from controller.app import ControllerApp
     from controller.engine import Controller
     from controller.ledger import DynamoLedger
+    from controller.policy import memory_type
     from controller.settings import PolicyParams
     from controller.telemetry import decode_kinesis_event
 
@@ -167,7 +168,9 @@ def measure(
             endpoint, "lambda", retries={"mode": "standard", "total_max_attempts": 1}
         )
         calls.attach(lambda_client)
-        plain_ledger = DynamoLedger(fleet.table, client(endpoint, "dynamodb"))
+        plain_ledger = DynamoLedger(
+            fleet.table, client(endpoint, "dynamodb"), memory_types=memory_type
+        )
         ledger = TimedLedger(plain_ledger, watch)
         updates = [0]
 

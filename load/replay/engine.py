@@ -65,8 +65,9 @@ def in_memory_adapters(
     """The in-memory ledger and actuator, with the replayed queues registered."""
     from controller.actuator import InMemoryActuator
     from controller.ledger import InMemoryLedger
+    from controller.policy import memory_type
 
-    ledger = InMemoryLedger()
+    ledger = InMemoryLedger(memory_types=memory_type)
     actuator = InMemoryActuator(clock=clock)
     setups = config.queues if config.queues is not None else dict.fromkeys(queues, QueueSetup())
     for queue, setup in sorted(setups.items()):

@@ -14,7 +14,7 @@ from controller.constants import MAX_CONCURRENCY
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import Mode, QueueState, QueueStateName, Sample
-from controller.policy import DEFAULT_ALGORITHM, aimd_step, algorithm_named
+from controller.policy import DEFAULT_ALGORITHM, aimd_step, algorithm_named, memory_type
 from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.oracle import invocation_pace
@@ -134,7 +134,7 @@ class QueueMeshPolicy:
         self._uuids: dict[str, str] = {}
         self._now = 0.0
         self._actuator = InMemoryActuator(clock=lambda: self._now)
-        self._ledger = InMemoryLedger(suffix=_counter_suffix())
+        self._ledger = InMemoryLedger(suffix=_counter_suffix(), memory_types=memory_type)
         self._controller: Controller | None = None
 
     @property

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from controller.policy import DEFAULT_ALGORITHM
+from controller.policy import DEFAULT_ALGORITHM, memory_type
 from load.progress import Progress, ProgressCallback
 from load.recording import Recording, RecordingError, UnreadableRecording, read_recording
 from load.replay import (
@@ -157,7 +157,7 @@ def _replay_on_stack(
         raise CliError("no ledger table: pass --table or set QUEUEMESH_TABLE")
     target = AwsTarget.from_args(args)
     with adapter_errors(target, args.table):
-        ledger = DynamoLedger(args.table, target.client("dynamodb"))
+        ledger = DynamoLedger(args.table, target.client("dynamodb"), memory_types=memory_type)
         actuator = LambdaActuator(target.client("lambda", retries=False))
         ledger.list_configs()
         return replay(

@@ -70,6 +70,7 @@ class DashboardSource:
 
         from controller.actuator import LambdaActuator
         from controller.ledger import DynamoLedger
+        from controller.policy import memory_type
         from stack.local.template import TemplateError, load_template
         from stack.local.widgets import (
             DashboardError,
@@ -108,7 +109,8 @@ class DashboardSource:
         self._reader = MetricsReader(client("cloudwatch"))
         # The page only reads; the actuator is there because FleetOps takes one.
         self._ops = FleetOps(
-            DynamoLedger(self.table, client("dynamodb")), LambdaActuator(client("lambda"))
+            DynamoLedger(self.table, client("dynamodb"), memory_types=memory_type),
+            LambdaActuator(client("lambda")),
         )
         self._lock = threading.Lock()
         self._last: tuple[float, dict[str, Any]] | None = None

@@ -5,8 +5,9 @@ port) and hands out real boto3 clients pointed at it. ``deploy`` puts the SAM te
 the way ``sam deploy`` would: the SAM transform runs offline (aws-sam-translator), function
 code is a small zip in the emulator's S3, and CloudFormation CreateStack builds the stack.
 What moto's CloudFormation drops is then created through the service APIs (the subscription
-filter, DynamoDB TTL), and moto's own pollers are detached so the local runtime is the only
-consumer of the queues and the stream, as Lambda's pollers are in AWS (see docs/demo.md).
+filter, DynamoDB TTL; a queue registration by running the registrar's code), and moto's own
+pollers are detached so the local runtime is the only consumer of the queues and the stream,
+as Lambda's pollers are in AWS (see docs/demo.md).
 """
 
 from __future__ import annotations
@@ -244,10 +245,14 @@ class EmbeddedAws:
         through_api = create_what_moto_drops(
             self.client("logs"), self.client("dynamodb"), resources, physical, resolver
         )
+        registered = self._run_registrations(custom, resolver)
+        through_api.extend(registered.values())
         not_created = tuple(
             f"{logical} ({spec['Type']})"
             for logical, spec in sorted({**resources, **custom}.items())
-            if logical not in physical and spec["Type"] != SUBSCRIPTION_FILTER
+            if logical not in physical
+            and logical not in registered
+            and spec["Type"] != SUBSCRIPTION_FILTER
         )
         # The shipped template's CodeUris name the project's packages, wherever they are installed.
         code_root = (
@@ -264,6 +269,34 @@ class EmbeddedAws:
         )
         self.detach_moto_pollers()
         return deployment
+
+    def _run_registrations(self, custom: Mapping[str, Any], resolver: Resolver) -> dict[str, str]:
+        """Each registration custom resource, created by the registrar's own code
+        (``controller.registrar``) run here: moto would need Docker to run its function."""
+        from controller.ledger import DynamoLedger
+        from controller.policy import memory_type
+        from controller.ports import LedgerError
+        from controller.registrar import REGISTRATION_TYPE, carry_out
+        from controller.registration import OperatorError
+
+        def ledger_of(table: str) -> DynamoLedger:
+            return DynamoLedger(table, self.client("dynamodb"), memory_types=memory_type)
+
+        done = {}
+        for logical, spec in sorted(custom.items()):
+            if spec["Type"] != REGISTRATION_TYPE:
+                continue
+            properties = {
+                name: resolver.resolve(value)
+                for name, value in spec.get("Properties", {}).items()
+                if name != "ServiceToken"
+            }
+            try:
+                carry_out("Create", properties, "", ledger_of)
+            except (OperatorError, LedgerError) as error:
+                raise CliError(f"{logical} ({REGISTRATION_TYPE}) failed: {error}") from error
+            done[logical] = f"{logical} ({REGISTRATION_TYPE}, by the registrar's code)"
+        return done
 
     def _upload_code(self) -> None:
         s3 = self.client("s3")
@@ -367,9 +400,12 @@ class EmbeddedAws:
         """Write the queue's CONFIG item: only registered mappings are ever actuated."""
         from controller.ledger import DynamoLedger
         from controller.model import QueueConfig
+        from controller.policy import memory_type
 
         binding = deployment.queue(queue)
-        ledger = DynamoLedger(deployment.table_name, client=self.client("dynamodb"))
+        ledger = DynamoLedger(
+            deployment.table_name, client=self.client("dynamodb"), memory_types=memory_type
+        )
         ledger.put_config(QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid))
 
 

@@ -213,13 +213,14 @@ def fleet(args: argparse.Namespace) -> Iterator[FleetOps]:
     failures as one line."""
     from controller.actuator import LambdaActuator
     from controller.ledger import DynamoLedger
+    from controller.policy import memory_type
 
     if not args.table:
         raise CliError("no ledger table: pass --table or set QUEUEMESH_TABLE")
     target = AwsTarget.from_args(args)
     with adapter_errors(target, args.table):
         try:
-            ledger = DynamoLedger(args.table, target.client("dynamodb"))
+            ledger = DynamoLedger(args.table, target.client("dynamodb"), memory_types=memory_type)
             actuator = LambdaActuator(target.client("lambda", retries=False))
             yield FleetOps(ledger, actuator)
         except OperatorError as error:

@@ -16,6 +16,7 @@ import pytest
 from controller import handler as controller_handler
 from controller.ledger import DynamoLedger, create_ledger_table
 from controller.model import Mode, QueueConfig
+from controller.policy import memory_type
 from load.recording import RecordedLine, emf_line, kinesis_event
 from stack.local.emulator import EmbeddedAws
 from tests.factories import sample
@@ -81,7 +82,9 @@ def deploy_pipeline() -> tuple[str, str]:
         roleArn=role,
     )
     create_ledger_table(boto3.client("dynamodb"), TABLE)
-    DynamoLedger(TABLE).put_config(QueueConfig(queue="orders", esm_uuid=esm, mode=Mode.ACTIVE))
+    DynamoLedger(TABLE, memory_types=memory_type).put_config(
+        QueueConfig(queue="orders", esm_uuid=esm, mode=Mode.ACTIVE)
+    )
     return esm, stream_arn
 
 
@@ -143,7 +146,7 @@ def test_emf_in_cloudwatch_logs_moves_the_mapping(
     assert response == {"batchItemFailures": []}
     mapping = boto3.client("lambda").get_event_source_mapping(UUID=esm)
     assert mapping["ScalingConfig"]["MaximumConcurrency"] == 50
-    ledger = DynamoLedger(TABLE)
+    ledger = DynamoLedger(TABLE, memory_types=memory_type)
     state = ledger.get_states(["orders"])["orders"]
     assert (state.concurrency, state.previous_concurrency, state.state.value) == (
         50,
@@ -163,8 +166,8 @@ def test_the_default_algorithm_cuts_a_storm_to_what_runs(aws: str) -> None:
     response = controller_handler.handler(put_storm(stream_arn), LambdaContext())
     assert response == {"batchItemFailures": []}
     mapping = boto3.client("lambda").get_event_source_mapping(UUID=esm)
-    state = DynamoLedger(TABLE).get_states(["orders"])["orders"]
+    state = DynamoLedger(TABLE, memory_types=memory_type).get_states(["orders"])["orders"]
     assert mapping["ScalingConfig"]["MaximumConcurrency"] == state.concurrency < 100
-    [audit] = DynamoLedger(TABLE).audit_trail("orders")
+    [audit] = DynamoLedger(TABLE, memory_types=memory_type).audit_trail("orders")
     assert (audit.previous_value, audit.new_value) == (100, state.concurrency)
     assert audit.reason.startswith("Overload: pressure 30.0% >= T1 (5.0%)")

@@ -331,9 +331,10 @@ def test_a_registration_holding_a_bad_mapping_id_is_one_line(
     retry that), and the CLI says so in one line."""
     from controller.ledger import DynamoLedger
     from controller.model import QueueConfig
+    from controller.policy import memory_type
     from load.localfleet import client
 
-    ledger = DynamoLedger(fleet.table, client(fleet.endpoint, "dynamodb"))
+    ledger = DynamoLedger(fleet.table, client(fleet.endpoint, "dynamodb"), memory_types=memory_type)
     ledger.put_config(QueueConfig(queue="edited", esm_uuid="nope"))
     target = ["--endpoint-url", fleet.endpoint, "--table", fleet.table]
     assert main(["pin", "edited", "10", *target]) == 2

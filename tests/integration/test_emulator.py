@@ -13,6 +13,7 @@ import pytest
 
 from controller.ledger import WAKE_UP_INDEX, DynamoLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
+from controller.policy import memory_type
 from stack.local.emulator import Deployment, EmbeddedAws
 from tests.paths import ROOT
 
@@ -86,9 +87,18 @@ def test_worker_log_lines_reach_the_stream_through_the_subscription(
     assert [event["message"] for event in payload["logEvents"]] == ['{"probe": 1}']
 
 
-def test_register_queue_writes_the_config_item(aws: EmbeddedAws, deployment: Deployment) -> None:
+def test_the_deploy_runs_the_registrar_and_register_queue_writes_the_same_item(
+    aws: EmbeddedAws, deployment: Deployment
+) -> None:
     queue = deployment.queues[0]
+    ledger = DynamoLedger(deployment.table_name, aws.client("dynamodb"), memory_types=memory_type)
+    registered = QueueConfig(queue=queue.name, esm_uuid=queue.esm_uuid)
+    assert ledger.list_configs() == [registered]
+    assert any("ExampleQueueRegistration" in done for done in deployment.created_through_api)
+    assert not any("Registration" in missing for missing in deployment.not_created)
+
     aws.register_queue(deployment, queue.name)
+    assert ledger.list_configs() == [registered]
     item = aws.client("dynamodb").get_item(
         TableName=deployment.table_name,
         Key={"PK": {"S": f"QUEUE#{queue.name}"}, "SK": {"S": "CONFIG"}},
@@ -103,7 +113,7 @@ def test_the_deployed_table_answers_the_ticks_wake_up_query(
     client = aws.client("dynamodb")
     table = client.describe_table(TableName=deployment.table_name)["Table"]
     assert [index["IndexName"] for index in table["GlobalSecondaryIndexes"]] == [WAKE_UP_INDEX]
-    ledger = DynamoLedger(deployment.table_name, client)
+    ledger = DynamoLedger(deployment.table_name, client, memory_types=memory_type)
     ledger.put_config(QueueConfig("woken", "esm-woken"))
     state = QueueState("woken", "esm-woken", QueueStateName.HEALTHY, 2, 100, wake_at=1_000.0)
     ledger.commit(state, AuditEntry("woken", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))

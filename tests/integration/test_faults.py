@@ -26,6 +26,7 @@ from controller.constants import READ_TIMEOUT_S
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
 from controller.model import AuditEvent
+from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.local.emulator import EmbeddedAws
@@ -66,7 +67,9 @@ class Rig:
         self.faults: dict[str, list[Callable[[], None]]] = {}
         for client in (self.dynamodb, self.lam):
             client.meta.events.register("before-call", self._before)
-        ledger = DynamoLedger(TABLE, self.dynamodb, clock=self.time, sleep=self.time.sleep)
+        ledger = DynamoLedger(
+            TABLE, self.dynamodb, clock=self.time, sleep=self.time.sleep, memory_types=memory_type
+        )
         actuator = LambdaActuator(self.lam, clock=self.time, sleep=self.time.sleep)
         controller = Controller(
             ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=self.time
@@ -99,11 +102,14 @@ class Rig:
         return int(config["ScalingConfig"]["MaximumConcurrency"])
 
     def ledger_value(self) -> int | None:
-        state = DynamoLedger(TABLE).get_states(["orders"]).get("orders")
+        state = DynamoLedger(TABLE, memory_types=memory_type).get_states(["orders"]).get("orders")
         return None if state is None else state.concurrency
 
     def audit_events(self) -> list[AuditEvent]:
-        return [entry.event_type for entry in DynamoLedger(TABLE).audit_trail("orders")]
+        return [
+            entry.event_type
+            for entry in DynamoLedger(TABLE, memory_types=memory_type).audit_trail("orders")
+        ]
 
 
 def service_error(code: str, status: int = 400) -> Callable[[], None]:

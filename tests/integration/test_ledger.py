@@ -21,9 +21,12 @@ from controller.ledger import (
     DEFAULT_RETENTION_S,
     DynamoLedger,
     InMemoryLedger,
+    MemoryCodec,
     create_ledger_table,
     decode_state,
+    encode_config,
     encode_state,
+    read_config_items,
 )
 from controller.model import (
     Action,
@@ -34,7 +37,7 @@ from controller.model import (
     QueueState,
     QueueStateName,
 )
-from controller.policy import ALGORITHMS, LimitAlgorithm
+from controller.policy import memory_type
 from controller.policy.adaptive import AdaptiveMemory
 from controller.ports import LedgerError, VersionConflict
 
@@ -61,9 +64,9 @@ def create_table(client: Any) -> str:
 @pytest.fixture(params=["dynamodb", "in-memory"])
 def ledger(request: pytest.FixtureRequest) -> DynamoLedger | InMemoryLedger:
     if request.param == "in-memory":
-        return InMemoryLedger()
+        return InMemoryLedger(memory_types=memory_type)
     client = dynamodb_client(request.getfixturevalue("moto_endpoint"))
-    return DynamoLedger(create_table(client), client)
+    return DynamoLedger(create_table(client), client, memory_types=memory_type)
 
 
 def fresh_state(queue: str = "orders", **changes: Any) -> QueueState:
@@ -142,8 +145,8 @@ def test_audit_item_carries_ttl_and_sort_key(ledger: DynamoLedger | InMemoryLedg
 def test_retention_is_a_constructor_parameter(moto_endpoint: str) -> None:
     client = dynamodb_client(moto_endpoint)
     for ledger in (
-        InMemoryLedger(retention_s=3600),
-        DynamoLedger(create_table(client), client, retention_s=3600),
+        InMemoryLedger(retention_s=3600, memory_types=memory_type),
+        DynamoLedger(create_table(client), client, retention_s=3600, memory_types=memory_type),
     ):
         ledger.commit(fresh_state(), audit(at=T0))
         assert ledger.audit_items("orders")[0]["ExpiresAt"] == Decimal(int(T0) + 3600)
@@ -250,6 +253,39 @@ def test_put_config_replaces_the_previous_config(ledger: DynamoLedger | InMemory
     assert ledger.list_configs() == [replacement]
 
 
+def test_merge_config_moves_the_mapping_and_keeps_what_an_operator_set(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    ledger.merge_config(QueueConfig(queue="orders", esm_uuid="esm-1"))
+    assert ledger.list_configs() == [QueueConfig(queue="orders", esm_uuid="esm-1")]
+
+    operated = QueueConfig(
+        queue="orders",
+        esm_uuid="esm-1",
+        mode=Mode.PINNED,
+        pinned_concurrency=7,
+        overrides={"t1": 0.1},
+    )
+    ledger.put_config(operated)
+    ledger.merge_config(QueueConfig(queue="orders", esm_uuid="esm-2", mode=Mode.ACTIVE))
+
+    assert ledger.list_configs() == [dataclasses.replace(operated, esm_uuid="esm-2")]
+    ledger.delete_config("orders")
+    ledger.delete_config("orders")  # gone already: nothing to do
+    assert ledger.list_configs() == []
+
+
+@pytest.mark.parametrize("overrides", [{"t1": True}, {"t1": "0.1"}, {"t1": None}, [Decimal(1)]])
+def test_an_override_that_is_not_a_number_makes_the_config_invalid(overrides: object) -> None:
+    """A DynamoDB BOOL reads as True, which float() would take for 1."""
+    item = {**encode_config(QueueConfig(queue="orders", esm_uuid="esm-1")), "Overrides": overrides}
+
+    read = read_config_items([item])
+
+    assert read.valid == {}
+    assert read.invalid["orders"].problem.startswith("CONFIG item does not decode: TypeError")
+
+
 def test_get_configs_beyond_one_batch(ledger: DynamoLedger | InMemoryLedger) -> None:
     queues = [f"q{i:03}" for i in range(BATCH_GET_LIMIT * 2 + 37)]
     registered = queues[::2]
@@ -280,7 +316,7 @@ def test_commit_rejects_an_audit_of_another_queue(ledger: DynamoLedger | InMemor
 def test_in_memory_ledger_is_safe_across_threads() -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    ledger = InMemoryLedger()
+    ledger = InMemoryLedger(memory_types=memory_type)
     ledger.commit(fresh_state(), audit(at=T0))
 
     def bump(worker: int) -> int:
@@ -313,7 +349,14 @@ def stubbed_ledger() -> tuple[DynamoLedger, Stubber, list[float]]:
         aws_secret_access_key="testing",
     )
     sleeps: list[float] = []
-    ledger = DynamoLedger("t", client, clock=lambda: 0.0, sleep=sleeps.append, rng=random.Random(1))
+    ledger = DynamoLedger(
+        "t",
+        client,
+        clock=lambda: 0.0,
+        sleep=sleeps.append,
+        rng=random.Random(1),
+        memory_types=memory_type,
+    )
     return ledger, Stubber(client), sleeps
 
 
@@ -430,7 +473,7 @@ def test_state_items_round_trip(
     )
 
     item = encode_state(state)
-    decoded = decode_state(item)
+    decoded = decode_state(item, MemoryCodec(memory_type))
 
     assert decoded == state
     assert item["Enabled"] is enabled
@@ -442,7 +485,7 @@ def test_missing_fields_take_defaults_and_unknown_ones_are_ignored() -> None:
     del item["WakeAt"], item["LastChangeAt"]
     item["Memory"] = {"adaptive": {"ceiling": Decimal(9), "retired_field": "x"}}
 
-    decoded = decode_state(item)
+    decoded = decode_state(item, MemoryCodec(memory_type))
 
     assert (decoded.hold_until, decoded.wake_at, decoded.last_change_at) == (T0, 0.0, 0.0)
     assert decoded.algorithm == "adaptive"
@@ -453,7 +496,7 @@ def test_memory_of_an_unknown_algorithm_is_dropped() -> None:
     item = encode_state(fresh_state(version=1))
     item["Memory"] = {"retired-algorithm": {"ceiling": Decimal(9)}}
 
-    decoded = decode_state(item)
+    decoded = decode_state(item, MemoryCodec(memory_type))
 
     assert (decoded.algorithm, decoded.memory) == ("", None)
 
@@ -474,7 +517,7 @@ def test_items_written_before_memory_was_kept_per_algorithm_still_read() -> None
         "paused_until": Decimal("1790000015.5"),
     }
 
-    decoded = decode_state(item)
+    decoded = decode_state(item, MemoryCodec(memory_type))
 
     assert (decoded.last_change_at, decoded.enabled, decoded.wake_at) == (
         T0 + 0.125,
@@ -533,7 +576,9 @@ def cancelled(*codes: str) -> ClientError:
 def test_transient_commit_failures_are_retried_with_the_same_token(error: ClientError) -> None:
     client = RecordingDynamo(error)
     sleeps: list[float] = []
-    ledger = DynamoLedger("t", client, clock=lambda: 0.0, sleep=sleeps.append)
+    ledger = DynamoLedger(
+        "t", client, clock=lambda: 0.0, sleep=sleeps.append, memory_types=memory_type
+    )
 
     stored = ledger.commit(fresh_state(version=2), audit())
 
@@ -546,7 +591,9 @@ def test_transient_commit_failures_are_retried_with_the_same_token(error: Client
 
 def test_a_version_conflict_is_not_retried() -> None:
     client = RecordingDynamo(cancelled("ConditionalCheckFailed", "None"))
-    ledger = DynamoLedger("t", client, clock=lambda: 0.0, sleep=lambda _: None)
+    ledger = DynamoLedger(
+        "t", client, clock=lambda: 0.0, sleep=lambda _: None, memory_types=memory_type
+    )
 
     with pytest.raises(VersionConflict) as caught:
         ledger.commit(fresh_state(version=2), audit())
@@ -563,7 +610,9 @@ def test_the_commit_gives_up_at_its_deadline() -> None:
     def sleep(seconds: float) -> None:
         now[0] += seconds
 
-    ledger = DynamoLedger("t", client, call_timeout_s=2.0, clock=lambda: now[0], sleep=sleep)
+    ledger = DynamoLedger(
+        "t", client, call_timeout_s=2.0, clock=lambda: now[0], sleep=sleep, memory_types=memory_type
+    )
 
     with pytest.raises(LedgerError) as caught:
         ledger.commit(fresh_state(version=2), audit())
@@ -585,15 +634,9 @@ class RicherMemory:
     note: str = ""
 
 
-class Remembering(LimitAlgorithm[RicherMemory]):
-    name = "remembering"
-    memory_type = RicherMemory
-
-
-def test_a_new_memory_record_round_trips_without_ledger_changes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setitem(ALGORITHMS, Remembering.name, Remembering)
+def test_a_new_memory_record_round_trips_without_ledger_changes() -> None:
+    # The registry is the ledger builder's to hand in: the ledger knows no algorithm.
+    codec = MemoryCodec({"remembering": RicherMemory}.get)
     memory = RicherMemory(
         ceiling=48,
         probe_backoff_s=20.5,
@@ -607,19 +650,19 @@ def test_a_new_memory_record_round_trips_without_ledger_changes(
         previous_concurrency=25,
         version=3,
         hold_until=T0 + 0.5,
-        algorithm=Remembering.name,
+        algorithm="remembering",
         memory=memory,
     )
 
     wire = {k: TypeSerializer().serialize(v) for k, v in encode_state(state).items()}
     item = {k: TypeDeserializer().deserialize(v) for k, v in wire.items()}  # as DynamoDB holds it
-    decoded = decode_state(item)
+    decoded = decode_state(item, codec)
 
     assert decoded == state
     assert item["Memory"]["remembering"]["ceiling"] == Decimal(48)
     assert item["Memory"]["remembering"]["last_mode"] == "DRY_RUN"
     without_ceiling = state.evolve(memory=dataclasses.replace(memory, ceiling=None))
-    assert decode_state(encode_state(without_ceiling)) == without_ceiling
+    assert decode_state(encode_state(without_ceiling), codec) == without_ceiling
 
 
 def test_unstorable_memory_is_a_ledger_error() -> None:

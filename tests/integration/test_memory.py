@@ -20,6 +20,7 @@ from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from tests.factories import config, kinesis_event, sample
@@ -45,7 +46,7 @@ def controller_bytes() -> int:
 def test_a_warm_controllers_memory_is_flat_over_rotating_queue_names() -> None:
     """200 batches, each naming 25 registered queues (rotating over more than the caches hold)
     and 25 queue names never seen before (unregistered)."""
-    ledger, actuator = InMemoryLedger(), InMemoryActuator()
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
     for n in range(REGISTERED):
         ledger.put_config(config(f"q{n}"))
         actuator.add_mapping(f"esm-q{n}", 100)

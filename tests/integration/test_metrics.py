@@ -14,10 +14,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
-from controller.app import HEALTH_METRICS, METRICS_NAMESPACE, ControllerApp
+from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.policy import memory_type
 from controller.policy.aimd import Aimd
+from controller.schema import CONTROLLER_NAMESPACE, NAMESPACE, HealthMetric
 from controller.settings import PolicyParams
 from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher, InvalidDocument, extract
@@ -208,7 +210,7 @@ def controller_output() -> list[str]:
     emitted: list[str] = []
     actuator = InMemoryActuator()
     actuator.add_mapping("esm-orders", 100)
-    ledger = InMemoryLedger()
+    ledger = InMemoryLedger(memory_types=memory_type)
     ledger.put_config(config("orders"))
     app = ControllerApp(
         Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()),
@@ -246,16 +248,16 @@ def test_every_dashboard_metric_is_what_the_controller_and_worker_emit(
 ) -> None:
     # The template's environment: no service dimension from powertools on the controller.
     monkeypatch.delenv("POWERTOOLS_SERVICE_NAME", raising=False)
-    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", "QueueMeshController")
+    monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", CONTROLLER_NAMESPACE)
     emitted = emitted_metrics(controller_output()) | emitted_metrics(
         worker_output(monkeypatch, capsys, downstream)
     )
     graphed = dashboard_metrics()
-    assert {namespace for namespace, _, _ in graphed} == {"QueueMesh", "QueueMeshController"}
+    assert {namespace for namespace, _, _ in graphed} == {NAMESPACE, CONTROLLER_NAMESPACE}
     assert graphed <= emitted, graphed - emitted
     # One line per queue: every graphed metric is split by QueueName, but the controller's
     # own health, which is the controller's alone.
-    health = {(METRICS_NAMESPACE, metric, frozenset()) for metric in HEALTH_METRICS}
+    health = {(CONTROLLER_NAMESPACE, metric, frozenset()) for metric in HealthMetric}
     assert graphed - health
     assert graphed & health
     assert all("QueueName" in names for _, _, names in graphed - health)

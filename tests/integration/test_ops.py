@@ -15,6 +15,7 @@ from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import DynamoLedger
 from controller.model import Mode
+from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from load.localfleet import LocalFleet, build_fleet, client
@@ -78,7 +79,7 @@ def _mapping(fleet: LocalFleet, queue: str) -> dict:
 
 
 def _ledger(fleet: LocalFleet) -> DynamoLedger:
-    return DynamoLedger(fleet.table, client(fleet.endpoint, "dynamodb"))
+    return DynamoLedger(fleet.table, client(fleet.endpoint, "dynamodb"), memory_types=memory_type)
 
 
 def test_register_checks_the_mapping_and_writes_config_state_and_audit(

@@ -233,8 +233,8 @@ def aws(endpoint: str, service: str) -> Any:
     )
 
 
-def registered_mapping(endpoint: str, table: str, queue: str) -> str:
-    """A worker mapping at MaximumConcurrency 100 with its ledger CONFIG item."""
+def worker_mapping(endpoint: str, table: str, queue: str) -> str:
+    """A worker mapping at MaximumConcurrency 100, beside an empty ledger table."""
     dynamodb = aws(endpoint, "dynamodb")
     create_ledger_table(dynamodb, table)
     sqs = aws(endpoint, "sqs")
@@ -259,16 +259,70 @@ def registered_mapping(endpoint: str, table: str, queue: str) -> str:
         BatchSize=10,
         ScalingConfig={"MaximumConcurrency": 100},
     )["UUID"]
-    dynamodb.put_item(
-        TableName=table,
-        Item={
-            "PK": {"S": f"QUEUE#{queue}"},
-            "SK": {"S": "CONFIG"},
-            "EsmUuid": {"S": uuid},
-            "Mode": {"S": "ACTIVE"},
-        },
-    )
     return uuid
+
+
+class CloudFormationReplies(BaseHTTPRequestHandler):
+    """Keeps each custom resource reply PUT to it (the ResponseURL CloudFormation gives)."""
+
+    replies: list[dict[str, Any]] = []
+
+    def do_PUT(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        self.replies.append(json.loads(body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def register_with_the_built_registrar(
+    tmp_path: Path,
+    built: dict[str, Path],
+    lambda_runtime: Path,
+    env: dict[str, str],
+    queue: str,
+    uuid: str,
+) -> dict[str, Any]:
+    """The template's registration of ``queue``, run by the registrar as built: its reply."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CloudFormationReplies)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        event = {
+            "RequestType": "Create",
+            "ResponseURL": f"http://127.0.0.1:{server.server_address[1]}/reply",
+            "StackId": f"arn:aws:cloudformation:{REGION}:123456789012:stack/qm/1",
+            "RequestId": "req-1",
+            "LogicalResourceId": "ExampleQueueRegistration",
+            "ResourceType": "Custom::QueueMeshRegistration",
+            "ResourceProperties": {
+                "ServiceToken": "arn",
+                "TableName": "ledger",
+                "QueueName": queue,
+                "EsmUuid": uuid,
+                "Mode": "ACTIVE",
+            },
+        }
+        CloudFormationReplies.replies = []
+        report, _ = run_handler(
+            tmp_path,
+            [built["RegistrarFunction"]],
+            lambda_runtime,
+            "controller.registrar.handler",
+            [event],
+            env,
+            report=("aws_lambda_powertools",),
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert_isolated(report, built["RegistrarFunction"], ("aws_lambda_powertools",))
+    [reply] = CloudFormationReplies.replies
+    return reply
 
 
 def kinesis_event_without_queuemesh_samples() -> dict[str, Any]:
@@ -304,7 +358,7 @@ def kinesis_event_without_queuemesh_samples() -> dict[str, Any]:
     }
 
 
-def test_built_controller_handles_kinesis_and_manual_events_in_isolation(
+def test_built_registrar_registers_and_built_controller_handles_events_in_isolation(
     tmp_path: Path,
     built: dict[str, Path],
     lambda_runtime: Path,
@@ -314,15 +368,19 @@ def test_built_controller_handles_kinesis_and_manual_events_in_isolation(
     artifacts = built["ControllerFunction"]
     assert (artifacts / "controller" / "handler.py").is_file()
     assert not (artifacts / "controller" / "Makefile").exists()
-    uuid = registered_mapping(moto_endpoint, "ledger", "orders")
-    env = {
-        **template_environment["ControllerFunction"],
-        "QUEUEMESH_TABLE": "ledger",
+    uuid = worker_mapping(moto_endpoint, "ledger", "orders")
+    local_aws = {
         "AWS_ENDPOINT_URL": moto_endpoint,
         "AWS_DEFAULT_REGION": REGION,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
     }
+    # The queue is registered as a deploy registers it: by the registrar, built alike.
+    reply = register_with_the_built_registrar(
+        tmp_path, built, lambda_runtime, local_aws, "orders", uuid
+    )
+    assert (reply["Status"], reply["PhysicalResourceId"]) == ("SUCCESS", "QUEUE#orders")
+    env = {**template_environment["ControllerFunction"], "QUEUEMESH_TABLE": "ledger", **local_aws}
     manual = {"queue": "orders", "error_rate": 0.20, "success_rate": 0.80}
 
     report, _ = run_handler(
@@ -469,12 +527,19 @@ def elf_machines(folder: Path) -> set[int]:
 def test_build_fetches_lambda_platform_wheels_and_the_layer_is_pure_python(
     built: dict[str, Path],
 ) -> None:
-    assert set(built) == {"ControllerFunction", "ExampleWorkerFunction", "WorkerLayer"}
-    controller, layer = built["ControllerFunction"], built["WorkerLayer"] / "python"
-    assert (controller / "aws_lambda_powertools").is_dir()
-    assert (controller / "six.py").is_file()
-    # protobuf's compiled backend is the one native piece; it must be the arm64 build.
-    assert elf_machines(controller) == {AARCH64}
+    assert set(built) == {
+        "ControllerFunction",
+        "RegistrarFunction",
+        "ExampleWorkerFunction",
+        "WorkerLayer",
+    }
+    layer = built["WorkerLayer"] / "python"
+    # The registrar is the controller's package, built by the same target.
+    for package in (built["ControllerFunction"], built["RegistrarFunction"]):
+        assert (package / "aws_lambda_powertools").is_dir()
+        assert (package / "six.py").is_file()
+        # protobuf's compiled backend is the one native piece; it must be the arm64 build.
+        assert elf_machines(package) == {AARCH64}
     assert (layer / "aws_lambda_powertools").is_dir()
     assert (layer / "urllib3").is_dir()
     # No native code at all: the layer serves arm64 and x86_64 functions alike.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
 import json
 import re
 import tomllib
@@ -24,7 +25,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from moto import mock_aws
 
+from controller import registrar as registrar_module
 from controller.ledger import create_ledger_table
+from controller.policy import memory_type
+from controller.schema import CONTROLLER_NAMESPACE, DecisionMetric, HealthMetric
 from stack.local.template import (
     TemplateError,
     expand_language_extensions,
@@ -35,6 +39,7 @@ from stack.local.template import (
 )
 from stack.local.template_rules import delivery_findings, iam_findings
 from tests.paths import ROOT, TEMPLATES
+from worker import schema as worker_schema
 
 TEMPLATE = ROOT / "template.yaml"
 VARIANTS = sorted(TEMPLATES.glob("*.yaml"))
@@ -288,7 +293,7 @@ def test_controller_function_runtime_handler_and_environment(resources: dict[str
         "QUEUEMESH_CMAX": "PolicyCmax",
     }.items():
         assert env[variable] == {"Ref": parameter}
-    assert env["POWERTOOLS_METRICS_NAMESPACE"] == "QueueMeshController"
+    assert env["POWERTOOLS_METRICS_NAMESPACE"] == CONTROLLER_NAMESPACE
 
 
 def test_policy_parameter_defaults_are_the_contract_defaults(cfn: dict[str, Any]) -> None:
@@ -342,7 +347,9 @@ def test_a_scheduled_tick_reaches_the_controller_as_a_wake_up(resources: dict[st
     ]
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     tick = json.loads(rule["Properties"]["Targets"][0]["Input"])
-    app = ControllerApp(Controller(InMemoryLedger(), InMemoryActuator(), PolicyParams()))
+    app = ControllerApp(
+        Controller(InMemoryLedger(memory_types=memory_type), InMemoryActuator(), PolicyParams())
+    )
     assert app.handle(tick, None) == {"due": 0, "decided": 0}
 
 
@@ -358,11 +365,11 @@ def test_controller_metric_dimensions_match_the_dashboard_schema(
     for name, value in env.items():
         if name.startswith("POWERTOOLS_"):
             monkeypatch.setenv(name, str(value))
-    metrics = EphemeralMetrics(namespace="QueueMeshController")
-    metrics.add_dimension(name="QueueName", value="orders")
-    metrics.add_metric(name="MaximumConcurrency", unit=MetricUnit.Count, value=50)
+    metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
+    metrics.add_dimension(name=worker_schema.QUEUE_DIMENSION, value="orders")
+    metrics.add_metric(name=DecisionMetric.MAXIMUM_CONCURRENCY, unit=MetricUnit.Count, value=50)
     directive = metrics.serialize_metric_set()["_aws"]["CloudWatchMetrics"][0]
-    assert directive["Dimensions"] == [["QueueName"]]
+    assert directive["Dimensions"] == [[worker_schema.QUEUE_DIMENSION]]
 
 
 # ------------------------------------------------------------------ ledger
@@ -484,20 +491,23 @@ def test_example_mapping_is_registered_in_the_ledger(resources: dict[str, Any]) 
 # ------------------------------------------------------------------ registrar custom resource
 
 
+UUID_1 = "14e0db71-2b8c-4d2a-9e7f-0123456789ab"
+UUID_2 = "25f1ec82-3c9d-4e3b-8f80-123456789abc"
+
+
 class FakeContext:
     log_stream_name = "2026/01/01/[$LATEST]abc"
 
 
 @pytest.fixture
 def registrar(
-    resources: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[tuple[Any, list[dict[str, Any]], Any]]:
-    """The registrar's inline code as a module, on moto, with its CloudFormation replies kept."""
+    """The registrar's handler, on moto, with its CloudFormation replies kept."""
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    source = resources["RegistrarFunction"]["Properties"]["Code"]["ZipFile"]
     replies: list[dict[str, Any]] = []
 
     class Reply:
@@ -515,10 +525,23 @@ def registrar(
     with mock_aws():
         client = boto3.client("dynamodb", region_name=REGION)
         create_ledger_table(client, "ledger")
-        namespace: dict[str, Any] = {"__name__": "registrar"}
-        exec(compile(source, "registrar", "exec"), namespace)
-        monkeypatch.setattr(namespace["urllib"].request, "urlopen", urlopen)
-        yield namespace["handler"], replies, client
+        monkeypatch.setattr(registrar_module.urllib.request, "urlopen", urlopen)
+        yield registrar_module.handler, replies, client
+
+
+def test_the_registrar_runs_the_controller_package(resources: dict[str, Any]) -> None:
+    """One spelling of the CONFIG item: the registrar runs the controller's registration and
+    ledger codec, from the controller's CodeUri, not code of its own inline."""
+    source = load_template(TEMPLATE)["Resources"]
+    registrar, controller = source["RegistrarFunction"], source["ControllerFunction"]
+    assert "InlineCode" not in registrar["Properties"]
+    assert registrar["Properties"]["CodeUri"] == controller["Properties"]["CodeUri"]
+    assert registrar["Metadata"] == controller["Metadata"]
+    module, _, function = registrar["Properties"]["Handler"].rpartition(".")
+    assert getattr(importlib.import_module(module), function) is registrar_module.handler
+    # What the registrar writes, UpdateItem and DeleteItem on the ledger, and nothing else.
+    [write] = [s for s in statements(resources, "RegistrarRole") if s["Sid"] == "WriteQueueConfig"]
+    assert sorted(as_list(write["Action"])) == ["dynamodb:DeleteItem", "dynamodb:UpdateItem"]
 
 
 def custom_resource_event(request_type: str, **properties: str) -> dict[str, Any]:
@@ -544,14 +567,14 @@ def test_registrar_writes_config_keeps_operator_mode_and_deletes(
 ) -> None:
     handler, replies, client = registrar
     handler(
-        custom_resource_event("Create", QueueName="orders", EsmUuid="u-1", Mode="ACTIVE"),
+        custom_resource_event("Create", QueueName="orders", EsmUuid=UUID_1, Mode="ACTIVE"),
         FakeContext(),
     )
     assert replies[-1]["Status"] == "SUCCESS"
     assert replies[-1]["PhysicalResourceId"] == "QUEUE#orders"
     item = config_item(client, "orders")
     assert item is not None
-    assert item["EsmUuid"] == {"S": "u-1"}
+    assert item["EsmUuid"] == {"S": UUID_1}
     assert item["Mode"] == {"S": "ACTIVE"}
 
     # An operator switched the queue to dry-run; a redeploy with a new mapping keeps that.
@@ -562,15 +585,15 @@ def test_registrar_writes_config_keeps_operator_mode_and_deletes(
         ExpressionAttributeNames={"#m": "Mode"},
         ExpressionAttributeValues={":m": {"S": "DRY_RUN"}},
     )
-    update = custom_resource_event("Update", QueueName="orders", EsmUuid="u-2", Mode="ACTIVE")
+    update = custom_resource_event("Update", QueueName="orders", EsmUuid=UUID_2, Mode="ACTIVE")
     update["PhysicalResourceId"] = "QUEUE#orders"
     handler(update, FakeContext())
     item = config_item(client, "orders")
     assert item is not None
-    assert item["EsmUuid"] == {"S": "u-2"}
+    assert item["EsmUuid"] == {"S": UUID_2}
     assert item["Mode"] == {"S": "DRY_RUN"}
 
-    delete = custom_resource_event("Delete", QueueName="orders", EsmUuid="u-2")
+    delete = custom_resource_event("Delete", QueueName="orders", EsmUuid=UUID_2)
     delete["PhysicalResourceId"] = "QUEUE#orders"
     handler(delete, FakeContext())
     assert replies[-1]["Status"] == "SUCCESS"
@@ -581,11 +604,31 @@ def test_registrar_reports_failure_instead_of_hanging_the_stack(
     registrar: tuple[Any, list[dict[str, Any]], Any],
 ) -> None:
     handler, replies, _ = registrar
-    event = custom_resource_event("Create", QueueName="orders", EsmUuid="u-1")
+    event = custom_resource_event("Create", QueueName="orders", EsmUuid=UUID_1)
     event["ResourceProperties"]["TableName"] = "missing-table"
     handler(event, FakeContext())
     assert replies[-1]["Status"] == "FAILED"
     assert "ResourceNotFoundException" in replies[-1]["Reason"]
+
+
+@pytest.mark.parametrize(
+    ("properties", "named"),
+    [
+        ({"QueueName": "orders", "EsmUuid": "arn:aws:lambda:x", "Mode": "ACTIVE"}, "UUID"),
+        ({"QueueName": "orders", "EsmUuid": UUID_1, "Mode": "PAUSED"}, "'PAUSED'"),
+        ({"QueueName": "no spaces", "EsmUuid": UUID_1}, "'no spaces'"),
+        ({"EsmUuid": UUID_1}, "QueueName None"),
+    ],
+)
+def test_registrar_refuses_a_property_the_controller_could_not_read(
+    registrar: tuple[Any, list[dict[str, Any]], Any], properties: dict[str, str], named: str
+) -> None:
+    handler, replies, client = registrar
+    handler(custom_resource_event("Create", **properties), FakeContext())
+    assert replies[-1]["Status"] == "FAILED"
+    assert replies[-1]["Reason"].startswith("OperatorError: ")
+    assert named in replies[-1]["Reason"]
+    assert client.scan(TableName="ledger")["Items"] == []
 
 
 # ------------------------------------------------------------------ dashboard and alarms
@@ -613,22 +656,69 @@ def search_expressions(body: dict[str, Any]) -> list[str]:
     return found
 
 
-def test_dashboard_searches_every_queue_per_metric(resources: dict[str, Any]) -> None:
-    expressions = [
-        expression
-        for expression in search_expressions(dashboard_body(resources))
-        if "{QueueMeshController," in expression
-    ]
-    pattern = re.compile(
-        r"^SEARCH\('\{QueueMeshController,QueueName\} MetricName=\"(\w+)\"', '(\w+)', \d+\)$"
-    )
+SEARCH = re.compile(
+    r"^SEARCH\('\{(?P<namespace>\w+),(?P<dimensions>[\w,]+)\} MetricName=\"(?P<metric>\w+)\"', "
+    r"'(?P<stat>\w+)', \d+\)$"
+)
+
+
+def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[str, Any]) -> None:
+    """Each SEARCH names a metric of the worker's schema under its dimensions, or one of the
+    controller's decision metrics under exactly ``QueueName``: one line per queue."""
+    queue, downstream = worker_schema.QUEUE_DIMENSION, worker_schema.DOWNSTREAM_DIMENSION
+    worker_metrics = {metric.name for metric in worker_schema.METRICS}
     searched = {}
-    for expression in expressions:
-        match = pattern.match(expression)
+    for expression in search_expressions(dashboard_body(resources)):
+        match = SEARCH.match(expression)
         assert match, expression
-        searched[match.group(1)] = match.group(2)
-    assert searched["MaximumConcurrency"] in ("Maximum", "Average")
-    assert searched["PressureRate"] == "Average"
+        namespace, metric = match["namespace"], match["metric"]
+        dimensions = tuple(match["dimensions"].split(","))
+        if namespace == worker_schema.NAMESPACE:
+            assert metric in worker_metrics, expression
+            assert dimensions in ((queue,), (queue, downstream)), expression
+        else:
+            assert (namespace, dimensions) == (CONTROLLER_NAMESPACE, (queue,)), expression
+            assert metric in set(DecisionMetric), expression
+            searched[metric] = match["stat"]
+    assert set(searched) == set(DecisionMetric)
+    assert searched[DecisionMetric.MAXIMUM_CONCURRENCY] in ("Maximum", "Average")
+    assert searched[DecisionMetric.PRESSURE_RATE] == "Average"
+
+
+def test_the_dashboard_and_alarms_name_only_metrics_that_are_emitted(
+    resources: dict[str, Any],
+) -> None:
+    """Besides AWS's own metrics, a graph line or alarm names the controller's health or a
+    worker schema metric: a renamed metric fails here, not as an empty graph."""
+    lines = [
+        line
+        for widget in dashboard_body(resources)["widgets"]
+        for line in widget["properties"].get("metrics", [])
+        if isinstance(line[0], str)
+    ]
+    health = [line for line in lines if line[0] == CONTROLLER_NAMESPACE]
+    assert health
+    assert all(len(line) == 2 and line[1] in set(HealthMetric) for line in health), health
+    assert all(line[0].startswith("AWS/") for line in lines if line not in health)
+    emitted = {
+        worker_schema.NAMESPACE: {metric.name for metric in worker_schema.METRICS},
+        CONTROLLER_NAMESPACE: {*DecisionMetric, *HealthMetric},
+    }
+    for alarm in of_type(resources, "AWS::CloudWatch::Alarm").values():
+        namespace, metric = alarm["Properties"]["Namespace"], alarm["Properties"]["MetricName"]
+        assert namespace.startswith("AWS/") or metric in emitted[namespace], (namespace, metric)
+
+
+def test_every_subscription_filter_lets_the_schema_namespace_through(
+    resources: dict[str, Any],
+) -> None:
+    expected = f'{{ $._aws.CloudWatchMetrics[0].Namespace = "{worker_schema.NAMESPACE}" }}'
+    filters = of_type(resources, "AWS::Logs::SubscriptionFilter")
+    per_log_group = load_template(TEMPLATE)["Resources"]["Fn::ForEach::WorkerLogGroupSubscriptions"]
+    [(_, extra)] = per_log_group[2].items()
+    assert filters
+    assert {f["Properties"]["FilterPattern"] for f in filters.values()} == {expected}
+    assert extra["Properties"]["FilterPattern"] == expected
 
 
 def test_dashboard_shows_errors_iterator_age_and_dead_letter_depth(

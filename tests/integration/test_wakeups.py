@@ -21,7 +21,7 @@ from controller.ledger import (
     encode_state,
 )
 from controller.model import AuditEntry, AuditEvent, QueueState, QueueStateName
-from controller.policy import ALGORITHMS
+from controller.policy import ALGORITHMS, memory_type
 from controller.policy.adaptive import AdaptiveMemory
 from controller.settings import PolicyParams
 from tests.factories import config
@@ -103,7 +103,7 @@ def counted_ledger(moto_endpoint: str) -> tuple[DynamoLedger, Counter[str]]:
         aws_secret_access_key="testing",
     )
     table = create_ledger_table(client, f"ledger-wakeups-{next(_tables)}")
-    ledger = DynamoLedger(table, client)
+    ledger = DynamoLedger(table, client, memory_types=memory_type)
     items = fleet_items()
     for start in range(0, len(items), 25):
         chunk = items[start : start + 25]
@@ -142,7 +142,7 @@ def test_the_status_listing_still_shows_every_state(
 
 
 def test_the_twin_answers_the_same_due_states() -> None:
-    twin = InMemoryLedger()
+    twin = InMemoryLedger(memory_types=memory_type)
     for item in fleet_items():
         twin.put_item(item)
     assert {state.queue for state in twin.due_states(NOW)} == DUE

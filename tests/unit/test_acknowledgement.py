@@ -7,6 +7,7 @@ import pytest
 from controller.actuator import InMemoryActuator
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, QueueState
+from controller.policy import memory_type
 from controller.ports import LedgerError
 from tests.factories import (
     aimd_container,
@@ -32,7 +33,7 @@ class CommitDownLedger(InMemoryLedger):
 
 @pytest.fixture
 def ledger() -> CommitDownLedger:
-    return registered(CommitDownLedger())
+    return registered(CommitDownLedger(memory_types=memory_type))
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig
-from controller.policy import ALGORITHMS
+from controller.policy import ALGORITHMS, memory_type
 from controller.policy.adaptive import AdaptiveMemory
 from controller.policy.aimd import Aimd
 from controller.ports import ConfigRead, LedgerError
@@ -50,7 +50,7 @@ class Clock:
 
 @pytest.fixture
 def ledger() -> FlakyLedger:
-    return registered(FlakyLedger())
+    return registered(FlakyLedger(memory_types=memory_type))
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from controller.actuator import InMemoryActuator
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import Action, AuditEvent, Mode, QueueStateName, Sample
-from controller.policy import ALGORITHMS
+from controller.policy import ALGORITHMS, memory_type
 from controller.policy.aimd import Aimd
 from controller.ports import ActuationError, MappingView
 from controller.settings import PolicyParams
@@ -30,7 +30,7 @@ def healthy(start: float, seconds: int = 10, queue: str = "orders") -> list[Samp
 
 @pytest.fixture
 def ledger() -> InMemoryLedger:
-    return registered(InMemoryLedger())
+    return registered(InMemoryLedger(memory_types=memory_type))
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_an_operator_change_to_the_mapping_wins(
 
 def fleet(actuator: InMemoryActuator, *queues: str) -> Controller:
     """Registered queues at 100 on ``actuator``, and a controller over them."""
-    ledger = InMemoryLedger()
+    ledger = InMemoryLedger(memory_types=memory_type)
     for queue in queues:
         ledger.put_config(config(queue))
         actuator.add_mapping(f"esm-{queue}", 100)
@@ -263,7 +263,7 @@ def test_dry_run_records_but_never_actuates(
 
 
 def test_steps_past_the_deadline_are_deferred_not_lost(actuator: InMemoryActuator) -> None:
-    ledger = InMemoryLedger()
+    ledger = InMemoryLedger(memory_types=memory_type)
     for index in range(5):
         ledger.put_config(config(f"q{index}"))
         actuator.add_mapping(f"esm-q{index}", 100)

@@ -129,3 +129,18 @@ def test_the_operator_commands_import_nothing_of_the_local_stack() -> None:
         if name.startswith("stack.local")
     ]
     assert local == []
+
+
+def test_the_ledger_knows_no_algorithm() -> None:
+    """Storage does not depend on the algorithms: the memory types are its builder's to hand
+    in (docs/ledger.md)."""
+    package = ROOT / "controller" / "ledger"
+    imported = {
+        name
+        for path in package.glob("*.py")
+        for _, name in imported_modules(
+            path.read_text(encoding="utf-8"), f"controller.ledger.{path.stem}"
+        )
+    }
+    assert "controller.model" in imported
+    assert not {name for name in imported if name.startswith("controller.policy")}

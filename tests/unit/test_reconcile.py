@@ -8,6 +8,7 @@ from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, Mode, QueueState
+from controller.policy import memory_type
 from controller.ports import ActuationError, LedgerError, MappingView
 from tests.factories import (
     aimd_container,
@@ -48,7 +49,7 @@ class FailingUpdates(InMemoryActuator):
 
 @pytest.fixture
 def ledger() -> FaultyCommits:
-    return registered(FaultyCommits())
+    return registered(FaultyCommits(memory_types=memory_type))
 
 
 @pytest.fixture
@@ -138,7 +139,7 @@ def test_an_operators_value_after_a_claim_is_still_drift(
 
 
 def test_a_dry_run_queue_is_never_reconciled_to_its_mapping(actuator: FailingUpdates) -> None:
-    ledger = FaultyCommits()
+    ledger = FaultyCommits(memory_types=memory_type)
     ledger.put_config(config("orders", mode=Mode.DRY_RUN))
     for _ in range(2):  # a cold container each time: the claim is only ever recorded
         aimd_container(ledger, actuator).handle(storm_event(), None)

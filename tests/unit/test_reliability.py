@@ -11,6 +11,7 @@ from controller.app import ControllerApp
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger, encode_config, queue_key
 from controller.model import AuditEvent
+from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from tests.factories import config, kinesis_event, sample
@@ -33,7 +34,7 @@ def storm_samples(queues: tuple[str, ...], start: float = 100.0) -> list:  # typ
 
 
 def fleet(*queues: str) -> tuple[InMemoryLedger, InMemoryActuator]:
-    ledger, actuator = InMemoryLedger(), InMemoryActuator()
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
     for queue in queues:
         ledger.put_config(config(queue))
         actuator.add_mapping(f"esm-{queue}", 100)
@@ -50,6 +51,7 @@ def app_on(
 BROKEN_CONFIGS = {
     "unknown override": {"Overrides": {"tl": Decimal("0.1")}},
     "override out of range": {"Overrides": {"cmin": Decimal(60)}},
+    "override not a number (a DynamoDB BOOL)": {"Overrides": {"t1": True}},
     "unknown mode": {"Mode": "PAUSED"},
     "not a mapping id": {"EsmUuid": "arn:aws:lambda:../../x"},
     "empty mapping id": {"EsmUuid": ""},

@@ -26,8 +26,13 @@ TEMPLATE = ROOT / "template.yaml"
 
 
 def vocabulary(module: ModuleType) -> dict[str, Any]:
-    """The module's public constants (namespace, dimensions, metrics), by name."""
-    return {name: value for name, value in vars(module).items() if name.isupper()}
+    """The module's public constants of the telemetry schema (namespace, dimensions, metrics),
+    by name: the controller's ``CONTROLLER_`` vocabulary of its own metrics is not part of it."""
+    return {
+        name: value
+        for name, value in vars(module).items()
+        if name.isupper() and not name.startswith("CONTROLLER_")
+    }
 
 
 def test_the_controller_copy_is_the_worker_schema() -> None:

@@ -22,7 +22,7 @@ from controller.policy.aimd import Aimd
 from controller.policy.evidence import vetted_evidence
 from controller.settings import BOUNDS, ENV_PREFIX, PolicyParams, SettingsError
 from controller.window import QueueWindow
-from stack.template import load_template
+from stack.local.template import load_template
 from tests.factories import config, kinesis_event, sample, state
 from tests.paths import ROOT
 

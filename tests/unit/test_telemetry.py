@@ -645,12 +645,12 @@ def test_leading_whitespace_and_trailing_newline_are_tolerated() -> None:
 
 
 def test_decoder_bug_is_counted_not_raised(monkeypatch: pytest.MonkeyPatch) -> None:
-    import controller.telemetry as telemetry
+    from controller.telemetry import EmfReader
 
     def broken(*_args: object) -> None:
         raise KeyError("bug")
 
-    monkeypatch.setattr(telemetry, "_sample_from_document", broken)
+    monkeypatch.setattr(EmfReader, "sample_from_document", broken)
     result = decode_kinesis_event(kinesis_event(subscription_payload([emf(Downstream2xx=1)])))
     assert result.samples == []
     assert result.skipped == {"internal_error": 1}

@@ -6,12 +6,12 @@ from __future__ import annotations
 import gzip
 import json
 from typing import Any
-from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import controller.telemetry as telemetry
+from controller.telemetry import TelemetryDecoder
+from controller.telemetry.declarations import KnownDeclarations
 from load.recording import subscription_payload
 from worker import schema
 
@@ -38,13 +38,8 @@ def worker_message(declarations: list[Any], **members: Any) -> str:
     return json.dumps(document, separators=(",", ":"))
 
 
-def outcome(data: bytes, *, shortcut: bool) -> tuple[Any, ...]:
-    with mock.patch.object(
-        telemetry,
-        "_without_known_declarations",
-        telemetry._without_known_declarations if shortcut else (lambda text: text),
-    ):
-        result = telemetry.decode_record_data(data, sequence_number="1")
+def outcome(data: bytes, decoder: TelemetryDecoder) -> tuple[Any, ...]:
+    result = decoder.decode_record_data(data, sequence_number="1")
     return (
         result.samples,
         dict(result.skipped),
@@ -52,6 +47,12 @@ def outcome(data: bytes, *, shortcut: bool) -> tuple[Any, ...]:
         result.log_events,
         result.payload_bytes,
     )
+
+
+def without_shortcut() -> TelemetryDecoder:
+    decoder = TelemetryDecoder()
+    decoder.declarations.cut = lambda text: text  # type: ignore[method-assign]
+    return decoder
 
 
 names = st.text(st.sampled_from('ab]["\\{},:é \x00'), max_size=6)
@@ -99,15 +100,16 @@ def test_the_shortcut_changes_no_outcome(
     if truncate_at is not None:  # the payload's own JSON broken somewhere
         text = gzip.decompress(data)
         data = gzip.compress(text[:truncate_at] + text[truncate_at + 1 :], mtime=0)
-    expected = outcome(data, shortcut=False)
-    assert outcome(data, shortcut=True) == expected  # cold: declarations learnt here
-    assert outcome(data, shortcut=True) == expected  # warm: declarations known
+    expected = outcome(data, without_shortcut())
+    decoder = TelemetryDecoder()
+    assert outcome(data, decoder) == expected  # cold: declarations learnt here
+    assert outcome(data, decoder) == expected  # warm: declarations known
 
 
 def test_repeated_worker_declarations_are_skipped() -> None:
     lines = [worker_message(WORKER_DECLARATIONS, Downstream429=[n]) for n in (1.0, 2.0)]
     text = gzip.decompress(subscription_payload([(1.0, line) for line in lines], "g", "s"))
-    shortened = telemetry._without_known_declarations(text.decode())
+    shortened = KnownDeclarations().cut(text.decode())
     messages = [e["message"] for e in json.loads(shortened)["logEvents"]]
     assert [json.loads(m)["_aws"]["CloudWatchMetrics"][0]["Metrics"] for m in messages] == [[], []]
     assert [json.loads(m)["Downstream429"] for m in messages] == [[1.0], [2.0]]

@@ -88,6 +88,7 @@ def run_demo(
     (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
     view); ``on_result`` gets the result while everything still runs."""
     from controller.ledger import DynamoLedger
+    from controller.policy import memory_type
     from load.downstream import Downstream
     from load.recording import RecordedLine
     from stack.local.dashboard import DashboardServer, DashboardSettings, DashboardSource
@@ -149,7 +150,9 @@ def run_demo(
         producer = Producer(sqs, binding.url, spec.arrivals_rps, duration_s)
         producer.send(spec.backlog, first=0)
         view.note(f"stack {deployment.stack_name} deployed; {producer.sent} messages in the queue")
-        ledger = DynamoLedger(deployment.table_name, client=aws.client("dynamodb"))
+        ledger = DynamoLedger(
+            deployment.table_name, client=aws.client("dynamodb"), memory_types=memory_type
+        )
         if dashboard:
             settings = DashboardSettings(
                 window_s=math.inf,

@@ -1,0 +1,267 @@
+"""The ledger's items: keys, attribute names and the codec of every item type (docs/ledger.md).
+
+Items are plain Python values with numbers as ``Decimal``, as boto3's TypeDeserializer gives
+them, so DynamoDB and the in-memory twin store, order and compare the same items. The rules
+both ledgers apply to a write are here too, so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from controller.ledger.memory import (
+    MemoryCodec,
+    encode_memory,
+    to_attribute,
+    to_number,
+)
+from controller.model import (
+    Action,
+    AuditEntry,
+    AuditEvent,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+)
+from controller.ports import ConfigRead, InvalidConfig
+
+# An item as both ledgers hold it: attribute name -> plain value (numbers as ``Decimal``).
+Item = dict[str, Any]
+
+STATE_SK = "STATE#CURRENT"
+CONFIG_SK = "CONFIG"
+AUDIT_PREFIX = "AUDIT#"
+# Sorts after every timestamp, so AUDIT#<since>..AUDIT#~ spans all later entries.
+AUDIT_END = AUDIT_PREFIX + "~"
+# The sparse index of wake-ups: only a STATE item that wants one carries ``WakeUp`` (always
+# ``WAKE_UP_KEY``), so a Query on it reads the due states and nothing else (no audit history).
+WAKE_UP_INDEX = "WakeUps"
+WAKE_UP_ATTRIBUTE = "WakeUp"
+WAKE_UP_KEY = "DUE"
+DEFAULT_RETENTION_S = 30 * 24 * 3600
+# The CONFIG attribute naming the queue's mapping: the one a registration always writes.
+ESM_UUID_ATTRIBUTE = "EsmUuid"
+
+# The guards every algorithm shares, by ``QueueState`` field: top-level attributes of the state
+# item (docs/ledger.md).
+GUARD_ATTRIBUTES = {
+    "last_change_at": "LastChangeAt",
+    "hold_until": "HoldUntil",
+    "enabled": "Enabled",
+    "wake_at": "WakeAt",
+}
+# Items written before memory was kept per algorithm hold the guards and the adaptive
+# algorithm's fields flat in ``Memory``; this key tells them apart.
+LEGACY_MEMORY_KEY = "last_change_at"
+LEGACY_MEMORY_ALGORITHM = "adaptive"
+
+
+def queue_key(queue: str) -> str:
+    return f"QUEUE#{queue}"
+
+
+def queue_of(item: Mapping[str, Any]) -> str:
+    return str(item["PK"]).removeprefix("QUEUE#")
+
+
+def iso_utc(epoch_s: float, timespec: str = "microseconds") -> str:
+    stamp = datetime.fromtimestamp(epoch_s, UTC).isoformat(timespec=timespec)
+    return stamp.replace("+00:00", "Z")
+
+
+def epoch_of(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+# --- STATE#CURRENT --------------------------------------------------------------------------
+
+
+def encode_state(state: QueueState) -> Item:
+    item: Item = {
+        "PK": queue_key(state.queue),
+        "SK": STATE_SK,
+        "CurrentState": str(state.state),
+        "CurrentMaxConcurrency": Decimal(state.concurrency),
+        "PreviousMaxConcurrency": Decimal(state.previous_concurrency),
+        "ConsecutiveBreaches": Decimal(state.consecutive_breaches),
+        "LastAction": str(state.last_action),
+        "LastReason": state.last_reason,
+        "TargetEsmUuid": state.esm_uuid,
+        "LastEvaluatedTimestamp": iso_utc(state.last_evaluated_at),
+        "Version": Decimal(state.version),
+        "Memory": encode_memory(state.algorithm, state.memory),
+    }
+    for name, attribute in GUARD_ATTRIBUTES.items():
+        item[attribute] = to_attribute(getattr(state, name))
+    if state.wake_at > 0:
+        item[WAKE_UP_ATTRIBUTE] = WAKE_UP_KEY
+    return item
+
+
+def decode_state(item: Mapping[str, Any], memory: MemoryCodec) -> QueueState:
+    """The state an item holds; ``memory`` reads the deciding algorithm's record back."""
+    stored: Mapping[str, Any] = item.get("Memory") or {}
+    guards: Mapping[str, Any]
+    if LEGACY_MEMORY_KEY in stored:
+        guards, stored = stored, {LEGACY_MEMORY_ALGORITHM: stored}
+    else:
+        guards = {name: item[attr] for name, attr in GUARD_ATTRIBUTES.items() if attr in item}
+    algorithm, record = memory.decode_memory(stored)
+    stored_guards = {name: guards[name] for name in GUARD_ATTRIBUTES if name in guards}
+    return QueueState(
+        queue=queue_of(item),
+        esm_uuid=str(item.get("TargetEsmUuid", "")),
+        state=QueueStateName(item["CurrentState"]),
+        concurrency=int(item["CurrentMaxConcurrency"]),
+        previous_concurrency=int(item["PreviousMaxConcurrency"]),
+        consecutive_breaches=int(item.get("ConsecutiveBreaches", 0)),
+        last_action=Action(item.get("LastAction", Action.HOLD)),
+        last_reason=str(item.get("LastReason", "")),
+        last_evaluated_at=epoch_of(item["LastEvaluatedTimestamp"]),
+        version=int(item["Version"]),
+        algorithm=algorithm,
+        memory=record,
+        **memory.fields(QueueState, stored_guards),  # type: ignore[arg-type]
+    )
+
+
+# --- AUDIT# ---------------------------------------------------------------------------------
+
+
+def audit_sort_key(timestamp: float, suffix: str) -> str:
+    return f"{AUDIT_PREFIX}{iso_utc(timestamp, 'milliseconds')}#{suffix}"
+
+
+def encode_audit(audit: AuditEntry, suffix: str, retention_s: int) -> Item:
+    return {
+        "PK": queue_key(audit.queue),
+        "SK": audit_sort_key(audit.timestamp, suffix),
+        "EventType": str(audit.event_type),
+        "PreviousValue": Decimal(audit.previous_value),
+        "NewValue": Decimal(audit.new_value),
+        "Action": audit.action,
+        "Reason": audit.reason,
+        "ErrorRate": to_number(audit.error_rate),
+        "SuccessRate": to_number(audit.success_rate),
+        "ControlLoopLatencyMs": to_number(audit.control_loop_latency_ms),
+        "Timestamp": iso_utc(audit.timestamp),
+        "ExpiresAt": Decimal(math.ceil(audit.timestamp + retention_s)),
+    }
+
+
+def decode_audit(item: Mapping[str, Any]) -> AuditEntry:
+    return AuditEntry(
+        queue=queue_of(item),
+        timestamp=epoch_of(item["Timestamp"]),
+        event_type=AuditEvent(item["EventType"]),
+        previous_value=int(item["PreviousValue"]),
+        new_value=int(item["NewValue"]),
+        action=str(item["Action"]),
+        reason=str(item.get("Reason", "")),
+        error_rate=float(item.get("ErrorRate", 0)),
+        success_rate=float(item.get("SuccessRate", 1)),
+        control_loop_latency_ms=float(item.get("ControlLoopLatencyMs", 0)),
+    )
+
+
+def entries_since(entries: list[AuditEntry], since: float | None) -> list[AuditEntry]:
+    """The entries from ``since`` on: the sort key has millisecond precision, the exact bound
+    is applied here."""
+    if since is None:
+        return entries
+    return [entry for entry in entries if entry.timestamp >= since]
+
+
+# --- CONFIG ---------------------------------------------------------------------------------
+
+
+def config_key(queue: str) -> Item:
+    return {"PK": queue_key(queue), "SK": CONFIG_SK}
+
+
+def encode_config(config: QueueConfig) -> Item:
+    item: Item = {
+        **config_key(config.queue),
+        ESM_UUID_ATTRIBUTE: config.esm_uuid,
+        "Mode": str(config.mode),
+        "Overrides": {name: to_number(value) for name, value in config.overrides.items()},
+    }
+    if config.pinned_concurrency is not None:
+        item["PinnedConcurrency"] = Decimal(config.pinned_concurrency)
+    return item
+
+
+def decode_config(item: Mapping[str, Any]) -> QueueConfig:
+    pinned = item.get("PinnedConcurrency")
+    overrides = item.get("Overrides") or {}
+    if not isinstance(overrides, Mapping):
+        raise TypeError(f"Overrides must be a map, got {type(overrides).__name__}")
+    return QueueConfig(
+        queue=queue_of(item),
+        esm_uuid=str(item[ESM_UUID_ATTRIBUTE]),
+        mode=Mode(item.get("Mode", Mode.ACTIVE)),
+        pinned_concurrency=None if pinned is None else int(pinned),
+        overrides={name: _override(name, value) for name, value in overrides.items()},
+    )
+
+
+def _override(name: str, value: object) -> float:
+    # A DynamoDB BOOL reads as a Python bool, which float() would take for 0 or 1.
+    if isinstance(value, bool) or not isinstance(value, Decimal | int | float):
+        raise TypeError(f"override {name!r} must be a number, got {value!r}")
+    return float(value)
+
+
+def read_config_items(items: Iterable[Mapping[str, Any]]) -> ConfigRead:
+    """Decode each CONFIG item on its own: one that does not decode is reported, not raised."""
+    read = ConfigRead()
+    for item in items:
+        queue = queue_of(item)
+        try:
+            read.valid[queue] = decode_config(item)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as error:
+            problem = f"CONFIG item does not decode: {type(error).__name__}: {error}"
+            fingerprint = repr(sorted(item.items()))
+            read.invalid[queue] = InvalidConfig(queue, problem, fingerprint)
+    return read
+
+
+def config_registration(config: QueueConfig) -> tuple[Item, Item, Item]:
+    """A deploy's registration of ``config``: the item's key, the attributes it always writes
+    (the mapping id) and those it writes only where the stored item has none, so an
+    operator's mode, pin and overrides survive a redeploy (a new item is ``config``'s)."""
+    item = encode_config(config)
+    key = {name: item.pop(name) for name in ("PK", "SK")}
+    always = {ESM_UUID_ATTRIBUTE: item.pop(ESM_UUID_ATTRIBUTE)}
+    return key, always, item
+
+
+# --- the rules of a write, the same in both ledgers -----------------------------------------
+
+
+def check_commit(state: QueueState, audit: AuditEntry) -> None:
+    if state.queue != audit.queue:
+        raise ValueError(f"audit for {audit.queue!r} committed with state of {state.queue!r}")
+    if state.version < 0:
+        raise ValueError(f"state version must not be negative, got {state.version}")
+
+
+_sequence = itertools.count()
+
+
+def default_suffix() -> str:
+    """An audit item's sort-key suffix. A process-wide sequence first: entries one writer makes
+    in the same millisecond keep their order (a failed actuation after its transition); the
+    random part keeps writers apart."""
+    return f"{next(_sequence):010x}{uuid.uuid4().hex[:8]}"
+
+
+def unique(queues: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(queues))
