@@ -17,7 +17,7 @@ from controller.constants import WINDOW_RETENTION_S
 from controller.engine import Controller
 from controller.ledger import InMemoryLedger
 from controller.model import Action
-from controller.policy import decide
+from controller.policy import decide, memory_type
 from controller.policy.aimd import Aimd
 from controller.policy.evidence import vetted_evidence
 from controller.settings import BOUNDS, ENV_PREFIX, PolicyParams, SettingsError
@@ -217,7 +217,7 @@ SILENT_OFF_SWITCHES = {
 def test_an_override_out_of_range_isolates_its_queue_with_one_log_line(
     overrides: dict[str, float], caplog: pytest.LogCaptureFixture
 ) -> None:
-    ledger, actuator = InMemoryLedger(), InMemoryActuator()
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
     for queue in ("bad", "orders"):
         ledger.put_config(config(queue, **(overrides if queue == "bad" else {})))
         actuator.add_mapping(f"esm-{queue}", 100)
