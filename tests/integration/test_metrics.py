@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
 from controller.app import HEALTH_METRICS, METRICS_NAMESPACE, ControllerApp
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.emulator import DEFAULT_TEMPLATE, EmbeddedAws
@@ -211,7 +211,7 @@ def controller_output() -> list[str]:
     ledger = InMemoryLedger()
     ledger.put_config(config("orders"))
     app = ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()),
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()),
         clock=lambda: 110.0,
         emit=emitted.append,
     )
