@@ -152,7 +152,9 @@ class QueueBook:
 
     def window(self, queue: str) -> QueueWindow:
         """The queue's evidence (an empty window when none is kept); read, never changed."""
-        window = self._held.get(queue) or self._windows.get(queue)
+        window = self._held.get(queue)
+        if window is None:
+            window = self._windows.get(queue)
         return window if window is not None else QueueWindow(self.retention_s)
 
     # -- waiting to be decided ------------------------------------------------------------

@@ -105,8 +105,8 @@ class AwsExecutor:
         rest of the plan waits for the next batch and the fault is in the ``Execution``."""
         execution = Execution()
         listed = self._list_mappings(plan, deadline, execution)
+        effects = execution.effects
         for index, step in enumerate(plan.steps):
-            effects = execution.effects
             try:
                 if step.claim is not None and not self._fits(STEP_BUDGET_S, deadline):
                     raise _OutOfTime
