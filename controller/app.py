@@ -17,9 +17,10 @@ from typing import Any, Final
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
+from controller.book import Count
 from controller.cache import LruCache
 from controller.constants import CACHED_LOG_EVENTS, CACHED_SHARDS, is_queue_name
-from controller.engine import Controller
+from controller.loop import ControlLoop
 from controller.model import Decision, Sample
 from controller.ports import ActuationError, LedgerError
 from controller.schema import CONTROLLER_NAMESPACE, QUEUE_DIMENSION, DecisionMetric, HealthMetric
@@ -33,14 +34,14 @@ from controller.telemetry import (
 )
 
 # The controller's own health, one document per invocation without dimensions (the reasons
-# behind each are in its log lines): metric -> the engine counter whose growth it reports. The
+# behind each are in its log lines): metric -> the loop's count whose growth it reports. The
 # other health metrics the application counts from its batches.
 HEALTH_COUNTERS: Final = {
-    HealthMetric.SAMPLES_WINDOWED: "samples_windowed",
-    HealthMetric.MAPPING_UPDATES: "esm_updates",
-    HealthMetric.ACTUATION_FAILURES: "actuation_failures",
-    HealthMetric.CONFIGS_INVALID: "configs_invalid",
-    HealthMetric.MAPPINGS_MISSING: "mappings_missing",
+    HealthMetric.SAMPLES_WINDOWED: Count.SAMPLES_WINDOWED,
+    HealthMetric.MAPPING_UPDATES: Count.ESM_UPDATES,
+    HealthMetric.ACTUATION_FAILURES: Count.ACTUATION_FAILURES,
+    HealthMetric.CONFIGS_INVALID: Count.CONFIGS_INVALID,
+    HealthMetric.MAPPINGS_MISSING: Count.MAPPINGS_MISSING,
 }
 # Counted with a batch's skips: the batch was failed for Lambda to retry (a ledger fault).
 BATCH_RETRIED = "batch_retried"
@@ -58,7 +59,7 @@ class BatchOutcome:
     failed_sequence_numbers: list[str] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     # Decoded samples the controller did not window, by reason (unregistered, too old, ...).
-    dropped: Counter[str] = field(default_factory=Counter)
+    dropped: Counter[Count] = field(default_factory=Counter)
     samples: int = 0
     records: int = 0
     redelivered: int = 0
@@ -75,7 +76,7 @@ class BatchOutcome:
 class ControllerApp:
     def __init__(
         self,
-        controller: Controller,
+        loop: ControlLoop,
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -83,7 +84,7 @@ class ControllerApp:
         emit: Callable[[str], None] = print,
         logger: Logger | None = None,
     ) -> None:
-        self.controller = controller
+        self.loop = loop
         self._clock = clock
         self._monotonic = monotonic
         # Learns as it decodes (declarations, valid queue names): kept for the container.
@@ -96,14 +97,14 @@ class ControllerApp:
         # Log events windowed, with their event times: CloudWatch Logs may deliver one again
         # under a new sequence number, and it must not count twice either.
         self._windowed_log_events: LruCache[LogEventKey, float] = LruCache(CACHED_LOG_EVENTS)
-        # The health counts not yet emitted: the engine's counters as last emitted, and the
+        # The health counts not yet emitted: the loop's counters as last emitted, and the
         # batches' own counts since.
-        self._counters_emitted: Counter[str] = Counter()
+        self._counters_emitted: Counter[Count] = Counter()
         self._batch_health: Counter[str] = Counter()
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         deadline = self._deadline(context)
-        self.controller.ledger.set_deadline(deadline)
+        self.loop.ledger.set_deadline(deadline)
         try:
             return self._dispatch(event, deadline)
         finally:
@@ -126,11 +127,11 @@ class ControllerApp:
 
     def tick(self, deadline: float) -> BatchOutcome:
         """The scheduled wake-up: decide queues that asked to be looked at again (paused ones)."""
-        now = self._clock()
-        outcome = BatchOutcome(due=self.controller.wake_due(now))
-        plan = self.controller.plan(now, deadline)
-        outcome.decisions = self.controller.execute(plan, deadline)
-        self._report(outcome, plan.decisions)
+        result = self.loop.tick(self._clock(), deadline)
+        if result.fault is not None:
+            raise result.fault
+        outcome = BatchOutcome(decisions=result.done, due=result.due)
+        self._report(outcome, result.planned)
         return outcome
 
     def process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
@@ -160,22 +161,19 @@ class ControllerApp:
         samples, log_events = self._not_yet_windowed(decoded, outcome.skipped)
         outcome.samples = len(samples)
         now = self._clock()
-        try:
-            outcome.dropped = self.controller.ingest(samples, now)
-        except LedgerError:
-            return self._retry_batch(outcome, records)
-        for record in fresh:
-            self._mark_ingested(record)
-        self._mark_windowed(log_events, now)
-        try:
-            plan = self.controller.plan(now, deadline)
-            outcome.decisions = self.controller.execute(plan, deadline)
-        except LedgerError:
-            # The evidence is windowed but lives only in this container until its decision is
-            # in the ledger: fail from the batch's first record, a redelivery included (its
-            # records are skipped here as already windowed, re-read by a recycled container).
-            return self._retry_batch(outcome, records)
-        self._report(outcome, plan.decisions)
+        result = self.loop.run_batch(samples, now, deadline)
+        outcome.dropped = result.dropped
+        if result.windowed:
+            for record in fresh:
+                self._mark_ingested(record)
+            self._mark_windowed(log_events, now)
+        if result.fault is not None:
+            # Windowed evidence lives only in this container until its decision is in the
+            # ledger: fail from the batch's first record, a redelivery included (its records
+            # are skipped here as already windowed, re-read by a recycled container).
+            return self._retry_batch(outcome, records, result.fault)
+        outcome.decisions = result.done
+        self._report(outcome, result.planned)
         return outcome
 
     def evaluate_manual(self, event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
@@ -185,9 +183,7 @@ class ControllerApp:
         except ManualEventError as error:
             return {"statusCode": 400, "error": str(error)}
         try:
-            result = self.controller.evaluate(
-                queue, error_rate, success_rate, self._clock(), deadline
-            )
+            result = self.loop.evaluate(queue, error_rate, success_rate, self._clock(), deadline)
         except (LedgerError, ActuationError) as error:
             self._logger.exception("manual evaluation failed", extra={"queue": queue})
             return {"statusCode": 503, "queue_id": queue, "error": str(error)}
@@ -197,27 +193,27 @@ class ControllerApp:
                 "queue_id": queue,
                 "error": f"queue {queue!r} is not registered (no CONFIG item in the ledger)",
             }
-        decision, esm_updated = result
-        now = self._clock()
+        decision = result.decision
         self._report(BatchOutcome(decisions=[decision]), [decision])
-        config = self.controller.configs([queue], now)[queue]
         return {
             "statusCode": 200,
             "queue_id": queue,
-            "esm_uuid": config.esm_uuid,
+            "esm_uuid": result.config.esm_uuid,
             "previous_concurrency": decision.previous,
             "target_concurrency": decision.target,
             "action": decision.action.value,
             "state": decision.state.value,
             "reason": decision.reason,
-            "esm_updated": esm_updated,
+            "esm_updated": result.esm_updated,
             "execution_time_ms": round((self._monotonic() - started) * 1000, 3),
         }
 
-    def _retry_batch(self, outcome: BatchOutcome, records: Sequence[Any]) -> BatchOutcome:
+    def _retry_batch(
+        self, outcome: BatchOutcome, records: Sequence[Any], fault: LedgerError
+    ) -> BatchOutcome:
         """A transient fault: report the batch's first record so Lambda retries all of it
         (records this container already windowed are skipped then, never counted twice)."""
-        self._logger.exception("ledger unavailable; the batch will be retried")
+        self._logger.error("ledger unavailable; the batch will be retried", exc_info=fault)
         first = next(
             (sequence for _, sequence in map(_position, records) if sequence is not None), None
         )
@@ -264,7 +260,7 @@ class ControllerApp:
     def _emit_health(self) -> None:
         """What this invocation added to the health counts, as one EMF document (none when
         nothing did)."""
-        counters = self.controller.counters
+        counters = self.loop.counters
         counts: dict[str, int] = {
             metric: counters[counter] - self._counters_emitted[counter]
             for metric, counter in HEALTH_COUNTERS.items()
@@ -282,8 +278,7 @@ class ControllerApp:
     def _log_notices(self) -> None:
         """One warning per thing the operator should hear of (a broken config version, a
         mapping gone); the counters keep counting after it."""
-        notices, self.controller.notices = self.controller.notices, []
-        for notice in notices:
+        for notice in self.loop.take_notices():
             self._logger.warning(
                 notice.message, extra={"queue": notice.queue, "counter": notice.counter}
             )
@@ -331,7 +326,7 @@ class ControllerApp:
         windowed = self._windowed_log_events
         for log_event in log_events:
             windowed[log_event] = log_event[2]
-        horizon = now - self.controller.retention_s
+        horizon = now - self.loop.retention_s
         windowed.evict_oldest_while(lambda event_time: event_time < horizon)
 
 

@@ -9,8 +9,8 @@ from aws_lambda_powertools import Logger
 
 from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import DynamoLedger
+from controller.loop import ControlLoop
 from controller.policy import DEFAULT_ALGORITHM, algorithm_named, memory_type
 from controller.settings import PolicyParams
 
@@ -27,13 +27,13 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
         algorithm = algorithm_named(env.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM))
     except ValueError as error:
         raise RuntimeError(f"QUEUEMESH_ALGORITHM: {error}") from error
-    controller = Controller(
+    loop = ControlLoop(
         DynamoLedger(table, memory_types=memory_type),
         LambdaActuator(),
         PolicyParams.from_env(env),
         algorithm=algorithm,
     )
-    return ControllerApp(controller, logger=logger)
+    return ControllerApp(loop, logger=logger)
 
 
 @logger.inject_lambda_context

@@ -29,8 +29,8 @@ from aws_lambda_powertools import Logger
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.model import QueueConfig, Sample
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
@@ -210,7 +210,7 @@ def fresh_app() -> tuple[ControllerApp, InMemoryActuator]:
     ledger.put_config(QueueConfig(queue=REGISTERED, esm_uuid="esm-orders"))
     actuator.add_mapping("esm-orders", 100)
     app = ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()),
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()),
         clock=lambda: NOW,
         emit=lambda _: None,
         # Errors only: the run's info lines would be hundreds of thousands.

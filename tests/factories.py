@@ -6,8 +6,8 @@ from typing import Any, TypeVar
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.model import Mode, QueueConfig, QueueState, QueueStateName, Sample
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -104,5 +104,5 @@ def storm_event() -> dict[str, object]:
 def aimd_container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControllerApp:
     """A warm controller container running the original rule, its clock at 110 s."""
     return ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
     )

@@ -38,6 +38,8 @@ class ReplayReport:
     counters: Counter[str] = field(default_factory=Counter)
     queues: list[str] = field(default_factory=list)
     start: float | None = None
+    # With ``dry_run``: what the controller would have done, one line per step, by time.
+    plan_lines: list[tuple[float, str]] = field(default_factory=list)
 
 
 class VirtualClock:
@@ -98,15 +100,19 @@ def replay(
     ledger: Any = None,
     actuator: Any = None,
     progress: ProgressCallback | None = None,
+    dry_run: bool = False,
 ) -> ReplayReport:
     """Feed ``records`` through a fresh ``ControllerApp``; in-memory adapters unless given;
-    ``progress`` hears of each invocation."""
+    ``progress`` hears of each invocation. A ``dry_run`` only reads the adapters: its plans
+    are shown (``plan_lines``), never carried out, and the controller remembers each step as
+    done."""
     import logging
 
     from aws_lambda_powertools import Logger
 
     from controller.app import ControllerApp
-    from controller.engine import Controller
+    from controller.executor import DisplayExecutor
+    from controller.loop import ControlLoop
     from controller.policy import algorithm_named
 
     batches = kinesis_batches(records, config.batch_size, config.batch_window_s)
@@ -116,8 +122,16 @@ def replay(
     report.queues = queues_in(records, config.namespace)
     if ledger is None or actuator is None:
         ledger, actuator = in_memory_adapters(config, report.queues, clock)
-    controller = Controller(
-        ledger, actuator, config.params, algorithm=algorithm_named(config.algorithm)
+
+    def show(line: str) -> None:
+        report.plan_lines.append((clock.now, line))
+
+    loop = ControlLoop(
+        ledger,
+        actuator,
+        config.params,
+        algorithm=algorithm_named(config.algorithm),
+        executor=DisplayExecutor(show) if dry_run else None,
     )
     # The controller's logs are for CloudWatch; here only its warnings matter, on stderr.
     logger = Logger(
@@ -125,9 +139,7 @@ def replay(
         level="WARNING",
         logger_handler=logging.StreamHandler(sys.stderr),
     )
-    app = ControllerApp(
-        controller, clock=clock, namespace=config.namespace, emit=_discard, logger=logger
-    )
+    app = ControllerApp(loop, clock=clock, namespace=config.namespace, emit=_discard, logger=logger)
     last_state: dict[str, str] = {}
 
     def keep(time: float, executed: Sequence[Decision]) -> None:
@@ -152,7 +164,7 @@ def replay(
             report.redelivered += outcome.redelivered
             report.skipped.update(outcome.skipped)
         keep(invocation.time, outcome.decisions)
-    report.counters = Counter(controller.counters)
+    report.counters = Counter(loop.counters)
     return report
 
 

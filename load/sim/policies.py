@@ -11,8 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from controller.actuator import InMemoryActuator
 from controller.constants import MAX_CONCURRENCY
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.model import Mode, QueueState, QueueStateName, Sample
 from controller.policy import DEFAULT_ALGORITHM, aimd_step, algorithm_named, memory_type
 from controller.registration import register_queue
@@ -113,7 +113,7 @@ class SeedPolicy:
 
 
 class QueueMeshPolicy:
-    """The real controller core: ``Controller`` with the in-memory ledger and actuator.
+    """The real controller core: ``ControlLoop`` with the in-memory ledger and actuator.
 
     The same windows, guards and algorithm the Lambda runs; each simulated Kinesis batch is one
     ``run_batch``. The simulated poller follows the in-memory mappings. ``name`` is the
@@ -135,10 +135,10 @@ class QueueMeshPolicy:
         self._now = 0.0
         self._actuator = InMemoryActuator(clock=lambda: self._now)
         self._ledger = InMemoryLedger(suffix=_counter_suffix(), memory_types=memory_type)
-        self._controller: Controller | None = None
+        self._controller: ControlLoop | None = None
 
     @property
-    def controller(self) -> Controller:
+    def controller(self) -> ControlLoop:
         if self._controller is None:
             raise RuntimeError("the policy is not attached to a scenario yet (call start)")
         return self._controller
@@ -170,7 +170,7 @@ class QueueMeshPolicy:
                 deadline=lambda: math.inf,
             )
         algorithm = None if self._algorithm is None else algorithm_named(self._algorithm)
-        self._controller = Controller(
+        self._controller = ControlLoop(
             self._ledger, self._actuator, self._params, algorithm=algorithm, monotonic=lambda: 0.0
         )
 
@@ -181,8 +181,7 @@ class QueueMeshPolicy:
     def on_tick(self, now: float) -> None:
         """The scheduled invocation, as ``ControllerApp.tick`` runs it: wake due queues."""
         self._now = now
-        self.controller.wake_due(now)
-        self.controller.execute(self.controller.plan(now), math.inf)
+        self.controller.tick(now, math.inf)
 
     def mappings(self) -> Mapping[str, MappingSetting]:
         settings = {}

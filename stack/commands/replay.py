@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from controller.planner import StepKind
 from controller.policy import DEFAULT_ALGORITHM, memory_type
 from load.progress import Progress, ProgressCallback
 from load.recording import Recording, RecordingError, UnreadableRecording, read_recording
@@ -78,6 +79,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--skip-bad", action="store_true", help="skip broken lines (counted) instead of failing"
     )
     parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the controller's plans (update, record or hold per queue) and carry none "
+        "out: with --endpoint-url the stack's ledger and mappings are only read",
+    )
+    parser.add_argument(
         "--algorithm",
         choices=sorted(_algorithms()),
         help="the controller's limit algorithm (default: the config's, else "
@@ -107,6 +114,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     # Every input is read and checked before the replay runs.
+    if args.dry_run and (args.expect or args.json):
+        raise CliError("--dry-run prints plans; --expect and --json are for decisions")
     config = load_config(args.config) if args.config else ReplayConfig()
     if args.algorithm is not None:
         config = dataclasses.replace(config, algorithm=args.algorithm)
@@ -116,9 +125,16 @@ def _run(args: argparse.Namespace) -> int:
         if args.endpoint_url:
             report = _replay_on_stack(args, config, recording, progress.update)
         else:
-            report = replay(recording.records, config, progress=progress.update)
+            report = replay(
+                recording.records, config, progress=progress.update, dry_run=args.dry_run
+            )
     decisions = [d for d in report.decisions if d.changed or not args.changes]
     print(_summary(report, recording, decisions), file=sys.stderr)
+    if args.dry_run:
+        view = _plan_view(report, args.changes)
+        if view:
+            print(view)
+        return 0
     if expected is not None:
         diff = compare(expected, decisions, str(args.expect))
         if diff:
@@ -161,8 +177,23 @@ def _replay_on_stack(
         actuator = LambdaActuator(target.client("lambda", retries=False))
         ledger.list_configs()
         return replay(
-            recording.records, config, ledger=ledger, actuator=actuator, progress=progress
+            recording.records,
+            config,
+            ledger=ledger,
+            actuator=actuator,
+            progress=progress,
+            dry_run=args.dry_run,
         )
+
+
+def _plan_view(report: ReplayReport, changes_only: bool) -> str:
+    """Each plan's steps by time from the recording's start; ``changes_only``: no holds."""
+    start = report.start or 0.0
+    return "\n".join(
+        f"{time - start:.1f}  {line}"
+        for time, line in report.plan_lines
+        if not (changes_only and line.startswith(f"{StepKind.HOLD} "))
+    )
 
 
 def _summary(report: ReplayReport, recording: Recording, shown: Sequence[ReplayedDecision]) -> str:

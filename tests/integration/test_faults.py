@@ -23,8 +23,8 @@ from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.aws import client as aws_client
 from controller.constants import READ_TIMEOUT_S
-from controller.engine import Controller
 from controller.ledger import DynamoLedger
+from controller.loop import ControlLoop
 from controller.model import AuditEvent
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
@@ -71,7 +71,7 @@ class Rig:
             TABLE, self.dynamodb, clock=self.time, sleep=self.time.sleep, memory_types=memory_type
         )
         actuator = LambdaActuator(self.lam, clock=self.time, sleep=self.time.sleep)
-        controller = Controller(
+        controller = ControlLoop(
             ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=self.time
         )
         self.app = ControllerApp(controller, monotonic=self.time, emit=lambda line: None)
@@ -174,13 +174,28 @@ def test_a_throttled_ledger_commit_is_retried_within_the_deadline(rig: Rig) -> N
     assert rig.audit_events() == [AuditEvent.TRANSITION]
 
 
-def test_a_hanging_update_with_6s_left_returns_before_6s(rig: Rig) -> None:
-    rig.inject("UpdateEventSourceMapping", *[hang(rig.time)] * 10)
-
+def test_with_6s_left_a_cut_that_could_not_try_its_update_waits_unclaimed(rig: Rig) -> None:
+    """Issue 32.7: the update's deadline keeps a revert's attempt back, so with 6 s left it
+    could not be tried; the step is not claimed (no TRANSITION, no ACTUATION_FAILED)."""
     response, took = rig.storm(remaining_s=6.0)
 
     assert took < 6.0
     assert response == {"batchItemFailures": []}
+    assert rig.calls["UpdateEventSourceMapping"] == 0
+    assert (rig.mapping_value(), rig.ledger_value()) == (100, None)
+    assert rig.audit_events() == []
+    assert rig.app.loop.counters["steps_deferred"] == 1
+    assert rig.app.loop.counters["actuation_failures"] == 0
+
+
+def test_a_hanging_update_with_12s_left_returns_before_12s(rig: Rig) -> None:
+    rig.inject("UpdateEventSourceMapping", *[hang(rig.time)] * 10)
+
+    response, took = rig.storm(remaining_s=12.0)
+
+    assert took < 12.0
+    assert response == {"batchItemFailures": []}
+    assert rig.calls["UpdateEventSourceMapping"] >= 1
     assert rig.mapping_value() == rig.ledger_value() == 100
     assert rig.audit_events() == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_FAILED]
 
@@ -213,9 +228,9 @@ def test_transient_lambda_faults_are_retried(rig: Rig, code: str) -> None:
 def test_lambda_faults_for_good_put_the_ledger_back(rig: Rig) -> None:
     rig.inject("UpdateEventSourceMapping", *[service_error("TooManyRequestsException", 429)] * 50)
 
-    response, took = rig.storm(remaining_s=8.0)
+    response, took = rig.storm(remaining_s=12.0)
 
-    assert took < 8.0 and response == {"batchItemFailures": []}
+    assert took < 12.0 and response == {"batchItemFailures": []}
     assert rig.mapping_value() == rig.ledger_value() == 100
     assert rig.audit_events() == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_FAILED]
 
@@ -240,7 +255,7 @@ def test_a_redelivered_batch_is_not_counted_twice(rig: Rig) -> None:
     event = kinesis_event(samples)
     for _ in range(3):
         assert rig.app.handle(event, Context(60.0)) == {"batchItemFailures": []}
-    assert rig.app.controller.counters["samples_windowed"] == 10
+    assert rig.app.loop.counters["samples_windowed"] == 10
     assert rig.mapping_value() == rig.ledger_value() == 50
     assert rig.audit_events() == [AuditEvent.TRANSITION]
 
@@ -283,7 +298,7 @@ def test_batches_from_two_shards_out_of_order_cut_once(rig: Rig) -> None:
 
     assert rig.app.handle(first, Context(60.0)) == {"batchItemFailures": []}
     assert rig.app.handle(second, Context(60.0)) == {"batchItemFailures": []}
-    assert rig.app.controller.counters["samples_windowed"] == 10
+    assert rig.app.loop.counters["samples_windowed"] == 10
     assert rig.mapping_value() == rig.ledger_value() == 50
     assert rig.audit_events() == [AuditEvent.TRANSITION]
 
@@ -301,7 +316,7 @@ def test_two_containers_on_one_storm_cut_the_mapping_once(rig: Rig) -> None:
     assert rig.storm()[0] == {"batchItemFailures": []}
     assert other.storm()[0] == {"batchItemFailures": []}
 
-    assert other.app.controller.counters["version_conflicts"] == 1
+    assert other.app.loop.counters["version_conflicts"] == 1
     assert rig.mapping_value() == rig.ledger_value() == 50
     assert rig.audit_events() == [AuditEvent.TRANSITION]
 

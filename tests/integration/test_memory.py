@@ -18,8 +18,8 @@ from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -53,7 +53,7 @@ def test_a_warm_controllers_memory_is_flat_over_rotating_queue_names() -> None:
     now = [1_000_000.0]
     quiet = Logger(service="memory-test", level="WARNING", logger_handler=logging.NullHandler())
     app = ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()),
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()),
         clock=lambda: now[0],
         emit=lambda _: None,
         logger=quiet,
@@ -74,7 +74,7 @@ def test_a_warm_controllers_memory_is_flat_over_rotating_queue_names() -> None:
         held.append(controller_bytes())
     finally:
         tracemalloc.stop()
-    assert app.controller.counters["samples_windowed"] == 200 * PER_BATCH
+    assert app.loop.counters["samples_windowed"] == 200 * PER_BATCH
     # Unbounded caches grow here by about 4 KB a batch: 280 KB over these 75 batches.
     assert max(held) - min(held) < 64 * 1024, f"controller memory held after warm-up: {held}"
     assert held[-1] < 8 * 1024 * 1024

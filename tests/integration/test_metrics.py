@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.schema import CONTROLLER_NAMESPACE, NAMESPACE, HealthMetric
@@ -213,7 +213,7 @@ def controller_output() -> list[str]:
     ledger = InMemoryLedger(memory_types=memory_type)
     ledger.put_config(config("orders"))
     app = ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=Aimd()),
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()),
         clock=lambda: 110.0,
         emit=emitted.append,
     )

@@ -12,8 +12,8 @@ import pytest
 
 from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import DynamoLedger
+from controller.loop import ControlLoop
 from controller.model import Mode
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
@@ -170,14 +170,14 @@ def test_pin_moves_the_mapping_and_the_controller_holds_it(cli: Cli, fleet: Loca
     assert (pin_entry.action, pin_entry.previous_value, pin_entry.new_value) == ("PIN", 100, 10)
 
     # A storm on a pinned queue: the real controller, on this ledger and mapping, holds.
-    controller = Controller(
+    controller = ControlLoop(
         ledger,
         LambdaActuator(client(fleet.endpoint, "lambda")),
         PolicyParams(min_samples=5),
         algorithm=Aimd(),
     )
     storm = [sample("orders", at=pin_entry.timestamp + 5 + i, ok=5, throttled=5) for i in range(5)]
-    [decision] = controller.run_batch(storm, pin_entry.timestamp + 10, math.inf)
+    [decision] = controller.run_batch(storm, pin_entry.timestamp + 10, math.inf).done
     assert decision.target == 10 and "Pinned by operator" in decision.reason
     assert _mapping(fleet, "orders")["ScalingConfig"]["MaximumConcurrency"] == 10
 
@@ -188,7 +188,7 @@ def test_pin_moves_the_mapping_and_the_controller_holds_it(cli: Cli, fleet: Loca
     assert ledger.audit_trail("orders")[-1].action == "UNPIN"
 
     # Unpinned, the next storm is cut from the pinned value (by the original rule: halved).
-    controller = Controller(
+    controller = ControlLoop(
         ledger,
         LambdaActuator(client(fleet.endpoint, "lambda")),
         PolicyParams(min_samples=5),
@@ -196,7 +196,7 @@ def test_pin_moves_the_mapping_and_the_controller_holds_it(cli: Cli, fleet: Loca
     )
     later = ledger.audit_trail("orders")[-1].timestamp + 10
     storm = [sample("orders", at=later + i, ok=5, throttled=5) for i in range(5)]
-    [decision] = controller.run_batch(storm, later + 5, math.inf)
+    [decision] = controller.run_batch(storm, later + 5, math.inf).done
     assert (decision.previous, decision.target) == (10, 5)
     assert _mapping(fleet, "orders")["ScalingConfig"]["MaximumConcurrency"] == 5
 
@@ -301,7 +301,7 @@ def test_the_next_tick_decides_a_newly_registered_queue(cli: Cli, fleet: LocalFl
     ledger = _ledger(fleet)
     before = _mapping(fleet, "orders")["ScalingConfig"]["MaximumConcurrency"]
     app = ControllerApp(
-        Controller(ledger, LambdaActuator(client(fleet.endpoint, "lambda")), PolicyParams())
+        ControlLoop(ledger, LambdaActuator(client(fleet.endpoint, "lambda")), PolicyParams())
     )
     assert app.handle({"detail-type": "Scheduled Event"}, None) == {"due": 1, "decided": 1}
     assert _mapping(fleet, "orders")["ScalingConfig"]["MaximumConcurrency"] == before

@@ -246,6 +246,30 @@ def test_dry_run_decides_but_never_moves_the_mapping(storm_file: Path) -> None:
     assert trail and all(entry.reason.startswith("[dry-run]") for entry in trail)
 
 
+def test_replay_dry_run_shows_the_plans_and_writes_nothing(storm_file: Path) -> None:
+    records = read_recording(storm_file, skip_bad=False).records
+    config = ReplayConfig()
+    ledger, actuator = in_memory_adapters(config, ["orders"], VirtualClock())
+    report = replay(records, config, ledger=ledger, actuator=actuator, dry_run=True)
+    assert (actuator.calls, ledger.audit_trail("orders")) == ([], [])
+    changes = [d for d in report.decisions if d.changed]
+    shown = [line for _, line in report.plan_lines if not line.startswith("hold ")]
+    # Every step shown, one line each: a change is an update or a record, the rest holds.
+    assert len(report.plan_lines) == len(report.decisions)
+    assert len(shown) == len(changes) > 0
+    assert shown[0].startswith(f"update orders (replay-orders): {changes[0].previous} -> ")
+
+
+def test_replay_dry_run_cli_prints_one_line_per_change(
+    storm_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(storm_file), "--dry-run", "--changes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(" update " in line or " record " in line for line in lines)
+    assert main(["replay", str(storm_file), "--dry-run", "--json"]) == 2
+    assert "--dry-run prints plans" in capsys.readouterr().err
+
+
 def test_scheduled_ticks_run_between_batches_and_change_nothing_for_aimd(
     storm_file: Path,
 ) -> None:

@@ -336,8 +336,8 @@ def test_a_scheduled_tick_reaches_the_controller_as_a_wake_up(resources: dict[st
     """Paused mappings send no telemetry; the schedule's input must be what the app handles."""
     from controller.actuator import InMemoryActuator
     from controller.app import ControllerApp
-    from controller.engine import Controller
     from controller.ledger import InMemoryLedger
+    from controller.loop import ControlLoop
     from controller.settings import PolicyParams
 
     [rule] = [
@@ -348,7 +348,7 @@ def test_a_scheduled_tick_reaches_the_controller_as_a_wake_up(resources: dict[st
     assert rule["Properties"]["ScheduleExpression"] == "rate(1 minute)"
     tick = json.loads(rule["Properties"]["Targets"][0]["Input"])
     app = ControllerApp(
-        Controller(InMemoryLedger(memory_types=memory_type), InMemoryActuator(), PolicyParams())
+        ControlLoop(InMemoryLedger(memory_types=memory_type), InMemoryActuator(), PolicyParams())
     )
     assert app.handle(tick, None) == {"due": 0, "decided": 0}
 

@@ -11,7 +11,6 @@ import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import (
     DEFAULT_RETENTION_S,
     DynamoLedger,
@@ -20,6 +19,7 @@ from controller.ledger import (
     encode_audit,
     encode_state,
 )
+from controller.loop import ControlLoop
 from controller.model import AuditEntry, AuditEvent, QueueState, QueueStateName
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.adaptive import AdaptiveMemory
@@ -87,7 +87,7 @@ def tick(ledger: DynamoLedger | InMemoryLedger, actuator: InMemoryActuator) -> d
     for index in range(QUEUES):
         ledger.put_config(config(f"q{index:02d}"))
     cold = ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS["adaptive"]()),
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS["adaptive"]()),
         clock=lambda: NOW,
     )
     return cold.handle(SCHEDULED, None)

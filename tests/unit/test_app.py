@@ -12,8 +12,8 @@ import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.model import AuditEntry, AuditEvent, QueueConfig
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.adaptive import AdaptiveMemory
@@ -72,7 +72,7 @@ def clock() -> Clock:
 def app(
     ledger: FlakyLedger, actuator: InMemoryActuator, emitted: list[str], clock: Clock
 ) -> ControllerApp:
-    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    controller = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
     return ControllerApp(controller, clock=clock, emit=emitted.append)
 
 
@@ -241,7 +241,7 @@ def test_a_scheduled_tick_wakes_due_queues_in_a_cold_container(
 ) -> None:
     """A paused mapping sends no telemetry: only the tick can bring it back."""
     adaptive = ALGORITHMS["adaptive"]
-    stored = Controller(ledger, actuator, PolicyParams()).states([config("orders")], 100.0)
+    stored = ControlLoop(ledger, actuator, PolicyParams()).states([config("orders")], 100.0)
     ledger.commit(
         stored["orders"].evolve(
             concurrency=2,
@@ -254,7 +254,7 @@ def test_a_scheduled_tick_wakes_due_queues_in_a_cold_container(
     )
     actuator.apply("esm-orders", 2, False, 0)
     cold = ControllerApp(
-        Controller(ledger, actuator, PolicyParams(), algorithm=adaptive()), clock=clock
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=adaptive()), clock=clock
     )
     scheduled = {"detail-type": "Scheduled Event", "source": "aws.events", "detail": {}}
     assert cold.handle(scheduled, None) == {"due": 1, "decided": 1}
@@ -283,7 +283,7 @@ def test_event_times_within_the_skew_allowance_count_and_older_than_retention_do
     far = [sample(at=10_000.0 - 601.0), sample(at=10_000.0 + 31.0)]
     outcome = app.process_kinesis(kinesis_event(near + far), deadline=1e12)
     assert outcome.dropped == {"samples_too_old": 1, "samples_from_future": 1}
-    assert app.controller.counters["samples_windowed"] == 2
+    assert app.loop.counters["samples_windowed"] == 2
 
 
 def test_log_events_resent_under_new_sequence_numbers_count_once(
@@ -303,7 +303,7 @@ def test_log_events_resent_under_new_sequence_numbers_count_once(
     records.append({**records[0], "kinesis": {**records[0]["kinesis"], "sequenceNumber": "6"}})
     outcome = app.process_kinesis(doubled, deadline=1e12)
     assert (outcome.samples, outcome.skipped["duplicate_log_event"]) == (1, 1)
-    assert app.controller.counters["samples_windowed"] == 3
+    assert app.loop.counters["samples_windowed"] == 3
 
 
 def test_log_event_ids_may_be_integers_as_in_moto(app: ControllerApp) -> None:

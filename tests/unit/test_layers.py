@@ -89,7 +89,7 @@ def test_no_module_imports_against_the_layers() -> None:
     [
         ("load.replay.engine", "def run():\n    from stack.errors import CliError\n"),
         ("load.sim.policies", "import stack.ops\n"),
-        ("controller.engine", "from load.recording import kinesis_event\n"),
+        ("controller.loop", "from load.recording import kinesis_event\n"),
         ("controller.app", "from worker import emf\n"),
         ("worker.emf", "import controller.model\n"),
         ("load.bench.fleet", "from ...stack import emulator\n"),

@@ -8,11 +8,12 @@ import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger, encode_config, queue_key
+from controller.loop import ControlLoop
 from controller.model import AuditEvent
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
+from controller.ports import MappingNotFound
 from controller.settings import PolicyParams
 from tests.factories import config, kinesis_event, sample
 
@@ -44,7 +45,7 @@ def fleet(*queues: str) -> tuple[InMemoryLedger, InMemoryActuator]:
 def app_on(
     ledger: InMemoryLedger, actuator: InMemoryActuator, params: PolicyParams | None = None
 ) -> ControllerApp:
-    controller = Controller(ledger, actuator, params or PolicyParams(), algorithm=Aimd())
+    controller = ControlLoop(ledger, actuator, params or PolicyParams(), algorithm=Aimd())
     return ControllerApp(controller, clock=Clock(115.0), emit=lambda line: None)
 
 
@@ -72,8 +73,8 @@ def test_a_bad_config_isolates_its_own_queue(breakage: dict[str, object]) -> Non
     assert response == {"batchItemFailures": []}
     assert {call.uuid for call in actuator.calls} == {f"esm-{q}" for q in HEALTHY_QUEUES}
     assert ledger.get_states(["bad"]) == {}
-    assert app.controller.counters["configs_invalid"] == 1
-    assert app.controller.counters["samples_config_invalid"] == 10
+    assert app.loop.counters["configs_invalid"] == 1
+    assert app.loop.counters["samples_config_invalid"] == 10
     assert queue_key("bad") not in {str(item["PK"]) for item in ledger.audit_items("bad")}
 
 
@@ -81,7 +82,7 @@ def test_a_bad_config_is_reported_once_per_version(caplog: pytest.LogCaptureFixt
     ledger, actuator = fleet("bad")
     ledger.put_item({**encode_config(config("bad")), "Mode": "PAUSED"})
     clock = Clock(115.0)
-    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd(), config_ttl_s=0)
+    controller = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd(), config_ttl_s=0)
     app = ControllerApp(controller, clock=clock, emit=lambda line: None)
     for first in (1, 11, 21):
         clock.now += 1  # every batch re-reads the config
@@ -125,7 +126,7 @@ def test_a_deleted_mapping_is_set_aside_and_rechecked_rarely(
     actuator = CountingActuator()
     actuator.add_mapping("esm-a", 100)
     clock = Clock(115.0)
-    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    controller = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
     app = ControllerApp(controller, clock=clock, emit=lambda line: None)
 
     app.handle(kinesis_event(storm_samples((*gone, "a"))), None)
@@ -152,17 +153,18 @@ def test_a_deleted_mapping_is_set_aside_and_rechecked_rarely(
 
 
 def test_a_mapping_deleted_under_a_known_state_is_audited_once() -> None:
-    ledger, actuator = fleet("orders")
-    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    ledger, _ = fleet("orders")
+    actuator = CountingActuator()
+    actuator.add_mapping("esm-orders", 100)
+    controller = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
     app = ControllerApp(controller, clock=Clock(115.0), emit=lambda line: None)
     app.handle(kinesis_event(storm_samples(("orders",))), None)
-    actuator = CountingActuator()  # the mapping is gone
-    controller.actuator = actuator
+    before = actuator.attempts
+    actuator.fail_next(MappingNotFound("ResourceNotFoundException"))  # the mapping is gone
     for batch in range(1, 4):
         start = 115.0 + 30 * batch
-        app.controller.ingest(storm_samples(("orders",), start), start + 15)
-        controller.execute(controller.plan(start + 15))
+        controller.run_batch(storm_samples(("orders",), start), start + 15)
 
     events = [entry.event_type for entry in ledger.audit_trail("orders")]
     assert events == [AuditEvent.TRANSITION, AuditEvent.MAPPING_MISSING]
-    assert actuator.attempts == 1
+    assert actuator.attempts == before + 1

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.constants import WINDOW_RETENTION_S
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
+from controller.loop import ControlLoop
 from controller.model import Action
 from controller.policy import decide, memory_type
 from controller.policy.aimd import Aimd
@@ -221,7 +221,7 @@ def test_an_override_out_of_range_isolates_its_queue_with_one_log_line(
     for queue in ("bad", "orders"):
         ledger.put_config(config(queue, **(overrides if queue == "bad" else {})))
         actuator.add_mapping(f"esm-{queue}", 100)
-    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    controller = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
     app = ControllerApp(controller, clock=lambda: 115.0, emit=lambda line: None)
     storm = [
         sample(queue, at=100.0 + s + 0.9, ok=6, throttled=4)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import pytest
 
 from controller.actuator import InMemoryActuator
-from controller.engine import Controller
 from controller.ledger import InMemoryLedger
-from controller.model import Action, AuditEvent, Mode, QueueStateName, Sample
+from controller.loop import ControlLoop
+from controller.model import Action, AuditEvent, Decision, Mode, QueueStateName, Sample
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.aimd import Aimd
 from controller.ports import ActuationError, MappingView
@@ -39,14 +39,14 @@ def actuator() -> InMemoryActuator:
 
 
 @pytest.fixture
-def controller(ledger: InMemoryLedger, actuator: InMemoryActuator) -> Controller:
-    return Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+def controller(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControlLoop:
+    return ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
 
 
 def test_a_storm_cuts_once_and_records_the_transition(
-    controller: Controller, ledger: InMemoryLedger, actuator: InMemoryActuator
+    controller: ControlLoop, ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
-    decisions = controller.run_batch(storm(100), now=110.0)
+    decisions = controller.run_batch(storm(100), now=110.0).done
     assert [(d.previous, d.target) for d in decisions] == [(100, 50)]
     assert actuator.read("esm-orders", 0).max_concurrency == 50
     state = ledger.get_states(["orders"])["orders"]
@@ -60,14 +60,14 @@ def test_a_storm_cuts_once_and_records_the_transition(
     assert audit.control_loop_latency_ms == pytest.approx(100.0)
     # The lagging tail of the same storm (invocations begun before the cut) changes nothing.
     late = [sample(at=111.0 + s, ok=0, throttled=10, invocation_ms=3000) for s in range(3)]
-    assert all(d.action is Action.HOLD for d in controller.run_batch(late, now=114.0))
+    assert all(d.action is Action.HOLD for d in controller.run_batch(late, now=114.0).done)
     assert actuator.read("esm-orders", 0).max_concurrency == 50
 
 
 def test_unregistered_queues_are_ignored_and_counted(
-    controller: Controller, actuator: InMemoryActuator
+    controller: ControlLoop, actuator: InMemoryActuator
 ) -> None:
-    assert controller.run_batch(storm(100, queue="stranger"), now=110.0) == []
+    assert controller.run_batch(storm(100, queue="stranger"), now=110.0).done == []
     assert controller.counters["samples_unregistered"] == 10
     assert actuator.calls == []
 
@@ -77,7 +77,7 @@ def test_a_steady_queue_writes_nothing(
     ledger: InMemoryLedger, actuator: InMemoryActuator, algorithm: str
 ) -> None:
     """An hour of clean traffic (3 invocations in use): after settling in, no ledger writes."""
-    controller = Controller(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS[algorithm]())
+    controller = ControlLoop(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS[algorithm]())
     for second in range(3600):
         samples = [sample(at=1000 + second + 0.99, ok=10, invocation_ms=990) for _ in range(3)]
         controller.run_batch(samples, now=1000 + second + 2)
@@ -87,11 +87,11 @@ def test_a_steady_queue_writes_nothing(
 
 
 def test_an_operator_change_to_the_mapping_wins(
-    controller: Controller, ledger: InMemoryLedger, actuator: InMemoryActuator
+    controller: ControlLoop, ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
     controller.run_batch(storm(100), now=110.0)
     actuator.apply("esm-orders", 70, True, 0)  # someone, by hand
-    decisions = controller.run_batch(storm(113), now=124.0)
+    decisions = controller.run_batch(storm(113), now=124.0).done
     assert decisions == []
     assert actuator.read("esm-orders", 0).max_concurrency == 70
     state = ledger.get_states(["orders"])["orders"]
@@ -101,17 +101,17 @@ def test_an_operator_change_to_the_mapping_wins(
         AuditEvent.DRIFT_DETECTED,
     ]
     # Fresh evidence under the adopted value is judged from there.
-    [cut] = controller.run_batch(storm(127), now=138.0)
+    [cut] = controller.run_batch(storm(127), now=138.0).done
     assert (cut.previous, cut.target) == (70, 35)
 
 
-def fleet(actuator: InMemoryActuator, *queues: str) -> Controller:
+def fleet(actuator: InMemoryActuator, *queues: str) -> ControlLoop:
     """Registered queues at 100 on ``actuator``, and a controller over them."""
     ledger = InMemoryLedger(memory_types=memory_type)
     for queue in queues:
         ledger.put_config(config(queue))
         actuator.add_mapping(f"esm-{queue}", 100)
-    return Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    return ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
 
 
 def storms(start: float, *queues: str) -> list[Sample]:
@@ -124,11 +124,8 @@ QUEUES = ("orders", "refunds", "invoices")
 def test_one_listing_per_batch_replaces_a_read_per_change() -> None:
     actuator = InMemoryActuator()
     controller = fleet(actuator, *QUEUES)
-    controller.ingest(storms(100, *QUEUES), 110.0)
-    plan = controller.plan(110.0)  # never decided before: each state is read from its mapping
-    assert actuator.reads == 3
-
-    decisions = controller.execute(plan)
+    # Never decided before: each state is read from its mapping, then one listing checks all.
+    decisions = controller.run_batch(storms(100, *QUEUES), now=110.0).done
 
     assert sorted((d.queue, d.target) for d in decisions) == [(q, 50) for q in sorted(QUEUES)]
     assert (actuator.list_pages, actuator.reads, len(actuator.calls)) == (1, 3, 3)
@@ -141,20 +138,23 @@ def test_a_mapping_the_listing_did_not_show_is_read_on_its_own() -> None:
     actuator.add_mapping("esm-someone-else", 10)
     controller = fleet(actuator, "orders", "refunds")
 
-    decisions = controller.run_batch(storms(100, "orders", "refunds"), now=110.0)
+    decisions = controller.run_batch(storms(100, "orders", "refunds"), now=110.0).done
 
     assert sorted((d.queue, d.target) for d in decisions) == [("orders", 50), ("refunds", 50)]
     assert (actuator.list_pages, actuator.reads) == (2, 2 + 1)  # two first states, one check
 
 
-def test_a_failed_listing_falls_back_to_a_read_per_change() -> None:
+def test_a_failed_listing_falls_back_to_a_read_per_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     actuator = InMemoryActuator()
     controller = fleet(actuator, *QUEUES)
-    controller.ingest(storms(100, *QUEUES), 110.0)
-    plan = controller.plan(110.0)
-    actuator.fail_next(ActuationError("AccessDeniedException"))
 
-    decisions = controller.execute(plan)
+    def refused(uuids: Collection[str], deadline: float) -> dict[str, MappingView]:
+        raise ActuationError("AccessDeniedException")
+
+    monkeypatch.setattr(actuator, "read_many", refused)
+    decisions = controller.run_batch(storms(100, *QUEUES), now=110.0).done
 
     assert len(decisions) == 3
     assert (actuator.list_pages, actuator.reads) == (0, 3 + 3)  # first states, then checks
@@ -167,7 +167,7 @@ def test_drift_is_detected_from_the_listed_value() -> None:
     controller.run_batch(storms(100, *QUEUES), now=110.0)
     actuator.apply("esm-refunds", 70, True, 0)  # someone, by hand
 
-    decisions = controller.run_batch(storms(113, *QUEUES), now=124.0)
+    decisions = controller.run_batch(storms(113, *QUEUES), now=124.0).done
 
     assert sorted((d.queue, d.target) for d in decisions) == [("invoices", 25), ("orders", 25)]
     assert (actuator.list_pages, actuator.reads) == (2, 3)  # the reads of the first states
@@ -175,22 +175,6 @@ def test_drift_is_detected_from_the_listed_value() -> None:
     state = controller.ledger.get_states(["refunds"])["refunds"]
     assert state.concurrency == 70
     assert controller.counters["drift_detected"] == 1
-
-
-def test_two_controllers_race_one_wins_the_other_rereads(
-    ledger: InMemoryLedger, actuator: InMemoryActuator
-) -> None:
-    first = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
-    second = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
-    first.ingest(storm(100), 110.0)
-    second.ingest(storm(100), 110.0)
-    first_plan, second_plan = first.plan(110.0), second.plan(110.0)
-    assert [d.target for d in first.execute(first_plan)] == [50]
-    # The loser's mapping read shows 50, not the 100 it decided from: it adopts, never halves
-    # again on the same evidence.
-    assert second.execute(second_plan) == []
-    assert actuator.read("esm-orders", 0).max_concurrency == 50
-    assert len([c for c in actuator.calls if c.uuid == "esm-orders"]) == 1
 
 
 class InterleavingActuator(InMemoryActuator):
@@ -206,46 +190,61 @@ class InterleavingActuator(InMemoryActuator):
         return view
 
 
+def test_two_controllers_race_one_wins_the_other_rereads(
+    ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    actuator = InterleavingActuator()
+    actuator.add_mapping("esm-orders", 100)
+    first = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    second = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    first_done: list[Decision] = []
+    # The first container runs its whole batch while the second learns the queue's state.
+    actuator.between = lambda: first_done.extend(first.run_batch(storm(100), 110.0).done)
+    # The second's mapping check shows 50, not the 100 it decided from: it adopts, never
+    # halves again on the same evidence.
+    assert second.run_batch(storm(100), 110.0).done == []
+    assert [d.target for d in first_done] == [50]
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+    assert len([c for c in actuator.calls if c.uuid == "esm-orders"]) == 1
+
+
 def test_a_lost_conditional_write_is_counted_and_retried_from_fresh_state(
     ledger: InMemoryLedger,
 ) -> None:
     actuator = InterleavingActuator()
     actuator.add_mapping("esm-orders", 100)
-    rival = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
-    loser = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
-    rival.ingest(storm(100), 110.0)
-    loser.ingest(storm(100), 110.0)
-    rival_plan, loser_plan = rival.plan(110.0), loser.plan(110.0)
-    actuator.between = lambda: rival.execute(rival_plan)
-    assert loser.execute(loser_plan) == []
+    rival = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    loser = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    # Both know the queue's state; the rival's batch runs while the loser checks the mapping.
+    for controller in (rival, loser):
+        assert controller.run_batch(healthy(90), now=100.0).done
+    actuator.between = lambda: rival.run_batch(storm(100), 110.0)
+    assert loser.run_batch(storm(100), 110.0).done == []
     assert loser.counters["version_conflicts"] == 1
     assert [call.value for call in actuator.calls] == [50]
-    [retry] = loser.run_batch(storm(113), now=124.0)
+    [retry] = loser.run_batch(storm(113), now=124.0).done
     assert (retry.previous, retry.target) == (50, 25)
 
 
 def test_failed_actuation_puts_the_ledger_back_and_tries_again(
-    controller: Controller,
+    controller: ControlLoop,
     ledger: InMemoryLedger,
     actuator: InMemoryActuator,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    controller.ingest(storm(100), 110.0)
-    plan = controller.plan(110.0)
-
     def gives_up(uuid: str, value: int, enabled: bool, deadline: float) -> MappingView:
         raise ActuationError("ResourceInUseException after 6 attempts")
 
     with monkeypatch.context() as patch:
         patch.setattr(actuator, "apply", gives_up)
-        assert controller.execute(plan) == []
+        assert controller.run_batch(storm(100), 110.0).done == []
         state = ledger.get_states(["orders"])["orders"]
         assert state.concurrency == 100
         assert [a.event_type for a in ledger.audit_trail("orders")] == [
             AuditEvent.TRANSITION,
             AuditEvent.ACTUATION_FAILED,
         ]
-    [retry] = controller.execute(controller.plan(111.0))
+    [retry] = controller.run_batch([], 111.0).done
     assert (retry.previous, retry.target) == (100, 50)
     assert actuator.read("esm-orders", 0).max_concurrency == 50
 
@@ -254,8 +253,8 @@ def test_dry_run_records_but_never_actuates(
     ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
     ledger.put_config(config("orders", mode=Mode.DRY_RUN))
-    controller = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
-    [decision] = controller.run_batch(storm(100), now=110.0)
+    controller = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    [decision] = controller.run_batch(storm(100), now=110.0).done
     assert decision.target == 50
     assert actuator.calls == []
     [audit] = ledger.audit_trail("orders")
@@ -268,53 +267,39 @@ def test_steps_past_the_deadline_are_deferred_not_lost(actuator: InMemoryActuato
         ledger.put_config(config(f"q{index}"))
         actuator.add_mapping(f"esm-q{index}", 100)
     clock = [0.0]
-    controller = Controller(
+    controller = ControlLoop(
         ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=lambda: clock[0]
     )
     samples = [s for index in range(5) for s in storm(100, queue=f"q{index}")]
-    controller.ingest(samples, 110.0)
-    plan = controller.plan(110.0)
-    assert controller.execute(plan, deadline=2.0) == []
+    controller.states([config(f"q{index}") for index in range(5)], 100.0)  # known states
+    assert controller.run_batch(samples, 110.0, deadline=2.0).done == []
     assert controller.counters["steps_deferred"] == 5
     assert (actuator.list_pages, actuator.calls) == (0, [])
-    done = controller.execute(controller.plan(111.0), deadline=100.0)
+    done = controller.run_batch([], 111.0, deadline=100.0).done
     assert sorted(d.queue for d in done) == [f"q{index}" for index in range(5)]
     assert all(actuator.read(f"esm-q{i}", 0).max_concurrency == 50 for i in range(5))
 
 
 def test_a_cold_start_restores_state_and_relearns_before_judging(
-    controller: Controller, ledger: InMemoryLedger, actuator: InMemoryActuator
+    controller: ControlLoop, ledger: InMemoryLedger, actuator: InMemoryActuator
 ) -> None:
     controller.run_batch(storm(100), now=110.0)
-    cold = Controller(ledger, actuator, PolicyParams(), algorithm=Aimd())
-    [decision] = cold.run_batch(healthy(113, 1), now=114.0)
+    cold = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    [decision] = cold.run_batch(healthy(113, 1), now=114.0).done
     assert decision.action is Action.HOLD
     assert decision.previous == 50
     assert "Insufficient evidence" in decision.reason
 
 
-def test_manual_evaluation_follows_the_original_sequence(controller: Controller) -> None:
+def test_manual_evaluation_follows_the_original_sequence(controller: ControlLoop) -> None:
     results = []
     for error_rate, success_rate in [(0.2, 0.8), (0.2, 0.8), (0.01, 0.99)]:
         outcome = controller.evaluate("orders", error_rate, success_rate, 500.0, 1e9)
         assert outcome is not None
-        decision, updated = outcome
-        results.append((decision.target, decision.state, updated))
+        decision = outcome.decision
+        results.append((decision.target, decision.state, outcome.esm_updated))
     assert results == [
         (50, QueueStateName.THROTTLED, True),
         (25, QueueStateName.CRITICAL_BACKOFF, True),
         (30, QueueStateName.RECOVERING, True),
     ]
-
-
-def test_describe_is_the_dry_run_of_a_plan(
-    controller: Controller, actuator: InMemoryActuator, ledger: InMemoryLedger
-) -> None:
-    controller.ingest(storm(100), 110.0)
-    plan = controller.plan(110.0)
-    assert plan.describe() == [
-        "update orders (esm-orders): 100 -> 50 [MULTIPLICATIVE_DECREASE] HTTP 429 breach: "
-        "Error rate 20.0% >= T1 (5.0%). Applied factor Beta=0.5. Scaled from 100 -> 50."
-    ]
-    assert actuator.calls == []
-    assert ledger.audit_trail("orders") == []

@@ -1,0 +1,321 @@
+"""The book: everything a warm controller container remembers about its queues.
+
+Windows of evidence, cached configs and states, the queues waiting to be decided, configs
+reported broken, mappings found missing and claims that may be stranded: all of it lives here,
+behind typed methods, and nothing else holds per-queue memory. Deciding reads the book;
+executing returns effects (:mod:`controller.executor`) that the book applies.
+
+Memory is bounded by ``capacity`` queues per kind, least recently used forgotten first, with one
+exception: a queue waiting to be decided keeps its window until it has been planned, however
+many queues one batch names. A window forgotten is counted and reported, never silent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+from controller.cache import LruCache
+from controller.constants import CACHED_QUEUES, WINDOW_RETENTION_S
+from controller.model import Action, QueueConfig, QueueState, Sample
+from controller.ports import InvalidConfig, Notice
+from controller.window import QueueWindow
+
+# A deleted mapping is looked for again after this long; until then its queue costs no call.
+MAPPING_RECHECK_S = 900.0
+
+
+class Count(StrEnum):
+    """What the controller counts. The values are the names its logs, the replay report and
+    the health document's sources use: a contract, never renamed."""
+
+    SAMPLES_WINDOWED = "samples_windowed"
+    SAMPLES_FROM_FUTURE = "samples_from_future"
+    SAMPLES_TOO_OLD = "samples_too_old"
+    SAMPLES_UNREGISTERED = "samples_unregistered"
+    SAMPLES_CONFIG_INVALID = "samples_config_invalid"
+    CONFIGS_INVALID = "configs_invalid"
+    MAPPINGS_MISSING = "mappings_missing"
+    MAPPINGS_UNREADABLE = "mappings_unreadable"
+    MAPPING_LIST_FAILURES = "mapping_list_failures"
+    STATES_DEFERRED = "states_deferred"
+    STEPS_DEFERRED = "steps_deferred"
+    ESM_UPDATES = "esm_updates"
+    ACTUATION_FAILURES = "actuation_failures"
+    ACTUATIONS_RECONCILED = "actuations_reconciled"
+    DRIFT_DETECTED = "drift_detected"
+    VERSION_CONFLICTS = "version_conflicts"
+    # Idle queues' windows forgotten because more queues had evidence than the book holds.
+    WINDOWS_FORGOTTEN = "windows_forgotten"
+
+
+# -- effects: what executing a plan did, for the book to remember ----------------------------
+@dataclass(frozen=True, slots=True)
+class Learned:
+    """``state`` is the queue's state now, written on top of what the ledger holds (or an
+    unchanged HOLD): its claim, if it had one, is settled."""
+
+    state: QueueState
+
+
+class Mark(StrEnum):
+    """What executing a plan learned about a queue, beyond its state."""
+
+    # Another writer moved the queue first: re-read its state and decide it again.
+    CONFLICTED = "conflicted"
+    # Decide the queue again with the next batch or tick.
+    RETRY = "retry"
+    # The queue's claim may disagree with its mapping: its next step reads the mapping.
+    UNSETTLED = "unsettled"
+    # The queue's mapping was read: it exists.
+    MAPPING_FOUND = "mapping_found"
+
+
+@dataclass(frozen=True, slots=True)
+class Marked:
+    queue: str
+    mark: Mark
+
+
+@dataclass(frozen=True, slots=True)
+class MappingGone:
+    """The queue's mapping does not exist: set it aside until ``recheck_at``."""
+
+    queue: str
+    uuid: str
+    recheck_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Counted:
+    count: Count
+    times: int = 1
+
+
+Effect = Learned | Marked | MappingGone | Counted
+
+
+class BookView(Protocol):
+    """What executing a plan may ask of the book (it changes the book only through effects)."""
+
+    def state(self, queue: str) -> QueueState | None: ...
+
+    def mapping_known_missing(self, queue: str) -> bool: ...
+
+
+class QueueBook:
+    """Per-queue memory of one warm container; see the module's docstring."""
+
+    def __init__(
+        self, capacity: int = CACHED_QUEUES, retention_s: float = WINDOW_RETENTION_S
+    ) -> None:
+        self.capacity = capacity
+        self.retention_s = retention_s
+        self.counters: Counter[Count] = Counter()
+        self._notices: list[Notice] = []
+        # Windows of queues not waiting to be decided; those waiting hold theirs in _held.
+        self._windows: LruCache[str, QueueWindow] = LruCache(capacity)
+        self._held: dict[str, QueueWindow] = {}
+        self._pending: set[str] = set()
+        self._configs: LruCache[str, tuple[float, QueueConfig | None]] = LruCache(capacity)
+        self._states: LruCache[str, QueueState] = LruCache(capacity)
+        # Last reported broken CONFIG content per queue: each version is reported once.
+        self._reported_invalid: LruCache[str, str] = LruCache(capacity)
+        # Queues whose mapping is gone, and when to look for it again.
+        self._mapping_missing: LruCache[str, float] = LruCache(capacity)
+        # Queues whose last claim may disagree with their mapping (a ledger fault mid-step):
+        # their next step reads the mapping, even a HOLD, and reconciles the ledger to it.
+        self._unsettled: LruCache[str, bool] = LruCache(capacity)
+        self._forgetting_reported = False
+
+    # -- counting and telling -------------------------------------------------------------
+    def count(self, count: Count, times: int = 1) -> None:
+        self.counters[count] += times
+
+    def take_notices(self) -> list[Notice]:
+        """What the operator should hear of since the last call (each logged once)."""
+        notices, self._notices = self._notices, []
+        return notices
+
+    # -- evidence -------------------------------------------------------------------------
+    def add_sample(self, sample: Sample) -> bool:
+        """Window ``sample`` for its queue, which then waits to be decided; ``False`` when it
+        is older than the window's retention (counted as such by the caller)."""
+        self.mark_pending([sample.queue])
+        window = self._held.get(sample.queue)
+        if window is None:
+            window = self._held[sample.queue] = QueueWindow(self.retention_s)
+        return window.add(sample)
+
+    def window(self, queue: str) -> QueueWindow:
+        """The queue's evidence (an empty window when none is kept); read, never changed."""
+        window = self._held.get(queue)
+        if window is None:
+            window = self._windows.get(queue)
+        return window if window is not None else QueueWindow(self.retention_s)
+
+    # -- waiting to be decided ------------------------------------------------------------
+    def pending(self) -> set[str]:
+        return set(self._pending)
+
+    def mark_pending(self, queues: Iterable[str]) -> None:
+        """These queues are decided with the next plan; their windows are kept until then."""
+        for queue in queues:
+            if queue in self._pending:
+                continue
+            self._pending.add(queue)
+            window = self._windows.pop(queue)
+            if window is not None:
+                self._held[queue] = window
+
+    def planned(self, queues: Iterable[str]) -> None:
+        """These queues were planned: their windows go back among the bounded ones, where
+        the least recently used beyond ``capacity`` are forgotten (counted, reported once)."""
+        evictions = self._windows.evictions
+        first_forgotten = None
+        for queue in queues:
+            self._pending.discard(queue)
+            window = self._held.pop(queue, None)
+            if window is None:
+                continue
+            oldest = next((key for key, _ in self._windows.items()), None)
+            self._windows[queue] = window
+            if first_forgotten is None and self._windows.evictions > evictions:
+                first_forgotten = oldest
+        forgotten = self._windows.evictions - evictions
+        if not forgotten:
+            return
+        self.count(Count.WINDOWS_FORGOTTEN, forgotten)
+        if not self._forgetting_reported and first_forgotten is not None:
+            self._forgetting_reported = True
+            message = (
+                f"more queues have telemetry than this container keeps windows for "
+                f"({self.capacity}); the least recently decided ones' evidence is forgotten "
+                f"and re-learned (counter {Count.WINDOWS_FORGOTTEN})"
+            )
+            self._notices.append(Notice(first_forgotten, message, Count.WINDOWS_FORGOTTEN))
+
+    # -- configs --------------------------------------------------------------------------
+    def cached_config(
+        self, queue: str, now: float, ttl_s: float
+    ) -> tuple[bool, QueueConfig | None]:
+        """(whether a config read within ``ttl_s`` is cached, that config or ``None`` for an
+        unregistered or broken queue)."""
+        cached = self._configs.get(queue)
+        if cached is None or now - cached[0] > ttl_s:
+            return False, None
+        return True, cached[1]
+
+    def remember_config(self, queue: str, config: QueueConfig | None, now: float) -> None:
+        """The config read at ``now`` (``None``: unregistered or broken). A usable one ends
+        any report of a broken version."""
+        if config is not None:
+            self._reported_invalid.pop(queue)
+        self._configs[queue] = (now, config)
+
+    def note_invalid(self, invalid: InvalidConfig) -> None:
+        """Skip the queue (counted); report each broken version of its config once."""
+        self.count(Count.CONFIGS_INVALID)
+        if self._reported_invalid.get(invalid.queue) != invalid.fingerprint:
+            self._reported_invalid[invalid.queue] = invalid.fingerprint
+            message = (
+                f"CONFIG of {invalid.queue} is invalid; the queue is not controlled until it "
+                f"is fixed: {invalid.problem}"
+            )
+            self._notices.append(Notice(invalid.queue, message, Count.CONFIGS_INVALID))
+
+    def reported_invalid(self, queue: str) -> bool:
+        return queue in self._reported_invalid
+
+    # -- states ---------------------------------------------------------------------------
+    def state(self, queue: str) -> QueueState | None:
+        return self._states.get(queue)
+
+    def learn(self, state: QueueState) -> None:
+        """Take a state read from the ledger, unless the book holds that version or a newer
+        one (equal versions: the book's is the same transition plus unwritten memory).
+
+        A state whose last write claimed a move may have been stranded by another container
+        (its update or revert failed, or its answer was lost): its next step checks the
+        mapping first."""
+        cached = self._states.get(state.queue)
+        if cached is not None and cached.version >= state.version:
+            return
+        if state.last_action is not Action.HOLD:
+            self._unsettled[state.queue] = True
+        self._states[state.queue] = state
+
+    def first_state(self, state: QueueState) -> None:
+        """A state learned from the queue's mapping (never decided before): the mapping is
+        there."""
+        self._mapping_missing.pop(state.queue)
+        self._states[state.queue] = state
+
+    def due(self, now: float) -> set[str]:
+        """Queues whose state asked to be looked at again by now (a paused mapping sends no
+        telemetry): decided with the next plan, evidence or not."""
+        return {queue for queue, state in self._states.items() if 0 < state.wake_at <= now}
+
+    def is_unsettled(self, queue: str) -> bool:
+        return queue in self._unsettled
+
+    # -- mappings gone --------------------------------------------------------------------
+    def is_set_aside(self, queue: str, now: float) -> bool:
+        recheck_at = self._mapping_missing.get(queue)
+        return recheck_at is not None and recheck_at > now
+
+    def mapping_known_missing(self, queue: str) -> bool:
+        return queue in self._mapping_missing
+
+    def set_aside(self, queue: str, uuid: str, now: float) -> None:
+        """The mapping is gone: leave the queue alone (no call per batch) until a re-check;
+        counted and reported once, however many re-checks find it still gone."""
+        self.apply([MappingGone(queue, uuid, now + MAPPING_RECHECK_S)])
+
+    # -- effects --------------------------------------------------------------------------
+    def apply(self, effects: Iterable[Effect]) -> None:
+        """Remember what executing a plan did."""
+        for effect in effects:
+            match effect:
+                case Learned(state):
+                    self._unsettled.pop(state.queue)
+                    self._states[state.queue] = state
+                case Marked(queue, mark):
+                    self._mark(queue, mark)
+                case MappingGone(queue, uuid, recheck_at):
+                    self._mapping_gone(queue, uuid, recheck_at)
+                case Counted(count, times):
+                    self.count(count, times)
+
+    def _mark(self, queue: str, mark: Mark) -> None:
+        if mark is Mark.CONFLICTED:
+            self.count(Count.VERSION_CONFLICTS)
+            self._states.pop(queue)
+        if mark in (Mark.CONFLICTED, Mark.RETRY):
+            self.mark_pending([queue])
+        elif mark is Mark.UNSETTLED:
+            self._unsettled[queue] = True
+        elif mark is Mark.MAPPING_FOUND:
+            self._mapping_missing.pop(queue)
+
+    def _mapping_gone(self, queue: str, uuid: str, recheck_at: float) -> None:
+        first = queue not in self._mapping_missing
+        self._mapping_missing[queue] = recheck_at
+        self.planned([queue])
+        if not first:
+            return
+        self.count(Count.MAPPINGS_MISSING)
+        self._notices.append(
+            Notice(queue, mapping_missing_message(queue, uuid), Count.MAPPINGS_MISSING)
+        )
+
+
+def mapping_missing_message(queue: str, uuid: str) -> str:
+    """What the operator hears, and the audit says, of a queue whose mapping is gone."""
+    return (
+        f"event source mapping {uuid} of {queue} does not exist; the queue is set aside "
+        f"and looked for again every {MAPPING_RECHECK_S:.0f}s (re-register it to resume)"
+    )

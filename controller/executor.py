@@ -1,0 +1,296 @@
+"""Carrying out a plan: on AWS, or only showing it.
+
+``AwsExecutor`` claims each transition in the ledger with a conditional write, then moves the
+mapping; an operator's change to the mapping wins (drift adoption), a failed update is put back
+in the ledger, a deleted mapping's queue is set aside. ``DisplayExecutor`` does nothing but
+show the plan: the dry run. Both return an ``Execution``: the decisions that took effect and
+the effects for the book (:class:`controller.book.QueueBook`) to remember; neither changes the
+book itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from controller.book import (
+    MAPPING_RECHECK_S,
+    BookView,
+    Count,
+    Counted,
+    Effect,
+    Learned,
+    MappingGone,
+    Mark,
+    Marked,
+    mapping_missing_message,
+)
+from controller.constants import ATTEMPT_TIMEOUT_S
+from controller.model import Action, AuditEvent, Decision, QueueState
+from controller.planner import Plan, Step, describe
+from controller.ports import (
+    ActuationError,
+    Actuator,
+    Ledger,
+    LedgerError,
+    MappingNotFound,
+    MappingView,
+    VersionConflict,
+)
+from controller.transitions import Transition
+
+# Time kept in hand for one step (read, claim) before the invocation's deadline.
+STEP_BUDGET_S = 3.0
+# What a step that moves a mapping needs in hand when it claims: an attempt's worst case each
+# for the claim, the update and the revert should the update fail (the update's own deadline
+# keeps the revert's back). With less, the update would be refused before any attempt: the
+# step waits for the next batch, unclaimed.
+CLAIM_BUDGET_S = 3 * ATTEMPT_TIMEOUT_S
+
+
+@dataclass(slots=True)
+class Execution:
+    """What carrying out a plan did: the decisions that took effect (HOLDs included), the
+    effects for the book, and the ledger fault that stopped it, if one did."""
+
+    done: list[Decision] = field(default_factory=list)
+    effects: list[Effect] = field(default_factory=list)
+    fault: LedgerError | None = None
+
+
+class Executor(Protocol):
+    def execute(self, plan: Plan, book: BookView, deadline: float) -> Execution:
+        """Carry out ``plan``; steps that would not fit before ``deadline`` (a
+        ``time.monotonic()`` value) are left for the next batch."""
+        ...
+
+
+class DisplayExecutor:
+    """The dry run: every step shown (``show``, one line each), none carried out. The book
+    then remembers each step as done, so a replay shows what the controller would do next."""
+
+    def __init__(self, show: Callable[[str], None] = print) -> None:
+        self._show = show
+
+    def execute(self, plan: Plan, book: BookView, deadline: float) -> Execution:
+        for line in describe(plan):
+            self._show(line)
+        return Execution(
+            done=plan.decisions,
+            effects=[Learned(step.decision.new_state) for step in plan.steps],
+        )
+
+
+class _OutOfTime(Exception):
+    """The step could not be started or claimed before the deadline."""
+
+
+class AwsExecutor:
+    """Carries out plans with the ledger and the actuator (see the module's docstring)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        actuator: Actuator,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ledger = ledger
+        self.actuator = actuator
+        self._monotonic = monotonic
+
+    def execute(self, plan: Plan, book: BookView, deadline: float) -> Execution:
+        """Nothing is recorded that was not done. A ledger fault stops the execution: the
+        rest of the plan waits for the next batch and the fault is in the ``Execution``."""
+        execution = Execution()
+        listed = self._list_mappings(plan, deadline, execution)
+        effects = execution.effects
+        for index, step in enumerate(plan.steps):
+            try:
+                if step.claim is not None and not self._fits(STEP_BUDGET_S, deadline):
+                    raise _OutOfTime
+                try:
+                    self._run(step, plan.now, deadline, listed, execution)
+                except MappingNotFound:
+                    self._set_aside(step, book, plan.now, execution)
+            except _OutOfTime:
+                rest = plan.steps[index:]
+                effects += [Counted(Count.STEPS_DEFERRED, len(rest)), *map(_retry, rest)]
+                break
+            except LedgerError as fault:
+                if step.actuates:
+                    effects.append(Marked(step.queue, Mark.UNSETTLED))
+                effects += map(_retry, plan.steps[index:])
+                execution.fault = fault
+                break
+            except ActuationError:
+                # The mapping could not even be read: try again with the next batch.
+                effects += [Counted(Count.ACTUATION_FAILURES), _retry(step)]
+        return execution
+
+    def _fits(self, budget_s: float, deadline: float) -> bool:
+        return self._monotonic() + budget_s <= deadline
+
+    def _list_mappings(
+        self, plan: Plan, deadline: float, execution: Execution
+    ) -> dict[str, MappingView]:
+        """The mappings this plan checks, listed in bulk for the drift check: a page covers a
+        hundred mappings where a read covers one, and the control plane allows 15 calls/s per
+        account. A failed listing leaves every step its own read."""
+        uuids = {step.config.esm_uuid for step in plan.steps if step.checks_mapping}
+        if not uuids or not self._fits(STEP_BUDGET_S, deadline):
+            return {}  # nothing to check, or no time to move anything: no call
+        try:
+            return self.actuator.read_many(uuids, deadline)
+        except ActuationError:
+            execution.effects.append(Counted(Count.MAPPING_LIST_FAILURES))
+            return {}
+
+    def _run(
+        self,
+        step: Step,
+        now: float,
+        deadline: float,
+        listed: dict[str, MappingView],
+        execution: Execution,
+    ) -> None:
+        decision, config, effects = step.decision, step.config, execution.effects
+        if step.checks_mapping:
+            view = listed.get(config.esm_uuid) or self.actuator.read(config.esm_uuid, deadline)
+            effects.append(Marked(step.queue, Mark.MAPPING_FOUND))
+            if (
+                view.max_concurrency != decision.previous
+                or view.enabled != decision.previous_enabled
+            ):
+                self._commit(self._adopted(step, view, now, effects), execution)
+                return
+        if step.claim is None:
+            effects.append(Learned(decision.new_state))
+            execution.done.append(decision)
+            return
+        if step.actuates and not self._fits(CLAIM_BUDGET_S, deadline):
+            raise _OutOfTime
+        committed = self._commit(step.claim, execution)
+        if committed is None:
+            return
+        if not step.actuates:
+            execution.done.append(decision)
+            return
+        try:
+            # Time for the revert's ledger write is kept back, should the update fail.
+            apply_by = deadline - ATTEMPT_TIMEOUT_S
+            self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, apply_by)
+        except ActuationError as error:
+            self._revert(step, committed, now, error, execution)
+            if isinstance(error, MappingNotFound):
+                raise
+            return
+        effects.append(Counted(Count.ESM_UPDATES))
+        execution.done.append(decision)
+
+    def _adopted(
+        self, step: Step, view: MappingView, now: float, effects: list[Effect]
+    ) -> Transition:
+        """Documented rule: an operator's change to the mapping wins. The controller adopts the
+        actual value, records the drift, and judges fresh evidence under it before acting.
+
+        A mapping still at the value the ledger's last claim moved from is that claim not
+        carried out (its update or revert failed, or its answer was lost): the same repair,
+        audited as ``ACTUATION_RECONCILED``, not as an operator's drift."""
+        decision, claimed = step.decision, step.decided_from
+        value = decision.previous if view.max_concurrency is None else view.max_concurrency
+        enabled = view.enabled
+        if (
+            claimed.last_action is not Action.HOLD
+            and value == claimed.previous_concurrency != claimed.concurrency
+        ):
+            event, count = AuditEvent.ACTUATION_RECONCILED, Count.ACTUATIONS_RECONCILED
+            reason = (
+                f"Reconciled: the ledger claimed {decision.previous} but the mapping stayed at "
+                f"{value} (enabled={enabled}); the update never happened, adopting the mapping."
+            )
+        else:
+            event, count = AuditEvent.DRIFT_DETECTED, Count.DRIFT_DETECTED
+            reason = (
+                f"Drift: mapping is at {value} (enabled={enabled}) but the ledger said "
+                f"{decision.previous}; adopting the mapping's value."
+            )
+        effects.append(Counted(count))
+        state = claimed.evolve(
+            concurrency=value,
+            previous_concurrency=decision.previous,
+            enabled=enabled,
+            last_action=Action.HOLD,
+            last_reason=reason,
+            last_evaluated_at=now,
+            last_change_at=now,
+        )
+        return _holding(state, now, event, decision.previous, reason)
+
+    def _revert(
+        self,
+        step: Step,
+        committed: QueueState,
+        now: float,
+        error: ActuationError,
+        execution: Execution,
+    ) -> None:
+        """The claim stands in the ledger but the mapping did not move: put the ledger back."""
+        decision = step.decision
+        reason = f"Actuation failed ({error}); mapping stays at {decision.previous}."
+        state = step.decided_from.evolve(
+            version=committed.version, last_reason=reason, last_evaluated_at=now
+        )
+        execution.effects += [Counted(Count.ACTUATION_FAILURES), _retry(step)]
+        event = AuditEvent.ACTUATION_FAILED
+        self._commit(_holding(state, now, event, decision.target, reason), execution)
+
+    def _set_aside(self, step: Step, book: BookView, now: float, execution: Execution) -> None:
+        """The mapping is gone: the book sets the queue aside; the first time, a queue with a
+        state has it audited (with whatever this execution last wrote for it)."""
+        queue, uuid = step.queue, step.config.esm_uuid
+        first = not book.mapping_known_missing(queue)
+        state = _latest_state(queue, book, execution.effects)
+        execution.effects.append(MappingGone(queue, uuid, now + MAPPING_RECHECK_S))
+        if not first or state is None:
+            return
+        message = mapping_missing_message(queue, uuid)
+        audited = state.evolve(last_reason=message, last_evaluated_at=now)
+        event = AuditEvent.MAPPING_MISSING
+        self._commit(_holding(audited, now, event, state.concurrency, message), execution)
+
+    def _commit(self, transition: Transition, execution: Execution) -> QueueState | None:
+        """Write the transition; ``None`` when another invocation moved the queue first, whose
+        state is then re-read and judged afresh with the next batch."""
+        try:
+            committed = transition.commit(self.ledger)
+        except VersionConflict:
+            execution.effects.append(Marked(transition.state.queue, Mark.CONFLICTED))
+            return None
+        execution.effects.append(Learned(committed))
+        return committed
+
+
+def _holding(
+    state: QueueState, now: float, event: AuditEvent, previous: int, reason: str
+) -> Transition:
+    """A transition that records ``state`` without moving the mapping."""
+    return Transition(
+        state, at=now, event=event, previous_value=previous, action=Action.HOLD.value, reason=reason
+    )
+
+
+def _retry(step: Step) -> Marked:
+    return Marked(step.queue, Mark.RETRY)
+
+
+def _latest_state(queue: str, book: BookView, effects: list[Effect]) -> QueueState | None:
+    """The queue's state as the book will hold it once ``effects`` are applied."""
+    state = book.state(queue)
+    for effect in effects:
+        if isinstance(effect, Learned) and effect.state.queue == queue:
+            state = effect.state
+        elif effect == Marked(queue, Mark.CONFLICTED):
+            state = None
+    return state

@@ -1,0 +1,333 @@
+"""The control loop: telemetry in, one plan for every queue, then its execution.
+
+``ControlLoop.run_batch`` is the one entry point the Lambda (``controller.app``), the simulator
+and replay share: window the batch's samples in the book, learn what the plan needs (configs,
+states; ledger and mapping reads), plan (pure, :mod:`controller.planner`), execute
+(:mod:`controller.executor`) and let the book remember what was done.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.book import Count, QueueBook
+from controller.constants import CACHED_QUEUES, MAX_CLOCK_SKEW_S, WINDOW_RETENTION_S
+from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
+from controller.model import (
+    AuditEvent,
+    Decision,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+    Sample,
+)
+from controller.planner import Plan, plan, step_for
+from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, aimd_step, algorithm_named, decide
+from controller.ports import (
+    ActuationError,
+    Actuator,
+    InvalidConfig,
+    Ledger,
+    LedgerError,
+    MappingNotFound,
+    Notice,
+)
+from controller.settings import PolicyParams, SettingsError
+from controller.window import QueueWindow
+
+# What Lambda accepts in an event source mapping's URI path: a UUID, or a test double's id.
+ESM_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
+
+
+@dataclass(slots=True)
+class BatchResult:
+    """What one batch (or scheduled tick) did.
+
+    ``planned``: every decision of the plan; ``done``: those that took effect (HOLDs
+    included); ``dropped``: samples not windowed, by reason. A ledger fault stops the batch
+    (``fault``); ``windowed`` says whether its samples were windowed before it did.
+    """
+
+    plan: Plan | None = None
+    done: list[Decision] = field(default_factory=list)
+    dropped: Counter[Count] = field(default_factory=Counter)
+    due: int = 0
+    windowed: bool = False
+    fault: LedgerError | None = None
+
+    @property
+    def planned(self) -> list[Decision]:
+        return [] if self.plan is None else self.plan.decisions
+
+
+@dataclass(frozen=True, slots=True)
+class ManualResult:
+    """The operator's manual evaluation: the decision, and whether the mapping moved."""
+
+    decision: Decision
+    config: QueueConfig
+    esm_updated: bool
+
+
+class ControlLoop:
+    """One warm container's controller: the book, the planner and an executor (AWS unless
+    told otherwise: a ``DisplayExecutor`` makes it a dry run)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        actuator: Actuator,
+        params: PolicyParams,
+        *,
+        algorithm: LimitAlgorithm[Any] | None = None,
+        config_ttl_s: float = 60.0,
+        retention_s: float = WINDOW_RETENTION_S,
+        capacity: int = CACHED_QUEUES,
+        monotonic: Callable[[], float] = time.monotonic,
+        executor: Executor | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.actuator = actuator
+        self.params = params
+        self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
+        self.book = QueueBook(capacity, retention_s)
+        self.executor = executor or AwsExecutor(ledger, actuator, monotonic)
+        self._config_ttl_s = config_ttl_s
+        self._monotonic = monotonic
+
+    @property
+    def counters(self) -> Counter[Count]:
+        """Everything counted since the container started (read only)."""
+        return self.book.counters
+
+    @property
+    def retention_s(self) -> float:
+        """How far back from now an event time is still evidence."""
+        return self.book.retention_s
+
+    def take_notices(self) -> list[Notice]:
+        """What the operator should hear of since the last call, each once."""
+        return self.book.take_notices()
+
+    # -- the entry points -----------------------------------------------------------------
+    def run_batch(
+        self, samples: Iterable[Sample], now: float, deadline: float = math.inf
+    ) -> BatchResult:
+        """Window ``samples`` and decide every queue with new evidence (or due, or left from
+        an earlier batch), then carry the plan out before ``deadline`` (``time.monotonic()``).
+
+        A ledger fault does not raise: it ends the batch and is in the result, the queues not
+        yet done kept waiting, so a retried batch decides them again."""
+        result = BatchResult()
+        try:
+            result.dropped = self._ingest(samples, now)
+            result.windowed = True
+            self._decide(now, deadline, result)
+        except LedgerError as fault:
+            result.fault = fault
+        return result
+
+    def tick(self, now: float, deadline: float = math.inf) -> BatchResult:
+        """The scheduled wake-up: learn the due states from the ledger and decide them with
+        whatever else waits. A paused mapping sends no telemetry, so nothing else would wake
+        it; the tick lands in whatever container it lands in."""
+        result = BatchResult()
+        try:
+            for state in self.ledger.due_states(now):
+                self.book.learn(state)
+            result.due = len(self.book.due(now))
+            self._decide(now, deadline, result)
+        except LedgerError as fault:
+            result.fault = fault
+        return result
+
+    def evaluate(
+        self, queue: str, pressure_rate: float, success_rate: float, now: float, deadline: float
+    ) -> ManualResult | None:
+        """The operator's manual evaluation: the original rule once on the given rates, no
+        window, no settling. ``None`` for an unregistered queue; a ledger fault raises."""
+        config = self.configs([queue], now).get(queue)
+        if config is None:
+            return None
+        state = self.states([config], now, deadline).get(queue)
+        if state is None:
+            raise ActuationError(f"mapping {config.esm_uuid} of {queue} could not be read")
+        if config.mode is Mode.PINNED:
+            decision = decide(self.algorithm, state, config, QueueWindow(), now, self.params)
+        else:
+            decision = aimd_step(state, pressure_rate, success_rate, self.params_for(config), now)
+        unsettled = self.book.is_unsettled(queue)
+        step = step_for(config, decision, state, None, now, unsettled, AuditEvent.MANUAL_EVALUATION)
+        execution = self.executor.execute(Plan(now, (step,)), self.book, deadline)
+        self.book.apply(execution.effects)
+        if execution.fault is not None:
+            raise execution.fault
+        done = bool(execution.done)
+        return ManualResult(execution.done[0] if done else decision, config, done and step.actuates)
+
+    # -- telemetry ------------------------------------------------------------------------
+    def _ingest(self, samples: Iterable[Sample], now: float) -> Counter[Count]:
+        """Window the samples of registered queues; returns how many of the others were
+        dropped, by reason (also counted).
+
+        Only event times from one retention before ``now`` to ``MAX_CLOCK_SKEW_S`` after it
+        are evidence: one document stamped in the future would otherwise become its window's
+        newest time and make every real sample after it look too old.
+        """
+        dropped: Counter[Count] = Counter()
+        earliest, latest = now - self.book.retention_s, now + MAX_CLOCK_SKEW_S
+        by_queue: dict[str, list[Sample]] = {}
+        for sample in samples:
+            if sample.event_time > latest:
+                dropped[Count.SAMPLES_FROM_FUTURE] += 1
+            elif sample.event_time < earliest:
+                dropped[Count.SAMPLES_TOO_OLD] += 1
+            else:
+                by_queue.setdefault(sample.queue, []).append(sample)
+        configs = self.configs(by_queue, now)
+        book = self.book
+        for queue, queue_samples in by_queue.items():
+            if queue not in configs:
+                if book.reported_invalid(queue):
+                    book.count(Count.SAMPLES_CONFIG_INVALID, len(queue_samples))
+                else:
+                    dropped[Count.SAMPLES_UNREGISTERED] += len(queue_samples)
+                continue
+            for sample in queue_samples:
+                if book.add_sample(sample):
+                    book.count(Count.SAMPLES_WINDOWED)
+                else:
+                    dropped[Count.SAMPLES_TOO_OLD] += 1
+        book.counters.update(dropped)
+        return dropped
+
+    # -- what the plan needs --------------------------------------------------------------
+    def configs(self, queues: Iterable[str], now: float) -> dict[str, QueueConfig]:
+        """Registered, usable configs, cached for ``config_ttl_s`` so a batch costs no ledger
+        reads."""
+        known: dict[str, QueueConfig | None] = {}
+        stale = []
+        for queue in set(queues):
+            fresh, config = self.book.cached_config(queue, now, self._config_ttl_s)
+            if fresh:
+                known[queue] = config
+            else:
+                stale.append(queue)
+        if stale:
+            fetched = self.ledger.read_configs(stale)
+            for queue in stale:
+                config = fetched.valid.get(queue)
+                invalid = fetched.invalid.get(queue) or self._invalid(config)
+                if invalid is not None:
+                    self.book.note_invalid(invalid)
+                    config = None
+                known[queue] = config
+                self.book.remember_config(queue, config, now)
+        return {q: config for q, config in known.items() if config is not None}
+
+    def _invalid(self, config: QueueConfig | None) -> InvalidConfig | None:
+        """Validate a decoded config before any AWS call depends on it."""
+        if config is None:
+            return None
+        problem = None
+        if not ESM_ID_PATTERN.fullmatch(config.esm_uuid):
+            problem = f"EsmUuid {config.esm_uuid!r} is not an event source mapping id"
+        else:
+            try:
+                self.params_for(config)
+            except SettingsError as error:
+                problem = f"policy overrides do not validate: {error}"
+        if problem is None:
+            return None
+        return InvalidConfig(config.queue, problem, repr(config))
+
+    def params_for(self, config: QueueConfig) -> PolicyParams:
+        return self.params.with_overrides(config.overrides) if config.overrides else self.params
+
+    def states(
+        self, configs: Iterable[QueueConfig], now: float, deadline: float = math.inf
+    ) -> dict[str, QueueState]:
+        """Current state per queue: the book's, else the ledger's, else learned from the
+        mapping.
+
+        A mapping that cannot be read (or not before ``deadline``) is left out and counted
+        rather than blocking the rest. ``queuemesh register`` writes the first state, so this
+        read is only for queues registered by other means.
+        """
+        configs = list(configs)
+        book = self.book
+        missing = [c.queue for c in configs if book.state(c.queue) is None]
+        if missing:
+            for stored in self.ledger.get_states(missing).values():
+                book.learn(stored)
+        known: dict[str, QueueState] = {}
+        for config in configs:
+            state = book.state(config.queue) or self._first_state(config, now, deadline)
+            if state is not None:
+                known[config.queue] = state
+        return known
+
+    def _first_state(self, config: QueueConfig, now: float, deadline: float) -> QueueState | None:
+        """A queue never decided before starts from its mapping's actual setting."""
+        if self._monotonic() + STEP_BUDGET_S > deadline:
+            self.book.count(Count.STATES_DEFERRED)
+            return None
+        try:
+            view = self.actuator.read(config.esm_uuid, deadline)
+        except MappingNotFound:
+            self.book.set_aside(config.queue, config.esm_uuid, now)
+            return None
+        except ActuationError:
+            self.book.count(Count.MAPPINGS_UNREADABLE)
+            return None
+        cmax = self.params_for(config).cmax
+        concurrency = view.max_concurrency if view.max_concurrency is not None else cmax
+        state = QueueState(
+            queue=config.queue,
+            esm_uuid=config.esm_uuid,
+            state=QueueStateName.HEALTHY,
+            concurrency=concurrency,
+            previous_concurrency=concurrency,
+            last_evaluated_at=now,
+            enabled=view.enabled,
+        )
+        self.book.first_state(state)
+        return state
+
+    # -- deciding and acting --------------------------------------------------------------
+    def _decide(self, now: float, deadline: float, result: BatchResult) -> None:
+        """Plan every waiting or due queue, execute the plan, remember what was done. A
+        ledger fault while learning keeps the queues waiting; one while executing keeps
+        those not yet done."""
+        book = self.book
+        waiting = book.pending() | book.due(now)
+        queues = sorted(q for q in waiting if not book.is_set_aside(q, now))
+        configs = self.configs(queues, now)
+        states = self.states(configs.values(), now, deadline)
+        windows = {queue: book.window(queue) for queue in queues if queue in states}
+        planned = plan(
+            now,
+            queues,
+            configs,
+            states,
+            windows,
+            book.is_unsettled,
+            self.algorithm,
+            self.params_for,
+        )
+        # Every queue that waited is done waiting (set aside, unregistered or planned) but
+        # those whose state could not be learned in time.
+        book.planned(sorted(waiting.difference(planned.undecided)))
+        result.plan = planned
+        execution = self.executor.execute(planned, book, deadline)
+        book.apply(execution.effects)
+        result.done = execution.done
+        if execution.fault is not None:
+            raise execution.fault

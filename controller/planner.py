@@ -1,0 +1,143 @@
+"""Deciding: every queue's next step from what the book knows, as plain data.
+
+Planning is pure. It reads configs, states and windows handed to it and returns a ``Plan``;
+nothing is written, actuated or remembered. A batch's decisions therefore never depend on the
+order the AWS calls happen to take, and showing a plan (``describe``) is a dry run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from controller.model import AuditEvent, Decision, Mode, QueueConfig, QueueState
+from controller.policy import LimitAlgorithm, decide
+from controller.settings import PolicyParams
+from controller.transitions import Transition
+from controller.window import QueueWindow
+
+
+class StepKind(StrEnum):
+    """What carrying out a step takes: moving the mapping (after claiming it in the ledger),
+    only recording a transition, or nothing beyond the warm container's memory."""
+
+    UPDATE = "update"
+    RECORD = "record"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One queue's decision, what it was decided from, and what carrying it out writes."""
+
+    config: QueueConfig
+    decision: Decision
+    decided_from: QueueState
+    # Read the mapping before acting: the step moves it, or the queue's last claim may be
+    # stranded (never for a dry-run queue, whose ledger disagrees with its mapping by design).
+    checks_mapping: bool
+    # The transition to claim in the ledger; ``None``: a steady queue costs no write.
+    claim: Transition | None
+
+    @property
+    def queue(self) -> str:
+        return self.config.queue
+
+    @property
+    def kind(self) -> StepKind:
+        if self.config.mode is Mode.ACTIVE and self.decision.changes_mapping:
+            return StepKind.UPDATE
+        return StepKind.HOLD if self.claim is None else StepKind.RECORD
+
+    @property
+    def actuates(self) -> bool:
+        return self.kind is StepKind.UPDATE
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The steps of one batch, decided at ``now``; ``undecided`` queues had no state in time
+    and wait for the next batch."""
+
+    now: float
+    steps: tuple[Step, ...] = ()
+    undecided: tuple[str, ...] = ()
+
+    @property
+    def decisions(self) -> list[Decision]:
+        return [step.decision for step in self.steps]
+
+
+def plan(
+    now: float,
+    queues: Sequence[str],
+    configs: Mapping[str, QueueConfig],
+    states: Mapping[str, QueueState],
+    windows: Mapping[str, QueueWindow],
+    unsettled: Callable[[str], bool],
+    algorithm: LimitAlgorithm[Any],
+    params_for: Callable[[QueueConfig], PolicyParams],
+) -> Plan:
+    """Decide ``queues`` (in that order) with their windows; a queue without a config is not
+    managed, one without a state is left undecided."""
+    steps = []
+    undecided = []
+    for queue in queues:
+        config, state = configs.get(queue), states.get(queue)
+        if config is None:
+            continue
+        if state is None:
+            undecided.append(queue)
+            continue
+        window = windows[queue]
+        decision = decide(algorithm, state, config, window, now, params_for(config))
+        steps.append(
+            step_for(config, decision, state, window.newest_event_time, now, unsettled(queue))
+        )
+    return Plan(now, tuple(steps), tuple(undecided))
+
+
+def step_for(
+    config: QueueConfig,
+    decision: Decision,
+    decided_from: QueueState,
+    evidence_time: float | None,
+    now: float,
+    unsettled: bool,
+    event: AuditEvent = AuditEvent.TRANSITION,
+) -> Step:
+    """The step carrying out ``decision``. Only transitions reach the ledger: memory changed
+    without one stays in the warm container, and a cold one re-learns it."""
+    moves = decision.changes_mapping
+    claim = None
+    if moves or decision.state != decided_from.state:
+        dry_run = config.mode is Mode.DRY_RUN and moves
+        latency_s = 0.0 if evidence_time is None else max(0.0, now - evidence_time)
+        claim = Transition(
+            decision.new_state.evolve(version=decided_from.version),
+            at=now,
+            event=event,
+            previous_value=decision.previous,
+            action=decision.action.value,
+            reason=f"[dry-run] {decision.reason}" if dry_run else decision.reason,
+            error_rate=decision.pressure_rate,
+            success_rate=decision.success_rate,
+            control_loop_latency_ms=latency_s * 1000,
+        )
+    active = config.mode is Mode.ACTIVE
+    checks_mapping = active and (moves or unsettled)
+    return Step(config, decision, decided_from, checks_mapping, claim)
+
+
+def describe(plan: Plan) -> list[str]:
+    """The plan as an operator reads it: one line per step, what would be done and why."""
+    lines = []
+    for step in plan.steps:
+        decision = step.decision
+        lines.append(
+            f"{step.kind} {decision.queue} ({step.config.esm_uuid}): {decision.previous} -> "
+            f"{decision.target} [{decision.action}] {decision.reason}"
+        )
+    return lines

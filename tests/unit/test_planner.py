@@ -1,0 +1,86 @@
+"""The planner: pure, its steps plain data."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.model import AuditEvent, Mode, QueueState
+from controller.planner import Plan, StepKind, describe, plan
+from controller.policy.aimd import Aimd
+from controller.settings import PolicyParams
+from controller.window import QueueWindow
+from tests.factories import config, sample, state
+
+
+def storm_window(throttled: int) -> QueueWindow:
+    window = QueueWindow()
+    for s in range(10):
+        window.add(sample(at=100.0 + s + 0.9, ok=10 - throttled, throttled=throttled))
+    return window
+
+
+def planned(
+    mode: Mode = Mode.ACTIVE,
+    throttled: int = 2,
+    unsettled: bool = False,
+    states: dict[str, QueueState] | None = None,
+) -> Plan:
+    configs = {"orders": config("orders", mode=mode)}
+    return plan(
+        110.0,
+        ["orders", "stranger"],
+        configs,
+        {"orders": state()} if states is None else states,
+        {"orders": storm_window(throttled)},
+        lambda queue: unsettled,
+        Aimd(),
+        lambda _: PolicyParams(),
+    )
+
+
+@given(throttled=st.integers(0, 10), unsettled=st.booleans())
+def test_planning_is_pure(throttled: int, unsettled: bool) -> None:
+    """The same inputs, the same plan: nothing it reads is changed by planning."""
+    assert planned(throttled=throttled, unsettled=unsettled) == planned(
+        throttled=throttled, unsettled=unsettled
+    )
+
+
+def test_a_cut_is_an_update_step_with_its_claim() -> None:
+    [step] = planned().steps
+    assert (step.kind, step.checks_mapping) == (StepKind.UPDATE, True)
+    assert step.claim is not None
+    assert (step.claim.event, step.claim.previous_value, step.claim.state.concurrency) == (
+        AuditEvent.TRANSITION,
+        100,
+        50,
+    )
+    assert step.claim.state.version == step.decided_from.version
+    assert step.claim.control_loop_latency_ms == pytest.approx(100.0)  # evidence at 109.9
+
+
+def test_a_dry_run_queue_records_with_a_marked_reason_and_never_checks_its_mapping() -> None:
+    [step] = planned(Mode.DRY_RUN, unsettled=True).steps
+    assert (step.kind, step.checks_mapping) == (StepKind.RECORD, False)
+    assert step.claim is not None and step.claim.reason.startswith("[dry-run] ")
+
+
+def test_a_steady_queue_holds_without_a_write_but_an_unsettled_one_is_checked() -> None:
+    [steady] = planned(throttled=0).steps
+    assert (steady.kind, steady.claim, steady.checks_mapping) == (StepKind.HOLD, None, False)
+    [unsettled] = planned(throttled=0, unsettled=True).steps
+    assert unsettled.checks_mapping
+
+
+def test_a_queue_without_a_state_is_left_undecided() -> None:
+    empty = planned(states={})
+    assert (empty.steps, empty.undecided) == ((), ("orders",))
+
+
+def test_describe_is_the_dry_run_of_a_plan() -> None:
+    assert describe(planned()) == [
+        "update orders (esm-orders): 100 -> 50 [MULTIPLICATIVE_DECREASE] HTTP 429 breach: "
+        "Error rate 20.0% >= T1 (5.0%). Applied factor Beta=0.5. Scaled from 100 -> 50."
+    ]
