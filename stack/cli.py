@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stack.dashboard",
     "stack.demo",
     "stack.commands.ops",
+    "stack.commands.doctor",
 )
 
 
