@@ -8,11 +8,14 @@ boto3 client for a service name (``AwsTarget.client``, or ``EmbeddedAws.client``
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.aws import CallWindow
+from controller.constants import CONTROL_PLANE_CALLS_PER_S, CONTROL_PLANE_QUOTA_PER_S
 from controller.ledger import (
     CONFIG_SK,
     GUARD_ATTRIBUTES,
@@ -95,6 +98,9 @@ class StackReader:
         self._clock = clock
         self._lambda = client("lambda")
         self._dynamodb = client("dynamodb")
+        # Lambda's control plane is shared with the controller, which keeps to 12 of the
+        # account's 15 requests a second: the doctor takes no more than the 3 left over.
+        self._control_plane = CallWindow(CONTROL_PLANE_QUOTA_PER_S - CONTROL_PLANE_CALLS_PER_S)
 
     def read(
         self, stack_name: str, template: Mapping[str, Any], table: str | None = None
@@ -104,10 +110,12 @@ class StackReader:
         stream_arn = _output(stack, STREAM_OUTPUT)
         params = self._controller_policy(_output(stack, CONTROLLER_OUTPUT))
         configs, invalid, states = self._ledger(table)
+        paused = {state.queue for state in states if state.paused}
+        mappings = self._mappings() if configs else {}
         functions: dict[str, FunctionFacts | None] = {}
         queues = []
         for config in configs:
-            mapping = self._mapping(config.esm_uuid)
+            mapping = mappings.get(config.esm_uuid)
             function = None
             if mapping is not None:
                 if mapping.function_name not in functions:
@@ -115,12 +123,11 @@ class StackReader:
                         mapping.function_name, template, stack
                     )
                 function = functions[mapping.function_name]
-            state = next((s for s in states if s.queue == config.queue), None)
             queues.append(
                 RegisteredQueue(
                     config=config,
                     cmax=_cmax(params, config.overrides),
-                    paused=state is not None and state.paused,
+                    paused=config.queue in paused,
                     mapping=mapping,
                     function=function,
                     queue=self._queue(mapping),
@@ -192,7 +199,7 @@ class StackReader:
 
     def _controller_policy(self, controller: str) -> PolicyParams | None:
         """The policy defaults the controller runs with (its QUEUEMESH_* environment)."""
-        configuration = self._lambda.get_function_configuration(FunctionName=controller)
+        configuration = self._lambda_call("get_function_configuration", FunctionName=controller)
         variables = (configuration.get("Environment") or {}).get("Variables") or {}
         try:
             return PolicyParams.from_env(variables)
@@ -229,28 +236,24 @@ class StackReader:
         states = [state_facts(item) for item in items if item["SK"] == STATE_SK]
         return configs, invalid, sorted(states, key=lambda state: state.queue)
 
-    def _mapping(self, uuid: str) -> MappingFacts | None:
-        from botocore.exceptions import ClientError, ParamValidationError
+    def _lambda_call(self, operation: str, **params: Any) -> Any:
+        self._control_plane.acquire(math.inf)
+        return getattr(self._lambda, operation)(**params)
 
-        try:
-            mapping = self._lambda.get_event_source_mapping(UUID=uuid)
-        except ParamValidationError:
-            return None
-        except ClientError as error:
-            if _code(error) != NOT_FOUND:
-                raise
-            return None
-        return MappingFacts(
-            uuid=uuid,
-            state=str(mapping.get("State", "")),
-            max_concurrency=(mapping.get("ScalingConfig") or {}).get("MaximumConcurrency"),
-            function_name=str(mapping.get("FunctionArn", "")).split(":function:")[-1],
-            event_source_arn=str(mapping.get("EventSourceArn", "")),
-            batching_window_s=int(mapping.get("MaximumBatchingWindowInSeconds") or 0),
-            report_batch_item_failures="ReportBatchItemFailures"
-            in (mapping.get("FunctionResponseTypes") or []),
-            provisioned_pollers=bool(mapping.get("ProvisionedPollerConfig")),
-        )
+    def _mappings(self) -> dict[str, MappingFacts]:
+        """The account's mappings by UUID: one ListEventSourceMappings page per 100 mappings,
+        where a GetEventSourceMapping each would cost a call per registered queue."""
+        found: dict[str, MappingFacts] = {}
+        marker: str | None = None
+        while True:
+            page = self._lambda_call(
+                "list_event_source_mappings", MaxItems=100, **({"Marker": marker} if marker else {})
+            )
+            for mapping in page.get("EventSourceMappings", []):
+                found[str(mapping["UUID"])] = mapping_facts(mapping)
+            marker = page.get("NextMarker")
+            if not marker:
+                return found
 
     def _function(
         self, function: str, template: Mapping[str, Any], stack: StackFacts
@@ -258,8 +261,8 @@ class StackReader:
         from botocore.exceptions import ClientError
 
         try:
-            configuration = self._lambda.get_function_configuration(FunctionName=function)
-            reserved = self._lambda.get_function_concurrency(FunctionName=function)
+            configuration = self._lambda_call("get_function_configuration", FunctionName=function)
+            reserved = self._lambda_call("get_function_concurrency", FunctionName=function)
         except ClientError as error:
             if _code(error) != NOT_FOUND:
                 raise
@@ -333,6 +336,21 @@ class StackReader:
             Statistics=["Sum"],
         )
         return float(sum(point.get("Sum", 0.0) for point in answer.get("Datapoints", [])))
+
+
+def mapping_facts(mapping: Mapping[str, Any]) -> MappingFacts:
+    """A mapping as Get/ListEventSourceMappings describe it."""
+    return MappingFacts(
+        uuid=str(mapping["UUID"]),
+        state=str(mapping.get("State", "")),
+        max_concurrency=(mapping.get("ScalingConfig") or {}).get("MaximumConcurrency"),
+        function_name=str(mapping.get("FunctionArn", "")).split(":function:")[-1],
+        event_source_arn=str(mapping.get("EventSourceArn", "")),
+        batching_window_s=int(mapping.get("MaximumBatchingWindowInSeconds") or 0),
+        report_batch_item_failures="ReportBatchItemFailures"
+        in (mapping.get("FunctionResponseTypes") or []),
+        provisioned_pollers=bool(mapping.get("ProvisionedPollerConfig")),
+    )
 
 
 def state_facts(item: Mapping[str, Any]) -> StateItemFacts:
