@@ -80,11 +80,12 @@ class FunctionFacts:
 
 @dataclass(frozen=True, slots=True)
 class QueueFacts:
-    """The SQS queue a mapping reads."""
+    """The SQS queue a mapping reads (``exists`` False: the queue is gone)."""
 
     name: str
     visibility_timeout_s: int
     has_dead_letter_queue: bool
+    exists: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +259,16 @@ def check_functions(report: StackReport) -> list[Finding]:
                     f"{registered.config.esm_uuid} --cmax {max(reserved, 2)}`)",
                 )
             )
+        if queue is not None and not queue.exists:
+            findings.append(
+                _problem(
+                    subject,
+                    f"its mapping reads queue {queue.name}, which does not exist",
+                    "delete the mapping and the queue's CONFIG item, or register the queue's "
+                    "new mapping",
+                )
+            )
+            continue
         if function is not None and queue is not None:
             window = mapping.batching_window_s if mapping is not None else 0
             wanted = VISIBILITY_TIMEOUT_FACTOR * function.timeout_s + window

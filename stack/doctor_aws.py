@@ -46,6 +46,7 @@ from stack.widgets import StackFacts
 
 SUBSCRIPTION_FILTER = "AWS::Logs::SubscriptionFilter"
 NOT_FOUND = "ResourceNotFoundException"
+QUEUE_NOT_FOUND = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
 # The stack outputs the doctor reads (template.yaml's Outputs).
 TABLE_OUTPUT = "LedgerTableName"
 STREAM_OUTPUT = "TelemetryStreamArn"
@@ -98,6 +99,8 @@ class StackReader:
         self._clock = clock
         self._lambda = client("lambda")
         self._dynamodb = client("dynamodb")
+        self._sqs = client("sqs")
+        self._logs = client("logs")
         # Lambda's control plane is shared with the controller, which keeps to 12 of the
         # account's 15 requests a second: the doctor takes no more than the 3 left over.
         self._control_plane = CallWindow(CONTROL_PLANE_QUOTA_PER_S - CONTROL_PLANE_CALLS_PER_S)
@@ -288,14 +291,17 @@ class StackReader:
         parts = mapping.event_source_arn.split(":")
         if len(parts) != 6 or parts[2] != "sqs":
             return None
-        sqs = self._client("sqs")
         try:
-            url = sqs.get_queue_url(QueueName=parts[5], QueueOwnerAWSAccountId=parts[4])
-            attributes = sqs.get_queue_attributes(
+            url = self._sqs.get_queue_url(QueueName=parts[5], QueueOwnerAWSAccountId=parts[4])
+            attributes = self._sqs.get_queue_attributes(
                 QueueUrl=url["QueueUrl"], AttributeNames=["VisibilityTimeout", "RedrivePolicy"]
             )["Attributes"]
-        except ClientError:
-            return None
+        except ClientError as error:
+            if _code(error) not in QUEUE_NOT_FOUND:
+                raise
+            return QueueFacts(
+                parts[5], visibility_timeout_s=0, has_dead_letter_queue=False, exists=False
+            )
         return QueueFacts(
             name=parts[5],
             visibility_timeout_s=int(attributes.get("VisibilityTimeout", 30)),
@@ -307,9 +313,10 @@ class StackReader:
     def _log_group(self, name: str) -> LogGroupFacts:
         from botocore.exceptions import ClientError
 
-        logs = self._client("logs")
         try:
-            pages = logs.get_paginator("describe_subscription_filters").paginate(logGroupName=name)
+            pages = self._logs.get_paginator("describe_subscription_filters").paginate(
+                logGroupName=name
+            )
             subscriptions = tuple(
                 Subscription(
                     str(item.get("destinationArn", "")), str(item.get("filterPattern", ""))

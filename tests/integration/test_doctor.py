@@ -178,6 +178,12 @@ def test_a_queue_without_a_dead_letter_queue(aws: EmbeddedAws, doctor: Doctor) -
     doctor.one_problem("its queue has no dead-letter queue")
 
 
+def test_a_mapping_whose_queue_was_deleted(aws: EmbeddedAws, doctor: Doctor) -> None:
+    binding = doctor.stack.queues[0]
+    aws.client("sqs").delete_queue(QueueUrl=binding.url)
+    doctor.one_problem(f"its mapping reads queue {binding.name}, which does not exist")
+
+
 def test_a_telemetry_stream_that_throttles_writes(aws: EmbeddedAws, doctor: Doctor) -> None:
     aws.client("cloudwatch").put_metric_data(
         Namespace="AWS/Kinesis",

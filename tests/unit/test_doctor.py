@@ -158,6 +158,11 @@ def test_a_queue_without_a_dead_letter_queue() -> None:
     assert "no dead-letter queue" in only_problem(healthy(queues=(healthy_queue(queue=queue),)))
 
 
+def test_a_mapping_reading_a_queue_that_is_gone_is_named_alone() -> None:
+    gone = QueueFacts("orders", visibility_timeout_s=0, has_dead_letter_queue=False, exists=False)
+    assert "which does not exist" in only_problem(healthy(queues=(healthy_queue(queue=gone),)))
+
+
 def test_log_groups_missing_unsubscribed_or_with_another_pattern() -> None:
     for group, expected in [
         (LogGroupFacts("/w", exists=False), "does not exist"),
