@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from stack.aws import AwsTarget, add_target_arguments, aws_errors
+from stack.dashboard import DEFAULT_STACK_NAME
 from stack.errors import CliError
-
-DEFAULT_STACK_NAME = "queuemesh"  # samconfig.toml's stack_name
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
