@@ -86,6 +86,7 @@ def mapping_view(configuration: Mapping[str, Any]) -> MappingView:
         state=state,
         event_source_arn=str(configuration.get("EventSourceArn", "")),
         batch_size=int(configuration.get("BatchSize") or 0),
+        provisioned_pollers=bool(configuration.get("ProvisionedPollerConfig")),
     )
 
 

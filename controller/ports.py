@@ -120,6 +120,8 @@ class MappingView:
     state: str
     event_source_arn: str
     batch_size: int
+    # Provisioned mode (ProvisionedPollerConfig): AWS allows no MaximumConcurrency there.
+    provisioned_pollers: bool = False
 
 
 class Actuator(Protocol):

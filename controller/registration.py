@@ -85,6 +85,14 @@ def register_queue(
             f"mapping {esm_uuid} reads from {view.event_source_arn or 'an unknown source'}, "
             f"not from queue {queue!r}; check --esm (`aws lambda list-event-source-mappings`)"
         )
+    if view.provisioned_pollers:
+        # A poller drives up to 10 concurrent invocations: MaximumPollers is too coarse a
+        # knob for AIMD, and MaximumConcurrency is not allowed beside it.
+        raise OperatorError(
+            f"mapping {esm_uuid} is in provisioned mode (ProvisionedPollerConfig), where AWS "
+            "allows no MaximumConcurrency; QueueMesh steers on-demand mappings only: remove "
+            "the ProvisionedPollerConfig, then register"
+        )
     config = QueueConfig(queue=queue, esm_uuid=esm_uuid, mode=mode, overrides=dict(overrides))
     ledger.put_config(config)
     view, capped = ensure_cap(actuator, config, view, params.cmax, deadline())

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "stack.local.dashboard",
     "stack.local.demo.command",
     "stack.ops.commands",
+    "stack.commands.doctor",
 )
 # pyproject.toml's optional dependencies for the local stack (stack/local/) and the plots.
 LOCAL_EXTRA = "local"

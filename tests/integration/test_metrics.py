@@ -33,7 +33,7 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     load_event,
 )
 from worker import emf, wrapper
-from worker.instrument import Tally
+from worker.tally import Tally
 
 STAMP_MS = 1_764_428_400_123
 

@@ -1,0 +1,100 @@
+"""The template's alarms on the controller's own health, held against what the controller
+really emits: each alarm's namespace, metric and dimensions are a metric of the controller's
+health document, named by the controller's code (not by literals here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controller.app import HEALTH_COUNTERS
+from controller.book import Count
+from controller.schema import CONTROLLER_NAMESPACE, HealthMetric
+from stack.local.template import load_template
+from tests.integration.test_metrics import controller_output, emitted_metrics
+from tests.paths import ROOT
+
+TEMPLATE = ROOT / "template.yaml"
+RUNBOOK = ROOT / "docs" / "operations.md"
+
+
+def metric_of(counter: Count) -> str:
+    """The health metric that reports the loop's count ``counter``."""
+    [metric] = [metric for metric, name in HEALTH_COUNTERS.items() if name == counter]
+    return metric
+
+
+# What an on-call engineer is paged for: telemetry the controller could not read, mapping
+# updates it gave up on, CONFIG items it cannot use.
+PAGED = {
+    HealthMetric.TELEMETRY_UNREADABLE,
+    metric_of(Count.ACTUATION_FAILURES),
+    metric_of(Count.CONFIGS_INVALID),
+}
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_template(TEMPLATE)
+
+
+def alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every alarm's properties by logical id (``Fn::ForEach`` entries are lists: skipped)."""
+    return {
+        logical: spec["Properties"]
+        for logical, spec in template["Resources"].items()
+        if isinstance(spec, dict) and spec.get("Type") == "AWS::CloudWatch::Alarm"
+    }
+
+
+def controller_alarms(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        logical: alarm
+        for logical, alarm in alarms(template).items()
+        if alarm["Namespace"] == CONTROLLER_NAMESPACE
+    }
+
+
+def test_each_paged_health_metric_has_one_alarm(template: dict[str, Any]) -> None:
+    watched = sorted(a["MetricName"] for a in controller_alarms(template).values())
+    assert watched == sorted(PAGED)
+
+
+def test_every_alarm_watches_a_metric_the_controller_emits_with_its_dimensions(
+    template: dict[str, Any],
+) -> None:
+    emitted = emitted_metrics(controller_output())
+    for logical, alarm in controller_alarms(template).items():
+        dimensions = frozenset(d["Name"] for d in alarm["Dimensions"])
+        watched = (alarm["Namespace"], alarm["MetricName"], dimensions)
+        assert watched in emitted, (logical, watched)
+
+
+def test_alarms_count_over_five_minutes_and_treat_no_document_as_zero(
+    template: dict[str, Any],
+) -> None:
+    parameters = template["Parameters"]
+    for alarm in controller_alarms(template).values():
+        # The health document is emitted only when something was counted.
+        assert alarm["TreatMissingData"] == "notBreaching"
+        assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 300)
+        assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+        threshold = alarm["Threshold"]
+        if isinstance(threshold, dict):
+            parameter = parameters[threshold["Ref"]]
+            assert parameter["Type"] == "Number" and parameter["MinValue"] >= 1
+            assert parameter["Default"] >= parameter["MinValue"]
+        else:
+            assert threshold >= 1
+        topic = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+        assert alarm["AlarmActions"] == alarm["OKActions"] == topic
+
+
+def test_every_alarm_has_a_runbook_entry(template: dict[str, Any]) -> None:
+    runbook = RUNBOOK.read_text(encoding="utf-8").split("## Alarms: the runbook", 1)[1]
+    assert len(alarms(template)) == 7
+    for logical in alarms(template):
+        assert f"| `{logical}` |" in runbook, logical
+    for metric in PAGED:
+        assert f"`{metric}`" in runbook

@@ -1,0 +1,270 @@
+"""`queuemesh doctor`'s checks on hand-made facts: one test per finding, and a healthy stack
+that has none (the same findings against the local stack: tests/integration/test_doctor.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controller.ledger import encode_state
+from controller.model import Mode, QueueConfig, QueueState, QueueStateName
+from stack.doctor import (
+    FunctionFacts,
+    LogGroupFacts,
+    MappingFacts,
+    QueueFacts,
+    RegisteredQueue,
+    Severity,
+    StackReport,
+    StateItemFacts,
+    Subscription,
+    backfill_plan,
+    diagnose,
+    has_problems,
+    missing_wake_ups,
+    with_wake_ups,
+)
+from stack.doctor_aws import state_facts, template_filter_pattern, template_log_group
+from stack.errors import CliError
+from stack.local.widgets import StackFacts
+
+STREAM = "arn:aws:kinesis:us-east-1:123456789012:stream/telemetry"
+PATTERN = '{ $._aws.CloudWatchMetrics[0].Namespace = "QueueMesh" }'
+UUID = "14e0db71-2b8c-4d2a-9e7f-0123456789ab"
+
+
+def healthy_queue(**changes: Any) -> RegisteredQueue:
+    queue = RegisteredQueue(
+        config=QueueConfig(queue="orders", esm_uuid=UUID),
+        cmax=100,
+        paused=False,
+        mapping=MappingFacts(
+            uuid=UUID, state="Enabled", max_concurrency=40, function_name="orders-worker"
+        ),
+        function=FunctionFacts(
+            name="orders-worker", timeout_s=30, reserved_concurrency=None, log_group="/w"
+        ),
+        queue=QueueFacts(name="orders", visibility_timeout_s=180, has_dead_letter_queue=True),
+    )
+    return dataclasses.replace(queue, **changes)
+
+
+def mapping(**changes: Any) -> MappingFacts:
+    assert healthy_queue().mapping is not None
+    return dataclasses.replace(healthy_queue().mapping, **changes)  # type: ignore[arg-type]
+
+
+def healthy(**changes: Any) -> StackReport:
+    report = StackReport(
+        stack="queuemesh",
+        table="ledger",
+        stream_name="telemetry",
+        stream_arn=STREAM,
+        filter_pattern=PATTERN,
+        queues=(healthy_queue(),),
+        log_groups=(LogGroupFacts("/w", True, (Subscription(STREAM, PATTERN),)),),
+        states=(state(),),
+    )
+    return dataclasses.replace(report, **changes)
+
+
+def state(**changes: Any) -> StateItemFacts:
+    facts = StateItemFacts(
+        queue="orders",
+        version=3,
+        paused=False,
+        wake_at=0.0,
+        has_wake_up=False,
+        legacy=False,
+    )
+    return dataclasses.replace(facts, **changes)
+
+
+def problems(report: StackReport) -> list[str]:
+    return [f.problem for f in diagnose(report) if f.severity is Severity.PROBLEM]
+
+
+def only_problem(report: StackReport) -> str:
+    found = problems(report)
+    assert len(found) == 1, found
+    assert has_problems(diagnose(report))
+    return found[0]
+
+
+def test_a_healthy_stack_has_no_findings() -> None:
+    assert diagnose(healthy()) == []
+
+
+def test_a_mapping_that_does_not_exist() -> None:
+    assert "does not exist" in only_problem(healthy(queues=(healthy_queue(mapping=None),)))
+
+
+def test_a_mapping_disabled_outside_queuemesh_but_not_one_the_controller_paused() -> None:
+    disabled = healthy_queue(mapping=mapping(state="Disabled"))
+    assert "Disabled, and not by QueueMesh" in only_problem(healthy(queues=(disabled,)))
+    paused = dataclasses.replace(disabled, paused=True)
+    assert diagnose(healthy(queues=(paused,))) == []
+
+
+def test_a_mapping_without_maximum_concurrency() -> None:
+    uncapped = healthy_queue(mapping=mapping(max_concurrency=None))
+    assert "no MaximumConcurrency" in only_problem(healthy(queues=(uncapped,)))
+
+
+def test_a_mapping_in_provisioned_mode_is_named_once() -> None:
+    provisioned = healthy_queue(mapping=mapping(provisioned_pollers=True, max_concurrency=None))
+    assert "provisioned mode" in only_problem(healthy(queues=(provisioned,)))
+
+
+def test_report_batch_item_failures_is_a_note_that_does_not_fail() -> None:
+    reporting = healthy_queue(mapping=mapping(report_batch_item_failures=True))
+    [finding] = diagnose(healthy(queues=(reporting,)))
+    assert finding.severity is Severity.NOTE and "only brake" in finding.problem
+    assert not has_problems([finding])
+    assert finding.line().startswith("note: queue orders: ")
+
+
+def test_an_undecodable_config_item() -> None:
+    report = healthy(invalid_configs=(("billing", "KeyError: 'EsmUuid'"),))
+    assert "does not decode" in only_problem(report)
+
+
+def test_reserved_concurrency_below_the_cap_and_the_pinned_value_as_cap() -> None:
+    function = FunctionFacts("orders-worker", 30, reserved_concurrency=50, log_group="/w")
+    assert "below the queue's cap 100" in only_problem(
+        healthy(queues=(healthy_queue(function=function),))
+    )
+    pinned = healthy_queue(
+        function=function,
+        config=QueueConfig("orders", UUID, mode=Mode.PINNED, pinned_concurrency=50),
+    )
+    assert diagnose(healthy(queues=(pinned,))) == []
+
+
+def test_visibility_timeout_under_six_function_timeouts_plus_the_batching_window() -> None:
+    queue = QueueFacts("orders", visibility_timeout_s=185, has_dead_letter_queue=True)
+    assert diagnose(healthy(queues=(healthy_queue(queue=queue),))) == []
+    windowed = healthy_queue(queue=queue, mapping=mapping(batching_window_s=10))
+    assert "at least 190 s" in diagnose(healthy(queues=(windowed,)))[0].fix
+
+
+def test_a_queue_without_a_dead_letter_queue() -> None:
+    queue = QueueFacts("orders", visibility_timeout_s=180, has_dead_letter_queue=False)
+    assert "no dead-letter queue" in only_problem(healthy(queues=(healthy_queue(queue=queue),)))
+
+
+def test_a_mapping_reading_a_queue_that_is_gone_is_named_alone() -> None:
+    gone = QueueFacts("orders", visibility_timeout_s=0, has_dead_letter_queue=False, exists=False)
+    assert "which does not exist" in only_problem(healthy(queues=(healthy_queue(queue=gone),)))
+
+
+def test_log_groups_missing_unsubscribed_or_with_another_pattern() -> None:
+    for group, expected in [
+        (LogGroupFacts("/w", exists=False), "does not exist"),
+        (LogGroupFacts("/w", True, (Subscription("arn:other", PATTERN),)), "not subscribed"),
+        (LogGroupFacts("/w", True, (Subscription(STREAM, ""),)), "pattern ''"),
+    ]:
+        assert expected in only_problem(healthy(log_groups=(group,)))
+
+
+def test_a_stream_that_refused_writes() -> None:
+    assert "refused 2 writes" in only_problem(healthy(throttled_writes=2.0))
+
+
+def test_a_paused_state_without_wake_up_and_its_repair() -> None:
+    stuck = state(paused=True, wake_at=500.0, indexed_wake_at=500.0)
+    report = healthy(states=(stuck,))
+    assert "no WakeUp" in only_problem(report)
+    assert missing_wake_ups(report) == [stuck]
+    assert diagnose(with_wake_ups(report, ["orders"])) == []
+    # Paused with a wake-up that has WakeUp, or running without one: nothing to fix.
+    assert diagnose(healthy(states=(state(paused=True, has_wake_up=True),))) == []
+
+
+@given(
+    wake_at=st.sampled_from([0.0, 10.0, 2000.0]),
+    indexed=st.sampled_from([0.0, 10.0, 2000.0]),
+    legacy=st.booleans(),
+)
+def test_a_backfill_sets_only_what_the_item_lacks(
+    wake_at: float, indexed: float, legacy: bool
+) -> None:
+    stuck = state(paused=True, wake_at=wake_at, indexed_wake_at=indexed, legacy=legacy)
+    plan = backfill_plan(stuck, now=1000.0)
+    # The next tick decides it: at its own wake-up time, or now if it had none.
+    assert plan.wake_at == (wake_at if wake_at > 0 else 1000.0)
+    assert plan.set_index_time == (indexed != plan.wake_at)
+    assert plan.set_legacy_time == (legacy and wake_at == 0)
+    assert plan.version == stuck.version
+
+
+def paused_state(**changes: Any) -> QueueState:
+    base = QueueState(
+        queue="orders",
+        esm_uuid=UUID,
+        state=QueueStateName.CRITICAL_BACKOFF,
+        concurrency=2,
+        previous_concurrency=4,
+        enabled=False,
+        wake_at=1500.0,
+        version=4,
+        last_evaluated_at=1000.0,
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def test_state_facts_read_the_current_layout() -> None:
+    item = encode_state(paused_state())
+    facts = state_facts(item)
+    assert (facts.paused, facts.has_wake_up, facts.legacy) == (True, True, False)
+    assert (facts.wake_at, facts.indexed_wake_at, facts.version) == (1500.0, 1500.0, 4)
+    del item["WakeUp"]
+    assert not state_facts(item).has_wake_up
+
+
+def test_state_facts_read_the_old_flat_layout() -> None:
+    item = encode_state(paused_state())
+    guards = {
+        name: item.pop(attr) for name, attr in [("enabled", "Enabled"), ("wake_at", "WakeAt")]
+    }
+    for attribute in ("LastChangeAt", "HoldUntil", "WakeUp"):
+        del item[attribute]
+    item["Memory"] = {"last_change_at": Decimal(900), "hold_until": Decimal(0), **guards}
+    facts = state_facts(item)
+    assert (facts.paused, facts.has_wake_up, facts.legacy) == (True, False, True)
+    assert (facts.wake_at, facts.indexed_wake_at) == (1500.0, 0.0)
+
+
+def test_the_filter_pattern_is_the_templates_one_including_for_each() -> None:
+    def filter_resource(pattern: str) -> dict[str, Any]:
+        return {"Type": "AWS::Logs::SubscriptionFilter", "Properties": {"FilterPattern": pattern}}
+
+    template = {
+        "Resources": {
+            "A": filter_resource(PATTERN),
+            "Fn::ForEach::Groups": ["G", ["x"], {"B&{G}": filter_resource(PATTERN)}],
+        }
+    }
+    assert template_filter_pattern(template) == PATTERN
+    template["Resources"]["C"] = filter_resource("")
+    with pytest.raises(CliError, match="share one FilterPattern"):
+        template_filter_pattern(template)
+
+
+def test_a_stack_functions_log_group_comes_from_its_template() -> None:
+    template = {
+        "Resources": {
+            "Worker": {"Properties": {"LoggingConfig": {"LogGroup": {"Ref": "WorkerLogs"}}}},
+            "Other": {"Properties": {}},
+        }
+    }
+    stack = StackFacts(
+        name="s", region="us-east-1", physical={"Worker": "fn-1", "WorkerLogs": "/g/1"}
+    )
+    assert template_log_group(template, stack, "fn-1") == "/g/1"
+    assert template_log_group(template, stack, "fn-elsewhere") is None
