@@ -176,8 +176,10 @@ class QueueWindow:
     def __init__(self, retention_s: float = 600.0) -> None:
         self._retention_s = retention_s
         self._buckets: dict[int, Totals] = {}
-        # Each bucket's frozen copy, made when first read after it last changed.
+        # Each bucket's frozen copy, in the buckets' order; the seconds counted since the last
+        # copy (an ordered set) are copied again when next read.
         self._frozen: dict[int, WindowStats] = {}
+        self._stale: dict[int, None] = {}
         self._newest_event_time: float | None = None
         self.dropped_too_old = 0
 
@@ -197,7 +199,7 @@ class QueueWindow:
             return False
         key = math.floor(sample.started_at)
         self._buckets.setdefault(key, Totals()).count(sample)
-        self._frozen.pop(key, None)
+        self._stale[key] = None
         if newest is None or sample.event_time > newest:
             self._newest_event_time = sample.event_time
             self._prune(sample.event_time - self._retention_s)
@@ -205,21 +207,23 @@ class QueueWindow:
 
     def snapshot(self) -> WindowSnapshot:
         """The window as it stands, frozen."""
-        return WindowSnapshot(tuple((key, self._frozen_bucket(key)) for key in self._buckets))
+        return WindowSnapshot(tuple(self._fresh().items()))
 
     def stats(self, since: float, until: float) -> WindowStats:
         """Totals of the one-second buckets starting in ``[since, until)``."""
-        return _span(((key, self._frozen_bucket(key)) for key in self._buckets), since, until)
+        return _span(self._fresh().items(), since, until)
 
-    def _frozen_bucket(self, key: int) -> WindowStats:
-        frozen = self._frozen.get(key)
-        if frozen is None:
-            frozen = self._buckets[key].frozen(key, key + 1, key)
-            self._frozen[key] = frozen
-        return frozen
+    def _fresh(self) -> dict[int, WindowStats]:
+        # A second first counted since the last copy is new to both dicts, and the stale set
+        # keeps the order they were counted in: the copies stay in the buckets' order.
+        for key in self._stale:
+            self._frozen[key] = self._buckets[key].frozen(key, key + 1, key)
+        self._stale.clear()
+        return self._frozen
 
     def _prune(self, horizon: float) -> None:
         cutoff = math.floor(horizon)
         for key in [key for key in self._buckets if key < cutoff]:
             del self._buckets[key]
             self._frozen.pop(key, None)
+            self._stale.pop(key, None)
