@@ -15,10 +15,12 @@ from typing import Any
 from controller.policy.adaptive import AdaptiveLimit
 from controller.policy.aimd import Aimd
 from controller.policy.base import EvidenceJudge, LimitAlgorithm, Situation, Verdict
+from controller.policy.envoy_gradient import EnvoyGradient
 from controller.policy.evidence import evidence_since
 from controller.policy.gradient2 import Gradient2
 from controller.policy.guards import aimd_step, decide, evaluate_manually
 from controller.policy.netflix_aimd import NetflixAimd
+from controller.policy.vector_arc import VectorArc
 from controller.policy.vegas import Vegas
 
 __all__ = [
@@ -44,6 +46,8 @@ ALGORITHMS: dict[str, type[LimitAlgorithm[Any]]] = {
     NetflixAimd.name: NetflixAimd,
     Vegas.name: Vegas,
     Gradient2.name: Gradient2,
+    VectorArc.name: VectorArc,
+    EnvoyGradient.name: EnvoyGradient,
 }
 # Measured best on every shipped scenario (docs/simulator.md); the Lambda, replay and the
 # simulator all start from it.
