@@ -53,9 +53,12 @@ class EnvoyGradient(WindowedLimit[EnvoyGradientMemory]):
     ) -> LimitUpdate[EnvoyGradientMemory]:
         memory, limit, rtt = situation.memory, situation.state.concurrency, sample.rtt_ms
         now, queue = situation.now, situation.state.queue
+        if rtt is None or rtt <= 0:
+            # No round trip to measure or judge: no measurement starts, one under way waits.
+            return LimitUpdate(limit, "no latency reported: hold", memory)
         if memory.deferred_limit > 0:
             calls = situation.stats.requests
-            if rtt is None or calls < MIN_RTT_REQUESTS:
+            if calls < MIN_RTT_REQUESTS:
                 return LimitUpdate(limit, f"measuring minRTT: {calls} calls so far", memory)
             measured = memory.measurements + 1
             wait = MIN_RTT_INTERVAL_S * (1 + _jitter(queue, measured))
@@ -65,8 +68,6 @@ class EnvoyGradient(WindowedLimit[EnvoyGradientMemory]):
         if memory.min_rtt_ms == 0 or now >= memory.next_measure_at:
             measuring = replace(memory, deferred_limit=limit)
             return LimitUpdate(PROBE_CONCURRENCY, "measuring minRTT", measuring)
-        if rtt is None or rtt <= 0:
-            return LimitUpdate(limit, "no latency reported: hold", memory)
         buffered = memory.min_rtt_ms * (1 + MIN_RTT_BUFFER)
         gradient = max(0.5, min(2.0, buffered / rtt))
         scaled = limit * gradient

@@ -75,5 +75,9 @@ class TestEnvoyGradient:
         back = envoy(evidence(rtt_ms=80.0, dropped=2), MEASURING, concurrency=3)
         assert (back.target, back.memory.min_rtt_ms) == (3, 80.0)
 
-    def test_without_latency_it_holds(self) -> None:
+    def test_without_latency_it_holds_and_measures_nothing(self) -> None:
         assert envoy(evidence(rtt_ms=None)).target == 10
+        fresh = envoy(evidence(rtt_ms=None), EnvoyGradientMemory(), concurrency=40)
+        assert (fresh.target, fresh.memory) == (40, EnvoyGradientMemory())
+        waiting = envoy(evidence(rtt_ms=None), MEASURING, concurrency=3)
+        assert (waiting.target, waiting.memory) == (3, MEASURING)
