@@ -37,9 +37,14 @@ from dataclasses import dataclass, replace
 
 from controller.model import QueueStateName
 from controller.policy.adaptive.latency import Latency, second_latencies
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, ceiling_above, hold
-from controller.policy.adaptive.probing import (
+from controller.policy.adaptive.memory import (
+    AdaptiveMemory,
     AdaptiveSituation,
+    AdaptiveVerdict,
+    ceiling_above,
+    hold,
+)
+from controller.policy.adaptive.probing import (
     overload_beneath,
     pulse_stats,
     running_stats,

@@ -27,8 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict
-from controller.policy.adaptive.probing import AdaptiveSituation
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveSituation, AdaptiveVerdict
 from controller.policy.adaptive.sizing import Sizing
 from controller.policy.base import clamp
 from controller.settings import PolicyParams

@@ -13,13 +13,13 @@ from dataclasses import replace
 from controller.model import QueueStateName
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
+    AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
     hold,
     move,
 )
 from controller.policy.adaptive.probing import (
-    AdaptiveSituation,
     Probing,
     pulse_span_s,
     pulse_stats,

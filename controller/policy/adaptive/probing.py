@@ -18,6 +18,7 @@ from dataclasses import replace
 
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
+    AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
     hold,
@@ -25,11 +26,9 @@ from controller.policy.adaptive.memory import (
     rising,
 )
 from controller.policy.adaptive.tuning import Tuning
-from controller.policy.base import Situation, clamp
+from controller.policy.base import clamp
 from controller.settings import PolicyParams
 from controller.window import WindowSnapshot, WindowStats
-
-AdaptiveSituation = Situation[AdaptiveMemory]
 
 
 class Probing(Tuning):

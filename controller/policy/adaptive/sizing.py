@@ -9,13 +9,14 @@ from dataclasses import replace
 from controller.model import QueueStateName
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
+    AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
     hold,
     move,
 )
 from controller.policy.adaptive.pausing import Pausing, floor_pressure
-from controller.policy.adaptive.probing import AdaptiveSituation, refused
+from controller.policy.adaptive.probing import refused
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
 from controller.window import Second, WindowSnapshot, WindowStats
