@@ -22,14 +22,18 @@ from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.model import (
     AuditEvent,
     Decision,
-    Mode,
     QueueConfig,
     QueueState,
     QueueStateName,
     Sample,
 )
 from controller.planner import Plan, plan, step_for
-from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, aimd_step, algorithm_named, decide
+from controller.policy import (
+    DEFAULT_ALGORITHM,
+    LimitAlgorithm,
+    algorithm_named,
+    evaluate_manually,
+)
 from controller.ports import (
     ActuationError,
     Actuator,
@@ -40,7 +44,6 @@ from controller.ports import (
     Notice,
 )
 from controller.settings import PolicyParams, SettingsError
-from controller.window import QueueWindow
 
 # What Lambda accepts in an event source mapping's URI path: a UUID, or a test double's id.
 ESM_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
@@ -159,10 +162,8 @@ class ControlLoop:
         state = self.states([config], now, deadline).get(queue)
         if state is None:
             raise ActuationError(f"mapping {config.esm_uuid} of {queue} could not be read")
-        if config.mode is Mode.PINNED:
-            decision = decide(self.algorithm, state, config, QueueWindow(), now, self.params)
-        else:
-            decision = aimd_step(state, pressure_rate, success_rate, self.params_for(config), now)
+        params = self.params_for(config)
+        decision = evaluate_manually(state, config, pressure_rate, success_rate, now, params)
         unsettled = self.book.is_unsettled(queue)
         step = step_for(config, decision, state, None, now, unsettled, AuditEvent.MANUAL_EVALUATION)
         execution = self.executor.execute(Plan(now, (step,)), self.book, deadline)

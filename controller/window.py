@@ -2,23 +2,25 @@
 
 Samples land in one-second buckets by the time their invocation started, so late and
 out-of-order deliveries count where they belong and evidence can be cut at the moment of the
-last change. Memory is bounded by ``retention_s`` behind the newest sample seen.
+last change. Memory is bounded by ``retention_s`` behind the newest sample seen. Deciders read
+frozen copies only (``WindowStats``, ``WindowSnapshot``): no live bucket leaves the window.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from operator import itemgetter
 
 from controller.model import Sample
 
 
 @dataclass(slots=True)
 class Totals:
-    """What some invocations' telemetry adds up to: one second's bucket, or a span of them.
-
-    ``add`` and ``count`` accumulate in place; the window keeps one per second of invocation
-    starts and sums them into a fresh ``WindowStats``.
+    """The window's running count of some invocations' telemetry: one second's bucket, or a
+    span of them being added up. ``count`` and ``add`` accumulate in place; deciders never see
+    one, only the ``WindowStats`` it is frozen into.
     """
 
     samples: int = 0
@@ -35,24 +37,6 @@ class Totals:
     timed_samples: int = 0
     retry_after_s: float = 0.0
     newest_event_time: float | None = None
-
-    @property
-    def pressure_rate(self) -> float:
-        return self.pressure / self.requests if self.requests else 0.0
-
-    @property
-    def success_rate(self) -> float:
-        return self.ok / self.requests if self.requests else 0.0
-
-    @property
-    def mean_invocation_s(self) -> float:
-        """How long the invocations that reported their duration ran, on average (0: none)."""
-        return self.busy_ms / self.timed_samples / 1000.0 if self.timed_samples else 0.0
-
-    @property
-    def mean_latency_ms(self) -> float | None:
-        """The calls' mean round-trip time; ``None`` when no latency was reported."""
-        return self.latency_ms_sum / self.latency_count if self.latency_count else None
 
     def count(self, sample: Sample) -> None:
         """Add one worker document."""
@@ -72,8 +56,8 @@ class Totals:
         self.retry_after_s = max(self.retry_after_s, sample.retry_after_s)
         self._saw(sample.event_time)
 
-    def add(self, other: Totals) -> None:
-        """Add another span's totals."""
+    def add(self, other: WindowStats) -> None:
+        """Add a frozen span's totals."""
         self.samples += other.samples
         self.requests += other.requests
         self.ok += other.ok
@@ -90,23 +74,61 @@ class Totals:
         if other.newest_event_time is not None:
             self._saw(other.newest_event_time)
 
+    def frozen(self, since: float, until: float, first_second: float | None) -> WindowStats:
+        """These totals as the stats of ``[since, until)``."""
+        counts = {name: getattr(self, name) for name in _TOTALS}
+        return WindowStats(**counts, since=since, until=until, first_second=first_second)
+
     def _saw(self, event_time: float) -> None:
         if self.newest_event_time is None or event_time > self.newest_event_time:
             self.newest_event_time = event_time
 
 
-@dataclass(slots=True, kw_only=True)
-class WindowStats(Totals):
-    """What one queue's telemetry says over ``[since, until)`` (invocation start times).
+_TOTALS = tuple(field.name for field in fields(Totals))
 
-    A snapshot the window hands out: deciders read it and never change it.
-    """
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WindowStats:
+    """What one queue's telemetry says over ``[since, until)`` (invocation start times): a
+    frozen copy of the window's ``Totals`` over that span."""
+
+    samples: int
+    requests: int
+    ok: int
+    pressure: int
+    throttled: int
+    server_errors: int
+    client_errors: int
+    timed_out: int
+    latency_ms_sum: float
+    latency_count: int
+    busy_ms: float
+    timed_samples: int
+    retry_after_s: float
+    newest_event_time: float | None
     since: float
     until: float
     # The first second of invocation starts the window held (``None``: no samples): a queue
     # younger than the span has run only since then.
     first_second: float | None = None
+
+    @property
+    def pressure_rate(self) -> float:
+        return self.pressure / self.requests if self.requests else 0.0
+
+    @property
+    def success_rate(self) -> float:
+        return self.ok / self.requests if self.requests else 0.0
+
+    @property
+    def mean_invocation_s(self) -> float:
+        """How long the invocations that reported their duration ran, on average (0: none)."""
+        return self.busy_ms / self.timed_samples / 1000.0 if self.timed_samples else 0.0
+
+    @property
+    def mean_latency_ms(self) -> float | None:
+        """The calls' mean round-trip time; ``None`` when no latency was reported."""
+        return self.latency_ms_sum / self.latency_count if self.latency_count else None
 
     def in_use(self, span_s: float) -> float | None:
         """Concurrency really in use over ``span_s`` seconds: busy time / elapsed time."""
@@ -115,10 +137,49 @@ class WindowStats(Totals):
         return self.busy_ms / 1000.0 / span_s
 
 
+Second = tuple[int, WindowStats]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowSnapshot:
+    """A queue's window as it stood when a decision began, read only: each second of
+    invocation starts with its frozen totals, in the order the window first saw them (the
+    order its spans are added up in, so a snapshot's stats are the window's to the bit)."""
+
+    buckets: tuple[Second, ...] = ()
+
+    def stats(self, since: float, until: float) -> WindowStats:
+        """Totals of the one-second buckets starting in ``[since, until)``."""
+        return _span(self.buckets, since, until)
+
+    def seconds(self, since: float, until: float) -> tuple[Second, ...]:
+        """The one-second buckets starting in ``[since, until)`` with their seconds, oldest
+        first."""
+        ordered = sorted(self.buckets, key=itemgetter(0))
+        return tuple(bucket for bucket in ordered if since <= bucket[0] < until)
+
+
+def _span(buckets: Iterable[Second], since: float, until: float) -> WindowStats:
+    total = Totals()
+    first_second: int | None = None
+    for key, bucket in buckets:
+        # A bucket straddling ``since`` is left out whole: invocations that began before a
+        # change must not be judged under it.
+        if since <= key < until:
+            total.add(bucket)
+            if first_second is None or key < first_second:
+                first_second = key
+    return total.frozen(since, until, first_second)
+
+
 class QueueWindow:
     def __init__(self, retention_s: float = 600.0) -> None:
         self._retention_s = retention_s
         self._buckets: dict[int, Totals] = {}
+        # Each bucket's frozen copy, in the buckets' order; the seconds counted since the last
+        # copy (an ordered set) are copied again when next read.
+        self._frozen: dict[int, WindowStats] = {}
+        self._stale: dict[int, None] = {}
         self._newest_event_time: float | None = None
         self.dropped_too_old = 0
 
@@ -136,30 +197,33 @@ class QueueWindow:
         if newest is not None and sample.event_time < newest - self._retention_s:
             self.dropped_too_old += 1
             return False
-        self._buckets.setdefault(math.floor(sample.started_at), Totals()).count(sample)
+        key = math.floor(sample.started_at)
+        self._buckets.setdefault(key, Totals()).count(sample)
+        self._stale[key] = None
         if newest is None or sample.event_time > newest:
             self._newest_event_time = sample.event_time
             self._prune(sample.event_time - self._retention_s)
         return True
 
+    def snapshot(self) -> WindowSnapshot:
+        """The window as it stands, frozen."""
+        return WindowSnapshot(tuple(self._fresh().items()))
+
     def stats(self, since: float, until: float) -> WindowStats:
         """Totals of the one-second buckets starting in ``[since, until)``."""
-        stats = WindowStats(since=since, until=until)
-        for key, bucket in self._buckets.items():
-            # A bucket straddling ``since`` is left out whole: invocations that began before a
-            # change must not be judged under it.
-            if since <= key < until:
-                stats.add(bucket)
-                if stats.first_second is None or key < stats.first_second:
-                    stats.first_second = key
-        return stats
+        return _span(self._fresh().items(), since, until)
 
-    def seconds(self, since: float, until: float) -> list[tuple[int, Totals]]:
-        """The one-second buckets starting in ``[since, until)`` with their seconds, oldest
-        first (read only)."""
-        return [(key, self._buckets[key]) for key in sorted(self._buckets) if since <= key < until]
+    def _fresh(self) -> dict[int, WindowStats]:
+        # A second first counted since the last copy is new to both dicts, and the stale set
+        # keeps the order they were counted in: the copies stay in the buckets' order.
+        for key in self._stale:
+            self._frozen[key] = self._buckets[key].frozen(key, key + 1, key)
+        self._stale.clear()
+        return self._frozen
 
     def _prune(self, horizon: float) -> None:
         cutoff = math.floor(horizon)
         for key in [key for key in self._buckets if key < cutoff]:
             del self._buckets[key]
+            self._frozen.pop(key, None)
+            self._stale.pop(key, None)

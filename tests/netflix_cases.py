@@ -1,9 +1,18 @@
-"""Evidence for the Netflix concurrency-limits ports' tests: one window of invocations."""
+"""Evidence for the Netflix concurrency-limits ports' tests: one window of invocations, and
+the situation a port judges it in."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 from controller.model import Sample
+from controller.policy import Situation, Verdict, algorithm_named
+from controller.settings import PolicyParams
 from controller.window import QueueWindow, WindowStats
+from tests.factories import state
+
+M = TypeVar("M")
+PARAMS = PolicyParams()
 
 
 def evidence(
@@ -35,3 +44,14 @@ def evidence(
             )
         )
     return window.stats(1000.0, 2000.0)
+
+
+def judged(
+    name: str, stats: WindowStats, memory: M, concurrency: int, breaches: int = 0
+) -> Verdict[M]:
+    """The verdict of the port ``name`` on admissible ``stats`` at t=2000, for a queue at
+    ``concurrency`` that remembers ``memory``."""
+    queue = state(concurrency, breaches=breaches)
+    situation = Situation(queue, memory, stats, None, QueueWindow().snapshot(), 2000.0, PARAMS)
+    verdict: Verdict[M] = algorithm_named(name).decide(situation)
+    return verdict

@@ -2,7 +2,8 @@
 
 ``decide`` (``guards.py``) applies the guards every algorithm shares (operator mode, bounds,
 evidence cut at the last change, stale telemetry, too few calls, Retry-After) around one
-``LimitAlgorithm``'s verdict. Adding an algorithm is one file in this package, one entry in
+``LimitAlgorithm``'s verdict on the ``Situation`` it builds; ``evaluate_manually`` is the
+operator's manual evaluation. Adding an algorithm is one file in this package, one entry in
 ``ALGORITHMS`` and one ``PolicyAlgorithm`` allowed value in template.yaml
 (docs/algorithms.md).
 """
@@ -12,22 +13,26 @@ from __future__ import annotations
 from typing import Any
 
 from controller.policy.adaptive import AdaptiveLimit
-from controller.policy.aimd import Aimd, aimd_step
-from controller.policy.base import LimitAlgorithm, Verdict
+from controller.policy.aimd import Aimd
+from controller.policy.base import EvidenceJudge, LimitAlgorithm, Situation, Verdict
+from controller.policy.envoy_gradient import EnvoyGradient
 from controller.policy.evidence import evidence_since
 from controller.policy.gradient2 import Gradient2
-from controller.policy.guards import decide
+from controller.policy.guards import decide, evaluate_manually
 from controller.policy.netflix_aimd import NetflixAimd
+from controller.policy.vector_arc import VectorArc
 from controller.policy.vegas import Vegas
 
 __all__ = [
     "ALGORITHMS",
     "DEFAULT_ALGORITHM",
+    "EvidenceJudge",
     "LimitAlgorithm",
+    "Situation",
     "Verdict",
-    "aimd_step",
     "algorithm_named",
     "decide",
+    "evaluate_manually",
     "evidence_since",
     "memory_type",
 ]
@@ -40,6 +45,8 @@ ALGORITHMS: dict[str, type[LimitAlgorithm[Any]]] = {
     NetflixAimd.name: NetflixAimd,
     Vegas.name: Vegas,
     Gradient2.name: Gradient2,
+    VectorArc.name: VectorArc,
+    EnvoyGradient.name: EnvoyGradient,
 }
 # Measured best on every shipped scenario (docs/simulator.md); the Lambda, replay and the
 # simulator all start from it.

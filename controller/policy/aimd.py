@@ -5,29 +5,28 @@ from __future__ import annotations
 import math
 from typing import TypeVar
 
-from controller.model import Decision, QueueState, QueueStateName
-from controller.policy.base import LimitAlgorithm, NoMemory, Verdict, clamp
-from controller.policy.guards import decision_from
+from controller.model import QueueState, QueueStateName
+from controller.policy.base import EvidenceJudge, NoMemory, Situation, Verdict, clamp
 from controller.settings import PolicyParams
-from controller.window import WindowStats
 
 M = TypeVar("M")
 
 
-class Aimd(LimitAlgorithm[NoMemory]):
-    """The original rule, judged on the guarded window instead of a single batch."""
+class Aimd(EvidenceJudge[NoMemory]):
+    """The original rule, judged on the guarded window instead of a single batch (the
+    operator's manual evaluation applies it to given rates: ``guards.evaluate_manually``)."""
 
     name = "aimd"
 
-    def on_evidence(
-        self,
-        state: QueueState,
-        memory: NoMemory,
-        stats: WindowStats,
-        now: float,
-        params: PolicyParams,
-    ) -> Verdict[NoMemory]:
-        return aimd_rule(state, memory, stats.pressure_rate, stats.success_rate, params)
+    def judge(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+        stats = situation.stats
+        return aimd_rule(
+            situation.state,
+            situation.memory,
+            stats.pressure_rate,
+            stats.success_rate,
+            situation.params,
+        )
 
 
 def aimd_rule(
@@ -75,18 +74,3 @@ def aimd_rule(
         f"{success_rate:.1%} < T2 ({params.t2:.1%}). Holding at {current}."
     )
     return verdict(current, state.state, reason)
-
-
-def aimd_step(
-    state: QueueState,
-    pressure_rate: float,
-    success_rate: float,
-    params: PolicyParams,
-    now: float,
-) -> Decision:
-    """One application of the original rule to the given rates (no window, no settling): the
-    operator's manual evaluation and the simulator's ``seed`` policy. Whatever algorithm's
-    memory the state holds is kept."""
-    return decision_from(
-        state, aimd_rule(state, state.memory, pressure_rate, success_rate, params), now
-    )

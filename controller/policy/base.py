@@ -1,9 +1,10 @@
-"""The one interface every limit algorithm implements, and the verdict it returns.
+"""The one interface every limit algorithm implements: a ``Situation`` in, a ``Verdict`` out.
 
-An algorithm is pure: it reads the queue's state, its own memory and the evidence, and returns
-a ``Verdict`` (where the mapping should be and why, and what to remember). It never builds the
-``Decision`` nor enforces the shared guards: ``controller.policy.guards.decide`` does both, for
-every algorithm alike.
+An algorithm is pure: it reads the situation the guards built (the queue's state, its own
+memory, the vetted evidence, the window as it stood) and returns a ``Verdict`` (where the
+mapping should be and why, and what to remember). It never builds the ``Decision`` nor
+enforces the shared guards: ``controller.policy.guards.decide`` does both, for every algorithm
+alike.
 """
 
 from __future__ import annotations
@@ -12,11 +13,31 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
 from controller.model import QueueState, QueueStateName
-from controller.policy.evidence import Evidence, Refusal
+from controller.policy.evidence import Refusal
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
+from controller.window import WindowSnapshot, WindowStats
 
 M = TypeVar("M")
+
+
+@dataclass(frozen=True, slots=True)
+class Situation(Generic[M]):
+    """Everything an algorithm may read to decide one queue, built by the guards.
+
+    ``stats`` is the vetted evidence: invocations that started after the last change (plus
+    its settle margin). ``refusal`` says why no verdict may rest on it yet (``None``: it is
+    admissible: at least ``params.min_samples`` calls, none stale). ``window`` is the queue's
+    whole window as it stood, for an algorithm that selects its own evidence. All of it is
+    frozen: the same situation always gives the same verdict.
+    """
+
+    state: QueueState
+    memory: M
+    stats: WindowStats
+    refusal: Refusal | None
+    window: WindowSnapshot
+    now: float
+    params: PolicyParams
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +70,8 @@ class LimitAlgorithm(Generic[M]):
 
     Subclasses name themselves (``name``, the registry key and the ledger's memory key), name
     their memory record (``memory_type``: a frozen dataclass whose defaults are a fresh
-    queue's), and judge admissible evidence in ``on_evidence``. An algorithm that selects its
-    own evidence from the window (pulse probes judge invocations older than the last change)
-    or acts without telemetry (a paused mapping sends none) overrides ``decide`` instead.
+    queue's), and implement ``decide``. Most judge admissible evidence only: they derive from
+    ``EvidenceJudge``, which holds while the evidence is refused.
     """
 
     name: ClassVar[str]
@@ -65,26 +85,23 @@ class LimitAlgorithm(Generic[M]):
         fresh: M = self.memory_type()
         return fresh
 
-    def decide(
-        self,
-        state: QueueState,
-        memory: M,
-        evidence: Evidence,
-        window: QueueWindow,
-        now: float,
-        params: PolicyParams,
-    ) -> Verdict[M]:
-        """Hold while the evidence is not admissible, else judge it with ``on_evidence``."""
-        if evidence.refusal is not None:
-            return refused(state, memory, evidence.refusal)
-        return self.on_evidence(state, memory, evidence.stats, now, params)
+    def decide(self, situation: Situation[M]) -> Verdict[M]:
+        """Where the mapping should be, and why."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement decide")
 
-    def on_evidence(
-        self, state: QueueState, memory: M, stats: WindowStats, now: float, params: PolicyParams
-    ) -> Verdict[M]:
-        """Judge ``stats``: invocations that started after the last change (plus its settle
-        margin), at least ``params.min_samples`` calls, none stale."""
-        raise NotImplementedError(f"{type(self).__name__} overrides neither on_evidence nor decide")
+
+class EvidenceJudge(LimitAlgorithm[M]):
+    """An algorithm that judges admissible evidence only: while the guards refuse the
+    evidence it holds with the refusal's reason, else it ``judge``s the situation."""
+
+    def decide(self, situation: Situation[M]) -> Verdict[M]:
+        if situation.refusal is not None:
+            return refused(situation, situation.refusal)
+        return self.judge(situation)
+
+    def judge(self, situation: Situation[M]) -> Verdict[M]:
+        """Judge ``situation.stats``: admissible evidence (``situation.refusal`` is ``None``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement judge")
 
 
 def clamp(value: int, params: PolicyParams) -> int:
@@ -92,13 +109,14 @@ def clamp(value: int, params: PolicyParams) -> int:
     return max(params.cmin, min(params.cmax, value))
 
 
-def refused(state: QueueState, memory: M, refusal: Refusal) -> Verdict[M]:
+def refused(situation: Situation[M], refusal: Refusal) -> Verdict[M]:
     """The HOLD a refusal of the evidence calls for."""
+    state = situation.state
     return Verdict(
         state.concurrency,
         state.state,
         refusal.reason,
-        memory,
+        situation.memory,
         pressure_rate=refusal.pressure_rate,
         success_rate=refusal.success_rate,
     )

@@ -19,11 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Final
 
-from controller.model import QueueState
-from controller.policy.base import LimitAlgorithm, Verdict
-from controller.policy.netflix import estimated_limit, limit_sample, peer_verdict
-from controller.settings import PolicyParams
-from controller.window import WindowStats
+from controller.policy.base import Situation
+from controller.policy.netflix import LimitSample, LimitUpdate, WindowedLimit, estimated_limit
 
 SMOOTHING: Final = 0.2
 QUEUE_SIZE: Final = 4
@@ -45,44 +42,36 @@ class Gradient2Memory:
     long_sum_ms: float = 0.0
 
 
-class Gradient2(LimitAlgorithm[Gradient2Memory]):
+class Gradient2(WindowedLimit[Gradient2Memory]):
     """Latency-gradient based: shrinks as the short RTT outgrows the long one."""
 
     name = "gradient2"
     memory_type = Gradient2Memory
 
-    def on_evidence(
-        self,
-        state: QueueState,
-        memory: Gradient2Memory,
-        stats: WindowStats,
-        now: float,
-        params: PolicyParams,
-    ) -> Verdict[Gradient2Memory]:
-        sample = limit_sample(state, stats)
-        estimate = estimated_limit(memory.estimated_limit, state)
-        memory = replace(memory, estimated_limit=estimate)
+    def update(
+        self, situation: Situation[Gradient2Memory], sample: LimitSample
+    ) -> LimitUpdate[Gradient2Memory]:
+        params, pressure = situation.params, situation.stats.pressure_rate
+        estimate = estimated_limit(situation.memory.estimated_limit, situation.state)
+        memory = replace(situation.memory, estimated_limit=estimate)
         short = sample.rtt_ms
         if short is None or short <= 0:
-            rule = "no latency reported: hold"
-            return peer_verdict(self.name, state, memory, stats, sample, estimate, rule, params)
+            return LimitUpdate(estimate, "no latency reported: hold", memory)
         memory = _with_long_rtt(memory, short)
         long = memory.long_rtt_ms
         if long / short > DRIFT_RATIO:
             memory = replace(memory, long_rtt_ms=long * LONG_RTT_DECAY)
         if sample.inflight < estimate / 2:
-            rule = "under half in use: hold"
-            return peer_verdict(self.name, state, memory, stats, sample, estimate, rule, params)
+            return LimitUpdate(estimate, "under half in use: hold", memory)
         gradient = max(0.5, min(1.0, long / short))
         target = estimate * gradient + QUEUE_SIZE
         new_limit = estimate * (1 - SMOOTHING) + target * SMOOTHING
         new_limit = max(float(params.cmin), min(float(params.cmax), new_limit))
         rule = f"gradient {gradient:.2f} (long rtt {long:.0f}ms)"
-        if int(new_limit) > state.concurrency and stats.pressure_rate >= params.t1:
+        if int(new_limit) > situation.state.concurrency and pressure >= params.t1:
             new_limit = estimate
-            rule = f"{rule}; pressure {stats.pressure_rate:.1%} >= T1: hold"
-        memory = replace(memory, estimated_limit=new_limit)
-        return peer_verdict(self.name, state, memory, stats, sample, new_limit, rule, params)
+            rule = f"{rule}; pressure {pressure:.1%} >= T1: hold"
+        return LimitUpdate(new_limit, rule, replace(memory, estimated_limit=new_limit))
 
 
 def _with_long_rtt(memory: Gradient2Memory, rtt_ms: float) -> Gradient2Memory:

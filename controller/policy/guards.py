@@ -3,9 +3,11 @@
 In order: the operator's mode (a pinned queue is held), the bounds (a mapping found outside
 Cmin..Cmax is pulled inside before any algorithm runs), the evidence (only invocations that
 started after the last change settled, enough of them, not stale: ``evidence.py``), then the
-algorithm's verdict, clamped to Cmin..Cmax, never raised before the Retry-After of the last
-cut, and a cut made on evidence carrying Retry-After holds raises until it has passed.
-Dry-run is the engine's: it decides and records, and only the execution is skipped.
+algorithm's verdict on the ``Situation`` built here, clamped to Cmin..Cmax, never raised
+before the Retry-After of the last cut, and a cut made on evidence carrying Retry-After holds
+raises until it has passed. Dry-run is the engine's: it decides and records, and only the
+execution is skipped. The operator's manual evaluation (``evaluate_manually``) is decided here
+too, by the original rule.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from __future__ import annotations
 from typing import Any
 
 from controller.model import Action, Decision, Mode, QueueConfig, QueueState
-from controller.policy.base import LimitAlgorithm, Verdict, clamp
+from controller.policy.aimd import aimd_rule
+from controller.policy.base import LimitAlgorithm, Situation, Verdict, clamp
 from controller.policy.evidence import vetted_evidence
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
@@ -29,8 +32,7 @@ def decide(
 ) -> Decision:
     """The queue's next decision: the shared guards around ``algorithm``'s verdict."""
     if config.mode is Mode.PINNED:
-        reason = f"Pinned by operator at {state.concurrency}; not adjusting."
-        return decision_from(state, _holding(state, reason), now)
+        return _pinned(state, now)
     if not params.cmin <= state.concurrency <= params.cmax:
         target = clamp(state.concurrency, params)
         reason = (
@@ -39,8 +41,9 @@ def decide(
         )
         return decision_from(state, _holding(state, reason, target), now)
     memory = algorithm.memory_of(state)
-    evidence = vetted_evidence(state, window, now, params)
-    verdict = algorithm.decide(state, memory, evidence, window, now, params)
+    snapshot = window.snapshot()
+    stats, refusal = vetted_evidence(state, snapshot, now, params)
+    verdict = algorithm.decide(Situation(state, memory, stats, refusal, snapshot, now, params))
     target = clamp(verdict.target, params)
     if target > state.concurrency and now < state.hold_until:
         reason = (
@@ -52,15 +55,31 @@ def decide(
             state.state,
             reason,
             memory,
-            pressure_rate=evidence.stats.pressure_rate,
-            success_rate=evidence.stats.success_rate,
+            pressure_rate=stats.pressure_rate,
+            success_rate=stats.success_rate,
         )
         return decision_from(state, held, now, algorithm.name)
     hold_until = state.hold_until
-    retry_after_s = evidence.stats.retry_after_s
-    if target < state.concurrency and evidence.refusal is None and retry_after_s > 0:
-        hold_until = max(hold_until, now + retry_after_s)
+    if target < state.concurrency and refusal is None and stats.retry_after_s > 0:
+        hold_until = max(hold_until, now + stats.retry_after_s)
     return decision_from(state, verdict, now, algorithm.name, target=target, hold_until=hold_until)
+
+
+def evaluate_manually(
+    state: QueueState,
+    config: QueueConfig,
+    pressure_rate: float,
+    success_rate: float,
+    now: float,
+    params: PolicyParams,
+) -> Decision:
+    """The operator's manual evaluation: a pinned queue is held (as ``decide`` holds it);
+    otherwise the original rule (``aimd_rule``) once on the given rates, with no window and no
+    settling. Whatever algorithm's memory the state holds is kept."""
+    if config.mode is Mode.PINNED:
+        return _pinned(state, now)
+    verdict = aimd_rule(state, state.memory, pressure_rate, success_rate, params)
+    return decision_from(state, verdict, now)
 
 
 def decision_from(
@@ -121,6 +140,11 @@ def _action(state: QueueState, target: int, enabled: bool) -> Action:
     if target < state.concurrency:
         return Action.MULTIPLICATIVE_DECREASE
     return Action.HOLD
+
+
+def _pinned(state: QueueState, now: float) -> Decision:
+    reason = f"Pinned by operator at {state.concurrency}; not adjusting."
+    return decision_from(state, _holding(state, reason), now)
 
 
 def _holding(state: QueueState, reason: str, target: int | None = None) -> Verdict[object]:

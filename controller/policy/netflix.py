@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from controller.model import QueueState, QueueStateName
-from controller.policy.base import Verdict, clamp
-from controller.settings import PolicyParams
+from controller.policy.base import EvidenceJudge, Situation, Verdict, clamp
 from controller.window import WindowStats
 
 M = TypeVar("M")
@@ -36,6 +35,29 @@ class LimitSample:
     rtt_ms: float | None
     inflight: float
     did_drop: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUpdate(Generic[M]):
+    """What a port's ``_update`` makes of a sample: the new limit (a real number), the rule
+    that gave it (for the reason) and the port's new memory."""
+
+    limit: float
+    rule: str
+    memory: M
+
+
+class WindowedLimit(EvidenceJudge[M]):
+    """A Netflix limit behind the seam: each admissible evidence is one windowed sample,
+    and ``update`` is the port's update rule. The verdict carries its limit out."""
+
+    def judge(self, situation: Situation[M]) -> Verdict[M]:
+        sample = limit_sample(situation.state, situation.stats)
+        return peer_verdict(self.name, situation, sample, self.update(situation, sample))
+
+    def update(self, situation: Situation[M], sample: LimitSample) -> LimitUpdate[M]:
+        """The port's update rule on one sample."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement update")
 
 
 def limit_sample(state: QueueState, stats: WindowStats) -> LimitSample:
@@ -64,20 +86,14 @@ def log10_root(limit: int) -> int:
 
 
 def peer_verdict(
-    algorithm: str,
-    state: QueueState,
-    memory: M,
-    stats: WindowStats,
-    sample: LimitSample,
-    limit: float,
-    rule: str,
-    params: PolicyParams,
+    algorithm: str, situation: Situation[M], sample: LimitSample, update: LimitUpdate[M]
 ) -> Verdict[M]:
-    """The verdict for a port's new ``limit`` (its integer part, within Cmin..Cmax), with the
+    """The verdict for a port's new limit (its integer part, within Cmin..Cmax), with the
     contract's state names: a cut is THROTTLED, then CRITICAL_BACKOFF while cuts follow each
     other; a raise is RECOVERING, and HEALTHY at Cmax; a hold keeps the state."""
+    state, params, stats = situation.state, situation.params, situation.stats
     current = state.concurrency
-    target = clamp(int(limit), params)
+    target = clamp(int(update.limit), params)
     breaches: int | None = None
     name = state.state
     if target < current:
@@ -86,12 +102,12 @@ def peer_verdict(
     elif target > current:
         breaches = 0
         name = QueueStateName.HEALTHY if target >= params.cmax else QueueStateName.RECOVERING
-    reason = f"{algorithm}: {describe(sample)}: {rule}; limit {current} -> {target}."
+    reason = f"{algorithm}: {describe(sample)}: {update.rule}; limit {current} -> {target}."
     return Verdict(
         target,
         name,
         reason,
-        memory,
+        update.memory,
         consecutive_breaches=breaches,
         pressure_rate=stats.pressure_rate,
         success_rate=stats.success_rate,

@@ -11,31 +11,20 @@ from __future__ import annotations
 import math
 from typing import Final
 
-from controller.model import QueueState
-from controller.policy.base import LimitAlgorithm, NoMemory, Verdict
-from controller.policy.netflix import limit_sample, peer_verdict
-from controller.settings import PolicyParams
-from controller.window import WindowStats
+from controller.policy.base import NoMemory, Situation
+from controller.policy.netflix import LimitSample, LimitUpdate, WindowedLimit
 
 BACKOFF_RATIO: Final = 0.9
 TIMEOUT_MS: Final = 5000.0
 
 
-class NetflixAimd(LimitAlgorithm[NoMemory]):
+class NetflixAimd(WindowedLimit[NoMemory]):
     """Loss-based: a multiplicative cut on any drop, +1 while the limit is half used."""
 
     name = "netflix-aimd"
 
-    def on_evidence(
-        self,
-        state: QueueState,
-        memory: NoMemory,
-        stats: WindowStats,
-        now: float,
-        params: PolicyParams,
-    ) -> Verdict[NoMemory]:
-        sample = limit_sample(state, stats)
-        limit = state.concurrency
+    def update(self, situation: Situation[NoMemory], sample: LimitSample) -> LimitUpdate[NoMemory]:
+        limit = situation.state.concurrency
         too_slow = sample.rtt_ms is not None and sample.rtt_ms > TIMEOUT_MS
         if sample.did_drop or too_slow:
             new_limit = max(1, min(limit - 1, math.floor(limit * BACKOFF_RATIO)))
@@ -44,4 +33,4 @@ class NetflixAimd(LimitAlgorithm[NoMemory]):
             new_limit, rule = limit + 1, "half in use: +1"
         else:
             new_limit, rule = limit, "under half in use: hold"
-        return peer_verdict(self.name, state, memory, stats, sample, new_limit, rule, params)
+        return LimitUpdate(new_limit, rule, situation.memory)

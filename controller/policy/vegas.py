@@ -18,17 +18,15 @@ import random
 from dataclasses import dataclass, replace
 from typing import Final
 
-from controller.model import QueueState
-from controller.policy.base import LimitAlgorithm, Verdict
+from controller.policy.base import Situation
 from controller.policy.netflix import (
     LimitSample,
+    LimitUpdate,
+    WindowedLimit,
     estimated_limit,
-    limit_sample,
     log10_root,
-    peer_verdict,
 )
 from controller.settings import PolicyParams
-from controller.window import WindowStats
 
 SMOOTHING: Final = 1.0
 PROBE_MULTIPLIER: Final = 30
@@ -47,49 +45,31 @@ class VegasMemory:
     probes: int = 0
 
 
-class Vegas(LimitAlgorithm[VegasMemory]):
+class Vegas(WindowedLimit[VegasMemory]):
     """Delay-based: grows while the queue it builds is short, shrinks once it is long."""
 
     name = "vegas"
     memory_type = VegasMemory
 
-    def on_evidence(
-        self,
-        state: QueueState,
-        memory: VegasMemory,
-        stats: WindowStats,
-        now: float,
-        params: PolicyParams,
-    ) -> Verdict[VegasMemory]:
-        sample = limit_sample(state, stats)
-        estimate = estimated_limit(memory.estimated_limit, state)
-        memory = replace(memory, estimated_limit=estimate)
+    def update(
+        self, situation: Situation[VegasMemory], sample: LimitSample
+    ) -> LimitUpdate[VegasMemory]:
+        estimate = estimated_limit(situation.memory.estimated_limit, situation.state)
+        memory = replace(situation.memory, estimated_limit=estimate)
         rtt = sample.rtt_ms
         if rtt is None or rtt <= 0:
-            return self._verdict(state, memory, stats, sample, "no latency reported: hold", params)
+            return LimitUpdate(estimate, "no latency reported: hold", memory)
         probe_count = memory.probe_count + 1
-        if _probe_jitter(state.queue, memory.probes) * PROBE_MULTIPLIER * estimate <= probe_count:
+        jitter = _probe_jitter(situation.state.queue, memory.probes)
+        if jitter * PROBE_MULTIPLIER * estimate <= probe_count:
             memory = replace(memory, rtt_noload_ms=rtt, probe_count=0, probes=memory.probes + 1)
-            return self._verdict(state, memory, stats, sample, "probed no-load rtt", params)
+            return LimitUpdate(estimate, "probed no-load rtt", memory)
         memory = replace(memory, probe_count=probe_count)
         if memory.rtt_noload_ms == 0 or rtt < memory.rtt_noload_ms:
             memory = replace(memory, rtt_noload_ms=rtt)
-            return self._verdict(state, memory, stats, sample, "new no-load rtt", params)
-        new_limit, rule = _update(estimate, memory.rtt_noload_ms, sample, params)
-        memory = replace(memory, estimated_limit=new_limit)
-        return self._verdict(state, memory, stats, sample, rule, params)
-
-    def _verdict(
-        self,
-        state: QueueState,
-        memory: VegasMemory,
-        stats: WindowStats,
-        sample: LimitSample,
-        rule: str,
-        params: PolicyParams,
-    ) -> Verdict[VegasMemory]:
-        limit = memory.estimated_limit
-        return peer_verdict(self.name, state, memory, stats, sample, limit, rule, params)
+            return LimitUpdate(estimate, "new no-load rtt", memory)
+        new_limit, rule = _update(estimate, memory.rtt_noload_ms, sample, situation.params)
+        return LimitUpdate(new_limit, rule, replace(memory, estimated_limit=new_limit))
 
 
 def _update(

@@ -13,8 +13,8 @@ from controller.actuator import InMemoryActuator
 from controller.constants import MAX_CONCURRENCY
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
-from controller.model import Mode, QueueState, QueueStateName, Sample
-from controller.policy import DEFAULT_ALGORITHM, aimd_step, algorithm_named, memory_type
+from controller.model import Mode, QueueConfig, QueueState, QueueStateName, Sample
+from controller.policy import DEFAULT_ALGORITHM, algorithm_named, evaluate_manually, memory_type
 from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.oracle import invocation_pace
@@ -53,7 +53,7 @@ class StaticPolicy:
 
 
 class SeedPolicy:
-    """The original QueueMesh rule: every telemetry batch judged alone with ``aimd_step``.
+    """The original QueueMesh rule: every telemetry batch judged alone with ``evaluate_manually``.
 
     No window, no settling, no minimum evidence: a queue's calls in one Kinesis batch give its
     pressure and success rates, and the rule is applied to them at once.
@@ -92,9 +92,9 @@ class SeedPolicy:
             state = self._states.get(queue)
             if state is None or calls == 0:
                 continue
-            decision = aimd_step(
-                state, pressure[queue] / calls, ok[queue] / calls, self._params[queue], now
-            )
+            config = QueueConfig(queue, state.esm_uuid)
+            rates = pressure[queue] / calls, ok[queue] / calls
+            decision = evaluate_manually(state, config, *rates, now, self._params[queue])
             if decision.changes_mapping:
                 self._updates[queue] += 1
             self._states[queue] = decision.new_state

@@ -10,12 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Mode, QueueState, Sample
-from controller.policy import ALGORITHMS, LimitAlgorithm, Verdict
+from controller.model import Mode, Sample
+from controller.policy import ALGORITHMS, LimitAlgorithm, Situation, Verdict
 from controller.policy.base import NoMemory
-from controller.policy.evidence import Evidence
-from controller.settings import PolicyParams
-from controller.window import QueueWindow
 from load.recording import (
     RecordedLine,
     emf_line,
@@ -288,17 +285,10 @@ class AlarmClock(LimitAlgorithm[NoMemory]):
 
     name = "alarm-clock"
 
-    def decide(
-        self,
-        state: QueueState,
-        memory: NoMemory,
-        evidence: Evidence,
-        window: QueueWindow,
-        now: float,
-        params: PolicyParams,
-    ) -> Verdict[NoMemory]:
+    def decide(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+        state, now = situation.state, situation.now
         reason = f"Looked at {now:.1f}; again in 7s."
-        return Verdict(state.concurrency, state.state, reason, memory, wake_at=now + 7)
+        return Verdict(state.concurrency, state.state, reason, situation.memory, wake_at=now + 7)
 
 
 def test_ticks_look_at_queues_while_no_telemetry_arrives(

@@ -134,18 +134,26 @@ def test_the_same_inputs_give_the_same_decisions(
     )
 )
 def test_one_cut_per_settle_period(name: str, found: list[tuple[float, int, int]]) -> None:
-    """Whatever arrives, a second cut needs evidence from after the first one."""
+    """Whatever arrives, a second cut needs evidence from after the first one.
+
+    A decrease that only takes back the raise just before it (a pulse probe's scheduled return
+    to its base level, docs/algorithms.md) is not a cut: it rests on no evidence by design."""
     algorithm = algorithm_named(name)
     window = QueueWindow()
     current = state(100)
     cuts: list[float] = []
+    raised_from: int | None = None
     for offset, ok, throttled in found:
         window.add(sample(at=1000 + offset, ok=ok, throttled=throttled, invocation_ms=300))
     for tick in range(0, 70, 2):
         now = 1000.0 + tick
         decision = decide(algorithm, current, config(), window, now, PARAMS)
-        if decision.target < decision.previous:
-            cuts.append(now)
+        if decision.target > decision.previous:
+            raised_from = decision.previous
+        elif decision.target < decision.previous:
+            if raised_from is None or decision.target < raised_from:
+                cuts.append(now)
+            raised_from = None
         current = decision.new_state
     for first, second in itertools.pairwise(cuts):
         evidence_between = window.stats(first + PARAMS.settle_margin_s, second + 1.0)

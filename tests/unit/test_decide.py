@@ -1,16 +1,28 @@
-"""The guards every algorithm shares, and the original rule (``aimd``)."""
+"""The guards every algorithm shares, the situation they hand an algorithm, and the original
+rule (``aimd``) with the operator's manual evaluation."""
 
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Action, Mode, QueueState, QueueStateName
-from controller.policy import ALGORITHMS, LimitAlgorithm, Verdict, decide
-from controller.policy.aimd import aimd_step
+from controller.model import Action, Decision, Mode, QueueState, QueueStateName
+from controller.policy import (
+    ALGORITHMS,
+    EvidenceJudge,
+    LimitAlgorithm,
+    Situation,
+    Verdict,
+    decide,
+    evaluate_manually,
+)
 from controller.policy.base import NoMemory
+from controller.policy.vegas import VegasMemory
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
+from controller.window import QueueWindow
 from tests.factories import config, sample, state
 
 PARAMS = PolicyParams()
@@ -32,8 +44,14 @@ def storm(start: float, seconds: int = 10, queue: str = "orders") -> QueueWindow
     )
 
 
+def manually(
+    before: QueueState, pressure: float, success: float, now: float, mode: Mode = Mode.ACTIVE
+) -> Decision:
+    return evaluate_manually(before, config(mode=mode), pressure, success, now, PARAMS)
+
+
 def test_the_original_manual_sequence() -> None:
-    first = aimd_step(state(100), 0.20, 0.80, PARAMS, now=1.0)
+    first = manually(state(100), 0.20, 0.80, now=1.0)
     assert (first.target, first.state, first.action) == (
         50,
         QueueStateName.THROTTLED,
@@ -43,9 +61,9 @@ def test_the_original_manual_sequence() -> None:
         "HTTP 429 breach: Error rate 20.0% >= T1 (5.0%). Applied factor Beta=0.5. "
         "Scaled from 100 -> 50."
     )
-    second = aimd_step(first.new_state, 0.20, 0.80, PARAMS, now=2.0)
+    second = manually(first.new_state, 0.20, 0.80, now=2.0)
     assert (second.target, second.state) == (25, QueueStateName.CRITICAL_BACKOFF)
-    third = aimd_step(second.new_state, 0.01, 0.99, PARAMS, now=3.0)
+    third = manually(second.new_state, 0.01, 0.99, now=3.0)
     assert (third.target, third.state, third.action) == (
         30,
         QueueStateName.RECOVERING,
@@ -54,8 +72,26 @@ def test_the_original_manual_sequence() -> None:
 
 
 def test_recovery_reaches_healthy_at_cmax() -> None:
-    decision = aimd_step(state(97, QueueStateName.RECOVERING), 0.0, 1.0, PARAMS, now=1.0)
+    decision = manually(state(97, QueueStateName.RECOVERING), 0.0, 1.0, now=1.0)
     assert (decision.target, decision.state) == (100, QueueStateName.HEALTHY)
+
+
+def test_manual_evaluation_holds_a_pinned_queue_as_decide_does() -> None:
+    pinned = manually(state(40), 0.9, 0.1, now=5.0, mode=Mode.PINNED)
+    assert (pinned.action, pinned.target) == (Action.HOLD, 40)
+    assert pinned.reason == "Pinned by operator at 40; not adjusting."
+    by_decide = decide(
+        ALGORITHMS["aimd"](), state(40), config(mode=Mode.PINNED), storm(0), 5.0, PARAMS
+    )
+    assert pinned == by_decide
+
+
+def test_manual_evaluation_keeps_whatever_memory_the_queue_holds() -> None:
+    remembered = VegasMemory(estimated_limit=50.0, rtt_noload_ms=80.0)
+    before = state(50).evolve(algorithm="vegas", memory=remembered)
+    decision = manually(before, 0.2, 0.8, now=5.0)
+    assert decision.target == 25
+    assert (decision.new_state.algorithm, decision.new_state.memory) == ("vegas", remembered)
 
 
 def test_no_decision_on_too_few_calls() -> None:
@@ -133,16 +169,16 @@ def test_aimd_bounds_hold_and_pressure_never_raises(
     current: int, pressure: float, success: float, breaches: int
 ) -> None:
     before = state(current, breaches=breaches)
-    decision = aimd_step(before, pressure, success, PARAMS, now=10.0)
+    decision = manually(before, pressure, success, now=10.0)
     assert PARAMS.cmin <= decision.target <= PARAMS.cmax
     if pressure >= PARAMS.t1:
         assert decision.target <= current
         assert decision.state in (QueueStateName.THROTTLED, QueueStateName.CRITICAL_BACKOFF)
-    assert decision == aimd_step(before, pressure, success, PARAMS, now=10.0)
+    assert decision == manually(before, pressure, success, now=10.0)
     assert decision.reason
 
 
-class Reckless(LimitAlgorithm[NoMemory]):
+class Reckless(EvidenceJudge[NoMemory]):
     """Asks for ``wanted`` whatever the evidence says: what is left is the guards' doing."""
 
     name = "reckless"
@@ -150,16 +186,53 @@ class Reckless(LimitAlgorithm[NoMemory]):
     def __init__(self, wanted: int) -> None:
         self.wanted = wanted
 
-    def on_evidence(
-        self,
-        state: QueueState,
-        memory: NoMemory,
-        stats: WindowStats,
-        now: float,
-        params: PolicyParams,
-    ) -> Verdict[NoMemory]:
+    def judge(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
         reason = f"Wants {self.wanted}."
-        return Verdict(self.wanted, state.state, reason, memory, wake_at=now + 1)
+        state = situation.state
+        return Verdict(
+            self.wanted, state.state, reason, situation.memory, wake_at=situation.now + 1
+        )
+
+
+class Witness(LimitAlgorithm[NoMemory]):
+    """Holds, and keeps the situation it was handed."""
+
+    name = "witness"
+
+    def __init__(self) -> None:
+        self.seen: list[Situation[NoMemory]] = []
+
+    def decide(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+        self.seen.append(situation)
+        state = situation.state
+        return Verdict(state.concurrency, state.state, "Seen.", situation.memory)
+
+
+def test_the_situation_is_frozen_and_outlives_the_window() -> None:
+    window = window_of(*(sample(at=100 + s + 0.9, ok=9, throttled=1) for s in range(10)))
+    witness = Witness()
+    decide(witness, state(50), config(), window, 110.0, PARAMS)
+    (seen,) = witness.seen
+    assert (seen.stats.requests, seen.stats.pressure, seen.refusal) == (100, 10, None)
+    assert (seen.now, seen.params, seen.memory) == (110.0, PARAMS, NoMemory())
+    second, bucket = seen.window.seconds(100.0, 101.0)[0]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        seen.stats.requests = 0  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bucket.requests = 0  # type: ignore[misc]
+    # Telemetry that arrives later changes the window, not what the decision was shown.
+    window.add(sample(at=100.9, ok=0, throttled=10))
+    assert (second, bucket.requests) == (100, 10)
+    assert seen.window.stats(0.0, 200.0).requests == 100
+    assert window.stats(0.0, 200.0).requests == 110
+
+
+def test_a_refused_evidence_is_handed_over_with_its_reason() -> None:
+    witness = Witness()
+    decide(witness, state(50), config(), window_of(sample(at=100.9)), 101.0, PARAMS)
+    (seen,) = witness.seen
+    assert seen.refusal is not None
+    assert seen.refusal.reason.startswith("Insufficient evidence: 10 calls")
 
 
 def test_a_verdict_outside_the_bounds_is_clamped() -> None:
@@ -170,7 +243,7 @@ def test_a_verdict_outside_the_bounds_is_clamped() -> None:
     assert (cut.target, cut.action) == (PARAMS.cmin, Action.MULTIPLICATIVE_DECREASE)
 
 
-def test_refused_evidence_holds_before_on_evidence_is_asked() -> None:
+def test_refused_evidence_holds_before_judge_is_asked() -> None:
     decision = decide(Reckless(80), state(50), config(), QueueWindow(), 110.0, PARAMS)
     assert decision.action is Action.HOLD
     assert decision.reason.startswith("No telemetry since the last change")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from controller.model import Action, Decision, QueueState, Sample
 from controller.policy import ALGORITHMS, decide
-from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory, sizing
+from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 from tests.factories import config, sample, state
@@ -702,7 +702,7 @@ def test_a_level_one_invocation_over_the_capacity_is_cut_by_one() -> None:
 def test_the_level_that_fits_is_under_the_running_and_within_their_accepted_share(
     running: float, pressure: float, requests: int
 ) -> None:
-    level = sizing.fitting_level(ALGORITHM, running, pressure, requests)
+    level = ALGORITHM.fitting_level(running, pressure, requests)
     assert level <= math.ceil(running) - 1
     if pressure * running <= 1.0:
         assert level == math.ceil(running) - 1

@@ -5,13 +5,11 @@ from __future__ import annotations
 import pytest
 
 from controller.model import QueueStateName
-from controller.policy import algorithm_named
 from controller.policy.base import Verdict
 from controller.policy.gradient2 import Gradient2Memory
 from controller.settings import PolicyParams
 from controller.window import WindowStats
-from tests.factories import state
-from tests.netflix_cases import evidence
+from tests.netflix_cases import evidence, judged
 
 PARAMS = PolicyParams()
 BUSY = {"busy_ms": 20_000.0}  # about 6.9 in use
@@ -24,9 +22,7 @@ FACTOR = 2.0 / 601
 def gradient2(
     stats: WindowStats, memory: Gradient2Memory = WARM, concurrency: int = 10
 ) -> Verdict[Gradient2Memory]:
-    return algorithm_named("gradient2").on_evidence(
-        state(concurrency), memory, stats, 2000.0, PARAMS
-    )
+    return judged("gradient2", stats, memory, concurrency)
 
 
 def test_steady_latency_grows_the_limit_by_a_fifth_of_the_queue_size() -> None:

@@ -5,12 +5,10 @@ from __future__ import annotations
 import pytest
 
 from controller.model import QueueStateName
-from controller.policy import algorithm_named
 from controller.policy.base import NoMemory
 from controller.settings import PolicyParams
 from controller.window import WindowStats
-from tests.factories import state
-from tests.netflix_cases import evidence
+from tests.netflix_cases import evidence, judged
 
 PARAMS = PolicyParams()
 BUSY = {"busy_ms": 20_000.0}  # ten invocations of 20 s: about 6.9 in use
@@ -18,9 +16,7 @@ IDLE = {"busy_ms": 1_000.0}  # ten invocations of 1 s, one a second: 1.0 in use
 
 
 def target(concurrency: int, stats: WindowStats, breaches: int = 0) -> tuple[int, str]:
-    verdict = algorithm_named("netflix-aimd").on_evidence(
-        state(concurrency, breaches=breaches), NoMemory(), stats, 2000.0, PARAMS
-    )
+    verdict = judged("netflix-aimd", stats, NoMemory(), concurrency, breaches)
     return verdict.target, verdict.state
 
 

@@ -6,14 +6,12 @@ from dataclasses import replace
 
 import pytest
 
-from controller.policy import algorithm_named
 from controller.policy.base import Verdict
 from controller.policy.netflix import log10_root
 from controller.policy.vegas import VegasMemory, _probe_jitter
 from controller.settings import PolicyParams
 from controller.window import WindowStats
-from tests.factories import state
-from tests.netflix_cases import evidence
+from tests.netflix_cases import evidence, judged
 
 PARAMS = PolicyParams()
 BUSY = {"busy_ms": 20_000.0}  # about 6.9 in use
@@ -25,7 +23,7 @@ KNOWN = VegasMemory(estimated_limit=10.0, rtt_noload_ms=100.0)
 def vegas(
     stats: WindowStats, memory: VegasMemory = KNOWN, concurrency: int = 10
 ) -> Verdict[VegasMemory]:
-    return algorithm_named("vegas").on_evidence(state(concurrency), memory, stats, 2000.0, PARAMS)
+    return judged("vegas", stats, memory, concurrency)
 
 
 def test_the_first_round_trip_is_the_no_load_one_and_holds() -> None:

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import dataclasses
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -53,3 +56,40 @@ def test_memory_stays_bounded_by_retention(times: list[float]) -> None:
     assert window.stats(-1e9, newest - 31).samples == 0
     kept = window.stats(-1e9, 1e9).samples
     assert kept + window.dropped_too_old <= len(times)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.floats(0, 60, allow_nan=False), st.integers(0, 9)), max_size=80),
+    st.floats(-5, 65, allow_nan=False),
+    st.floats(0, 70, allow_nan=False),
+)
+def test_a_snapshot_reads_as_the_window_did_when_it_was_taken(
+    found: list[tuple[float, int]], since: float, span: float
+) -> None:
+    window = QueueWindow()
+    for at, throttled in found:
+        window.add(sample(at=100 + at, ok=9 - throttled, throttled=throttled))
+    snapshot = window.snapshot()
+    assert snapshot.stats(100 + since, 100 + since + span) == window.stats(
+        100 + since, 100 + since + span
+    )
+    seconds = [second for second, _ in snapshot.seconds(-1e9, 1e9)]
+    assert seconds == sorted(seconds) and len(seconds) == len(window)
+    for second, bucket in snapshot.seconds(-1e9, 1e9):
+        assert bucket == window.stats(second, second + 1)
+    window.add(sample(at=100 + span, ok=0, throttled=10))
+    assert snapshot.stats(-1e9, 1e9).requests == 9 * len(found)
+    assert window.stats(-1e9, 1e9).requests == 9 * len(found) + 10
+
+
+def test_stats_and_their_seconds_are_frozen() -> None:
+    window = QueueWindow()
+    window.add(sample(at=100.9, ok=10))
+    stats = window.stats(100.0, 101.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        stats.ok = 0  # type: ignore[misc]
+    ((_, bucket),) = window.snapshot().seconds(100.0, 101.0)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        bucket.ok = 0  # type: ignore[misc]
+    assert window.stats(100.0, 101.0).ok == 10

@@ -25,27 +25,39 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   is disabled for a bounded, growing period, then tested with a short pulse at Cmin. A cut
   whose fitting level would leave Cmin hard overloaded pauses at once.
 
-Every time is the caller's ``now``: pure, no clock reads, no I/O.
+The algorithm is one object holding its tunables (``Tuning``) as ``self``; its phases are
+layered classes, each in its own module and built on those before it: ``Probing``,
+``Pausing``, ``Sizing``, ``Latency``, and ``AdaptiveLimit`` on top. Every time is the
+situation's ``now``: pure, no clock reads, no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from controller.model import QueueState, QueueStateName
-from controller.policy.adaptive import latency, pausing, probing, sizing
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict, ceiling_above, hold
+from controller.model import QueueStateName
+from controller.policy.adaptive.latency import Latency, second_latencies
+from controller.policy.adaptive.memory import (
+    AdaptiveMemory,
+    AdaptiveSituation,
+    AdaptiveVerdict,
+    ceiling_above,
+    hold,
+)
+from controller.policy.adaptive.probing import (
+    overload_beneath,
+    pulse_stats,
+    running_stats,
+)
+from controller.policy.adaptive.sizing import busy_concurrency
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import LimitAlgorithm, refused
-from controller.policy.evidence import Evidence
-from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
 
 __all__ = ["AdaptiveLimit", "AdaptiveMemory", "Tuning"]
 
 
 @dataclass(frozen=True)
-class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
+class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
     """The adaptive limit with its tunables (``Tuning``).
 
     It selects its own evidence: a pulse probe is judged on the invocations that ran during it
@@ -55,103 +67,73 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
     name = "adaptive"
     memory_type = AdaptiveMemory
 
-    def decide(
-        self,
-        state: QueueState,
-        memory: AdaptiveMemory,
-        evidence: Evidence,
-        window: QueueWindow,
-        now: float,
-        params: PolicyParams,
-    ) -> AdaptiveVerdict:
+    def decide(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        state, memory, now = situation.state, situation.memory, situation.now
         if memory.paused_until > 0:
-            return pausing.while_paused(self, state, memory, window, now, params)
-        corrected = sizing.correction(self, state, memory, window, now, params)
+            return self.while_paused(situation)
+        corrected = self.correction(situation)
         if corrected is not None:
             return corrected
         if memory.probe_until > 0:
             if now >= memory.probe_until:
-                return probing.end_pulse(self, state, memory, now)
+                return self.end_pulse(situation)
             return hold(state, f"Probing at {state.concurrency}; judging after the pulse.", memory)
         if memory.judge_at > 0 and now >= memory.judge_at:
-            return self._judge_probe(state, memory, evidence, window, now, params)
-        return self._evaluate(state, memory, evidence, window, now, params)
+            return self._judge_probe(situation)
+        return self._evaluate(situation)
 
-    def _judge_probe(
-        self,
-        state: QueueState,
-        memory: AdaptiveMemory,
-        evidence: Evidence,
-        window: QueueWindow,
-        now: float,
-        params: PolicyParams,
-    ) -> AdaptiveVerdict:
-        pulse = probing.pulse_stats(memory, window)
-        if probing.awaiting_telemetry(self, memory, pulse, now, params):
+    def _judge_probe(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        state, memory, params = situation.state, situation.memory, situation.params
+        pulse = pulse_stats(memory, situation.window)
+        if self.awaiting_telemetry(situation, pulse):
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
-        running = probing.running_stats(memory, pulse, window)
-        if probing.passed(self, pulse, running, evidence.stats, params) and not latency.too_slow(
-            self, memory, pulse
+        running = running_stats(memory, pulse, situation.window)
+        if self.passed(pulse, running, situation.stats, params) and not self.too_slow(
+            memory, pulse
         ):
-            return probing.commit(self, state, memory, pulse, now, params)
-        failed = probing.back_off(self, state, memory, pulse, now, params)
+            return self.commit(situation, pulse)
+        failed = self.back_off(situation, pulse)
         # A failed probe may have met a real overload at the base level: judge the base's own
         # evidence now rather than a batch later, or, while none is fresh yet, the pulse's
         # when it shows more pressure than the raise explains.
-        if evidence.refusal is not None and probing.overload_beneath(memory, pulse, params):
-            evidence = Evidence(pulse)
-        verdict = self._evaluate(state, failed.memory, evidence, window, now, params)
+        judged = replace(situation, memory=failed.memory)
+        if situation.refusal is not None and overload_beneath(memory, pulse, params):
+            judged = replace(judged, stats=pulse, refusal=None)
+        verdict = self._evaluate(judged)
         if verdict.target == state.concurrency and verdict.enabled in (None, state.enabled):
-            return latency.slow_pulse(self, state, failed, pulse, now, params)
+            return self.slow_pulse(situation, failed, pulse)
         # The probe is over whatever the base's evidence calls for.
         return verdict if verdict.wake_at is not None else replace(verdict, wake_at=0.0)
 
-    def _evaluate(
-        self,
-        state: QueueState,
-        memory: AdaptiveMemory,
-        evidence: Evidence,
-        window: QueueWindow,
-        now: float,
-        params: PolicyParams,
-    ) -> AdaptiveVerdict:
-        if evidence.refusal is not None:
-            return refused(state, memory, evidence.refusal)
-        return self._judge(state, memory, evidence.stats, window, now, params)
+    def _evaluate(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        if situation.refusal is not None:
+            return refused(situation, situation.refusal)
+        return self._judge(situation)
 
-    def _judge(
-        self,
-        state: QueueState,
-        memory: AdaptiveMemory,
-        stats: WindowStats,
-        window: QueueWindow,
-        now: float,
-        params: PolicyParams,
-    ) -> AdaptiveVerdict:
+    def _judge(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
         """The queue's own evidence, in order: overload (cut, or pause at Cmin), a level just
         over the capacity (trim), the band between, then growth while clean and used."""
+        state, stats, params = situation.state, situation.stats, situation.params
         current, pressure = state.concurrency, stats.pressure_rate
-        latencies = latency.second_latencies(stats, window, params)
-        memory = latency.with_floor(self, state, memory, latencies, now, params)
-        latency_rise = latency.rise(self, memory, latencies)
-        storm, sizing_pressure = sizing.latest_pressure(self, stats, window, params)
+        latencies = second_latencies(stats, situation.window, params)
+        situation = replace(situation, memory=self.with_floor(situation, latencies))
+        memory = situation.memory
+        latency_rise = self.rise(memory, latencies)
+        storm, sizing_pressure = self.latest_pressure(situation)
         # Read only while some call was refused: a clean queue, the usual case, has no surge.
-        surge = (
-            sizing.surge_pressure(self, stats, window, params) if 0 < pressure < params.t1 else 0.0
-        )
-        # A few rejections over the whole evidence with a burst in its newest second, or all in
-        # the seconds since a clean history, are the first reports of a storm, not a level just
-        # over the capacity.
+        surge = self.surge_pressure(situation) if 0 < pressure < params.t1 else 0.0
+        # A few rejections over the whole evidence with a burst in its newest second, or all
+        # in the seconds since a clean history, are the first reports of a storm, not a level
+        # just over the capacity.
         beginning = pressure >= self.trim_above and (
             sizing_pressure >= self.storm_factor * params.t1 or surge >= params.t1
         )
         if max(pressure, storm) >= params.t1 or beginning:
             if current > params.cmin:
-                latest = max(storm, sizing_pressure, surge)
-                return sizing.cut(self, state, memory, stats, now, params, window, latest)
-            if pressure >= pausing.pause_above(self, params):
-                return pausing.pause(self, state, memory, stats, now)
+                return self.cut(situation, max(storm, sizing_pressure, surge))
+            if pressure >= self.pausing_pressure(params):
+                return self.pause(situation)
             return hold(
                 state,
                 f"Overload at Cmin ({params.cmin}): pressure {pressure:.1%} >= T1 "
@@ -160,8 +142,8 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
                 stats,
             )
         if latency_rise >= self.cutting_rise and current > params.cmin:
-            running = sizing.in_use(self, state, stats, window)
-            return latency.cut(self, state, memory, stats, now, params, running, latency_rise)
+            running = self.in_use(situation)
+            return self.latency_cut(situation, stats, running, latency_rise)
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
         if (
@@ -169,7 +151,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
             and stats.requests >= self.trim_evidence
             and current > params.cmin
         ):
-            return sizing.trim(self, state, memory, stats, window, now, params, sizing_pressure)
+            return self.trim(situation, sizing_pressure)
         if pressure >= self.grow_below:
             return hold(
                 state,
@@ -190,7 +172,7 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
         if current >= params.cmax:
             reason = f"Healthy at Cmax ({params.cmax})."
             return hold(state, reason, good, stats, name=QueueStateName.HEALTHY)
-        used = sizing.busy_concurrency(stats, self.estimate_span_s)
+        used = busy_concurrency(stats, self.estimate_span_s)
         if used is not None and used < self.used_share * current:
             return hold(
                 state,
@@ -201,5 +183,5 @@ class AdaptiveLimit(Tuning, LimitAlgorithm[AdaptiveMemory]):
             )
         # Growth waits out any Retry-After: the shared guards hold a raise until then.
         if memory.ceiling == 0 or ceiling_above(current) < memory.ceiling:
-            return probing.grow(self, state, memory, stats, now, params)
-        return probing.probe(self, state, memory, stats, now, params)
+            return self.grow(situation)
+        return self.probe(situation)

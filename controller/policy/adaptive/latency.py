@@ -27,141 +27,130 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from controller.model import QueueState
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveVerdict
-from controller.policy.adaptive.sizing import cut_verdict
-from controller.policy.adaptive.tuning import Tuning
+from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveSituation, AdaptiveVerdict
+from controller.policy.adaptive.sizing import Sizing
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
+from controller.window import WindowSnapshot, WindowStats
 
 
-def second_latencies(stats: WindowStats, window: QueueWindow, params: PolicyParams) -> list[float]:
+class Latency(Sizing):
+    """Overload that shows as latency, cut as sizing cuts."""
+
+    def rise(self, memory: AdaptiveMemory, latencies: list[float]) -> float:
+        """The evidence's latency over the baseline (1.0: none, or too few seconds to say)."""
+        if len(latencies) < self.latency_seconds or memory.latency_floor_ms <= 0:
+            return 1.0
+        ordered = sorted(latencies)
+        middle = len(ordered) // 2
+        median = (
+            ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        )
+        return median / memory.latency_floor_ms
+
+    def with_floor(self, situation: AdaptiveSituation, latencies: list[float]) -> AdaptiveMemory:
+        """The memory with its baseline lowered to the fastest second of the evidence, or moved
+        up to the evidence's latency when that latency does not come from load (see the
+        module)."""
+        state, memory = situation.state, situation.memory
+        if not latencies:
+            return memory
+        floor = memory.latency_floor_ms
+        latency_rise = self.rise(memory, latencies)
+        # The last latency cut is checked on the evidence from the level it set (again after a
+        # failed probe above it), for ``latency_check_s``: at another level, or later, the
+        # latency is about another level or another load.
+        checking = (
+            memory.latency_cut_rise > 0
+            and state.concurrency == memory.latency_cut_level
+            and situation.now - memory.latency_cut_at <= self.latency_check_s
+        )
+        judged = len(latencies) >= self.latency_seconds
+        # The cut left the latency within 10% of where it was: it did not fall.
+        if checking and judged and latency_rise >= memory.latency_cut_rise * 0.9:
+            # Moved so that this latency reads at the growth limit: held there, not cut again.
+            floor = floor * latency_rise / self.holding_rise
+        elif state.concurrency <= situation.params.cmin and latency_rise >= self.holding_rise:
+            floor = floor * latency_rise
+        elif floor <= 0 or min(latencies) < floor:
+            floor = min(latencies)
+        if checking and not judged:
+            return replace(memory, latency_floor_ms=floor)
+        return replace(
+            memory,
+            latency_floor_ms=floor,
+            latency_cut_rise=0.0,
+            latency_cut_at=0.0,
+            latency_cut_level=0,
+        )
+
+    def too_slow(self, memory: AdaptiveMemory, stats: WindowStats) -> bool:
+        """``stats``' calls as a whole are slow enough to stop growth (a pulse probe's
+        check)."""
+        mean = stats.mean_latency_ms
+        limit = memory.latency_floor_ms * self.holding_rise
+        return mean is not None and memory.latency_floor_ms > 0 and mean >= limit
+
+    def slow_pulse(
+        self, situation: AdaptiveSituation, failed: AdaptiveVerdict, pulse: WindowStats
+    ) -> AdaptiveVerdict:
+        """A failed probe whose base level's own evidence called for nothing: its pulse's
+        calls, as a whole, are the base level's latency too (the base ran beside the raise of
+        one); at the cutting rise they cut from the base level (see the module)."""
+        memory, concurrency = failed.memory, situation.state.concurrency
+        mean = pulse.mean_latency_ms
+        if (
+            mean is None
+            or pulse.latency_count < situation.params.min_samples
+            or memory.latency_floor_ms <= 0
+            or concurrency <= situation.params.cmin
+        ):
+            return failed
+        latency_rise = mean / memory.latency_floor_ms
+        # A latency cut still waiting for its check is judged on its level's own evidence: cut
+        # again on a pulse, a latency that is not load would be cut step after step.
+        if latency_rise < self.cutting_rise or memory.latency_cut_rise > 0:
+            return failed
+        after_probe = replace(situation, memory=memory)
+        return self.latency_cut(after_probe, pulse, float(concurrency), latency_rise)
+
+    def latency_cut(
+        self,
+        situation: AdaptiveSituation,
+        stats: WindowStats,
+        running: float,
+        latency_rise: float,
+    ) -> AdaptiveVerdict:
+        """Cut ``running`` invocations to the concurrency whose latency would sit half way to
+        the tolerance, by at most ``latency_cut_depth`` of them."""
+        memory, now = situation.memory, situation.now
+        current = situation.state.concurrency
+        # Little's law at a steady throughput; a latency with a part that load does not add
+        # (the downstream's own) falls less than that, and a deeper cut would overshoot: the
+        # check on the level it sets tells which it was.
+        fitting = math.floor(
+            running * max(1.0 - self.latency_cut_depth, self.holding_rise / latency_rise)
+        )
+        target = clamp(min(current - 1, fitting), situation.params)
+        return self.cut_verdict(
+            situation,
+            replace(
+                memory, latency_cut_rise=latency_rise, latency_cut_at=now, latency_cut_level=target
+            ),
+            stats,
+            target,
+            f"Latency overload: {latency_rise:.2f}x the no-load latency "
+            f"({memory.latency_floor_ms:.0f} ms) >= {self.cutting_rise:.2f}x with about "
+            f"{running:.1f} invocations in use. Scaled from {current} -> {target}.",
+        )
+
+
+def second_latencies(
+    stats: WindowStats, window: WindowSnapshot, params: PolicyParams
+) -> list[float]:
     """Each evidence second's mean call latency (ms), for seconds with enough timed calls."""
     return [
         bucket.latency_ms_sum / bucket.latency_count
         for _, bucket in window.seconds(stats.since, stats.until)
         if bucket.latency_count >= params.min_samples
     ]
-
-
-def rise(tuning: Tuning, memory: AdaptiveMemory, latencies: list[float]) -> float:
-    """The evidence's latency over the baseline (1.0: none, or too few seconds to say)."""
-    if len(latencies) < tuning.latency_seconds or memory.latency_floor_ms <= 0:
-        return 1.0
-    ordered = sorted(latencies)
-    middle = len(ordered) // 2
-    median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-    return median / memory.latency_floor_ms
-
-
-def with_floor(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    latencies: list[float],
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveMemory:
-    """The memory with its baseline lowered to the fastest second of the evidence, or moved up
-    to the evidence's latency when that latency does not come from load (see the module)."""
-    if not latencies:
-        return memory
-    floor = memory.latency_floor_ms
-    latency_rise = rise(tuning, memory, latencies)
-    # The last latency cut is checked on the evidence from the level it set (again after a
-    # failed probe above it), for ``latency_check_s``: at another level, or later, the latency
-    # is about another level or another load.
-    checking = (
-        memory.latency_cut_rise > 0
-        and state.concurrency == memory.latency_cut_level
-        and now - memory.latency_cut_at <= tuning.latency_check_s
-    )
-    judged = len(latencies) >= tuning.latency_seconds
-    # The cut left the latency within 10% of where it was: it did not fall.
-    if checking and judged and latency_rise >= memory.latency_cut_rise * 0.9:
-        # Moved so that this latency reads at the growth limit: held there, not cut again.
-        floor = floor * latency_rise / tuning.holding_rise
-    elif state.concurrency <= params.cmin and latency_rise >= tuning.holding_rise:
-        floor = floor * latency_rise
-    elif floor <= 0 or min(latencies) < floor:
-        floor = min(latencies)
-    if checking and not judged:
-        return replace(memory, latency_floor_ms=floor)
-    return replace(
-        memory,
-        latency_floor_ms=floor,
-        latency_cut_rise=0.0,
-        latency_cut_at=0.0,
-        latency_cut_level=0,
-    )
-
-
-def too_slow(tuning: Tuning, memory: AdaptiveMemory, stats: WindowStats) -> bool:
-    """``stats``' calls as a whole are slow enough to stop growth (a pulse probe's check)."""
-    mean = stats.mean_latency_ms
-    limit = memory.latency_floor_ms * tuning.holding_rise
-    return mean is not None and memory.latency_floor_ms > 0 and mean >= limit
-
-
-def slow_pulse(
-    tuning: Tuning,
-    state: QueueState,
-    failed: AdaptiveVerdict,
-    pulse: WindowStats,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict:
-    """A failed probe whose base level's own evidence called for nothing: its pulse's calls,
-    as a whole, are the base level's latency too (the base ran beside the raise of one); at
-    the cutting rise they cut from the base level (see the module)."""
-    memory = failed.memory
-    mean = pulse.mean_latency_ms
-    if (
-        mean is None
-        or pulse.latency_count < params.min_samples
-        or memory.latency_floor_ms <= 0
-        or state.concurrency <= params.cmin
-    ):
-        return failed
-    latency_rise = mean / memory.latency_floor_ms
-    # A latency cut still waiting for its check is judged on its level's own evidence: cut
-    # again on a pulse, a latency that is not load would be cut step after step.
-    if latency_rise < tuning.cutting_rise or memory.latency_cut_rise > 0:
-        return failed
-    return cut(tuning, state, memory, pulse, now, params, float(state.concurrency), latency_rise)
-
-
-def cut(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    now: float,
-    params: PolicyParams,
-    running: float,
-    latency_rise: float,
-) -> AdaptiveVerdict:
-    """Cut ``running`` invocations to the concurrency whose latency would sit half way to the
-    tolerance, by at most ``latency_cut_depth`` of them."""
-    current = state.concurrency
-    # Little's law at a steady throughput; a latency with a part that load does not add (the
-    # downstream's own) falls less than that, and a deeper cut would overshoot: the check on
-    # the level it sets tells which it was.
-    fitting = math.floor(
-        running * max(1.0 - tuning.latency_cut_depth, tuning.holding_rise / latency_rise)
-    )
-    target = clamp(min(current - 1, fitting), params)
-    return cut_verdict(
-        tuning,
-        state,
-        replace(
-            memory, latency_cut_rise=latency_rise, latency_cut_at=now, latency_cut_level=target
-        ),
-        target,
-        f"Latency overload: {latency_rise:.2f}x the no-load latency "
-        f"({memory.latency_floor_ms:.0f} ms) >= {tuning.cutting_rise:.2f}x with about "
-        f"{running:.1f} invocations in use. Scaled from {current} -> {target}.",
-        stats,
-        now,
-    )

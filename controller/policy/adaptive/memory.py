@@ -1,11 +1,12 @@
-"""What the adaptive limit remembers about a queue between decisions, and its verdicts."""
+"""What the adaptive limit remembers about a queue between decisions, the situations it
+decides in, and its verdicts."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from controller.model import QueueState, QueueStateName
-from controller.policy.base import Verdict
+from controller.policy.base import Situation, Verdict
 from controller.settings import PolicyParams
 from controller.window import WindowStats
 
@@ -55,6 +56,7 @@ class AdaptiveMemory:
     paused_until: float = 0.0
 
 
+AdaptiveSituation = Situation[AdaptiveMemory]
 AdaptiveVerdict = Verdict[AdaptiveMemory]
 
 

@@ -10,211 +10,184 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from controller.model import QueueState, QueueStateName
+from controller.model import QueueStateName
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
+    AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
     hold,
     move,
 )
 from controller.policy.adaptive.probing import (
-    awaiting_telemetry,
+    Probing,
     pulse_span_s,
     pulse_stats,
-    spread,
 )
-from controller.policy.adaptive.tuning import Tuning
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
+from controller.window import WindowStats
 
 
-def pause_above(tuning: Tuning, params: PolicyParams) -> float:
-    """The pressure at Cmin that pauses the mapping: a share of failed calls at which messages
-    would run through their receives into the dead-letter queue. Below it the queue keeps
-    running at Cmin (pausing on a downstream shared with busier queues would only hand them
-    its share)."""
-    return max(params.t1, tuning.pause_above)
+class Pausing(Probing):
+    """Pausing below the floor, built on probing's pulses and waits."""
+
+    def pausing_pressure(self, params: PolicyParams) -> float:
+        """The pressure at Cmin that pauses the mapping: a share of failed calls at which
+        messages would run through their receives into the dead-letter queue. Below it the
+        queue keeps running at Cmin (pausing on a downstream shared with busier queues would
+        only hand them its share)."""
+        return max(params.t1, self.pause_above)
+
+    def pause(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        """Pause at Cmin, whose own evidence shows it overloads."""
+        stats = situation.stats
+        return self._paused(
+            situation,
+            stats,
+            f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at "
+            f"{situation.state.concurrency}",
+        )
+
+    def pause_far_below(
+        self, situation: AdaptiveSituation, stats: WindowStats, running: float, fit: float
+    ) -> AdaptiveVerdict:
+        """Pause instead of a cut whose fitting level (``fit`` of the ``running`` invocations)
+        lies so far below Cmin that Cmin would draw at least ``pause_at_once`` pressure: set
+        to Cmin, the queue would only wait a telemetry round trip to show it. The level that
+        broke is remembered as a cut's is."""
+        state, params = situation.state, situation.params
+        at_floor = replace(
+            situation,
+            state=replace(state, concurrency=params.cmin),
+            memory=replace(
+                situation.memory,
+                ceiling=ceiling_above(params.cmin),
+                broke_at=state.concurrency,
+                ceiling_refused=True,
+            ),
+        )
+        return self._paused(
+            at_floor,
+            stats,
+            f"Overload far below the floor: pressure {stats.pressure_rate:.1%} with about "
+            f"{running:.1f} invocations in use fits {fit:.1f}, Cmin ({params.cmin}) would draw "
+            f"{floor_pressure(fit, params):.0%}; scaled from {state.concurrency} -> "
+            f"{params.cmin}",
+        )
+
+    def _paused(
+        self, situation: AdaptiveSituation, stats: WindowStats, why: str
+    ) -> AdaptiveVerdict:
+        # The shortest, also after a cut that predicts a hard overload at Cmin: near the floor
+        # the prediction can be far off (slow-recovery: 93% of 16 invocations' calls refused
+        # predicted 83% at Cmin, which drew 17%), and a longer first pause finds a capacity
+        # late.
+        state, now = situation.state, situation.now
+        period = self.pause_s[0]
+        return move(
+            state.concurrency,
+            QueueStateName.CRITICAL_BACKOFF,
+            f"{why}; pausing the mapping for {period:.0f}s.",
+            replace(situation.memory, pause_s=period, paused_until=now + period),
+            stats,
+            enabled=False,
+            breaches=state.consecutive_breaches + 1,
+            wake_at=now + period,
+        )
+
+    def while_paused(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        """Paused, then testing Cmin, then judging the test."""
+        state, memory, now = situation.state, situation.memory, situation.now
+        if state.enabled:
+            return self._testing(situation)
+        if memory.judge_at > 0:
+            return self._judging(situation)
+        if now < memory.paused_until:
+            return hold(
+                state,
+                f"Paused for {memory.paused_until - now:.0f}s more (overload at Cmin).",
+                memory,
+                wake_at=memory.paused_until,
+            )
+        return move(
+            state.concurrency,
+            QueueStateName.CRITICAL_BACKOFF,
+            f"Pause over: testing {state.concurrency} for {self.pulse_s:g}s.",
+            replace(memory, probe_started_at=now, probe_until=now + self.pulse_s),
+            enabled=True,
+            wake_at=now + self.pulse_s,
+        )
+
+    def _testing(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        state, memory, now = situation.state, situation.memory, situation.now
+        if now < memory.probe_until:
+            return hold(state, f"Testing Cmin ({state.concurrency}) after a pause.", memory)
+        judge_at = now + self.judge_after_s
+        return move(
+            state.concurrency,
+            QueueStateName.CRITICAL_BACKOFF,
+            "Pause test over: paused again until its invocations are judged.",
+            replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
+            enabled=False,
+            wake_at=judge_at,
+        )
+
+    def _judging(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        state, memory, now = situation.state, situation.memory, situation.now
+        if now < memory.judge_at:
+            return hold(state, "Paused; judging the test at Cmin.", memory)
+        test = pulse_stats(memory, situation.window)
+        if self.awaiting_telemetry(situation, test):
+            return hold(state, "Paused; waiting for the test's telemetry.", memory, test)
+        limit = self.pausing_pressure(situation.params)
+        if test.requests == 0 or test.pressure_rate < limit:
+            verdict = (
+                "no calls seen"
+                if test.requests == 0
+                else f"pressure {test.pressure_rate:.1%} < {limit:.1%}"
+            )
+            return move(
+                state.concurrency,
+                QueueStateName.RECOVERING,
+                f"Pause test passed ({verdict}); resuming at {state.concurrency}.",
+                replace(
+                    memory,
+                    pause_s=0.0,
+                    paused_until=0.0,
+                    judge_at=0.0,
+                    ceiling=ceiling_above(state.concurrency),
+                    next_probe_at=now + self.spread(situation, 0.0),
+                ),
+                test,
+                enabled=True,
+                breaches=0,
+                wake_at=0.0,
+            )
+        period = self._period_after(memory, test)
+        return hold(
+            state,
+            f"Pause test failed (pressure {test.pressure_rate:.1%} at {state.concurrency}); "
+            f"paused for {period:.0f}s more.",
+            replace(memory, pause_s=period, paused_until=now + period, judge_at=0.0),
+            test,
+            wake_at=now + period,
+        )
+
+    def _period_after(self, memory: AdaptiveMemory, test: WindowStats) -> float:
+        """The pause after a failed test: twice the last (a lasting overload is tested less
+        often), up to the longest, but no longer than the test's cost calls for.
+
+        A test costs its pressure share of what Cmin sent during it; the pause that keeps that
+        cost within ``pause_budget`` of what Cmin would send over the pause is enough. A narrow
+        failure (a capacity just under what Cmin sends) costs little, so the floor is tested
+        again soon and a capacity that returns is found sooner; a floor far above the capacity
+        pauses the longest.
+        """
+        low, high = self.pause_s
+        enough = test.pressure_rate * pulse_span_s(memory) / self.pause_budget
+        return max(low, min(high, 2 * memory.pause_s, enough))
 
 
 def floor_pressure(fit: float, params: PolicyParams) -> float:
     """The share of Cmin's calls a downstream that fits ``fit`` invocations would refuse."""
     return max(0.0, 1.0 - fit / params.cmin)
-
-
-def pause(
-    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, stats: WindowStats, now: float
-) -> AdaptiveVerdict:
-    """Pause at Cmin, whose own evidence shows it overloads."""
-    return _paused(
-        tuning,
-        state,
-        memory,
-        stats,
-        now,
-        f"Overload at Cmin: pressure {stats.pressure_rate:.1%} even at {state.concurrency}",
-    )
-
-
-def pause_far_below(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    now: float,
-    params: PolicyParams,
-    running: float,
-    fit: float,
-) -> AdaptiveVerdict:
-    """Pause instead of a cut whose fitting level (``fit`` of the ``running`` invocations)
-    lies so far below Cmin that Cmin would draw at least ``pause_at_once`` pressure: set to
-    Cmin, the queue would only wait a telemetry round trip to show it. The level that broke is
-    remembered as a cut's is."""
-    return _paused(
-        tuning,
-        replace(state, concurrency=params.cmin),
-        replace(
-            memory,
-            ceiling=ceiling_above(params.cmin),
-            broke_at=state.concurrency,
-            ceiling_refused=True,
-        ),
-        stats,
-        now,
-        f"Overload far below the floor: pressure {stats.pressure_rate:.1%} with about "
-        f"{running:.1f} invocations in use fits {fit:.1f}, Cmin ({params.cmin}) would draw "
-        f"{floor_pressure(fit, params):.0%}; scaled from {state.concurrency} -> {params.cmin}",
-    )
-
-
-def _paused(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    now: float,
-    why: str,
-) -> AdaptiveVerdict:
-    # The shortest, also after a cut that predicts a hard overload at Cmin: near the floor
-    # the prediction can be far off (slow-recovery: 93% of 16 invocations' calls refused
-    # predicted 83% at Cmin, which drew 17%), and a longer first pause finds a capacity late.
-    period = tuning.pause_s[0]
-    return move(
-        state.concurrency,
-        QueueStateName.CRITICAL_BACKOFF,
-        f"{why}; pausing the mapping for {period:.0f}s.",
-        replace(memory, pause_s=period, paused_until=now + period),
-        stats,
-        enabled=False,
-        breaches=state.consecutive_breaches + 1,
-        wake_at=now + period,
-    )
-
-
-def while_paused(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    window: QueueWindow,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict:
-    """Paused, then testing Cmin, then judging the test."""
-    if state.enabled:
-        return _testing(tuning, state, memory, now)
-    if memory.judge_at > 0:
-        return _judging(tuning, state, memory, window, now, params)
-    if now < memory.paused_until:
-        return hold(
-            state,
-            f"Paused for {memory.paused_until - now:.0f}s more (overload at Cmin).",
-            memory,
-            wake_at=memory.paused_until,
-        )
-    return move(
-        state.concurrency,
-        QueueStateName.CRITICAL_BACKOFF,
-        f"Pause over: testing {state.concurrency} for {tuning.pulse_s:g}s.",
-        replace(memory, probe_started_at=now, probe_until=now + tuning.pulse_s),
-        enabled=True,
-        wake_at=now + tuning.pulse_s,
-    )
-
-
-def _testing(
-    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, now: float
-) -> AdaptiveVerdict:
-    if now < memory.probe_until:
-        return hold(state, f"Testing Cmin ({state.concurrency}) after a pause.", memory)
-    judge_at = now + tuning.judge_after_s
-    return move(
-        state.concurrency,
-        QueueStateName.CRITICAL_BACKOFF,
-        "Pause test over: paused again until its invocations are judged.",
-        replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
-        enabled=False,
-        wake_at=judge_at,
-    )
-
-
-def _judging(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    window: QueueWindow,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict:
-    if now < memory.judge_at:
-        return hold(state, "Paused; judging the test at Cmin.", memory)
-    test = pulse_stats(memory, window)
-    if awaiting_telemetry(tuning, memory, test, now, params):
-        return hold(state, "Paused; waiting for the test's telemetry.", memory, test)
-    limit = pause_above(tuning, params)
-    if test.requests == 0 or test.pressure_rate < limit:
-        verdict = (
-            "no calls seen"
-            if test.requests == 0
-            else f"pressure {test.pressure_rate:.1%} < {limit:.1%}"
-        )
-        return move(
-            state.concurrency,
-            QueueStateName.RECOVERING,
-            f"Pause test passed ({verdict}); resuming at {state.concurrency}.",
-            replace(
-                memory,
-                pause_s=0.0,
-                paused_until=0.0,
-                judge_at=0.0,
-                ceiling=ceiling_above(state.concurrency),
-                next_probe_at=now + spread(tuning, state, now, 0.0),
-            ),
-            test,
-            enabled=True,
-            breaches=0,
-            wake_at=0.0,
-        )
-    period = _period_after(tuning, memory, test)
-    return hold(
-        state,
-        f"Pause test failed (pressure {test.pressure_rate:.1%} at {state.concurrency}); "
-        f"paused for {period:.0f}s more.",
-        replace(memory, pause_s=period, paused_until=now + period, judge_at=0.0),
-        test,
-        wake_at=now + period,
-    )
-
-
-def _period_after(tuning: Tuning, memory: AdaptiveMemory, test: WindowStats) -> float:
-    """The pause after a failed test: twice the last (a lasting overload is tested less
-    often), up to the longest, but no longer than the test's cost calls for.
-
-    A test costs its pressure share of what Cmin sent during it; the pause that keeps that
-    cost within ``pause_budget`` of what Cmin would send over the pause is enough. A narrow
-    failure (a capacity just under what Cmin sends) costs little, so the floor is tested again
-    soon and a capacity that returns is found sooner; a floor far above the capacity pauses
-    the longest.
-    """
-    low, high = tuning.pause_s
-    enough = test.pressure_rate * pulse_span_s(memory) / tuning.pause_budget
-    return max(low, min(high, 2 * memory.pause_s, enough))

@@ -16,9 +16,9 @@ import math
 import zlib
 from dataclasses import replace
 
-from controller.model import QueueState
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
+    AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
     hold,
@@ -28,138 +28,268 @@ from controller.policy.adaptive.memory import (
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, WindowStats
+from controller.window import WindowSnapshot, WindowStats
 
 
-def grow(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict:
-    """Below any level known to break: keep up with the poller's own ramp (it adds
-    ``poller_ramp_per_s`` invocations a second while messages wait, so a cap growing slower
-    than that is what holds a healthy backlog back), at most ``max_growth`` times the level in
-    one step; under a known ceiling, halve the gap to it. A step that breaks is cut in
-    proportion."""
-    current, ceiling = state.concurrency, memory.ceiling
-    ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - state.last_change_at))
-    target = max(current + 1, min(math.floor(current * tuning.max_growth), current + ramp))
-    if ceiling:
-        target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
-    target = clamp(target, params)
-    if target <= current:
-        return hold(state, f"At the ceiling ({ceiling}); holding at {current}.", memory)
-    limit = f"below the ceiling {ceiling}" if ceiling else "no known ceiling"
-    return move(
-        target,
-        rising(target, params),
-        f"Clean: pressure {stats.pressure_rate:.1%} < {tuning.grow_below:.1%} with the "
-        f"allowance in use, {limit}. Scaled from {current} -> {target}.",
-        replace(memory, good_level=current),
-        stats,
-        breaches=0,
-    )
+class Probing(Tuning):
+    """Growth and pulse probes, with the adaptive limit's tunables as ``self``."""
 
+    def grow(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        """Below any level known to break: keep up with the poller's own ramp (it adds
+        ``poller_ramp_per_s`` invocations a second while messages wait, so a cap growing slower
+        than that is what holds a healthy backlog back), at most ``max_growth`` times the level
+        in one step; under a known ceiling, halve the gap to it. A step that breaks is cut in
+        proportion."""
+        state, memory, stats = situation.state, situation.memory, situation.stats
+        now = situation.now
+        current, ceiling = state.concurrency, memory.ceiling
+        ramp = math.ceil(self.poller_ramp_per_s * max(0.0, now - state.last_change_at))
+        target = max(current + 1, min(math.floor(current * self.max_growth), current + ramp))
+        if ceiling:
+            target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
+        target = clamp(target, situation.params)
+        if target <= current:
+            return hold(state, f"At the ceiling ({ceiling}); holding at {current}.", memory)
+        limit = f"below the ceiling {ceiling}" if ceiling else "no known ceiling"
+        return move(
+            target,
+            rising(target, situation.params),
+            f"Clean: pressure {stats.pressure_rate:.1%} < {self.grow_below:.1%} with the "
+            f"allowance in use, {limit}. Scaled from {current} -> {target}.",
+            replace(memory, good_level=current),
+            stats,
+            breaches=0,
+        )
 
-def probe(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict:
-    """Near the ceiling: a pulse probe once the backoff has passed, with steps doubling while
-    probes pass."""
-    current, ceiling = state.concurrency, memory.ceiling
-    good = replace(memory, good_level=current)
-    if now < memory.next_probe_at:
+    def probe(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        """Near the ceiling: a pulse probe once the backoff has passed, with steps doubling
+        while probes pass."""
+        state, memory, stats = situation.state, situation.memory, situation.stats
+        now = situation.now
+        current, ceiling = state.concurrency, memory.ceiling
+        good = replace(memory, good_level=current)
+        if now < memory.next_probe_at:
+            return hold(
+                state,
+                f"Clean; next probe in {memory.next_probe_at - now:.0f}s (ceiling {ceiling}). "
+                f"Holding at {current}.",
+                good,
+                stats,
+            )
+        why = f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}"
+        return self.start_pulse(situation, good, current, why, stats)
+
+    def start_pulse(
+        self,
+        situation: AdaptiveSituation,
+        memory: AdaptiveMemory,
+        base: int,
+        why: str,
+        stats: WindowStats,
+    ) -> AdaptiveVerdict:
+        """Raise the cap above ``base`` for about one invocation time (by a step that doubles
+        while probes pass), then back to ``base``."""
+        state, now, params = situation.state, situation.now, situation.params
+        step = max(1, min(memory.probe_streak, math.floor(base * self.probe_growth)))
+        target = clamp(base + step, params)
+        # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
+        # invocations start under the raised cap to be judged; the poller adds a few
+        # invocations per second, so a bigger raise needs a longer pulse.
+        shortest = self.pulse_s + self.pulse_margin_s
+        pulse = max(shortest, stats.mean_invocation_s) + (target - state.concurrency - 1) / (
+            self.poller_ramp_per_s
+        )
+        return move(
+            target,
+            rising(target, params),
+            f"{why}; raising to {target} for {pulse:.1f}s, then back to {base} until the "
+            "probe's invocations are judged.",
+            replace(
+                memory,
+                probe_base=base,
+                probe_step=target - base,
+                probe_started_at=now,
+                probe_until=now + pulse,
+                judge_at=0.0,
+            ),
+            stats,
+            breaches=0,
+            wake_at=now + pulse,
+        )
+
+    def end_pulse(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        """The pulse is over: back to the base level, and judge the pulse's invocations once
+        their telemetry has had time to arrive."""
+        state, memory, now = situation.state, situation.memory, situation.now
+        base = memory.probe_base
+        judge_at = now + self.judge_after_s
+        return move(
+            base,
+            state.state,
+            f"Probe pulse over: back to {base}; judging the invocations that started at "
+            f"{state.concurrency}. Scaled from {state.concurrency} -> {base}.",
+            replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
+            wake_at=judge_at,
+        )
+
+    def awaiting_telemetry(self, situation: AdaptiveSituation, pulse: WindowStats) -> bool:
+        """Too few of the pulse's calls reported yet, and still worth waiting for."""
+        overdue = situation.now >= situation.memory.judge_at + self.judge_patience_s
+        return pulse.requests < situation.params.min_samples and not overdue
+
+    def passed(
+        self, pulse: WindowStats, running: WindowStats, base: WindowStats, params: PolicyParams
+    ) -> bool:
+        """Clean at the probed level: the pulse's invocations, and all those that ran beside
+        them (``running_stats``), each under the share a level is trimmed at (a level committed
+        above it would be stepped down again); and the base level's own evidence since the
+        pulse ended clean too: a probe never commits a raise into an overload that began after
+        it."""
+        return (
+            pulse.requests >= params.min_samples
+            and pulse.pressure_rate < self.trim_above
+            and running.pressure_rate < self.trim_above
+            and base.pressure_rate < params.t1
+        )
+
+    def commit(self, situation: AdaptiveSituation, pulse: WindowStats) -> AdaptiveVerdict:
+        """A passed probe: the probed level becomes the level."""
+        state, memory, now = situation.state, situation.memory, situation.now
+        params = situation.params
+        probed = memory.probe_base + memory.probe_step
+        target = clamp(probed, params)
+        ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
+        expired = probed > max(ceiling, broke_at)
+        # Past the ceiling but not yet above the level that broke, or above it where 429s set
+        # the ceiling: the pulse was the fresh evidence for its level, so the next probe, a
+        # step twice as big, starts at once. Past refusals a committed doubling that overshoots
+        # a capacity back only in part is refused for a telemetry round trip, a pulse for one
+        # invocation time.
+        if probed >= ceiling and probed < params.cmax and (memory.ceiling_refused or not expired):
+            chained = replace(
+                memory,
+                ceiling=ceiling_above(probed),
+                good_level=probed,
+                probe_backoff_s=self.probe_backoff_s[0],
+                probe_streak=2 * max(1, streak),
+            )
+            why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+            if expired:
+                why += f", above {broke_at}, where refused calls set the ceiling"
+            return self.start_pulse(situation, chained, probed, why, pulse)
+        if expired:
+            # Clean above the level whose overload set the ceiling (one pulse clean at that
+            # level may be luck), an overload of latency or timeouts: it is over. Forget the
+            # ceiling and grow at full speed again (a new overload sets a new one), from the
+            # probe's start: its invocations are the fresh evidence a first step would wait for.
+            ceiling, broke_at, streak = 0, 0, 0
+            ramp = math.ceil(self.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
+            target = clamp(min(math.floor(probed * self.max_growth), probed + ramp), params)
+        return move(
+            target,
+            rising(target, params),
+            f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+            f"{'; the ceiling has expired' if expired else ''}. "
+            f"Scaled from {state.concurrency} -> {target}.",
+            replace(
+                memory,
+                ceiling=ceiling,
+                broke_at=broke_at,
+                good_level=target,
+                probe_backoff_s=self.probe_backoff_s[0],
+                probe_streak=streak,
+                next_probe_at=now,
+                judge_at=0.0,
+                probe_step=0,
+            ),
+            pulse,
+            breaches=0,
+            wake_at=0.0,
+        )
+
+    def back_off(self, situation: AdaptiveSituation, pulse: WindowStats) -> AdaptiveVerdict:
+        """A failed probe: the probed level is the ceiling; a big step is retried smaller at
+        once, a step of one waits until its cost fits the budget.
+
+        A failed pulse costs the calls it had rejected; spending at most ``probe_budget`` of
+        the goodput on them gives the wait (within ``probe_backoff_s``): a queue far above one
+        invocation's worth probes often (recovery is found within seconds), a small one rarely.
+        A marginal failure (see ``marginal``) waits at least twice as long as the last: each
+        refused call comes back a visibility timeout later, so a few refusals in the last
+        seconds of a backlog set its drain, however cheap they were.
+        """
+        state, memory, now = situation.state, situation.memory, situation.now
+        params = situation.params
+        probed = memory.probe_base + memory.probe_step
+        low, high = self.probe_backoff_s
+        if memory.probe_step > 1:
+            backoff = memory.probe_backoff_s or low
+            next_probe_at = now
+        else:
+            goodput = pulse.ok / pulse_span_s(memory)
+            cost = pulse.pressure
+            # A probe that cost nothing (too slow, or too little telemetry) may try again soon.
+            wait = cost / (self.probe_budget * goodput) if goodput else (high if cost else low)
+            if self.marginal(pulse, params):
+                wait = max(wait, 2 * memory.probe_backoff_s)
+            backoff = min(high, max(low, wait))
+            next_probe_at = now + self.spread(situation, backoff)
+        verdict = (
+            f"pressure {pulse.pressure_rate:.1%} at {probed}"
+            if pulse.requests >= params.min_samples
+            else "too little telemetry"
+        )
         return hold(
             state,
-            f"Clean; next probe in {memory.next_probe_at - now:.0f}s (ceiling {ceiling}). "
-            f"Holding at {current}.",
-            good,
-            stats,
+            f"Probe failed ({verdict}); next probe in {next_probe_at - now:.0f}s. Holding at "
+            f"{state.concurrency}.",
+            replace(
+                memory,
+                ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
+                broke_at=probed,
+                ceiling_refused=pulse.pressure_rate >= self.trim_above and refused(pulse),
+                probe_backoff_s=backoff,
+                probe_streak=0,
+                next_probe_at=next_probe_at,
+                judge_at=0.0,
+                probe_step=0,
+            ),
+            pulse,
+            wake_at=0.0,
         )
-    return start_pulse(
-        tuning,
-        state,
-        good,
-        current,
-        now,
-        params,
-        f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}",
-        stats,
-    )
+
+    def marginal(self, pulse: WindowStats, params: PolicyParams) -> bool:
+        """A pulse refused on enough evidence, but on fewer than ``marginal_below`` of its
+        calls: the probed level is just over a capacity that has not moved (one that came back
+        would take it; one far below would refuse far more)."""
+        return (
+            pulse.requests >= params.min_samples
+            and pulse.pressure > 0
+            and pulse.pressure_rate < self.marginal_below
+        )
+
+    def spread(self, situation: AdaptiveSituation, backoff_s: float) -> float:
+        """The wait before the next probe, spread by up to ``probe_jitter`` either way.
+
+        Queues sharing a downstream would otherwise probe in step (and a probe's blind seconds
+        would fall at the same phase every cycle). The spread comes from a hash of the queue
+        and the time, so the same inputs give the same decision.
+        """
+        base = backoff_s or self.probe_backoff_s[0]
+        digest = zlib.crc32(f"{situation.state.queue}:{situation.now:.3f}".encode())
+        unit = digest / 0xFFFFFFFF * 2.0 - 1.0
+        return base * (1.0 + self.probe_jitter * unit)
 
 
-def start_pulse(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    base: int,
-    now: float,
-    params: PolicyParams,
-    why: str,
-    stats: WindowStats,
-) -> AdaptiveVerdict:
-    """Raise the cap above ``base`` for about one invocation time (by a step that doubles while
-    probes pass), then back to ``base``."""
-    step = max(1, min(memory.probe_streak, math.floor(base * tuning.probe_growth)))
-    target = clamp(base + step, params)
-    # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
-    # invocations start under the raised cap to be judged; the poller adds a few invocations
-    # per second, so a bigger raise needs a longer pulse.
-    shortest = tuning.pulse_s + tuning.pulse_margin_s
-    pulse = max(shortest, stats.mean_invocation_s) + (target - state.concurrency - 1) / (
-        tuning.poller_ramp_per_s
-    )
-    return move(
-        target,
-        rising(target, params),
-        f"{why}; raising to {target} for {pulse:.1f}s, then back to {base} until the "
-        "probe's invocations are judged.",
-        replace(
-            memory,
-            probe_base=base,
-            probe_step=target - base,
-            probe_started_at=now,
-            probe_until=now + pulse,
-            judge_at=0.0,
-        ),
-        stats,
-        breaches=0,
-        wake_at=now + pulse,
-    )
-
-
-def end_pulse(
-    tuning: Tuning, state: QueueState, memory: AdaptiveMemory, now: float
-) -> AdaptiveVerdict:
-    """The pulse is over: back to the base level, and judge the pulse's invocations once
-    their telemetry has had time to arrive."""
-    base = memory.probe_base
-    judge_at = now + tuning.judge_after_s
-    return move(
-        base,
-        state.state,
-        f"Probe pulse over: back to {base}; judging the invocations that started at "
-        f"{state.concurrency}. Scaled from {state.concurrency} -> {base}.",
-        replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
-        wake_at=judge_at,
-    )
-
-
-def pulse_stats(memory: AdaptiveMemory, window: QueueWindow) -> WindowStats:
+def pulse_stats(memory: AdaptiveMemory, window: WindowSnapshot) -> WindowStats:
     """Whole seconds from the pulse's start to its end: invocations started under the raised
     cap, and the base level running beside them."""
     return window.stats(math.floor(memory.probe_started_at), memory.probe_ended_at)
 
 
-def running_stats(memory: AdaptiveMemory, pulse: WindowStats, window: QueueWindow) -> WindowStats:
+def running_stats(
+    memory: AdaptiveMemory, pulse: WindowStats, window: WindowSnapshot
+) -> WindowStats:
     """Every invocation that ran while the raised cap stood: the pulse's own and those that
     started up to one invocation time before it.
 
@@ -176,33 +306,6 @@ def pulse_span_s(memory: AdaptiveMemory) -> float:
     return max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
 
 
-def awaiting_telemetry(
-    tuning: Tuning, memory: AdaptiveMemory, pulse: WindowStats, now: float, params: PolicyParams
-) -> bool:
-    """Too few of the pulse's calls reported yet, and still worth waiting for."""
-    overdue = now >= memory.judge_at + tuning.judge_patience_s
-    return pulse.requests < params.min_samples and not overdue
-
-
-def passed(
-    tuning: Tuning,
-    pulse: WindowStats,
-    running: WindowStats,
-    base: WindowStats,
-    params: PolicyParams,
-) -> bool:
-    """Clean at the probed level: the pulse's invocations, and all those that ran beside them
-    (``running_stats``), each under the share a level is trimmed at (a level committed above
-    it would be stepped down again); and the base level's own evidence since the pulse ended
-    clean too: a probe never commits a raise into an overload that began after it."""
-    return (
-        pulse.requests >= params.min_samples
-        and pulse.pressure_rate < tuning.trim_above
-        and running.pressure_rate < tuning.trim_above
-        and base.pressure_rate < params.t1
-    )
-
-
 def overload_beneath(memory: AdaptiveMemory, pulse: WindowStats, params: PolicyParams) -> bool:
     """The pulse's invocations met more pressure than its raise can explain (at most the
     raised share of the calls, T1 beside): an overload at the base level that began during the
@@ -211,148 +314,7 @@ def overload_beneath(memory: AdaptiveMemory, pulse: WindowStats, params: PolicyP
     return pulse.requests >= params.min_samples and pulse.pressure_rate >= params.t1 + raised_share
 
 
-def commit(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    pulse: WindowStats,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict:
-    """A passed probe: the probed level becomes the level."""
-    probed = memory.probe_base + memory.probe_step
-    target = clamp(probed, params)
-    ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
-    expired = probed > max(ceiling, broke_at)
-    # Past the ceiling but not yet above the level that broke, or above it where 429s set the
-    # ceiling: the pulse was the fresh evidence for its level, so the next probe, a step twice
-    # as big, starts at once. Past refusals a committed doubling that overshoots a capacity
-    # back only in part is refused for a telemetry round trip, a pulse for one invocation time.
-    if probed >= ceiling and probed < params.cmax and (memory.ceiling_refused or not expired):
-        chained = replace(
-            memory,
-            ceiling=ceiling_above(probed),
-            good_level=probed,
-            probe_backoff_s=tuning.probe_backoff_s[0],
-            probe_streak=2 * max(1, streak),
-        )
-        why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
-        if expired:
-            why += f", above {broke_at}, where refused calls set the ceiling"
-        return start_pulse(tuning, state, chained, probed, now, params, why, pulse)
-    if expired:
-        # Clean above the level whose overload set the ceiling (one pulse clean at that level
-        # may be luck), an overload of latency or timeouts: it is over. Forget the ceiling and
-        # grow at full speed again (a new overload sets a new one), from the probe's start:
-        # its invocations are the fresh evidence a first step would wait for.
-        ceiling, broke_at, streak = 0, 0, 0
-        ramp = math.ceil(tuning.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
-        target = clamp(min(math.floor(probed * tuning.max_growth), probed + ramp), params)
-    return move(
-        target,
-        rising(target, params),
-        f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
-        f"{'; the ceiling has expired' if expired else ''}. "
-        f"Scaled from {state.concurrency} -> {target}.",
-        replace(
-            memory,
-            ceiling=ceiling,
-            broke_at=broke_at,
-            good_level=target,
-            probe_backoff_s=tuning.probe_backoff_s[0],
-            probe_streak=streak,
-            next_probe_at=now,
-            judge_at=0.0,
-            probe_step=0,
-        ),
-        pulse,
-        breaches=0,
-        wake_at=0.0,
-    )
-
-
-def back_off(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    pulse: WindowStats,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict:
-    """A failed probe: the probed level is the ceiling; a big step is retried smaller at once,
-    a step of one waits until its cost fits the budget.
-
-    A failed pulse costs the calls it had rejected; spending at most ``probe_budget`` of the
-    goodput on them gives the wait (within ``probe_backoff_s``): a queue far above one
-    invocation's worth probes often (recovery is found within seconds), a small one rarely.
-    A marginal failure (see ``marginal``) waits at least twice as long as the last: each
-    refused call comes back a visibility timeout later, so a few refusals in the last seconds
-    of a backlog set its drain, however cheap they were.
-    """
-    probed = memory.probe_base + memory.probe_step
-    low, high = tuning.probe_backoff_s
-    if memory.probe_step > 1:
-        backoff = memory.probe_backoff_s or low
-        next_probe_at = now
-    else:
-        goodput = pulse.ok / pulse_span_s(memory)
-        cost = pulse.pressure
-        # A probe that cost nothing (too slow, or too little telemetry) may try again soon.
-        wait = cost / (tuning.probe_budget * goodput) if goodput else (high if cost else low)
-        if marginal(tuning, pulse, params):
-            wait = max(wait, 2 * memory.probe_backoff_s)
-        backoff = min(high, max(low, wait))
-        next_probe_at = now + spread(tuning, state, now, backoff)
-    verdict = (
-        f"pressure {pulse.pressure_rate:.1%} at {probed}"
-        if pulse.requests >= params.min_samples
-        else "too little telemetry"
-    )
-    return hold(
-        state,
-        f"Probe failed ({verdict}); next probe in {next_probe_at - now:.0f}s. Holding at "
-        f"{state.concurrency}.",
-        replace(
-            memory,
-            ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
-            broke_at=probed,
-            ceiling_refused=pulse.pressure_rate >= tuning.trim_above and refused(pulse),
-            probe_backoff_s=backoff,
-            probe_streak=0,
-            next_probe_at=next_probe_at,
-            judge_at=0.0,
-            probe_step=0,
-        ),
-        pulse,
-        wake_at=0.0,
-    )
-
-
-def marginal(tuning: Tuning, pulse: WindowStats, params: PolicyParams) -> bool:
-    """A pulse refused on enough evidence, but on fewer than ``marginal_below`` of its calls:
-    the probed level is just over a capacity that has not moved (one that came back would
-    take it; one far below would refuse far more)."""
-    return (
-        pulse.requests >= params.min_samples
-        and pulse.pressure > 0
-        and pulse.pressure_rate < tuning.marginal_below
-    )
-
-
 def refused(stats: WindowStats) -> bool:
     """At most half of the pressure in ``stats`` is timeouts: the rest is calls the downstream
     refused (429, 503), each of which a level above the capacity pays for at once."""
     return stats.pressure >= 2 * stats.timed_out
-
-
-def spread(tuning: Tuning, state: QueueState, now: float, backoff_s: float) -> float:
-    """The wait before the next probe, spread by up to ``probe_jitter`` either way.
-
-    Queues sharing a downstream would otherwise probe in step (and a probe's blind seconds
-    would fall at the same phase every cycle). The spread comes from a hash of the queue and
-    the time, so the same inputs give the same decision.
-    """
-    base = backoff_s or tuning.probe_backoff_s[0]
-    digest = zlib.crc32(f"{state.queue}:{now:.3f}".encode())
-    unit = digest / 0xFFFFFFFF * 2.0 - 1.0
-    return base * (1.0 + tuning.probe_jitter * unit)

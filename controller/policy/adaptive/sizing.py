@@ -6,20 +6,332 @@ import itertools
 import math
 from dataclasses import replace
 
-from controller.model import QueueState, QueueStateName
-from controller.policy.adaptive import pausing
+from controller.model import QueueStateName
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
+    AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
     hold,
     move,
 )
-from controller.policy.adaptive.probing import refused, spread
-from controller.policy.adaptive.tuning import Tuning
+from controller.policy.adaptive.pausing import Pausing, floor_pressure
+from controller.policy.adaptive.probing import refused
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
-from controller.window import QueueWindow, Totals, WindowStats
+from controller.window import Second, WindowSnapshot, WindowStats
+
+
+class Sizing(Pausing):
+    """Cuts in proportion, their correction and trims, built on pausing (a cut that would
+    leave Cmin hard overloaded pauses instead)."""
+
+    def in_use(self, situation: AdaptiveSituation) -> float:
+        """Invocations really running, from their durations; the cap once they fill it.
+
+        A poller still climbing runs more now than its newest reports show: from the last
+        second it ran no more than it starts with, it adds ``poller_ramp_per_s`` a second.
+        """
+        state, stats = situation.state, situation.stats
+        estimate = peak_concurrency(stats, situation.window)
+        if estimate is not None and estimate >= self.saturated_share * state.concurrency:
+            return self._reachable(situation, float(state.concurrency))
+        started = self.ramp_start(situation.window, stats.until)
+        if started is None or stats.newest_event_time is None:
+            # One second of evidence is no pair to read the concurrency from: the cap, unless
+            # the poller's start is in view (below), which bounds what it can run by now.
+            return self._reachable(
+                situation, float(state.concurrency) if estimate is None else estimate
+            )
+        climbed = self.poller_start + self.poller_ramp_per_s * (stats.newest_event_time - started)
+        estimate = max(estimate or 0.0, min(climbed, float(state.concurrency)))
+        return self._reachable(situation, estimate)
+
+    def ramp_start(self, window: WindowSnapshot, until: float) -> float | None:
+        """The newest second before the busiest one in which the queue ran no more than the
+        poller's first two steps (``None``: it ran more than that throughout the window)."""
+        seconds = window.seconds(-math.inf, until)
+        # A queue whose first second of reports is all there is: that second is its start.
+        pairs = _paired_busy(seconds) or [
+            (second, totals.busy_ms / 1000.0) for second, totals in seconds
+        ]
+        if not pairs:
+            return None
+        peak = max(range(len(pairs)), key=lambda index: pairs[index][1])
+        for second, busy in reversed(pairs[: peak + 1]):
+            if busy <= 2 * self.poller_start:
+                return second
+        return None
+
+    def _reachable(self, situation: AdaptiveSituation, estimate: float) -> float:
+        # After a raise the poller climbs a few invocations per second: the newest evidence
+        # cannot have run more than that ramp allows.
+        state, newest = situation.state, situation.stats.newest_event_time
+        if state.previous_concurrency < state.concurrency and newest is not None:
+            ramp_s = max(0.0, newest - state.last_change_at)
+            reachable = state.previous_concurrency + self.poller_ramp_per_s * ramp_s
+            estimate = min(estimate, reachable)
+        return estimate
+
+    def latest_pressure(self, situation: AdaptiveSituation) -> tuple[float, float]:
+        """The pressure among the newest second of invocation starts, as (storm, sizing).
+
+        A storm that began a moment ago shows there before it shows in the whole evidence's
+        share: ``storm`` is that pressure when it is clear (enough calls, well above T1), else
+        0. ``sizing`` is the same pressure on half the evidence, to size a cut the whole
+        evidence has already called for, which the older, cleaner seconds would understate.
+        """
+        stats, params = situation.stats, situation.params
+        newest = newest_start(stats)
+        if newest is None:
+            return 0.0, 0.0
+        since = max(stats.since, newest - self.latest_s + 1)
+        latest = situation.window.stats(since, newest + 1)
+        pressure = latest.pressure_rate
+        sizing = pressure if 2 * latest.requests >= params.min_samples else 0.0
+        clear = (
+            latest.requests >= 2 * params.min_samples and pressure >= self.storm_factor * params.t1
+        )
+        return (pressure if clear else 0.0), sizing
+
+    def surge_pressure(self, situation: AdaptiveSituation) -> float:
+        """The pressure since the storm's onset (the first second whose invocations met T1),
+        when the evidence before it is clean: enough calls for a trim, under its share. A
+        storm's first seconds of reports, thinned in the whole evidence by the clean history
+        before them (0.0: no onset after a clean history, or too few calls since)."""
+        stats, window, params = situation.stats, situation.window, situation.params
+        onset = storm_onset(stats, window, params)
+        if not self.clean_history(window.stats(stats.since, onset)):
+            return 0.0
+        since = window.stats(onset, stats.until)
+        return since.pressure_rate if since.requests >= 2 * params.min_samples else 0.0
+
+    def clean_history(self, history: WindowStats) -> bool:
+        """``history`` holds enough calls for a trim on its own and stays under the trim's
+        share: rejections after it are a storm's first reports, not a level just over the
+        capacity."""
+        return history.requests >= self.trim_evidence and history.pressure_rate < self.trim_above
+
+    def cut(self, situation: AdaptiveSituation, latest_pressure: float) -> AdaptiveVerdict:
+        """Cut to the accepted share of the invocations in use, and remember the level above
+        as the ceiling; pause instead when that share of them overloads even Cmin hard."""
+        state, stats, params = situation.state, situation.stats, situation.params
+        current = state.concurrency
+        pressure = max(stats.pressure_rate, latest_pressure)
+        fresh = stats.pressure_rate < params.t1
+        running = self.in_use(situation)
+        by_refusals = refused(stats)
+        if by_refusals:
+            paused = self._pause_far_below(situation, stats, running)
+            if paused is not None:
+                return paused
+        onset = storm_onset(stats, situation.window, params)
+        if by_refusals:
+            proportional = self.fitting_level(running, pressure, stats.requests)
+            sized = (
+                "one invocation too many explains it: step down one"
+                if one_too_many(running, pressure)
+                else "cut to the accepted share"
+            )
+        else:
+            # Mostly timeouts: a downstream past its latency cliff fails every call however
+            # few too many there are, so the accepted share says nothing of the level that
+            # fits. Halve (at most), and cut again next settle period if it still times out.
+            proportional = max(
+                math.floor(self.fitting(running, pressure, stats.requests)),
+                math.floor(running * params.beta),
+            )
+            sized = "cut to the accepted share, by half at most"
+        target = clamp(min(current - 1, proportional), params)
+        correctable = replace(
+            situation.memory,
+            cut_at=situation.now,
+            cut_evidence_since=onset,
+            cut_requests=situation.window.stats(onset, stats.until).requests,
+            cut_running=running,
+        )
+        return self.cut_verdict(
+            situation,
+            correctable,
+            stats,
+            target,
+            f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
+            f"({params.t1:.1%}) with about {running:.1f} invocations in use; {sized}. Scaled "
+            f"from {current} -> {target}.",
+            by_refusals=by_refusals,
+        )
+
+    def fitting_level(self, running: float, pressure: float, requests: int) -> int:
+        """The level that fits ``running`` invocations refused ``pressure`` of ``requests``
+        calls: one under them when one invocation too many explains the pressure, else
+        ``fitting`` rounded down. Such a level is just over a capacity that fits a fraction of
+        a level more than the one under it (at 7.3, 8 draws 9% refused, over T1):
+        ``fitting``'s margin and the rounding would cut it two, to a level whose way back up
+        is a probe a backoff later."""
+        if one_too_many(running, pressure):
+            return math.ceil(running) - 1
+        return math.floor(self.fitting(running, pressure, requests))
+
+    def fitting(self, running: float, pressure: float, requests: int) -> float:
+        """The invocations that fit: ``running`` times the accepted share, sized pessimistically
+        (``sizing_z`` standard errors of ``pressure`` over ``requests`` calls): a decision on a
+        few dozen calls would otherwise under-cut and need a second cut a settle period later,
+        the storm going on meanwhile."""
+        margin = self.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, requests))
+        return running * (1.0 - min(1.0, pressure + margin))
+
+    def _pause_far_below(
+        self, situation: AdaptiveSituation, stats: WindowStats, running: float
+    ) -> AdaptiveVerdict | None:
+        """A pause at once when the ``running`` invocations' accepted share over the whole of
+        ``stats`` fits so few that Cmin would draw ``pause_at_once`` pressure (``None``: it
+        does not). Not on the newest second's share: a storm's first reports, thinned, can
+        show it all refused while Cmin still fits."""
+        fit = self.fitting(running, stats.pressure_rate, stats.requests)
+        if floor_pressure(fit, situation.params) < self.pause_at_once:
+            return None
+        return self.pause_far_below(situation, stats, running, fit)
+
+    def cut_verdict(
+        self,
+        situation: AdaptiveSituation,
+        memory: AdaptiveMemory,
+        stats: WindowStats,
+        target: int,
+        reason: str,
+        *,
+        by_refusals: bool = False,
+    ) -> AdaptiveVerdict:
+        """A cut to ``target`` resting on ``stats``: the level above it is the ceiling and the
+        level cut from the one that broke; probing starts over after a backoff.
+        ``by_refusals``: the downstream refused the calls (429, 503), rather than answering
+        them too slowly or not in time."""
+        state = situation.state
+        breaches = state.consecutive_breaches + 1
+        name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
+        backoff = memory.probe_backoff_s or self.probe_backoff_s[0]
+        remembered = replace(
+            memory,
+            ceiling=ceiling_above(target),
+            broke_at=state.concurrency,
+            ceiling_refused=by_refusals,
+            probe_streak=0,
+            next_probe_at=situation.now + self.spread(situation, backoff),
+            probe_backoff_s=backoff,
+            judge_at=0.0,
+            probe_step=0,
+        )
+        return move(target, name, reason, remembered, stats, breaches=breaches, wake_at=0.0)
+
+    def correction(self, situation: AdaptiveSituation) -> AdaptiveVerdict | None:
+        """A cut sized on a storm's first reports, made again on all of them.
+
+        The first reports of a storm come from the calls made early in each second, which the
+        downstream still accepted: a cut on them falls short, and waiting for evidence from
+        after it costs a settle period of the storm. The invocations that started before the
+        cut keep reporting; once they hold ``correction_evidence`` times the calls the cut was
+        sized on, their accepted share sizes the cut again (``None``: none due, or the cut was
+        deep enough: the level is at or under the target, or within what their accepted share
+        fits).
+        """
+        state, memory, now = situation.state, situation.memory, situation.now
+        window, params = situation.window, situation.params
+        if not (
+            memory.cut_at > 0
+            and state.last_change_at == memory.cut_at
+            and now - memory.cut_at <= self.correction_s
+        ):
+            return None
+        before = window.stats(memory.cut_evidence_since, memory.cut_at)
+        if before.requests < self.correction_evidence * memory.cut_requests or not refused(before):
+            return None
+        # The storm at full strength: its first second straddles the onset.
+        pressure = max(
+            [before.pressure_rate]
+            + [
+                bucket.pressure_rate
+                for _, bucket in window.seconds(memory.cut_evidence_since, memory.cut_at)
+                if bucket.requests >= 2 * params.min_samples
+            ]
+        )
+        paused = self._pause_far_below(situation, before, memory.cut_running)
+        if paused is not None:
+            return paused
+        target = clamp(self.fitting_level(memory.cut_running, pressure, before.requests), params)
+        current = state.concurrency
+        # A level the reports' own accepted share fits is kept: the margin ``fitting`` takes
+        # is for a cut on a few dozen calls, and a level under what fits leaves capacity unused
+        # until a probe finds it, a probe that then chains a step past it.
+        if target >= current or current <= memory.cut_running * (1.0 - pressure):
+            return None
+        return move(
+            target,
+            QueueStateName.CRITICAL_BACKOFF,
+            f"Correcting the cut: the {before.requests} calls from before it show pressure "
+            f"{pressure:.1%} with about {memory.cut_running:.1f} invocations in use. Scaled "
+            f"from {current} -> {target}.",
+            replace(
+                memory, ceiling=ceiling_above(target), cut_at=now, cut_requests=before.requests
+            ),
+            before,
+            breaches=state.consecutive_breaches + 1,
+            wake_at=0.0,
+        )
+
+    def trim(self, situation: AdaptiveSituation, newest_pressure: float) -> AdaptiveVerdict:
+        """A level that keeps drawing a few rejections is just over the capacity: each rejected
+        message comes back a visibility timeout later, which is what a drain waits for at the
+        end. Step down one and remember the level.
+
+        Not while the poller is still climbing well below the cap: a lower cap would not lower
+        what runs, and the change would only restart the evidence a storm's cut waits for. Nor
+        while the newest invocations (``newest_pressure``, see ``latest_pressure``) draw T1 or
+        more, nor while the evidence before the newest ``trim_recent_s`` seconds, enough for a
+        trim on its own, stays under the trim's share: those are a storm's first reports,
+        thinned by the clean evidence before them (the live demo's first few came before their
+        second had enough calls to size on)."""
+        state, memory, stats = situation.state, situation.memory, situation.stats
+        params = situation.params
+        current = state.concurrency
+        newest = newest_start(stats)
+        until = stats.since if newest is None else newest - self.trim_recent_s + 1
+        before = situation.window.stats(stats.since, until)
+        if newest_pressure >= params.t1 or self.clean_history(before):
+            return hold(
+                state,
+                f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls, "
+                f"{before.pressure_rate:.2%} before the newest {self.trim_recent_s} seconds "
+                f"of invocations and {newest_pressure:.1%} in the newest: waiting for their "
+                f"evidence; holding at {current}.",
+                memory,
+                stats,
+            )
+        used = busy_concurrency(stats, self.estimate_span_s)
+        if used is not None and used < self.saturated_share * current:
+            return hold(
+                state,
+                f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls with about "
+                f"{used:.1f} of {current} in use: a lower cap would not lower it; holding.",
+                memory,
+                stats,
+            )
+        target = current - 1
+        return move(
+            target,
+            state.state,
+            f"Trim: pressure {stats.pressure_rate:.2%} over {stats.requests} calls stays above "
+            f"{self.trim_above:.2%} (under T1 {params.t1:.1%}). Scaled from {current} -> "
+            f"{target}.",
+            replace(
+                memory,
+                ceiling=current,
+                broke_at=current,
+                ceiling_refused=refused(stats),
+                next_probe_at=situation.now + self.spread(situation, memory.probe_backoff_s),
+                probe_streak=0,
+            ),
+            stats,
+        )
 
 
 def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
@@ -35,7 +347,7 @@ def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
     return stats.busy_ms / 1000.0 / span
 
 
-def peak_concurrency(stats: WindowStats, window: QueueWindow) -> float | None:
+def peak_concurrency(stats: WindowStats, window: WindowSnapshot) -> float | None:
     """The most invocations running at once over the evidence, by Little's law per second.
 
     Invocations started in one second, times their durations, are the concurrency of that
@@ -47,60 +359,12 @@ def peak_concurrency(stats: WindowStats, window: QueueWindow) -> float | None:
     return max(busy for _, busy in pairs) if pairs else None
 
 
-def _paired_busy(seconds: list[tuple[int, Totals]]) -> list[tuple[int, float]]:
+def _paired_busy(seconds: tuple[Second, ...]) -> list[tuple[int, float]]:
     """Each second with the mean concurrency of it and the next."""
     return [
         (first, (one.busy_ms + two.busy_ms) / 2000.0)
         for (first, one), (_, two) in itertools.pairwise(seconds)
     ]
-
-
-def in_use(tuning: Tuning, state: QueueState, stats: WindowStats, window: QueueWindow) -> float:
-    """Invocations really running, from their durations; the cap once they fill it.
-
-    A poller still climbing runs more now than its newest reports show: from the last second
-    it ran no more than it starts with, it adds ``poller_ramp_per_s`` a second.
-    """
-    estimate = peak_concurrency(stats, window)
-    if estimate is not None and estimate >= tuning.saturated_share * state.concurrency:
-        return _reachable(tuning, state, stats, float(state.concurrency))
-    started = ramp_start(tuning, window, stats.until)
-    if started is None or stats.newest_event_time is None:
-        # One second of evidence is no pair to read the concurrency from: the cap, unless the
-        # poller's start is in view (below), which bounds what it can run by now.
-        return _reachable(
-            tuning, state, stats, float(state.concurrency) if estimate is None else estimate
-        )
-    climbed = tuning.poller_start + tuning.poller_ramp_per_s * (stats.newest_event_time - started)
-    estimate = max(estimate or 0.0, min(climbed, float(state.concurrency)))
-    return _reachable(tuning, state, stats, estimate)
-
-
-def ramp_start(tuning: Tuning, window: QueueWindow, until: float) -> float | None:
-    """The newest second before the busiest one in which the queue ran no more than the
-    poller's first two steps (``None``: it ran more than that throughout the window)."""
-    seconds = window.seconds(-math.inf, until)
-    # A queue whose first second of reports is all there is: that second is its start.
-    pairs = _paired_busy(seconds) or [
-        (second, totals.busy_ms / 1000.0) for second, totals in seconds
-    ]
-    if not pairs:
-        return None
-    peak = max(range(len(pairs)), key=lambda index: pairs[index][1])
-    for second, busy in reversed(pairs[: peak + 1]):
-        if busy <= 2 * tuning.poller_start:
-            return second
-    return None
-
-
-def _reachable(tuning: Tuning, state: QueueState, stats: WindowStats, estimate: float) -> float:
-    # After a raise the poller climbs a few invocations per second: the newest evidence
-    # cannot have run more than that ramp allows.
-    if state.previous_concurrency < state.concurrency and stats.newest_event_time is not None:
-        ramp_s = max(0.0, stats.newest_event_time - state.last_change_at)
-        reachable = state.previous_concurrency + tuning.poller_ramp_per_s * ramp_s
-        estimate = min(estimate, reachable)
-    return estimate
 
 
 def newest_start(stats: WindowStats) -> int | None:
@@ -110,108 +374,6 @@ def newest_start(stats: WindowStats) -> int | None:
     return math.floor(stats.newest_event_time - stats.mean_invocation_s)
 
 
-def latest_pressure(
-    tuning: Tuning, stats: WindowStats, window: QueueWindow, params: PolicyParams
-) -> tuple[float, float]:
-    """The pressure among the newest second of invocation starts, as (storm, sizing).
-
-    A storm that began a moment ago shows there before it shows in the whole evidence's
-    share: ``storm`` is that pressure when it is clear (enough calls, well above T1), else
-    0. ``sizing`` is the same pressure on half the evidence, to size a cut the whole
-    evidence has already called for, which the older, cleaner seconds would understate.
-    """
-    newest = newest_start(stats)
-    if newest is None:
-        return 0.0, 0.0
-    latest = window.stats(max(stats.since, newest - tuning.latest_s + 1), newest + 1)
-    pressure = latest.pressure_rate
-    sizing = pressure if 2 * latest.requests >= params.min_samples else 0.0
-    clear = (
-        latest.requests >= 2 * params.min_samples and pressure >= tuning.storm_factor * params.t1
-    )
-    return (pressure if clear else 0.0), sizing
-
-
-def surge_pressure(
-    tuning: Tuning, stats: WindowStats, window: QueueWindow, params: PolicyParams
-) -> float:
-    """The pressure since the storm's onset (the first second whose invocations met T1), when
-    the evidence before it is clean: enough calls for a trim, under its share. A storm's first
-    seconds of reports, thinned in the whole evidence by the clean history before them (0.0:
-    no onset after a clean history, or too few calls since)."""
-    onset = storm_onset(stats, window, params)
-    if not clean_history(tuning, window.stats(stats.since, onset)):
-        return 0.0
-    since = window.stats(onset, stats.until)
-    return since.pressure_rate if since.requests >= 2 * params.min_samples else 0.0
-
-
-def clean_history(tuning: Tuning, history: WindowStats) -> bool:
-    """``history`` holds enough calls for a trim on its own and stays under the trim's share:
-    rejections after it are a storm's first reports, not a level just over the capacity."""
-    return history.requests >= tuning.trim_evidence and history.pressure_rate < tuning.trim_above
-
-
-def cut(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    now: float,
-    params: PolicyParams,
-    window: QueueWindow,
-    latest_pressure: float,
-) -> AdaptiveVerdict:
-    """Cut to the accepted share of the invocations in use, and remember the level above as
-    the ceiling; pause instead when that share of them overloads even Cmin hard."""
-    current = state.concurrency
-    pressure = max(stats.pressure_rate, latest_pressure)
-    fresh = stats.pressure_rate < params.t1
-    running = in_use(tuning, state, stats, window)
-    by_refusals = refused(stats)
-    if by_refusals:
-        paused = _pause_far_below(tuning, state, memory, stats, now, params, running)
-        if paused is not None:
-            return paused
-    onset = storm_onset(stats, window, params)
-    if by_refusals:
-        proportional = fitting_level(tuning, running, pressure, stats.requests)
-        sized = (
-            "one invocation too many explains it: step down one"
-            if one_too_many(running, pressure)
-            else "cut to the accepted share"
-        )
-    else:
-        # Mostly timeouts: a downstream past its latency cliff fails every call however few
-        # too many there are, so the accepted share says nothing of the level that fits.
-        # Halve (at most), and cut again next settle period if it still times out.
-        proportional = max(
-            math.floor(fitting(tuning, running, pressure, stats.requests)),
-            math.floor(running * params.beta),
-        )
-        sized = "cut to the accepted share, by half at most"
-    target = clamp(min(current - 1, proportional), params)
-    correctable = replace(
-        memory,
-        cut_at=now,
-        cut_evidence_since=onset,
-        cut_requests=window.stats(onset, stats.until).requests,
-        cut_running=running,
-    )
-    return cut_verdict(
-        tuning,
-        state,
-        correctable,
-        target,
-        f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
-        f"({params.t1:.1%}) with about {running:.1f} invocations in use; {sized}. Scaled from "
-        f"{current} -> {target}.",
-        stats,
-        now,
-        by_refusals=by_refusals,
-    )
-
-
 def one_too_many(running: float, pressure: float) -> bool:
     """One invocation too many explains ``pressure``: the calls refused are no more than one of
     the ``running`` invocations makes. A capacity seldom fits a whole number of invocations,
@@ -219,201 +381,10 @@ def one_too_many(running: float, pressure: float) -> bool:
     return pressure * running <= 1.0
 
 
-def fitting_level(tuning: Tuning, running: float, pressure: float, requests: int) -> int:
-    """The level that fits ``running`` invocations refused ``pressure`` of ``requests`` calls:
-    one under them when one invocation too many explains the pressure, else ``fitting``
-    rounded down. Such a level is just over a capacity that fits a fraction of a level more
-    than the one under it (at 7.3, 8 draws 9% refused, over T1): ``fitting``'s margin and the
-    rounding would cut it two, to a level whose way back up is a probe a backoff later."""
-    if one_too_many(running, pressure):
-        return math.ceil(running) - 1
-    return math.floor(fitting(tuning, running, pressure, requests))
-
-
-def fitting(tuning: Tuning, running: float, pressure: float, requests: int) -> float:
-    """The invocations that fit: ``running`` times the accepted share, sized pessimistically
-    (``sizing_z`` standard errors of ``pressure`` over ``requests`` calls): a decision on a
-    few dozen calls would otherwise under-cut and need a second cut a settle period later, the
-    storm going on meanwhile."""
-    margin = tuning.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, requests))
-    return running * (1.0 - min(1.0, pressure + margin))
-
-
-def _pause_far_below(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    now: float,
-    params: PolicyParams,
-    running: float,
-) -> AdaptiveVerdict | None:
-    """A pause at once when the ``running`` invocations' accepted share over the whole of
-    ``stats`` fits so few that Cmin would draw ``pause_at_once`` pressure (``None``: it does
-    not). Not on the newest second's share: a storm's first reports, thinned, can show it all
-    refused while Cmin still fits."""
-    fit = fitting(tuning, running, stats.pressure_rate, stats.requests)
-    if pausing.floor_pressure(fit, params) < tuning.pause_at_once:
-        return None
-    return pausing.pause_far_below(tuning, state, memory, stats, now, params, running, fit)
-
-
-def cut_verdict(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    target: int,
-    reason: str,
-    stats: WindowStats,
-    now: float,
-    *,
-    by_refusals: bool = False,
-) -> AdaptiveVerdict:
-    """A cut to ``target``: the level above it is the ceiling and the level cut from the one
-    that broke; probing starts over after a backoff. ``by_refusals``: the downstream refused
-    the calls (429, 503), rather than answering them too slowly or not in time."""
-    breaches = state.consecutive_breaches + 1
-    name = QueueStateName.THROTTLED if breaches == 1 else QueueStateName.CRITICAL_BACKOFF
-    backoff = memory.probe_backoff_s or tuning.probe_backoff_s[0]
-    remembered = replace(
-        memory,
-        ceiling=ceiling_above(target),
-        broke_at=state.concurrency,
-        ceiling_refused=by_refusals,
-        probe_streak=0,
-        next_probe_at=now + spread(tuning, state, now, backoff),
-        probe_backoff_s=backoff,
-        judge_at=0.0,
-        probe_step=0,
-    )
-    return move(target, name, reason, remembered, stats, breaches=breaches, wake_at=0.0)
-
-
-def storm_onset(stats: WindowStats, window: QueueWindow, params: PolicyParams) -> float:
+def storm_onset(stats: WindowStats, window: WindowSnapshot, params: PolicyParams) -> float:
     """The first second of the evidence whose invocations met pressure at T1 or above (the
     evidence's start when none did)."""
     for second, bucket in window.seconds(stats.since, stats.until):
         if bucket.requests and bucket.pressure_rate >= params.t1:
             return float(second)
     return stats.since
-
-
-def correction(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    window: QueueWindow,
-    now: float,
-    params: PolicyParams,
-) -> AdaptiveVerdict | None:
-    """A cut sized on a storm's first reports, made again on all of them.
-
-    The first reports of a storm come from the calls made early in each second, which the
-    downstream still accepted: a cut on them falls short, and waiting for evidence from after
-    it costs a settle period of the storm. The invocations that started before the cut keep
-    reporting; once they hold ``correction_evidence`` times the calls the cut was sized on,
-    their accepted share sizes the cut again (``None``: none due, or the cut was deep enough:
-    the level is at or under the target, or within what their accepted share fits).
-    """
-    if not (
-        memory.cut_at > 0
-        and state.last_change_at == memory.cut_at
-        and now - memory.cut_at <= tuning.correction_s
-    ):
-        return None
-    before = window.stats(memory.cut_evidence_since, memory.cut_at)
-    if before.requests < tuning.correction_evidence * memory.cut_requests or not refused(before):
-        return None
-    # The storm at full strength: its first second straddles the onset.
-    pressure = max(
-        [before.pressure_rate]
-        + [
-            bucket.pressure_rate
-            for _, bucket in window.seconds(memory.cut_evidence_since, memory.cut_at)
-            if bucket.requests >= 2 * params.min_samples
-        ]
-    )
-    paused = _pause_far_below(tuning, state, memory, before, now, params, memory.cut_running)
-    if paused is not None:
-        return paused
-    target = clamp(fitting_level(tuning, memory.cut_running, pressure, before.requests), params)
-    current = state.concurrency
-    # A level the reports' own accepted share fits is kept: the margin ``fitting`` takes is
-    # for a cut on a few dozen calls, and a level under what fits leaves capacity unused until
-    # a probe finds it, a probe that then chains a step past it.
-    if target >= current or current <= memory.cut_running * (1.0 - pressure):
-        return None
-    return move(
-        target,
-        QueueStateName.CRITICAL_BACKOFF,
-        f"Correcting the cut: the {before.requests} calls from before it show pressure "
-        f"{pressure:.1%} with about {memory.cut_running:.1f} invocations in use. Scaled from "
-        f"{current} -> {target}.",
-        replace(memory, ceiling=ceiling_above(target), cut_at=now, cut_requests=before.requests),
-        before,
-        breaches=state.consecutive_breaches + 1,
-        wake_at=0.0,
-    )
-
-
-def trim(
-    tuning: Tuning,
-    state: QueueState,
-    memory: AdaptiveMemory,
-    stats: WindowStats,
-    window: QueueWindow,
-    now: float,
-    params: PolicyParams,
-    newest_pressure: float,
-) -> AdaptiveVerdict:
-    """A level that keeps drawing a few rejections is just over the capacity: each rejected
-    message comes back a visibility timeout later, which is what a drain waits for at the
-    end. Step down one and remember the level.
-
-    Not while the poller is still climbing well below the cap: a lower cap would not lower
-    what runs, and the change would only restart the evidence a storm's cut waits for. Nor
-    while the newest invocations (``newest_pressure``, see ``latest_pressure``) draw T1 or
-    more, nor while the evidence before the newest ``trim_recent_s`` seconds, enough for a trim
-    on its own, stays under the trim's share: those are a storm's first reports, thinned by the
-    clean evidence before them (the live demo's first few came before their second had enough
-    calls to size on)."""
-    current = state.concurrency
-    newest = newest_start(stats)
-    until = stats.since if newest is None else newest - tuning.trim_recent_s + 1
-    before = window.stats(stats.since, until)
-    if newest_pressure >= params.t1 or clean_history(tuning, before):
-        return hold(
-            state,
-            f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls, "
-            f"{before.pressure_rate:.2%} before the newest {tuning.trim_recent_s} seconds of "
-            f"invocations and {newest_pressure:.1%} in the newest: waiting for their evidence; "
-            f"holding at {current}.",
-            memory,
-            stats,
-        )
-    used = busy_concurrency(stats, tuning.estimate_span_s)
-    if used is not None and used < tuning.saturated_share * current:
-        return hold(
-            state,
-            f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls with about "
-            f"{used:.1f} of {current} in use: a lower cap would not lower it; holding.",
-            memory,
-            stats,
-        )
-    target = current - 1
-    return move(
-        target,
-        state.state,
-        f"Trim: pressure {stats.pressure_rate:.2%} over {stats.requests} calls stays above "
-        f"{tuning.trim_above:.2%} (under T1 {params.t1:.1%}). Scaled from {current} -> "
-        f"{target}.",
-        replace(
-            memory,
-            ceiling=current,
-            broke_at=current,
-            ceiling_refused=refused(stats),
-            next_probe_at=now + spread(tuning, state, now, memory.probe_backoff_s),
-            probe_streak=0,
-        ),
-        stats,
-    )
