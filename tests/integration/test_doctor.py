@@ -13,6 +13,7 @@ import pytest
 
 from controller.ledger import DynamoLedger, encode_state
 from controller.model import QueueConfig, QueueState, QueueStateName
+from controller.policy import memory_type
 from stack.cli import main
 from stack.local.emulator import Deployment, EmbeddedAws
 
@@ -82,7 +83,7 @@ def test_a_correctly_deployed_stack_is_clean(doctor: Doctor, stack: Deployment) 
 
 
 def test_a_registered_queue_whose_mapping_is_gone(aws: EmbeddedAws, doctor: Doctor) -> None:
-    ledger = DynamoLedger(doctor.stack.table_name, aws.client("dynamodb"))
+    ledger = DynamoLedger(doctor.stack.table_name, aws.client("dynamodb"), memory_types=memory_type)
     ledger.put_config(QueueConfig(queue="ghost", esm_uuid=MISSING_UUID))
     assert "queue ghost" in doctor.one_problem(f"its mapping {MISSING_UUID} does not exist")
 
@@ -109,9 +110,9 @@ def test_a_mapping_without_maximum_concurrency(aws: EmbeddedAws, doctor: Doctor)
     esm = aws.client("lambda").create_event_source_mapping(
         EventSourceArn=arn["QueueArn"], FunctionName=binding.function_name
     )["UUID"]
-    DynamoLedger(doctor.stack.table_name, aws.client("dynamodb")).put_config(
-        QueueConfig(queue="uncapped", esm_uuid=esm)
-    )
+    DynamoLedger(
+        doctor.stack.table_name, aws.client("dynamodb"), memory_types=memory_type
+    ).put_config(QueueConfig(queue="uncapped", esm_uuid=esm))
     assert "queuemesh mode uncapped active" in doctor.one_problem("has no MaximumConcurrency")
 
 
@@ -233,7 +234,7 @@ def test_a_paused_state_without_wake_up_is_backfilled_by_fix(
     dynamodb.put_item(
         TableName=table, Item={key: serializer.serialize(value) for key, value in item.items()}
     )
-    ledger = DynamoLedger(table, dynamodb)
+    ledger = DynamoLedger(table, dynamodb, memory_types=memory_type)
     assert ledger.due_states(time.time()) == []  # the tick cannot see it
     assert "doctor --fix" in doctor.one_problem("paused, but its STATE item has no WakeUp")
 
