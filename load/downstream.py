@@ -1,5 +1,5 @@
 """A real HTTP API on loopback, the downstream the demo's workers call, running a scenario's
-downstream (ARCHITECTURE.md, "Scenario files"; docs/simulator.md for the optional keys).
+downstream (docs/architecture.md, "Scenario files"; docs/simulator.md for the optional keys).
 
 Each second of its clock admits ``capacity_rps`` calls; unless ``answers_429`` is false, the
 calls above it are answered ``429`` with ``Retry-After``, else they are served like the others.

@@ -1,4 +1,4 @@
-"""Recordings (ARCHITECTURE.md, "Recordings"): the controller's Kinesis stream as JSON Lines.
+"""Recordings (docs/architecture.md, "Recordings"): the controller's Kinesis stream as JSON Lines.
 
 One Kinesis record per line, in arrival order::
 
