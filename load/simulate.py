@@ -121,7 +121,7 @@ def run_seeds(
     return summaries
 
 
-def _seed_totals(job: tuple[Scenario, str, str, int]) -> dict[str, Any]:
+def _seed_totals(job: tuple[Scenario, str, str, int | None]) -> dict[str, Any]:
     """One run's totals (a top-level function, so the process pool can call it)."""
     from load.scorecard import scorecard
     from load.sim.engine import simulate
@@ -228,3 +228,90 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if value < 10 else f"{value:.1f}"
     return str(value)
+
+
+def run_family(
+    family: str,
+    seed: int,
+    draws: int,
+    policies: Sequence[str],
+    algorithm: str,
+    progress: ProgressCallback | None = None,
+) -> list[dict[str, Any]]:
+    """One ``family_summary`` per named policy over draws 1..``draws`` of ``family``.
+
+    Static runs on every draw and the bound on every draw it applies to, named or not: the
+    harm test and the bound rule judge by them. Runs go to a pool of ``SEED_WORKERS``
+    processes; each is a function of (family, seed, draw, policy), so the pool changes nothing.
+    """
+    from load.scorecard import family_summary
+    from load.sim.families import draw_scenario
+    from load.sim.policies import HindsightPolicy
+
+    jobs: list[tuple[str, int, int, str, str]] = []
+    for draw in range(1, draws + 1):
+        needed = {*policies, "static"}
+        if HindsightPolicy.knows(draw_scenario(family, seed, draw)):
+            needed.add("hindsight")
+        jobs += [(family, seed, draw, policy, algorithm) for policy in sorted(needed)]
+    per_draw: list[dict[str, dict[str, Any]]] = [{} for _ in range(draws)]
+    with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
+        for done, (job, totals) in enumerate(zip(jobs, pool.map(_draw_totals, jobs), strict=True)):
+            if progress is not None:
+                progress(done, len(jobs), f"runs ({family} draw {job[2]}, {job[3]})")
+            per_draw[job[2] - 1][job[3]] = totals
+    if progress is not None:
+        progress(len(jobs), len(jobs), "runs")
+    return [family_summary(family, policy, seed, per_draw) for policy in policies]
+
+
+def _draw_totals(job: tuple[str, int, int, str, str]) -> dict[str, Any]:
+    """One draw's run under one policy: its totals (for the process pool)."""
+    from load.sim.families import draw_scenario
+
+    family, seed, draw, policy, algorithm = job
+    return _seed_totals((draw_scenario(family, seed, draw), policy, algorithm, None))
+
+
+_FAMILY_COLUMNS = (
+    ("harmful", "harmful_draws"),
+    ("dlq_draws", "dead_letter_draws"),
+    ("wasted", "wasted"),
+    ("drain_ratio", "drain_ratio"),
+    ("timed_out", "timed_out_share"),
+    ("in_bound", "draws_within_bound_rule"),
+)
+
+
+def render_family_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """Per family, a row per policy: the draw counts, and mean / p90 / worst of the shares."""
+    blocks: list[str] = []
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for summary in summaries:
+        by_family.setdefault(summary["family"], []).append(summary)
+    for family, entries in by_family.items():
+        headers = ["policy"] + [title for title, _ in _FAMILY_COLUMNS]
+        rows = [headers] + [
+            [summary["policy"]]
+            + [
+                "/".join(_cell(value) for value in summary[key].values())
+                if isinstance(summary[key], dict)
+                else _cell(summary[key])
+                for _, key in _FAMILY_COLUMNS
+            ]
+            for summary in entries
+        ]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
+        first = entries[0]
+        lines = [
+            f"family {family} ({first['draws']} draws, seed {first['seed']}; "
+            "shares: mean/p90/worst)"
+        ]
+        for row in rows:
+            lines.append(
+                "  ".join(
+                    f"{cell:{'<' if i == 0 else '>'}{widths[i]}}" for i, cell in enumerate(row)
+                )
+            )
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks) + "\n"
