@@ -170,16 +170,8 @@ def render_table(cards: Sequence[dict[str, Any]], timings: Sequence[float]) -> s
                 rows.append(row)
         headers = [title for title, _, _ in _COLUMNS] + ["wall_s"]
         aligns = [align for _, _, align in _COLUMNS] + [">"]
-        widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
-        lines = [f"scenario {scenario} (seed {entries[0][0]['seed']})"]
-        lines.append(
-            "  ".join(f"{h:{a}{w}}" for h, a, w in zip(headers, aligns, widths, strict=True))
-        )
-        for row in rows:
-            lines.append(
-                "  ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
-            )
-        blocks.append("\n".join(lines))
+        title = f"scenario {scenario} (seed {entries[0][0]['seed']})"
+        blocks.append("\n".join([title, *_aligned([headers, *rows], aligns)]))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -200,25 +192,17 @@ _SEED_COLUMNS = (
 def render_seed_table(summaries: Sequence[dict[str, Any]]) -> str:
     """Per scenario, a mean and a worst row per policy over the seeds' totals."""
     blocks: list[str] = []
-    by_scenario: dict[str, list[dict[str, Any]]] = {}
-    for summary in summaries:
-        by_scenario.setdefault(summary["scenario"], []).append(summary)
-    for scenario, entries in by_scenario.items():
+    for scenario, entries in _grouped(summaries, "scenario").items():
         headers = ["policy", "over"] + [title for title, _ in _SEED_COLUMNS]
         rows = [
             [summary["policy"], stat] + [_cell(summary[stat][key]) for _, key in _SEED_COLUMNS]
             for summary in entries
             for stat in ("mean", "worst")
         ]
-        widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
         aligns = ["<", "<"] + [">"] * len(_SEED_COLUMNS)
         seeds = ",".join(str(seed) for seed in entries[0]["seeds"])
-        lines = [f"scenario {scenario} (seeds {seeds}: mean and worst of the totals)"]
-        for row in [headers, *rows]:
-            lines.append(
-                "  ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
-            )
-        blocks.append("\n".join(lines))
+        title = f"scenario {scenario} (seeds {seeds}: mean and worst of the totals)"
+        blocks.append("\n".join([title, *_aligned([headers, *rows], aligns)]))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -286,12 +270,9 @@ _FAMILY_COLUMNS = (
 def render_family_table(summaries: Sequence[dict[str, Any]]) -> str:
     """Per family, a row per policy: the draw counts, and mean / p90 / worst of the shares."""
     blocks: list[str] = []
-    by_family: dict[str, list[dict[str, Any]]] = {}
-    for summary in summaries:
-        by_family.setdefault(summary["family"], []).append(summary)
-    for family, entries in by_family.items():
+    for family, entries in _grouped(summaries, "family").items():
         headers = ["policy"] + [title for title, _ in _FAMILY_COLUMNS]
-        rows = [headers] + [
+        rows = [
             [summary["policy"]]
             + [
                 "/".join(_cell(value) for value in summary[key].values())
@@ -301,17 +282,27 @@ def render_family_table(summaries: Sequence[dict[str, Any]]) -> str:
             ]
             for summary in entries
         ]
-        widths = [max(len(row[i]) for row in rows) for i in range(len(headers))]
-        first = entries[0]
-        lines = [
-            f"family {family} ({first['draws']} draws, seed {first['seed']}; "
+        aligns = ["<"] + [">"] * len(_FAMILY_COLUMNS)
+        title = (
+            f"family {family} ({entries[0]['draws']} draws, seed {entries[0]['seed']}; "
             "shares: mean/p90/worst)"
-        ]
-        for row in rows:
-            lines.append(
-                "  ".join(
-                    f"{cell:{'<' if i == 0 else '>'}{widths[i]}}" for i, cell in enumerate(row)
-                )
-            )
-        blocks.append("\n".join(lines))
+        )
+        blocks.append("\n".join([title, *_aligned([headers, *rows], aligns)]))
     return "\n\n".join(blocks) + "\n"
+
+
+def _grouped(summaries: Sequence[dict[str, Any]], key: str) -> dict[str, list[dict[str, Any]]]:
+    """The summaries by their ``key``, in the order each value first comes."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for summary in summaries:
+        groups.setdefault(summary[key], []).append(summary)
+    return groups
+
+
+def _aligned(rows: Sequence[Sequence[str]], aligns: Sequence[str]) -> list[str]:
+    """The rows (the headers first) as lines, each column as wide as its widest cell."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(aligns))]
+    return [
+        "  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(row, aligns, widths, strict=True))
+        for row in rows
+    ]
