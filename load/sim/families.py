@@ -173,11 +173,12 @@ def _load(rng: random.Random, queue: Document, rate: float, queues: int = 1) -> 
         arrivals = _steps(arrivals)
         backlog = rng.uniform(0, 0.5) * work
     total = backlog + sum(
-        rate * (following[0] - start) for (start, rate), following in itertools.pairwise(arrivals)
+        step_rate * (following[0] - start)
+        for (start, step_rate), following in itertools.pairwise(arrivals)
     )
     scale = min(1.0, MAX_MESSAGES / queues / total) if total > 0 else 1.0
     queue["backlog"] = max(1, int(backlog * scale))
-    queue["arrivals_rps"] = [[t, round(rate * scale, 2)] for t, rate in arrivals]
+    queue["arrivals_rps"] = [[t, round(step_rate * scale, 2)] for t, step_rate in arrivals]
     return shape
 
 
