@@ -64,8 +64,9 @@ NOISE_5XX = (0.001, 0.05)
 LATENCY_QUEUES = (1, 4)
 LATENCY_NO_LOAD_MS = (5.0, 200.0)
 LATENCY_TIMEOUT_MS = (300, 5000)
-# The service rate over what the queues' caps send at the no-load latency.
-SERVICE_SHARE = (0.1, 1.0)
+# The callers at which the latency reaches the shortest client timeout, over the caps' total
+# (below 1, the static caps time out).
+TIMEOUT_AT_CALLERS = (0.3, 3.0)
 DEGRADE_FACTOR = (1.5, 4.0)
 
 SHARED_QUEUES = (2, 5)
@@ -292,8 +293,14 @@ def _latency(rng: random.Random) -> Built:
     count = rng.randint(*LATENCY_QUEUES)
     no_load = round(_log_uniform(rng, *LATENCY_NO_LOAD_MS), 1)
     queues = [_worker(rng, f"work-{index + 1}", "db") for index in range(count)]
-    sends = sum(_sends(queue, no_load) for queue in queues)
-    service = round(max(1.0, sends * rng.uniform(*SERVICE_SHARE)), 1)
+    for queue in queues:
+        queue["timeout_ms"] = rng.randint(*LATENCY_TIMEOUT_MS)
+    # Each caller has one call in flight, and a call waits behind the others (``no_load +
+    # in_progress / service``): the latency reaches the shortest timeout at about
+    # ``service x timeout`` callers, drawn as a multiple of the caps' total.
+    callers = sum(queue["max_concurrency"] for queue in queues)
+    shortest_s = min(queue["timeout_ms"] for queue in queues) / 1000.0
+    service = round(max(1.0, rng.uniform(*TIMEOUT_AT_CALLERS) * callers / shortest_s), 1)
     downstream: Document = {
         "name": "db",
         "capacity_rps": [[0, service]],
@@ -301,8 +308,6 @@ def _latency(rng: random.Random) -> Built:
         "latency_model": "queueing",
         "answers_429": False,
     }
-    for queue in queues:
-        queue["timeout_ms"] = rng.randint(*LATENCY_TIMEOUT_MS)
     degrading = rng.choice(("steady", "slower", "less-capacity"))
     start = rng.uniform(30, 300)
     if degrading == "slower":
