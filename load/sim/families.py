@@ -169,7 +169,8 @@ def _load(rng: random.Random, queue: Document, rate: float, queues: int = 1) -> 
         arrivals, t = [[0, 0]], rng.uniform(0, 60)
         while t < end - 10:
             length = rng.uniform(5, 60)
-            arrivals += [[int(t), round(rng.uniform(0.5, 3) * rate, 2)], [int(t + length), 0]]
+            burst_rate = round(rng.uniform(0.5, 3) * rate, 2)
+            arrivals += [[int(t), burst_rate], [int(min(t + length, EVENTS_END_S)), 0]]
             t += length + rng.uniform(10, 120)
         arrivals = _steps(arrivals)
         backlog = rng.uniform(0, 0.5) * work
