@@ -81,8 +81,14 @@ def invocation_pace(scenario: Scenario, spec: QueueSpec) -> float | None:
     downstream = scenario.downstream(spec.downstream)
     if downstream.latency_model != "constant" or len(downstream.latency_ms) != 1:
         return None
-    busy_s = spec.batch_size * downstream.latency_ms[0][1] / 1000.0
-    return spec.batch_size / (busy_s + spec.invocation_overhead_ms / 1000.0)
+    return pace(spec.batch_size, downstream.latency_ms[0][1], spec.invocation_overhead_ms)
+
+
+def pace(batch_size: int, latency_ms: float, invocation_overhead_ms: float) -> float:
+    """The calls a second one invocation makes: its batch's calls one after another at
+    ``latency_ms`` each, plus the invocation's overhead."""
+    busy_s = batch_size * latency_ms / 1000.0
+    return batch_size / (busy_s + invocation_overhead_ms / 1000.0)
 
 
 def paced_drain_time(

@@ -17,7 +17,7 @@ Message age and goodput share (docs/simulator.md, "The scorecard"):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from load.oracle import ideal_drain_times
@@ -254,3 +254,84 @@ def drain_ratio(drain: float | None, ideal: float | None) -> float | None:
 
 def _round(value: float | None, digits: int) -> float | None:
     return None if value is None else round(value, digits)
+
+
+# A family's harm test (docs/simulator.md, "Families"): on a draw where the static cap wastes
+# under HARMLESS_WASTE, a policy harms when it drains or ages the messages beyond these ratios.
+HARMLESS_WASTE = 0.01
+HARMFUL_DRAIN = 1.03
+HARMFUL_AGE = 1.05
+# The bound rule: a policy is within it on a draw where it wastes at most
+# BOUND_WASTE_FACTOR x the bound's share + BOUND_WASTE_SLACK and drains within
+# BOUND_DRAIN_FACTOR x the bound's drain ratio.
+BOUND_WASTE_FACTOR = 2.0
+BOUND_WASTE_SLACK = 0.01
+BOUND_DRAIN_FACTOR = 1.1
+
+
+def family_summary(
+    family: str, policy: str, seed: int, draws: Sequence[Mapping[str, Mapping[str, Any]]]
+) -> dict[str, Any]:
+    """The scorecard of ``policy`` over a family's draws.
+
+    Each draw maps policy names to that run's totals; every draw has ``policy`` and
+    ``static``, and ``hindsight`` where the bound applies (``HindsightPolicy.knows``). A drain
+    ratio or age that is ``None`` (not drained, nothing done) ranks as infinite.
+    """
+    runs = [draw[policy] for draw in draws]
+    bounded = [draw for draw in draws if "hindsight" in draw]
+    return {
+        "family": family,
+        "policy": policy,
+        "draws": len(draws),
+        "seed": seed,
+        "harmful_draws": sum(1 for draw in draws if _harmful(draw[policy], draw["static"])),
+        "dead_letter_draws": sum(1 for totals in runs if totals["dlq_messages"] > 0),
+        "wasted": spread([totals["wasted_ratio"] for totals in runs]),
+        "drain_ratio": spread([totals["drain_ratio"] for totals in runs]),
+        "timed_out_share": spread(
+            [_ratio(totals["calls_timed_out"], totals["calls_total"]) for totals in runs]
+        ),
+        "draws_within_bound_rule": sum(
+            1 for draw in bounded if _within_bound(draw[policy], draw["hindsight"])
+        )
+        if bounded
+        else None,
+    }
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float | None]:
+    """``{mean, p90, worst}`` of per-draw values where higher is worse; ``None`` ranks as
+    infinite: it is the worst (and the p90 when a tenth of the draws have it), and the mean is
+    over the numbers (``None`` when there are none)."""
+    numbers = [value for value in values if value is not None]
+    ranked = [math.inf if value is None else value for value in values]
+    p90 = percentile(ranked, 0.90)
+    worst = max(ranked, default=None)
+    return {
+        "mean": round(sum(numbers) / len(numbers), 4) if numbers else None,
+        "p90": None if p90 is None or math.isinf(p90) else p90,
+        "worst": None if worst is None or math.isinf(worst) else worst,
+    }
+
+
+def _harmful(totals: Mapping[str, Any], static: Mapping[str, Any]) -> bool:
+    if static["wasted_ratio"] >= HARMLESS_WASTE:
+        return False
+    return _worse(totals["drain_s"], static["drain_s"], HARMFUL_DRAIN) or _worse(
+        totals["age_p99_s"], static["age_p99_s"], HARMFUL_AGE
+    )
+
+
+def _worse(value: float | None, reference: float | None, factor: float) -> bool:
+    """``value > factor x reference``, where ``None`` is infinite (two infinities tie)."""
+    if value is None:
+        return reference is not None
+    return reference is not None and value > factor * reference
+
+
+def _within_bound(totals: Mapping[str, Any], bound: Mapping[str, Any]) -> bool:
+    wastes = totals["wasted_ratio"] <= (
+        BOUND_WASTE_FACTOR * bound["wasted_ratio"] + BOUND_WASTE_SLACK
+    )
+    return wastes and not _worse(totals["drain_ratio"], bound["drain_ratio"], BOUND_DRAIN_FACTOR)

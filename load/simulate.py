@@ -121,7 +121,7 @@ def run_seeds(
     return summaries
 
 
-def _seed_totals(job: tuple[Scenario, str, str, int]) -> dict[str, Any]:
+def _seed_totals(job: tuple[Scenario, str, str, int | None]) -> dict[str, Any]:
     """One run's totals (a top-level function, so the process pool can call it)."""
     from load.scorecard import scorecard
     from load.sim.engine import simulate
@@ -170,16 +170,8 @@ def render_table(cards: Sequence[dict[str, Any]], timings: Sequence[float]) -> s
                 rows.append(row)
         headers = [title for title, _, _ in _COLUMNS] + ["wall_s"]
         aligns = [align for _, _, align in _COLUMNS] + [">"]
-        widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
-        lines = [f"scenario {scenario} (seed {entries[0][0]['seed']})"]
-        lines.append(
-            "  ".join(f"{h:{a}{w}}" for h, a, w in zip(headers, aligns, widths, strict=True))
-        )
-        for row in rows:
-            lines.append(
-                "  ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
-            )
-        blocks.append("\n".join(lines))
+        title = f"scenario {scenario} (seed {entries[0][0]['seed']})"
+        blocks.append("\n".join([title, *_aligned([headers, *rows], aligns)]))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -200,25 +192,17 @@ _SEED_COLUMNS = (
 def render_seed_table(summaries: Sequence[dict[str, Any]]) -> str:
     """Per scenario, a mean and a worst row per policy over the seeds' totals."""
     blocks: list[str] = []
-    by_scenario: dict[str, list[dict[str, Any]]] = {}
-    for summary in summaries:
-        by_scenario.setdefault(summary["scenario"], []).append(summary)
-    for scenario, entries in by_scenario.items():
+    for scenario, entries in _grouped(summaries, "scenario").items():
         headers = ["policy", "over"] + [title for title, _ in _SEED_COLUMNS]
         rows = [
             [summary["policy"], stat] + [_cell(summary[stat][key]) for _, key in _SEED_COLUMNS]
             for summary in entries
             for stat in ("mean", "worst")
         ]
-        widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
         aligns = ["<", "<"] + [">"] * len(_SEED_COLUMNS)
         seeds = ",".join(str(seed) for seed in entries[0]["seeds"])
-        lines = [f"scenario {scenario} (seeds {seeds}: mean and worst of the totals)"]
-        for row in [headers, *rows]:
-            lines.append(
-                "  ".join(f"{c:{a}{w}}" for c, a, w in zip(row, aligns, widths, strict=True))
-            )
-        blocks.append("\n".join(lines))
+        title = f"scenario {scenario} (seeds {seeds}: mean and worst of the totals)"
+        blocks.append("\n".join([title, *_aligned([headers, *rows], aligns)]))
     return "\n\n".join(blocks) + "\n"
 
 
@@ -228,3 +212,97 @@ def _cell(value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}" if value < 10 else f"{value:.1f}"
     return str(value)
+
+
+def run_family(
+    family: str,
+    seed: int,
+    draws: int,
+    policies: Sequence[str],
+    algorithm: str,
+    progress: ProgressCallback | None = None,
+) -> list[dict[str, Any]]:
+    """One ``family_summary`` per named policy over draws 1..``draws`` of ``family``.
+
+    Static runs on every draw and the bound on every draw it applies to, named or not: the
+    harm test and the bound rule judge by them. Runs go to a pool of ``SEED_WORKERS``
+    processes; each is a function of (family, seed, draw, policy), so the pool changes nothing.
+    """
+    from load.scorecard import family_summary
+    from load.sim.families import draw_scenario
+    from load.sim.policies import HindsightPolicy
+
+    jobs: list[tuple[str, int, int, str, str]] = []
+    for draw in range(1, draws + 1):
+        needed = {*policies, "static"}
+        if HindsightPolicy.knows(draw_scenario(family, seed, draw)):
+            needed.add("hindsight")
+        jobs += [(family, seed, draw, policy, algorithm) for policy in sorted(needed)]
+    per_draw: list[dict[str, dict[str, Any]]] = [{} for _ in range(draws)]
+    with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
+        for done, (job, totals) in enumerate(zip(jobs, pool.map(_draw_totals, jobs), strict=True)):
+            if progress is not None:
+                progress(done, len(jobs), f"runs ({family} draw {job[2]}, {job[3]})")
+            per_draw[job[2] - 1][job[3]] = totals
+    if progress is not None:
+        progress(len(jobs), len(jobs), "runs")
+    return [family_summary(family, policy, seed, per_draw) for policy in policies]
+
+
+def _draw_totals(job: tuple[str, int, int, str, str]) -> dict[str, Any]:
+    """One draw's run under one policy: its totals (for the process pool)."""
+    from load.sim.families import draw_scenario
+
+    family, seed, draw, policy, algorithm = job
+    return _seed_totals((draw_scenario(family, seed, draw), policy, algorithm, None))
+
+
+_FAMILY_COLUMNS = (
+    ("harmful", "harmful_draws"),
+    ("dlq_draws", "dead_letter_draws"),
+    ("wasted", "wasted"),
+    ("drain_ratio", "drain_ratio"),
+    ("timed_out", "timed_out_share"),
+    ("in_bound", "draws_within_bound_rule"),
+)
+
+
+def render_family_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """Per family, a row per policy: the draw counts, and mean / p90 / worst of the shares."""
+    blocks: list[str] = []
+    for family, entries in _grouped(summaries, "family").items():
+        headers = ["policy"] + [title for title, _ in _FAMILY_COLUMNS]
+        rows = [
+            [summary["policy"]]
+            + [
+                "/".join(_cell(value) for value in summary[key].values())
+                if isinstance(summary[key], dict)
+                else _cell(summary[key])
+                for _, key in _FAMILY_COLUMNS
+            ]
+            for summary in entries
+        ]
+        aligns = ["<"] + [">"] * len(_FAMILY_COLUMNS)
+        title = (
+            f"family {family} ({entries[0]['draws']} draws, seed {entries[0]['seed']}; "
+            "shares: mean/p90/worst)"
+        )
+        blocks.append("\n".join([title, *_aligned([headers, *rows], aligns)]))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _grouped(summaries: Sequence[dict[str, Any]], key: str) -> dict[str, list[dict[str, Any]]]:
+    """The summaries by their ``key``, in the order each value first comes."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for summary in summaries:
+        groups.setdefault(summary[key], []).append(summary)
+    return groups
+
+
+def _aligned(rows: Sequence[Sequence[str]], aligns: Sequence[str]) -> list[str]:
+    """The rows (the headers first) as lines, each column as wide as its widest cell."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(aligns))]
+    return [
+        "  ".join(f"{cell:{a}{w}}" for cell, a, w in zip(row, aligns, widths, strict=True))
+        for row in rows
+    ]

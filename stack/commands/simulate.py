@@ -4,6 +4,7 @@ queuemesh simulate --scenario capacity-drop                  # table, every poli
 queuemesh simulate --scenario all --json                     # the scorecards, as JSON
 queuemesh simulate --scenario my.json --policy queuemesh --plot out.png --record out.jsonl
 queuemesh simulate --scenario all --policy hindsight --seeds 1-10  # the bound: capacity known
+queuemesh simulate --family healthy --draws 200 --seed 1001  # a family's scorecard
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from pathlib import Path
 from typing import IO
 
 from load.progress import Progress
+from load.sim.families import FAMILIES, MAX_DRAWS, REPORTING_SEEDS
 from load.simulate import (
     BOUND_POLICIES,
     POLICY_NAMES,
     parse_seeds,
+    render_family_table,
     render_seed_table,
     render_table,
+    run_family,
     run_policies,
     run_seeds,
 )
@@ -41,9 +45,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--scenario",
-        required=True,
         metavar="NAME_OR_FILE",
         help="a shipped scenario name, a scenario JSON file, or 'all' for every shipped one",
+    )
+    parser.add_argument(
+        "--family",
+        choices=(*FAMILIES, "all"),
+        help="instead of --scenario: random draws from a family of scenarios (or every family)",
+    )
+    parser.add_argument(
+        "--draws",
+        type=int,
+        metavar="N",
+        help=f"with --family: how many scenarios to draw (1-{MAX_DRAWS})",
+    )
+    parser.add_argument(
+        "--emit",
+        metavar="DIR",
+        help="with --family: write each drawn scenario to DIR (family-seed-draw.json)",
     )
     parser.add_argument(
         "--policy",
@@ -59,7 +78,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="NAME",
         help="the queuemesh policy's limit algorithm (default: the simulator's, 'adaptive')",
     )
-    parser.add_argument("--seed", type=int, metavar="N", help="override the scenario's seed")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        metavar="N",
+        help=(
+            "override the scenario's seed; with --family, the family's seed (default "
+            f"{REPORTING_SEEDS}: 1-{REPORTING_SEEDS - 1} are for tuning, {REPORTING_SEEDS}+ for "
+            "reports)"
+        ),
+    )
     parser.add_argument(
         "--seeds",
         metavar="LIST",
@@ -87,6 +115,12 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     from load.sim.scenario import Scenario, ScenarioError, load_scenario, shipped_scenarios
 
     stream = out or sys.stdout
+    if (args.scenario is None) == (args.family is None):
+        raise CliError("name either --scenario or --family (one of them)")
+    if args.family is not None:
+        return _run_family(args, stream)
+    if args.draws is not None or args.emit is not None:
+        raise CliError("--draws and --emit go with --family")
     names = shipped_scenarios() if args.scenario == "all" else [args.scenario]
     try:
         scenarios: list[Scenario] = [load_scenario(name) for name in names]
@@ -140,6 +174,46 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
             print(f"recording of {count} Kinesis records written to {args.record}", file=sys.stderr)
     except OSError as error:
         raise CliError(f"cannot write {error.filename}: {error.strerror}") from error
+    return 0
+
+
+def _run_family(args: argparse.Namespace, stream: IO[str]) -> int:
+    """``--family``: draw, run, and print each family's scorecard."""
+    from controller.policy import DEFAULT_ALGORITHM
+    from load.sim.families import draw_document, draw_name
+
+    if args.draws is None:
+        raise CliError(f"--family needs --draws N (1-{MAX_DRAWS})")
+    if not 1 <= args.draws <= MAX_DRAWS:
+        raise CliError(f"--draws {args.draws}: draw 1-{MAX_DRAWS} scenarios")
+    if args.seeds is not None or args.plot or args.record:
+        raise CliError("--family draws its scenarios: leave out --seeds, --plot and --record")
+    seed = REPORTING_SEEDS if args.seed is None else args.seed
+    if seed < 1:
+        raise CliError(f"--seed {seed}: a family's seed is 1 or more")
+    algorithm = args.algorithm or DEFAULT_ALGORITHM
+    _check_algorithm(algorithm)
+    families = FAMILIES if args.family == "all" else (args.family,)
+    if args.emit is not None:
+        directory = Path(args.emit)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            for family in families:
+                for draw in range(1, args.draws + 1):
+                    document = draw_document(family, seed, draw)
+                    path = directory / f"{draw_name(family, seed, draw)}.json"
+                    path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        except OSError as error:
+            raise CliError(f"--emit {args.emit}: cannot write there ({error.strerror})") from error
+    policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
+    summaries = []
+    with Progress.for_command("simulate", json_output=args.json, stdout=stream) as progress:
+        for family in families:
+            summaries += run_family(family, seed, args.draws, policies, algorithm, progress.update)
+    if args.json:
+        stream.write(json.dumps(summaries, indent=2) + "\n")
+    else:
+        stream.write(render_family_table(summaries))
     return 0
 
 

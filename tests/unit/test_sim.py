@@ -13,9 +13,10 @@ from controller.model import Action
 from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.plot import policy_colours
 from load.scorecard import scorecard
-from load.sim.engine import POLLER_START, POLLER_STEP_PER_S, arrived_by, simulate
+from load.sim.engine import simulate
 from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
+from load.sim.services import POLLER_START, POLLER_STEP_PER_S, arrived_by
 from stack.cli import main
 
 

@@ -1,0 +1,221 @@
+"""The simulated services: an SQS queue with the Lambda poller that reads it, and a downstream
+API (load/sim/engine.py runs them on virtual time; its docstring says what is modelled)."""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from typing import TYPE_CHECKING
+
+from load.latency import pareto_factor, queueing_latency
+from load.sim.scenario import DownstreamSpec, QueueSpec, Schedule, value_at
+
+if TYPE_CHECKING:
+    from load.sim.engine import MappingSetting, QueueTrace
+
+POLLER_START = 5
+POLLER_STEP_PER_S = 5
+
+
+class SimDownstream:
+    """A downstream API: its capacity each second, its latency, its 5xx noise."""
+
+    __slots__ = (
+        "answers_429",
+        "capacity",
+        "in_progress",
+        "latency_s",
+        "noise",
+        "noise_rng",
+        "queueing",
+        "second",
+        "tail_rng",
+        "tail_shape",
+        "used",
+    )
+
+    def __init__(self, spec: DownstreamSpec, seconds: int, seed: int) -> None:
+        self.capacity = [value_at(spec.capacity_rps, s) for s in range(seconds)]
+        self.latency_s = [value_at(spec.latency_ms, s) / 1000.0 for s in range(seconds)]
+        self.noise = [value_at(spec.noise_5xx_rate, s) for s in range(seconds)]
+        self.noise_rng = random.Random(f"{seed}:noise:{spec.name}")
+        self.tail_rng = random.Random(f"{seed}:latency:{spec.name}")
+        self.tail_shape = spec.latency_tail
+        self.queueing = spec.latency_model == "queueing"
+        self.answers_429 = spec.answers_429
+        # When each accepted call of a queueing downstream is done (a heap).
+        self.in_progress: list[float] = []
+        self.second = -1
+        self.used = 0
+
+    def answer(self, now: float) -> tuple[int, float]:
+        """The status code of a call made at ``now``, and how long the answer takes (s)."""
+        second = int(now)
+        if second != self.second:
+            self.second = second
+            self.used = 0
+        index = min(second, len(self.capacity) - 1)
+        capacity = self.capacity[index]
+        latency = self.latency_s[index]
+        if self.tail_shape is not None:
+            latency *= pareto_factor(self.tail_shape, self.tail_rng.random())
+        if self.queueing:
+            latency = self.queued(now, latency, capacity)
+        if self.answers_429 and self.used >= capacity:
+            return 429, latency
+        self.used += 1
+        if self.queueing:
+            heapq.heappush(self.in_progress, now + latency)
+        noise = self.noise[index]
+        if noise > 0.0 and self.noise_rng.random() < noise:
+            return 500, latency
+        return 200, latency
+
+    def queued(self, now: float, no_load_s: float, capacity: float) -> float:
+        """The queueing model's latency of a call made at ``now`` (load/latency.py)."""
+        in_progress = self.in_progress
+        while in_progress and in_progress[0] <= now:
+            heapq.heappop(in_progress)
+        return queueing_latency(no_load_s, len(in_progress), capacity)
+
+
+class SimQueue:
+    """An SQS queue (never-received and returned messages) and its mapping's poller."""
+
+    __slots__ = (
+        "arrivals",
+        "downstream",
+        "enabled",
+        "fresh",
+        "fresh_arrivals",
+        "in_flight",
+        "in_flight_messages",
+        "level",
+        "limit",
+        "max_concurrency",
+        "pending_returns",
+        "pick_rng",
+        "retry",
+        "spec",
+        "timeout_s",
+        "trace",
+    )
+
+    def __init__(
+        self, spec: QueueSpec, downstream: SimDownstream, seed: str, trace: QueueTrace
+    ) -> None:
+        self.spec = spec
+        self.downstream = downstream
+        self.trace = trace
+        # Never-received messages: a count, and their arrival times as [time, count] runs,
+        # oldest first (standard queues' best-effort ordering among them).
+        self.fresh = 0
+        self.fresh_arrivals: deque[list[float]] = deque()
+        # Messages back from a failed receive: (receive count, arrival time).
+        self.retry: list[tuple[int, float]] = []
+        self.in_flight = 0
+        self.in_flight_messages = 0
+        self.pending_returns = 0
+        self.max_concurrency = spec.max_concurrency
+        self.enabled = True
+        self.level = min(POLLER_START, spec.max_concurrency)
+        self.limit = self.level
+        self.pick_rng = random.Random(seed)
+        self.arrivals = 0
+        self.timeout_s = None if spec.timeout_ms is None else spec.timeout_ms / 1000.0
+
+    def set_mapping(self, setting: MappingSetting) -> None:
+        if setting.enabled and not self.enabled:
+            self.level = POLLER_START
+        self.enabled = setting.enabled
+        self.max_concurrency = setting.max_concurrency
+        self.level = min(self.level, self.max_concurrency)
+        self._refresh_limit()
+
+    def scale(self) -> None:
+        """The poller's once-a-second scaling step."""
+        if not self.enabled:
+            return
+        if self.fresh or self.retry:
+            self.level = min(self.max_concurrency, self.level + POLLER_STEP_PER_S)
+        else:
+            self.level = max(min(POLLER_START, self.max_concurrency), self.in_flight)
+        self._refresh_limit()
+
+    def _refresh_limit(self) -> None:
+        self.limit = min(self.level, self.max_concurrency) if self.enabled else 0
+
+    def arrive(self, count: int, now: float) -> None:
+        self.fresh += count
+        self.fresh_arrivals.append([now, count])
+
+    def take_fresh(self, count: int) -> list[tuple[int, float]]:
+        """The ``count`` oldest never-received messages, received once."""
+        taken: list[tuple[int, float]] = []
+        runs = self.fresh_arrivals
+        while len(taken) < count:
+            run = runs[0]
+            take = min(count - len(taken), int(run[1]))
+            taken.extend([(1, run[0])] * take)
+            run[1] -= take
+            if not run[1]:
+                runs.popleft()
+        self.fresh -= count
+        return taken
+
+    def receive(self) -> list[tuple[int, float]]:
+        """Up to one batch of visible messages: (receive count after this receive, arrival).
+
+        Each pick is uniform over the visible messages: one draw both chooses between the
+        never-received ones and those back from a failed receive, and indexes the latter.
+        """
+        batch: list[tuple[int, float]] = []
+        size = self.spec.batch_size
+        limit = self.spec.max_receive_count
+        retry = self.retry
+        draw = self.pick_rng.random
+        while len(batch) < size:
+            waiting = len(retry)
+            if not waiting:
+                batch.extend(self.take_fresh(min(size - len(batch), self.fresh)))
+                break
+            point = draw() * (self.fresh + waiting)
+            if point >= waiting:
+                batch.extend(self.take_fresh(1))
+                continue
+            index = int(point)
+            retry[index], retry[-1] = retry[-1], retry[index]
+            count, arrived = retry.pop()
+            if count >= limit:
+                self.trace.dlq_messages += 1
+                continue
+            batch.append((count + 1, arrived))
+        return batch
+
+    @property
+    def waiting(self) -> int:
+        """Messages not done and not in flight: visible, or invisible after a failed call."""
+        return self.fresh + len(self.retry) + self.pending_returns
+
+
+def arrived_by(backlog: int, arrivals: Schedule, t: float) -> int:
+    """Messages that have entered a queue by time ``t`` (the backlog is there at 0)."""
+    total = 0.0
+    for index, (start, rate) in enumerate(arrivals):
+        if start >= t:
+            break
+        end = arrivals[index + 1][0] if index + 1 < len(arrivals) else math.inf
+        total += rate * (min(t, end) - start)
+    return backlog + math.floor(total + 1e-9)
+
+
+def arrivals_end(arrivals: Schedule, duration_s: float) -> float:
+    """When a queue's last arrival happens (0 when only the backlog arrives)."""
+    end = 0.0
+    for index, (_start, rate) in enumerate(arrivals):
+        if rate > 0:
+            next_start = arrivals[index + 1][0] if index + 1 < len(arrivals) else duration_s
+            end = max(end, min(next_start, duration_s))
+    return end

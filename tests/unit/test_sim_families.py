@@ -1,0 +1,315 @@
+"""Families of scenarios: draws are deterministic, valid and within the documented ranges; the
+family scorecard's keys and maths on hand-made draws; `simulate --family` and its errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from load.oracle import pace, pooled_drain_time
+from load.scorecard import family_summary, spread
+from load.sim import families as fam
+from load.sim.families import FAMILIES, draw_document, draw_name, draw_scenario
+from load.sim.scenario import Scenario, load_scenario
+from load.sim.services import arrived_by
+from stack.cli import main
+
+draws = st.tuples(st.sampled_from(FAMILIES), st.integers(1, 10**6), st.integers(1, fam.MAX_DRAWS))
+
+
+def within(value: float, bounds: tuple[float, float]) -> bool:
+    return bounds[0] <= value <= bounds[1]
+
+
+def test_a_draw_is_a_function_of_family_seed_and_draw() -> None:
+    assert draw_document("throttling", 1001, 7) == draw_document("throttling", 1001, 7)
+    assert draw_document("throttling", 1001, 7) != draw_document("throttling", 1001, 8)
+    assert draw_document("throttling", 1001, 7) != draw_document("throttling", 1002, 7)
+    assert draw_document("shared", 1001, 7) != draw_document("throttling", 1001, 7)
+    assert draw_scenario("mixed", 3, 2).name == draw_name("mixed", 3, 2) == "mixed-3-2"
+
+
+def test_an_unknown_family_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown family 'calm'"):
+        draw_document("calm", 1, 1)
+
+
+@settings(max_examples=150, deadline=None)
+@given(draws)
+def test_every_draw_is_a_valid_scenario_within_the_common_ranges(
+    draw: tuple[str, int, int],
+) -> None:
+    family, seed, number = draw
+    scenario = draw_scenario(family, seed, number)
+    assert scenario.duration_s == fam.DURATION_S
+    assert all(within(bound, fam.TELEMETRY_DELAY_S) for bound in scenario.telemetry_delay_s)
+    messages = sum(
+        arrived_by(queue.backlog, queue.arrivals_rps, scenario.duration_s)
+        for queue in scenario.queues
+    )
+    # Rates are rounded to 0.01/s after scaling: a few messages over at the most.
+    assert 0 < messages <= fam.MAX_MESSAGES * 1.01
+    for queue in scenario.queues:
+        assert within(queue.batch_size, fam.BATCH_SIZE)
+        assert within(queue.visibility_timeout_s, fam.VISIBILITY_TIMEOUT_S)
+        assert within(queue.max_receive_count, fam.MAX_RECEIVE_COUNT)
+        assert within(queue.max_concurrency, fam.MAX_CONCURRENCY)
+        assert queue.min_concurrency == fam.MIN_CONCURRENCY
+        assert queue.arrivals_rps[-1][1] == 0
+        assert queue.arrivals_rps[-1][0] <= fam.EVENTS_END_S
+    for downstream in scenario.downstreams:
+        assert all(start < fam.EVENTS_END_S for start, _ in downstream.capacity_rps)
+        assert all(start < fam.EVENTS_END_S for start, _ in downstream.latency_ms)
+        assert all(within(rate, (0, fam.NOISE_5XX[1])) for _, rate in downstream.noise_5xx_rate)
+        # The oracle drains every draw within the events' half of the run (_drainable), but
+        # for a backlog halved a dozen times.
+        queues = [queue for queue in scenario.queues if queue.downstream == downstream.name]
+        drain = pooled_drain_time(downstream.capacity_rps, queues, scenario.duration_s)
+        assert drain is not None and drain <= fam.DURATION_S
+    CHECKS[family](scenario)
+
+
+def only_queue_sends(scenario: Scenario, latency_ms: float) -> float:
+    (queue,) = scenario.queues
+    return queue.max_concurrency * pace(queue.batch_size, latency_ms, queue.invocation_overhead_ms)
+
+
+def no_load_ms(scenario: Scenario) -> float:
+    return scenario.downstreams[0].latency_ms[0][1]
+
+
+def check_healthy(scenario: Scenario) -> None:
+    (downstream,) = scenario.downstreams
+    (queue,) = scenario.queues
+    base = no_load_ms(scenario)
+    assert within(base, fam.LATENCY_MS) and downstream.answers_429
+    assert len(downstream.capacity_rps) == 1 and downstream.noise_5xx_rate == ((0.0, 0.0),)
+    headroom = downstream.capacity_rps[0][1] / only_queue_sends(scenario, base)
+    assert within(round(headroom, 2), (fam.HEADROOM[0] - 0.01, fam.HEADROOM[1] + 0.01))
+    if downstream.latency_tail is not None:
+        assert within(downstream.latency_tail, fam.TAIL_SHAPE)
+    slowest = max(latency for _, latency in downstream.latency_ms)
+    assert slowest <= base * fam.BROWNOUT_FACTOR[1] + fam.PAUSE_FOR_S[1] * 1000
+    assert queue.timeout_ms is not None and within(queue.timeout_ms, fam.HEALTHY_TIMEOUT_MS)
+    assert slowest < queue.timeout_ms
+
+
+def check_throttling(scenario: Scenario) -> None:
+    (downstream,) = scenario.downstreams
+    assert len(scenario.queues) == 1 and downstream.answers_429
+    assert downstream.latency_model == "constant" and len(downstream.latency_ms) == 1
+    assert within(no_load_ms(scenario), fam.LATENCY_MS)
+    first = downstream.capacity_rps[0][1] / only_queue_sends(scenario, no_load_ms(scenario))
+    assert within(round(first, 2), (fam.CAPACITY_SHARE[0] - 0.01, fam.CAPACITY_SHARE[1] + 0.01))
+
+
+def check_latency(scenario: Scenario) -> None:
+    (downstream,) = scenario.downstreams
+    assert within(len(scenario.queues), fam.LATENCY_QUEUES)
+    assert not downstream.answers_429 and downstream.latency_model == "queueing"
+    assert within(no_load_ms(scenario), fam.LATENCY_NO_LOAD_MS)
+    timeouts = [queue.timeout_ms for queue in scenario.queues]
+    assert all(t is not None and within(t, fam.LATENCY_TIMEOUT_MS) for t in timeouts)
+    # Degrading never puts the no-load latency past a client's timeout.
+    assert max(latency for _, latency in downstream.latency_ms) * 2 <= max(
+        min(t for t in timeouts if t is not None), 2 * no_load_ms(scenario)
+    )
+
+
+def check_shared(scenario: Scenario) -> None:
+    (downstream,) = scenario.downstreams
+    assert within(len(scenario.queues), fam.SHARED_QUEUES) and downstream.answers_429
+    assert within(no_load_ms(scenario), fam.LATENCY_MS)
+
+
+def check_mixed(scenario: Scenario) -> None:
+    (downstream,) = scenario.downstreams
+    (queue,) = scenario.queues
+    assert downstream.answers_429 and within(no_load_ms(scenario), fam.LATENCY_MS)
+    # Throttling and slowing: the latency rises for a while, and the capacity changes (but for
+    # a flash crowd, which has the work instead).
+    assert max(latency for _, latency in downstream.latency_ms) > no_load_ms(scenario)
+    assert queue.timeout_ms is not None and queue.timeout_ms >= fam.LATENCY_TIMEOUT_MS[0]
+
+
+CHECKS = {
+    "healthy": check_healthy,
+    "throttling": check_throttling,
+    "latency": check_latency,
+    "shared": check_shared,
+    "mixed": check_mixed,
+}
+
+
+def test_every_family_has_its_range_checks() -> None:
+    assert set(CHECKS) == set(FAMILIES)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_family_draws_each_of_its_shapes(family: str) -> None:
+    descriptions = " ".join(draw_scenario(family, 1, n).description for n in range(1, 120))
+    shapes = {
+        "healthy": fam.HEALTHY_LATENCIES,
+        "throttling": fam.CAPACITY_SHAPES,
+        "latency": ("steady", "slower", "less-capacity"),
+        "shared": fam.CAPACITY_SHAPES,
+        "mixed": fam.CAPACITY_SHAPES[1:],
+    }[family]
+    assert all(shape in descriptions for shape in shapes)
+
+
+# --- the family scorecard ---------------------------------------------------------------------
+
+
+def totals(
+    wasted: float = 0.0,
+    drain_s: float | None = 100.0,
+    drain_ratio: float | None = 1.0,
+    age_p99_s: float | None = 50.0,
+    dlq: int = 0,
+    timed_out: int = 0,
+    calls: int = 1000,
+) -> dict[str, Any]:
+    return {
+        "wasted_ratio": wasted,
+        "drain_s": drain_s,
+        "drain_ratio": drain_ratio,
+        "age_p99_s": age_p99_s,
+        "dlq_messages": dlq,
+        "calls_timed_out": timed_out,
+        "calls_total": calls,
+    }
+
+
+def test_spread_is_mean_nearest_rank_p90_and_worst_with_none_as_infinite() -> None:
+    values = [float(v) for v in range(1, 11)]
+    assert spread(values) == {"mean": 5.5, "p90": 9.0, "worst": 10.0}
+    assert spread([1.0, None, 3.0]) == {"mean": 2.0, "p90": None, "worst": None}
+    assert spread([*values[:9], None]) == {"mean": 5.0, "p90": 9.0, "worst": None}
+    assert spread([]) == {"mean": None, "p90": None, "worst": None}
+
+
+def test_harm_needs_a_clean_static_run_and_a_slower_drain_or_older_messages() -> None:
+    static = totals()
+    draws = [
+        # Harmful: drains 1.04x static's time; ages 1.06x; never drains where static did.
+        {"static": static, "q": totals(drain_s=104.0)},
+        {"static": static, "q": totals(age_p99_s=53.0)},
+        {"static": static, "q": totals(drain_s=None, drain_ratio=None)},
+        # Not: within 1.03x and 1.05x; static wasted 1% (not clean); neither drained.
+        {"static": static, "q": totals(drain_s=103.0, age_p99_s=52.5)},
+        {"static": totals(wasted=0.01), "q": totals(drain_s=300.0)},
+        {"static": totals(drain_s=None), "q": totals(drain_s=None)},
+    ]
+    summary = family_summary("healthy", "q", 1001, draws)
+    assert summary["harmful_draws"] == 3
+    assert family_summary("healthy", "static", 1001, draws)["harmful_draws"] == 0
+
+
+def test_family_summary_keys_counts_and_bound_rule() -> None:
+    bound = totals(wasted=0.02, drain_ratio=1.5)
+    draws = [
+        # Within the rule: wastes 0.05 <= 2 x 0.02 + 0.01, drains 1.65 <= 1.1 x 1.5.
+        {"static": totals(), "hindsight": bound, "q": totals(wasted=0.05, drain_ratio=1.65)},
+        # Outside: wastes too much; then drains too slowly.
+        {"static": totals(), "hindsight": bound, "q": totals(wasted=0.051, drain_ratio=1.0)},
+        {"static": totals(), "hindsight": bound, "q": totals(drain_ratio=1.66)},
+        # No bound on this draw; it dead-letters and times out a fifth of its calls.
+        {"static": totals(), "q": totals(dlq=3, timed_out=200, drain_ratio=None)},
+    ]
+    summary = family_summary("throttling", "q", 1001, draws)
+    assert list(summary) == [
+        "family",
+        "policy",
+        "draws",
+        "seed",
+        "harmful_draws",
+        "dead_letter_draws",
+        "wasted",
+        "drain_ratio",
+        "timed_out_share",
+        "draws_within_bound_rule",
+    ]
+    assert summary["draws"] == 4 and summary["seed"] == 1001
+    assert summary["dead_letter_draws"] == 1
+    assert summary["draws_within_bound_rule"] == 1
+    assert summary["wasted"] == {"mean": 0.0253, "p90": 0.051, "worst": 0.051}
+    assert summary["timed_out_share"] == {"mean": 0.05, "p90": 0.2, "worst": 0.2}
+    assert summary["drain_ratio"]["worst"] is None
+    unbounded = [{key: run for key, run in draw.items() if key != "hindsight"} for draw in draws]
+    assert family_summary("x", "q", 1, unbounded)["draws_within_bound_rule"] is None
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_simulate_family_json_and_emitted_draws_run_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["simulate", "--family", "throttling", "--draws", "1", "--seed", "5"]
+    assert main([*args, "--policy", "queuemesh", "--json", "--emit", str(tmp_path)]) == 0
+    (summary,) = json.loads(capsys.readouterr().out)
+    assert (summary["family"], summary["policy"], summary["draws"]) == (
+        "throttling",
+        "queuemesh",
+        1,
+    )
+    emitted = tmp_path / "throttling-5-1.json"
+    assert json.loads(emitted.read_text(encoding="utf-8")) == draw_document("throttling", 5, 1)
+    assert load_scenario(str(emitted)) == draw_scenario("throttling", 5, 1)
+    # The emitted draw, run alone, is the family's run of it.
+    assert main(["simulate", "--scenario", str(emitted), "--policy", "queuemesh", "--json"]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert summary["wasted"]["mean"] == card["totals"]["wasted_ratio"]
+    assert summary["drain_ratio"]["mean"] == card["totals"]["drain_ratio"]
+
+
+def test_simulate_family_prints_a_table_per_family(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["simulate", "--family", "healthy", "--draws", "1", "--policy", "static"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("family healthy (1 draws, seed 1001;")
+    assert "harmful" in out and "in_bound" in out and "\nstatic " in out
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--family", "healthy"], "--family needs --draws N"),
+        (["--family", "healthy", "--draws", "0"], "--draws 0: draw 1-1000 scenarios"),
+        (["--family", "healthy", "--draws", "2", "--seed", "0"], "a family's seed is 1 or more"),
+        (["--family", "healthy", "--draws", "2", "--seeds", "1-2"], "leave out --seeds"),
+        (["--scenario", "noisy", "--family", "healthy"], "either --scenario or --family"),
+        ([], "either --scenario or --family"),
+        (["--scenario", "noisy", "--emit", "x"], "--draws and --emit go with --family"),
+        (["--family", "calm", "--draws", "2"], "invalid choice: 'calm'"),
+    ],
+)
+def test_simulate_family_refuses_bad_arguments_in_one_line(
+    args: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert exit_code(["simulate", *args]) == 2
+    err = capsys.readouterr().err
+    assert complaint in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def exit_code(argv: list[str]) -> object:
+    """``main``'s return code, or argparse's exit code where it exits itself."""
+    try:
+        return main(argv)
+    except SystemExit as exit:
+        return exit.code
+
+
+def test_emit_to_an_unwritable_place_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("", encoding="utf-8")
+    args = ["simulate", "--family", "healthy", "--draws", "1", "--emit", str(blocker / "x")]
+    assert main(args) == 2
+    assert "--emit" in capsys.readouterr().err
