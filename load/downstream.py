@@ -184,7 +184,7 @@ class Downstream:
 
     def arrive(self) -> Call:
         """Decide one call as it arrives: admitted (or 429), and its latency, as the
-        simulator's downstream does (load/sim/engine.py)."""
+        simulator's downstream does (load/sim/services.py)."""
         now = self.now()
         second = math.floor(now)
         capacity = self.capacity_at(second)

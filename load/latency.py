@@ -1,5 +1,5 @@
 """How long a downstream takes to answer one call: the latency model shared by the simulator's
-downstream (load/sim/engine.py) and the demo's real HTTP one (load/downstream.py).
+downstream (load/sim/services.py) and the demo's real HTTP one (load/downstream.py).
 
 Pure functions of their arguments (no clock, no randomness of their own), so both downstreams
 answer alike given the same calls in progress and the same random draws.
