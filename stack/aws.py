@@ -102,6 +102,24 @@ def add_target_arguments(parser: argparse.ArgumentParser, endpoint_from_env: boo
     parser.add_argument("--profile", help="AWS credentials profile (default: the usual chain)")
 
 
+# samconfig.toml's stack_name: where the commands that read a deployed stack look by default.
+DEFAULT_STACK_NAME = "queuemesh"
+
+
+def add_stack_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--stack-name`` and ``--table``: which deployed stack, and its ledger table."""
+    parser.add_argument(
+        "--stack-name",
+        default=DEFAULT_STACK_NAME,
+        help=f"the deployed stack (default {DEFAULT_STACK_NAME}, as in samconfig.toml)",
+    )
+    parser.add_argument(
+        "--table",
+        default=os.environ.get("QUEUEMESH_TABLE"),
+        help="ledger table (default: QUEUEMESH_TABLE, else the stack's LedgerTableName output)",
+    )
+
+
 def endpoint_url(raw: str) -> str:
     """``--endpoint-url``: an http(s) URL naming a host, the only kind botocore can call."""
     try:

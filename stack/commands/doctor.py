@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
 
-from stack.aws import AwsTarget, add_target_arguments, aws_errors
+from stack.aws import AwsTarget, add_stack_arguments, add_target_arguments, aws_errors
 from stack.errors import CliError
-from stack.local.dashboard import DEFAULT_STACK_NAME
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -26,16 +24,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         ),
     )
     add_target_arguments(parser)
-    parser.add_argument(
-        "--stack-name",
-        default=DEFAULT_STACK_NAME,
-        help=f"the deployed stack (default {DEFAULT_STACK_NAME}, as in samconfig.toml)",
-    )
-    parser.add_argument(
-        "--table",
-        default=os.environ.get("QUEUEMESH_TABLE"),
-        help="ledger table (default: QUEUEMESH_TABLE, else the stack's LedgerTableName output)",
-    )
+    add_stack_arguments(parser)
     parser.add_argument(
         "--template",
         metavar="FILE",

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -27,7 +26,6 @@ from stack.errors import CliError
 PAGE = Path(__file__).with_name("dashboard.html")
 LISTEN_ADDRESS = "127.0.0.1"
 DEFAULT_PORT = 8765
-DEFAULT_STACK_NAME = "queuemesh"  # samconfig.toml's stack_name
 DEFAULT_WINDOW = "3h"  # the CloudWatch console's default time range
 DEFAULT_REFRESH_S = 10.0
 # Several browser tabs polling at once share one evaluation at most this often.
@@ -250,7 +248,7 @@ class DashboardServer:
 
 
 def register(subparsers: Any) -> None:
-    from stack.aws import add_target_arguments
+    from stack.aws import add_stack_arguments, add_target_arguments
 
     parser = subparsers.add_parser(
         "dashboard",
@@ -262,16 +260,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     add_target_arguments(parser)
-    parser.add_argument(
-        "--stack-name",
-        default=DEFAULT_STACK_NAME,
-        help=f"the deployed stack (default {DEFAULT_STACK_NAME}, as in samconfig.toml)",
-    )
-    parser.add_argument(
-        "--table",
-        default=os.environ.get("QUEUEMESH_TABLE"),
-        help="ledger table (default: QUEUEMESH_TABLE, else the stack's LedgerTableName output)",
-    )
+    add_stack_arguments(parser)
     parser.add_argument(
         "--port", default=str(DEFAULT_PORT), help=f"port on 127.0.0.1 (default {DEFAULT_PORT})"
     )
