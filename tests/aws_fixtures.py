@@ -6,7 +6,9 @@ The unit tier never imports this module: it runs without moto.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
+import boto3
 import pytest
 
 from stack.local.emulator import EmbeddedAws
@@ -36,3 +38,15 @@ def emulated_aws() -> Iterator[EmbeddedAws]:
 @pytest.fixture(scope="module")
 def moto_endpoint(emulated_aws: EmbeddedAws) -> str:
     return emulated_aws.endpoint
+
+
+def moto_client(service: str, endpoint: str, **kwargs: Any) -> Any:
+    """A boto3 client of ``service`` on the emulated AWS at ``endpoint``."""
+    return boto3.client(
+        service,
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+        **kwargs,
+    )

@@ -29,6 +29,7 @@ from controller.actuator import (
 from controller.aws import Backoff, CallAbandoned, CallWindow, PacedCaller
 from controller.constants import CONTROL_PLANE_CALLS_PER_S
 from controller.ports import ActuationError, MappingNotFound, MappingView
+from tests.aws_fixtures import moto_client
 
 UUID = "a1b2c3d4-0000-4000-8000-000000000001"
 ARN = "arn:aws:sqs:us-east-1:123456789012:orders"
@@ -620,17 +621,6 @@ def test_a_hand_edit_shows_in_the_next_read() -> None:
 # Against moto's Lambda.
 
 
-def _aws(service: str, endpoint: str, **kwargs: Any) -> Any:
-    return boto3.client(
-        service,
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-        **kwargs,
-    )
-
-
 def _function_zip() -> bytes:
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
@@ -639,7 +629,7 @@ def _function_zip() -> bytes:
 
 
 def test_lambda_actuator_round_trip_on_moto(moto_endpoint: str) -> None:
-    iam = _aws("iam", moto_endpoint)
+    iam = moto_client("iam", moto_endpoint)
     role = iam.create_role(
         RoleName="worker-role",
         AssumeRolePolicyDocument=json.dumps(
@@ -655,7 +645,7 @@ def test_lambda_actuator_round_trip_on_moto(moto_endpoint: str) -> None:
             }
         ),
     )["Role"]["Arn"]
-    lambda_api = _aws(
+    lambda_api = moto_client(
         "lambda",
         moto_endpoint,
         config=Config(retries={"mode": "standard", "total_max_attempts": 1}),
@@ -667,7 +657,7 @@ def test_lambda_actuator_round_trip_on_moto(moto_endpoint: str) -> None:
         Handler="app.handler",
         Code={"ZipFile": _function_zip()},
     )
-    sqs = _aws("sqs", moto_endpoint)
+    sqs = moto_client("sqs", moto_endpoint)
     queue_url = sqs.create_queue(QueueName="orders")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
         "Attributes"
