@@ -20,6 +20,7 @@ from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 from controller.book import Count
 from controller.cache import LruCache
 from controller.constants import CACHED_LOG_EVENTS, CACHED_SHARDS, is_queue_name
+from controller.events import EventOutbox
 from controller.loop import ControlLoop
 from controller.model import Decision, Sample
 from controller.ports import ActuationError, LedgerError
@@ -83,8 +84,12 @@ class ControllerApp:
         namespace: str = DEFAULT_NAMESPACE,
         emit: Callable[[str], None] = print,
         logger: Logger | None = None,
+        events: EventOutbox | None = None,
     ) -> None:
         self.loop = loop
+        # The transitions to publish after each invocation's work (none: no events); the
+        # loop's executor records into it.
+        self._events = events
         self._clock = clock
         self._monotonic = monotonic
         # Learns as it decodes (declarations, valid queue names): kept for the container.
@@ -108,6 +113,7 @@ class ControllerApp:
         try:
             return self._dispatch(event, deadline)
         finally:
+            self._publish_events(deadline)
             self._log_notices()
             self._emit_health()
 
@@ -256,6 +262,19 @@ class ControllerApp:
             self._logger.info("telemetry skipped", extra={"skipped": dict(outcome.skipped)})
         if outcome.dropped:
             self._logger.info("samples not windowed", extra={"dropped": dict(outcome.dropped)})
+
+    def _publish_events(self, deadline: float) -> None:
+        """The invocation's transitions to the bus; what does not get there is counted and
+        logged once, never raised (the batch's outcome stands either way)."""
+        if self._events is None:
+            return
+        unpublished = self._events.flush(deadline)
+        self._batch_health[HealthMetric.EVENTS_UNPUBLISHED] += unpublished.count
+        if unpublished.count:
+            self._logger.warning(
+                "events not published",
+                extra={"unpublished": unpublished.count, "reason": unpublished.reason},
+            )
 
     def _emit_health(self) -> None:
         """What this invocation added to the health counts, as one EMF document (none when

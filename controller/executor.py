@@ -28,7 +28,7 @@ from controller.book import (
     mapping_missing_message,
 )
 from controller.constants import ATTEMPT_TIMEOUT_S
-from controller.model import Action, AuditEvent, Decision, QueueState
+from controller.model import Action, AuditEntry, AuditEvent, Decision, QueueState
 from controller.planner import Plan, Step, describe
 from controller.ports import (
     ActuationError,
@@ -88,17 +88,21 @@ class _OutOfTime(Exception):
 
 
 class AwsExecutor:
-    """Carries out plans with the ledger and the actuator (see the module's docstring)."""
+    """Carries out plans with the ledger and the actuator (see the module's docstring);
+    ``on_commit`` hears of every audit item it writes."""
 
     def __init__(
         self,
         ledger: Ledger,
         actuator: Actuator,
         monotonic: Callable[[], float] = time.monotonic,
+        on_commit: Callable[[AuditEntry], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.actuator = actuator
         self._monotonic = monotonic
+        # Told of every audit item written (the events to publish: controller.events).
+        self._on_commit = on_commit
 
     def execute(self, plan: Plan, book: BookView, deadline: float) -> Execution:
         """Nothing is recorded that was not done. A ledger fault stops the execution: the
@@ -269,6 +273,8 @@ class AwsExecutor:
             execution.effects.append(Marked(transition.state.queue, Mark.CONFLICTED))
             return None
         execution.effects.append(Learned(committed))
+        if self._on_commit is not None:
+            self._on_commit(transition.audit)
         return committed
 
 

@@ -9,6 +9,8 @@ from aws_lambda_powertools import Logger
 
 from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
+from controller.events import EventBridgePublisher, EventOutbox
+from controller.executor import AwsExecutor
 from controller.ledger import DynamoLedger
 from controller.loop import ControlLoop
 from controller.policy import DEFAULT_ALGORITHM, algorithm_named, memory_type
@@ -27,13 +29,16 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
         algorithm = algorithm_named(env.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM))
     except ValueError as error:
         raise RuntimeError(f"QUEUEMESH_ALGORITHM: {error}") from error
+    ledger, actuator = DynamoLedger(table, memory_types=memory_type), LambdaActuator()
+    events = EventOutbox(EventBridgePublisher())
     loop = ControlLoop(
-        DynamoLedger(table, memory_types=memory_type),
-        LambdaActuator(),
+        ledger,
+        actuator,
         PolicyParams.from_env(env),
         algorithm=algorithm,
+        executor=AwsExecutor(ledger, actuator, on_commit=events.record),
     )
-    return ControllerApp(loop, logger=logger)
+    return ControllerApp(loop, logger=logger, events=events)
 
 
 @logger.inject_lambda_context

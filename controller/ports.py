@@ -1,9 +1,9 @@
-"""The controller's two ports. Adapters: DynamoDB / Lambda for AWS, in-memory twins for the
-simulator, replay and unit tests. Only adapters import boto3."""
+"""The controller's ports. Adapters: DynamoDB / Lambda / EventBridge for AWS, in-memory twins
+for the simulator, replay and unit tests. Only adapters import boto3."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -138,4 +138,28 @@ class Actuator(Protocol):
 
     def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> MappingView:
         """Set ``ScalingConfig.MaximumConcurrency`` and ``Enabled``; returns the mapping after."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BusEvent:
+    """One event for the operators' event bus: its detail-type and its detail (a JSON
+    object, encoded)."""
+
+    detail_type: str
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unpublished:
+    """What a publication could not deliver: how many events, and why (empty when none)."""
+
+    count: int = 0
+    reason: str = ""
+
+
+class EventPublisher(Protocol):
+    def publish(self, events: Sequence[BusEvent], deadline: float) -> Unpublished:
+        """Put ``events`` on the bus before ``deadline`` (a ``time.monotonic()`` value).
+        Never raises: what could not be published is counted in the answer."""
         ...

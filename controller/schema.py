@@ -76,3 +76,5 @@ class HealthMetric(StrEnum):
     TELEMETRY_UNREADABLE = "TelemetryUnreadable"
     SAMPLES_NOT_WINDOWED = "SamplesNotWindowed"
     BATCHES_RETRIED = "BatchesRetried"
+    # Transitions that did not reach the event bus (controller.events): dropped, not retried.
+    EVENTS_UNPUBLISHED = "EventsUnpublished"

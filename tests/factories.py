@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import json
+from typing import Any, NamedTuple, TypeVar
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
+from controller.events import EventOutbox
+from controller.executor import AwsExecutor
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
-from controller.model import Mode, QueueConfig, QueueState, QueueStateName, Sample
+from controller.model import AuditEntry, Mode, QueueConfig, QueueState, QueueStateName, Sample
+from controller.policy import ALGORITHMS, memory_type
 from controller.policy.aimd import Aimd
+from controller.ports import EventPublisher, MappingView
 from controller.settings import PolicyParams
 from load import recording
 from load.recording import RecordedLine, emf_line, log_group_of, subscription_payload
@@ -106,3 +111,49 @@ def aimd_container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> Contro
     return ControllerApp(
         ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
     )
+
+
+# The queues of ``storm_with_events`` and their mappings' starting concurrency: orders is cut,
+# billing, at its floor already, is paused.
+STORM_QUEUES = {"orders": 100, "billing": 2}
+
+
+class StormRun(NamedTuple):
+    response: dict[str, Any]
+    trails: dict[str, list[AuditEntry]]
+    mappings: dict[str, MappingView]
+    # The EMF documents the container emitted, decoded.
+    documents: list[dict[str, Any]]
+
+
+def storm_with_events(publisher: EventPublisher | None, now: float = 992.0) -> StormRun:
+    """One container (adaptive) decides 30 s of an 80% 429 storm on ``STORM_QUEUES``, its
+    transitions published through ``publisher`` (None: nothing published)."""
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
+    for queue, concurrency in STORM_QUEUES.items():
+        registered(ledger, queue)
+        mapped(actuator, queue, concurrency)
+    outbox = None if publisher is None else EventOutbox(publisher)
+    executor = AwsExecutor(ledger, actuator, on_commit=None if outbox is None else outbox.record)
+    loop = ControlLoop(
+        ledger, actuator, PolicyParams(), algorithm=ALGORITHMS["adaptive"](), executor=executor
+    )
+    emitted: list[str] = []
+    app = ControllerApp(loop, clock=lambda: now, emit=emitted.append, events=outbox)
+    samples = [
+        sample(queue, at=now - 32 + s, ok=2, throttled=8)
+        for s in range(30)
+        for queue in STORM_QUEUES
+    ]
+    response = app.handle(kinesis_event(samples), None)
+    return StormRun(
+        response,
+        {queue: ledger.audit_trail(queue) for queue in STORM_QUEUES},
+        {queue: actuator.read(f"esm-{queue}", 0) for queue in STORM_QUEUES},
+        [json.loads(line) for line in emitted],
+    )
+
+
+def health_count(documents: list[dict[str, Any]], metric: str) -> float:
+    """What the health documents (those without a queue) counted of ``metric``."""
+    return sum(sum(d.get(metric, [])) for d in documents if "QueueName" not in d)

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
+from controller.events import EventOutbox, InMemoryEventBus
+from controller.executor import AwsExecutor
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.policy import memory_type
@@ -212,10 +214,14 @@ def controller_output() -> list[str]:
     actuator.add_mapping("esm-orders", 100)
     ledger = InMemoryLedger(memory_types=memory_type)
     ledger.put_config(config("orders"))
+    # Wired as the handler wires it: its transitions published (to the twin).
+    events = EventOutbox(InMemoryEventBus())
+    executor = AwsExecutor(ledger, actuator, on_commit=events.record)
     app = ControllerApp(
-        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()),
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd(), executor=executor),
         clock=lambda: 110.0,
         emit=emitted.append,
+        events=events,
     )
     storm = [sample(at=100.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
     app.handle(kinesis_event(storm), None)

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from moto import mock_aws
 
 from controller import registrar as registrar_module
+from controller.events import SOURCE, DetailType
 from controller.ledger import create_ledger_table
 from controller.policy import memory_type
 from controller.schema import CONTROLLER_NAMESPACE, DecisionMetric, HealthMetric
@@ -821,3 +822,31 @@ def test_samconfig_names_the_template_parameters_and_capabilities(cfn: dict[str,
     # What samconfig pins must be values the template accepts (ranges, patterns).
     transform_template(TEMPLATE, {**REQUIRED, **overrides}, region=REGION)
     assert config["default"]["build"]["parameters"]["template_file"] == "template.yaml"
+
+
+def test_the_alarm_topic_hears_pauses_failures_and_drift_from_the_controllers_events(
+    resources: dict[str, Any],
+) -> None:
+    rule = resources["ControllerEventsRule"]
+    assert rule["Condition"] == "HasAlarmTopic"
+    properties = rule["Properties"]
+    assert properties["EventBusName"] == "default"
+    assert properties["EventPattern"] == {
+        "source": [SOURCE],
+        "detail-type": [
+            DetailType.QUEUE_PAUSED,
+            DetailType.ACTUATION_FAILED,
+            DetailType.DRIFT_ADOPTED,
+        ],
+    }
+    assert [target["Arn"] for target in properties["Targets"]] == [{"Ref": "AlarmTopicArn"}]
+
+
+def test_the_controller_may_put_events_on_the_default_bus_under_its_source_only(
+    resources: dict[str, Any],
+) -> None:
+    policies = resources["ControllerRole"]["Properties"]["Policies"]
+    statements = [s for p in policies for s in p["PolicyDocument"]["Statement"]]
+    [publish] = [s for s in statements if "events:PutEvents" in str(s["Action"])]
+    assert publish["Resource"]["Fn::Sub"].endswith(":event-bus/default")
+    assert publish["Condition"] == {"StringEquals": {"events:source": SOURCE}}
