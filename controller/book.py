@@ -50,6 +50,9 @@ class Count(StrEnum):
     VERSION_CONFLICTS = "version_conflicts"
     # Idle queues' windows forgotten because more queues had evidence than the book holds.
     WINDOWS_FORGOTTEN = "windows_forgotten"
+    # Paused queues' STATE items given the WakeUp they lacked (``ControlLoop.tick``'s sweep).
+    WAKE_UPS_REPAIRED = "wake_ups_repaired"
+    WAKE_UP_SWEEP_FAILURES = "wake_up_sweep_failures"
 
 
 # -- effects: what executing a plan did, for the book to remember ----------------------------
@@ -226,6 +229,16 @@ class QueueBook:
                 f"is fixed: {invalid.problem}"
             )
             self._notices.append(Notice(invalid.queue, message, Count.CONFIGS_INVALID))
+
+    def note_wake_up_repaired(self, state: QueueState) -> None:
+        """A paused queue's STATE item was given the ``WakeUp`` it lacked: counted, and said
+        once (it happens once per item)."""
+        self.count(Count.WAKE_UPS_REPAIRED)
+        message = (
+            f"STATE of {state.queue} is paused but had no WakeUp (written before the WakeUps "
+            f"index): given one, the queue is decided from {state.wake_at:.0f} (epoch s)"
+        )
+        self._notices.append(Notice(state.queue, message, Count.WAKE_UPS_REPAIRED))
 
     def reported_invalid(self, queue: str) -> bool:
         return queue in self._reported_invalid

@@ -45,6 +45,11 @@ from controller.ports import (
 )
 from controller.settings import PolicyParams, SettingsError
 
+# How long after a complete sweep for paused queues without a wake-up (``ControlLoop.tick``)
+# a container sweeps again: such items are left over from before the WakeUps index, so after
+# the first sweep a new one is rare (a restored backup, a hand edit).
+WAKE_UP_SWEEP_INTERVAL_S = 3600.0
+
 # What Lambda accepts in an event source mapping's URI path: a UUID, or a test double's id.
 ESM_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9-]{0,127}")
 
@@ -104,6 +109,10 @@ class ControlLoop:
         self.executor = executor or AwsExecutor(ledger, actuator, monotonic)
         self._config_ttl_s = config_ttl_s
         self._monotonic = monotonic
+        # The wake-up sweep (``tick``): when the next one starts (a cold container's first
+        # tick), and where an unfinished one goes on.
+        self._next_sweep_at = -math.inf
+        self._sweep_resume: object | None = None
 
     @property
     def counters(self) -> Counter[Count]:
@@ -143,6 +152,7 @@ class ControlLoop:
         it; the tick lands in whatever container it lands in."""
         result = BatchResult()
         try:
+            self._sweep_wake_ups(now)
             for state in self.ledger.due_states(now):
                 self.book.learn(state)
             result.due = len(self.book.due(now))
@@ -150,6 +160,34 @@ class ControlLoop:
         except LedgerError as fault:
             result.fault = fault
         return result
+
+    def _sweep_wake_ups(self, now: float) -> None:
+        """Find paused queues the ``WakeUps`` index cannot show, and give them their wake-up.
+
+        A STATE item written before the index (or in the old flat layout) has no ``WakeUp``
+        until its next commit, and a paused mapping sends no telemetry to cause one: without
+        this, such a queue stays disabled for good. Reading the index cannot find them, so
+        the first tick of every cold container, then one every ``WAKE_UP_SWEEP_INTERVAL_S``,
+        sweeps the table (``Ledger.sweep_wake_ups``: bounded reads per tick, going on at the
+        next tick) and writes the missing ``WakeUp`` with a conditional write. A write, not
+        just a read into this book: from then on the index serves every container's tick,
+        and the sweep finds nothing more. The swept states are learned at once, so a wake-up
+        already past is decided by this very tick (the index is eventually consistent).
+        A failed sweep is counted and tried again at the next tick; it never stops the tick.
+        """
+        if now < self._next_sweep_at:
+            return
+        try:
+            sweep = self.ledger.sweep_wake_ups(now, self._sweep_resume)
+        except LedgerError:
+            self.book.count(Count.WAKE_UP_SWEEP_FAILURES)
+            return
+        for state in sweep.woken:
+            self.book.learn(state)
+            self.book.note_wake_up_repaired(state)
+        self._sweep_resume = sweep.resume
+        if sweep.resume is None:
+            self._next_sweep_at = now + WAKE_UP_SWEEP_INTERVAL_S
 
     def evaluate(
         self, queue: str, pressure_rate: float, success_rate: float, now: float, deadline: float

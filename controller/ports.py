@@ -55,6 +55,17 @@ class ConfigRead:
     invalid: dict[str, InvalidConfig] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class WakeUpSweep:
+    """One bounded step of the sweep for paused queues whose STATE item lacks ``WakeUp``.
+
+    ``woken``: the states given their wake-up (as stored now); ``resume``: where the next step
+    goes on (opaque to the caller), ``None`` once the whole table was swept."""
+
+    woken: list[QueueState] = field(default_factory=list)
+    resume: object | None = None
+
+
 class Ledger(Protocol):
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         """Configs of those queues that are registered; unregistered ones are absent."""
@@ -81,6 +92,14 @@ class Ledger(Protocol):
     def due_states(self, now: float) -> list[QueueState]:
         """The states whose wake-up time (``wake_at`` > 0) has come by ``now`` (epoch
         seconds), read without going over the rest of the table."""
+        ...
+
+    def sweep_wake_ups(self, now: float, resume: object | None = None) -> WakeUpSweep:
+        """Give every paused queue's STATE item written without ``WakeUp`` (before the index,
+        or in the old flat layout) its wake-up, so ``due_states`` finds it: at its own
+        wake-up time, else at ``now``. Each write is conditional on the item's version and on
+        ``WakeUp`` still missing. Reads a bounded part of the table per call: go on from
+        ``resume`` (the last call's) until it comes back ``None``."""
         ...
 
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:

@@ -11,6 +11,7 @@ import itertools
 import math
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -67,6 +68,10 @@ def queue_key(queue: str) -> str:
     return f"QUEUE#{queue}"
 
 
+def state_key(queue: str) -> Item:
+    return {"PK": queue_key(queue), "SK": STATE_SK}
+
+
 def queue_of(item: Mapping[str, Any]) -> str:
     return str(item["PK"]).removeprefix("QUEUE#")
 
@@ -103,6 +108,48 @@ def encode_state(state: QueueState) -> Item:
     if state.wake_at > 0:
         item[WAKE_UP_ATTRIBUTE] = WAKE_UP_KEY
     return item
+
+
+@dataclass(frozen=True, slots=True)
+class WakeUpRepair:
+    """What a STATE item written without ``WakeUp`` (before the ``WakeUps`` index, or in the
+    old flat layout) needs so the tick finds its paused queue: ``WakeUp``, the index's
+    top-level ``WakeAt`` (``wake_at``: the item's own wake-up time, else the sweep's ``now``)
+    and, in the flat layout without a wake-up time, that time where the controller reads it
+    (``Memory.wake_at``). Written only if ``version`` is still stored and ``WakeUp`` still
+    absent, so it never overwrites a newer commit (which carries its own wake-up)."""
+
+    state: QueueState
+    version: int
+    wake_at: float
+    set_legacy_time: bool
+
+
+def wake_up_repair(item: Mapping[str, Any], memory: MemoryCodec, now: float) -> WakeUpRepair | None:
+    """The repair ``item`` needs, or ``None``: it has its ``WakeUp``, or its mapping is not
+    paused (an enabled mapping sends telemetry, which wakes it)."""
+    if WAKE_UP_ATTRIBUTE in item:
+        return None
+    state = decode_state(item, memory)
+    if state.enabled:
+        return None
+    wake_at = state.wake_at if state.wake_at > 0 else now
+    legacy = LEGACY_MEMORY_KEY in (item.get("Memory") or {})
+    return WakeUpRepair(
+        state=state.evolve(wake_at=wake_at),
+        version=state.version,
+        wake_at=wake_at,
+        set_legacy_time=legacy and state.wake_at <= 0,
+    )
+
+
+def repaired(item: Mapping[str, Any], repair: WakeUpRepair) -> Item:
+    """``item`` with ``repair`` written (the twin's update; DynamoDB's is one UpdateItem)."""
+    wake_at = to_number(repair.wake_at)
+    fixed: Item = {**item, WAKE_UP_ATTRIBUTE: WAKE_UP_KEY, GUARD_ATTRIBUTES["wake_at"]: wake_at}
+    if repair.set_legacy_time:
+        fixed["Memory"] = {**item["Memory"], "wake_at": wake_at}
+    return fixed
 
 
 def decode_state(item: Mapping[str, Any], memory: MemoryCodec) -> QueueState:

@@ -21,10 +21,13 @@ from controller.aws import client as aws_client
 from controller.ledger import codec
 from controller.ledger.memory import MemoryCodec, MemoryTypes, to_number
 from controller.model import AuditEntry, QueueConfig, QueueState
-from controller.ports import ConfigRead, LedgerError, VersionConflict
+from controller.ports import ConfigRead, LedgerError, VersionConflict, WakeUpSweep
 
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
+# Scan pages (up to 1 MB each) one ``sweep_wake_ups`` call reads: the sweep is a rare
+# fallback, spread over ticks rather than stretching one.
+WAKE_UP_SWEEP_PAGES = 4
 RETRYABLE_CODES = frozenset(
     {
         "ProvisionedThroughputExceededException",
@@ -159,6 +162,77 @@ class DynamoLedger:
         return sorted(
             (codec.decode_state(item, self._memory) for item in items), key=lambda s: s.queue
         )
+
+    def sweep_wake_ups(self, now: float, resume: object | None = None) -> WakeUpSweep:
+        """A paginated Scan (at most ``WAKE_UP_SWEEP_PAGES`` pages, eventually consistent)
+        filtered to paused STATE items without ``WakeUp``, then one conditional UpdateItem
+        each. An item another writer committed meanwhile fails its condition and is skipped:
+        its commit wrote the wake-up it wants."""
+        woken: list[QueueState] = []
+        start = resume if isinstance(resume, dict) else None
+        for _ in range(WAKE_UP_SWEEP_PAGES):
+            params: dict[str, Any] = {
+                "TableName": self.table_name,
+                "FilterExpression": "SK = :state AND attribute_not_exists(#wake_up) AND "
+                "(#enabled = :paused OR #memory.#legacy_enabled = :paused)",
+                "ExpressionAttributeNames": {
+                    "#wake_up": codec.WAKE_UP_ATTRIBUTE,
+                    "#enabled": codec.GUARD_ATTRIBUTES["enabled"],
+                    "#memory": "Memory",
+                    "#legacy_enabled": "enabled",
+                },
+                "ExpressionAttributeValues": {
+                    ":state": {"S": codec.STATE_SK},
+                    ":paused": {"BOOL": False},
+                },
+            }
+            if start is not None:
+                params["ExclusiveStartKey"] = start
+            page = self._call("sweep for missing wake-ups", "scan", **params)
+            for raw in page.get("Items", []):
+                repair = codec.wake_up_repair(self._plain(raw), self._memory, now)
+                if repair is not None and self._repair(repair):
+                    woken.append(repair.state)
+            start = page.get("LastEvaluatedKey")
+            if not start:
+                return WakeUpSweep(woken)
+        return WakeUpSweep(woken, start)
+
+    def _repair(self, repair: codec.WakeUpRepair) -> bool:
+        names = {
+            "#wake_up": codec.WAKE_UP_ATTRIBUTE,
+            "#wake_at": codec.GUARD_ATTRIBUTES["wake_at"],
+            "#version": "Version",
+        }
+        values = {
+            ":due": {"S": codec.WAKE_UP_KEY},
+            ":wake_at": {"N": str(to_number(repair.wake_at))},
+            ":version": {"N": str(repair.version)},
+        }
+        sets = ["#wake_up = :due", "#wake_at = :wake_at"]
+        if repair.set_legacy_time:
+            names["#memory"], names["#legacy_wake_at"] = "Memory", "wake_at"
+            sets.append("#memory.#legacy_wake_at = :wake_at")
+        try:
+            self._caller.call(
+                "update_item",
+                self._deadline(),
+                TableName=self.table_name,
+                Key=self._wire(codec.state_key(repair.state.queue)),
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="attribute_not_exists(#wake_up) AND #version = :version",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except CallAbandoned as failure:
+            cause = failure.__cause__
+            if isinstance(cause, ClientError) and (
+                error_code(cause) == "ConditionalCheckFailedException"
+            ):
+                return False
+            queue = repair.state.queue
+            raise LedgerError(f"queue {queue}: wake-up repair: {failure}") from cause or failure
+        return True
 
     def put_config(self, config: QueueConfig) -> None:
         self._call(

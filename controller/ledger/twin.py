@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from controller.ledger import codec
 from controller.ledger.memory import MemoryCodec, MemoryTypes
 from controller.model import AuditEntry, QueueConfig, QueueState
-from controller.ports import ConfigRead, LedgerError, VersionConflict
+from controller.ports import ConfigRead, LedgerError, VersionConflict, WakeUpSweep
 
 
 class InMemoryLedger:
@@ -89,6 +89,19 @@ class InMemoryLedger:
         return sorted(
             (codec.decode_state(item, self._memory) for item in items), key=lambda s: s.queue
         )
+
+    def sweep_wake_ups(self, now: float, resume: object | None = None) -> WakeUpSweep:
+        """See ``DynamoLedger.sweep_wake_ups``: the twin sweeps the whole table at once."""
+        woken = []
+        with self._lock:
+            for key, item in sorted(self._items.items()):
+                if key[1] != codec.STATE_SK:
+                    continue
+                repair = codec.wake_up_repair(item, self._memory, now)
+                if repair is not None:
+                    self._items[key] = codec.repaired(item, repair)
+                    woken.append(repair.state)
+        return WakeUpSweep(woken)
 
     def put_config(self, config: QueueConfig) -> None:
         item = codec.encode_config(config)

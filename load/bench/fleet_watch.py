@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from controller.model import AuditEntry, QueueConfig, QueueState
-from controller.ports import ConfigRead, MappingView
+from controller.ports import ConfigRead, MappingView, WakeUpSweep
 
 
 class Stopwatch:
@@ -74,6 +74,11 @@ class TimedLedger:
     def due_states(self, now: float) -> list[QueueState]:
         with self._watch.timing("ledger"):
             return list(self._inner.due_states(now))
+
+    def sweep_wake_ups(self, now: float, resume: object | None = None) -> WakeUpSweep:
+        with self._watch.timing("ledger"):
+            sweep: WakeUpSweep = self._inner.sweep_wake_ups(now, resume)
+            return sweep
 
     def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
         self.commits += 1
