@@ -38,6 +38,7 @@ from stack.local.cloudformation import (
     placeholder_code_zip,
     with_code_location,
 )
+from stack.local.moto_events import patch_moto_events
 from stack.local.moto_sqs import patch_moto_sqs
 from stack.local.template import (
     TemplateError,
@@ -116,7 +117,13 @@ class EmbeddedAws:
         # The server's threads warn through the process-wide filters (the same entry is added
         # once, however many times an emulator starts).
         warnings.filterwarnings("ignore", message=SKIPPED_TYPE_WARNING, category=UserWarning)
-        self._restore_moto = patch_moto_sqs()
+        restore_sqs, restore_events = patch_moto_sqs(), patch_moto_events()
+
+        def restore_moto() -> None:
+            restore_sqs()
+            restore_events()
+
+        self._restore_moto = restore_moto
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         server.start()
         host, port = server.get_host_and_port()

@@ -55,6 +55,18 @@ def test_stack_is_created_through_cloudformation_with_the_templates_wiring(
     assert any("SubscriptionFilter" in item for item in deployment.created_through_api)
 
 
+def test_a_scheduled_rule_takes_no_put_event(aws: EmbeddedAws, deployment: Deployment) -> None:
+    """The template's wake-up rule is scheduled: as in AWS, the controller's PutEvents does not
+    reach it (moto's own matching would fail the call on the rule's Lambda target)."""
+    events = aws.client("events")
+    scheduled = [r for r in events.list_rules()["Rules"] if r.get("ScheduleExpression")]
+    assert scheduled
+    answer = events.put_events(
+        Entries=[{"Source": "queuemesh", "DetailType": "QueueMesh Queue Paused", "Detail": "{}"}]
+    )
+    assert answer["FailedEntryCount"] == 0
+
+
 def test_moto_does_not_consume_the_queue_itself(aws: EmbeddedAws, deployment: Deployment) -> None:
     sqs = aws.client("sqs")
     queue = deployment.queues[0]
