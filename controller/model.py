@@ -34,6 +34,15 @@ class Sample:
     invocation_ms: float | None = None
     downstream: str | None = None
     timed_out: int = 0
+    # What the downstream announced (rate-limit headers), when it did: the smallest remaining
+    # quota, its quota and window, and the seconds from ``event_time`` to the quota's reset.
+    quota_remaining: float | None = None
+    quota_limit: float | None = None
+    quota_window_s: float | None = None
+    quota_reset_s: float | None = None
+    # The 429s (among ``throttled``) that named a concurrency limit, or a rate limit.
+    throttled_concurrency: int = 0
+    throttled_rate: int = 0
 
     @property
     def pressure(self) -> int:

@@ -35,6 +35,26 @@ TIMED_OUT: Final = Metric("DownstreamTimeout", "Count")
 LATENCY: Final = Metric("DownstreamLatency", "Milliseconds")
 RETRY_AFTER: Final = Metric("RetryAfterSeconds", "Seconds")
 INVOCATION_DURATION: Final = Metric("InvocationDurationMs", "Milliseconds")
+# What a downstream announces of its rate limit (issue 30; docs/telemetry.md "Announced limits").
+# Optional: a worker writes them only when an answer carried rate-limit headers.
+# The smallest remaining quota among the invocation's answers, with that answer's quota, window
+# and the seconds from the document's timestamp until the quota resets.
+RATE_LIMIT_REMAINING: Final = Metric("RateLimitRemaining", "Count")
+RATE_LIMIT_QUOTA: Final = Metric("RateLimitQuota", "Count")
+RATE_LIMIT_WINDOW: Final = Metric("RateLimitWindowSeconds", "Seconds")
+RATE_LIMIT_RESET: Final = Metric("RateLimitResetSeconds", "Seconds")
+# The 429s among Downstream429 whose answer named the kind of limit hit (Stripe's
+# Stripe-Rate-Limited-Reason): a concurrency limit wants another cut than a rate limit.
+THROTTLED_CONCURRENCY: Final = Metric("Downstream429Concurrency", "Count")
+THROTTLED_RATE: Final = Metric("Downstream429Rate", "Count")
+ANNOUNCED: Final = (
+    RATE_LIMIT_REMAINING,
+    RATE_LIMIT_QUOTA,
+    RATE_LIMIT_WINDOW,
+    RATE_LIMIT_RESET,
+    THROTTLED_CONCURRENCY,
+    THROTTLED_RATE,
+)
 
 METRICS: Final = (
     REQUESTS,
@@ -47,6 +67,7 @@ METRICS: Final = (
     LATENCY,
     RETRY_AFTER,
     INVOCATION_DURATION,
+    *ANNOUNCED,
 )
 
 
