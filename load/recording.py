@@ -212,6 +212,7 @@ def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str,
         members.append((schema.RETRY_AFTER, sample.retry_after_s))
     if sample.invocation_ms is not None:
         members.append((schema.INVOCATION_DURATION, sample.invocation_ms))
+    members.extend(_announced_members(sample))
     return schema.emf_document(
         sample.queue,
         members,
@@ -222,6 +223,26 @@ def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str,
         ),
         undeclared=(schema.RETRY_AFTER,),
     )
+
+
+def _announced_members(sample: Sample) -> list[tuple[schema.Metric, Any]]:
+    """The announced-limit members a worker writes, only those the sample has (the quota,
+    window and reset are read only beside a remaining quota)."""
+    members: list[tuple[schema.Metric, Any]] = []
+    if sample.quota_remaining is not None:
+        for metric, value in (
+            (schema.RATE_LIMIT_REMAINING, sample.quota_remaining),
+            (schema.RATE_LIMIT_QUOTA, sample.quota_limit),
+            (schema.RATE_LIMIT_WINDOW, sample.quota_window_s),
+            (schema.RATE_LIMIT_RESET, sample.quota_reset_s),
+        ):
+            if value is not None:
+                members.append((metric, value))
+    if sample.throttled_concurrency:
+        members.append((schema.THROTTLED_CONCURRENCY, sample.throttled_concurrency))
+    if sample.throttled_rate:
+        members.append((schema.THROTTLED_RATE, sample.throttled_rate))
+    return members
 
 
 def emf_line(sample: Sample, namespace: str = schema.NAMESPACE) -> str:

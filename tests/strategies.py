@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 # Any JSON-shaped value, NaN and infinities included (what a hostile or broken producer sends).
@@ -16,3 +18,19 @@ json_values = st.recursive(
     ),
     max_leaves=12,
 )
+
+
+@st.composite
+def announced_fields(draw: st.DrawFn, throttled: int) -> dict[str, Any]:
+    """A Sample's announced-limit fields as a worker would report them: a limit or none (its
+    quota, window and reset each known or not), and the 429s by kind among ``throttled``."""
+    fields: dict[str, Any] = {}
+    if draw(st.booleans()):
+        amount = st.integers(0, 10**7).map(float) | st.floats(0, 1e9, allow_nan=False)
+        fields["quota_remaining"] = draw(amount)
+        for name in ("quota_limit", "quota_window_s", "quota_reset_s"):
+            fields[name] = draw(st.none() | amount)
+    concurrency = draw(st.integers(0, throttled))
+    fields["throttled_concurrency"] = concurrency
+    fields["throttled_rate"] = draw(st.integers(0, throttled - concurrency))
+    return fields

@@ -1,8 +1,8 @@
 """Shared fixtures for the worker tests: a real downstream on loopback, events, decoding.
 
 The downstream answers what each request asks for, so a test knows the mix it produced:
-``GET /status/<code>?retry_after=<s>``, or a POST whose JSON body holds ``status`` (default
-200) and ``retry_after``.
+``GET /status/<code>?retry_after=<s>`` (and ``&header=<Name: value>``, repeatable, for further
+headers), or a POST whose JSON body holds ``status`` (default 200) and ``retry_after``.
 """
 
 from __future__ import annotations
@@ -33,8 +33,9 @@ class _Downstream(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         segments = parts.path.strip("/").split("/")
         status = int(segments[1]) if segments[0] == "status" and len(segments) > 1 else 200
-        retry_after = parse_qs(parts.query).get("retry_after", [None])[0]
-        self._answer(status, retry_after)
+        query = parse_qs(parts.query)
+        headers = [header.split(":", 1) for header in query.get("header", [])]
+        self._answer(status, query.get("retry_after", [None])[0], headers)
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -44,11 +45,15 @@ class _Downstream(BaseHTTPRequestHandler):
             int(asked.get("status", 200)), None if retry_after is None else str(retry_after)
         )
 
-    def _answer(self, status: int, retry_after: str | None) -> None:
+    def _answer(
+        self, status: int, retry_after: str | None, headers: list[list[str]] | None = None
+    ) -> None:
         body = json.dumps({"status": status}).encode()
         self.send_response(status)
         if retry_after is not None:
             self.send_header("Retry-After", retry_after)
+        for name, value in headers or []:
+            self.send_header(name, value.strip())
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()

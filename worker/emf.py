@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 from aws_lambda_powertools.metrics import EphemeralMetrics
@@ -74,9 +75,34 @@ def document(
     if tally.retry_after_s > 0:
         _add(metrics, schema.RETRY_AFTER, tally.retry_after_s)
     _add(metrics, schema.INVOCATION_DURATION, invocation_ms)
+    emitted_ms = int(time.time() * 1000)
+    metrics.set_timestamp(emitted_ms)
+    for metric, announced in _announced(tally, emitted_ms / 1000.0):
+        _add(metrics, metric, announced)
     for key, value in (notes or {}).items():
         metrics.add_metadata(key=key, value=value)
     return dict(metrics.serialize_metric_set())
+
+
+def _announced(tally: Tally, emitted_s: float) -> list[tuple[schema.Metric, float]]:
+    """The announced-limit members the tally has (docs/telemetry.md, "Announced limits"):
+    none when no answer announced a limit or named the kind of a 429. The reset counts from
+    the document's timestamp, ``emitted_s``."""
+    members: list[tuple[schema.Metric, float]] = []
+    limit = tally.limit
+    if limit is not None:
+        members.append((schema.RATE_LIMIT_REMAINING, limit.remaining))
+        if limit.quota is not None:
+            members.append((schema.RATE_LIMIT_QUOTA, limit.quota))
+        if limit.window_s is not None:
+            members.append((schema.RATE_LIMIT_WINDOW, limit.window_s))
+        if limit.reset_at is not None:
+            members.append((schema.RATE_LIMIT_RESET, max(0.0, limit.reset_at - emitted_s)))
+    if tally.throttled_concurrency:
+        members.append((schema.THROTTLED_CONCURRENCY, tally.throttled_concurrency))
+    if tally.throttled_rate:
+        members.append((schema.THROTTLED_RATE, tally.throttled_rate))
+    return members
 
 
 def _add(metrics: EphemeralMetrics, metric: schema.Metric, value: float) -> None:

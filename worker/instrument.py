@@ -4,7 +4,9 @@ One hook layer sees every exchange once: http.client's connection methods (urlli
 requests' connections are http.client connections, and call the base methods through
 ``super()``), and httpx's transports (httpx does not use http.client). Nothing stacks, so a
 call made through requests -> urllib3 -> http.client is counted once, at the wire. What a call
-counts as, and for which queue, is the invocation's (``worker.invocation``).
+counts as, and for which queue, is the invocation's (``worker.invocation``); an answer's headers
+are kept as the client's own object and read for announced rate limits only when the calls are
+folded into the tallies (``worker.announced``).
 
 Hooks cost one global read while no invocation is in progress. Their own failures are
 swallowed, counted and logged once: instrumentation never breaks the application.
@@ -217,18 +219,22 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
             _count_failure(invocation, *call, error)
             raise
         try:
+            answered = perf_counter()
             status = response.status
             held = invocation.calls
             held.append(
                 (
                     current_record.get(),
                     status,
-                    (perf_counter() - call[1]) * 1000.0,
+                    (answered - call[1]) * 1000.0,
                     parse_retry_after(response.getheader("Retry-After"))
                     if status == 429 or status >= 500
                     else None,
                     call[0],
                     False,
+                    # Read when the calls are folded (worker.announced), not here.
+                    response.msg,
+                    answered,
                 )
             )
             if len(held) >= FOLD_EVERY:
@@ -266,14 +272,19 @@ def _count_httpx_answer(
 ) -> None:
     """Count an httpx answer (the sync and async transports alike); never raises."""
     try:
+        answered = perf_counter()
         status = response.status_code
+        headers = response.headers
         invocation.count(
             status,
-            (perf_counter() - started) * 1000.0,
-            parse_retry_after(response.headers.get("retry-after"))
+            (answered - started) * 1000.0,
+            parse_retry_after(headers.get("retry-after"))
             if status == 429 or status >= 500
             else None,
             downstream,
+            False,
+            headers,
+            answered,
         )
     except Exception as error:
         failures.swallow(error)

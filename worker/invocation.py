@@ -13,12 +13,14 @@ import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from worker import announced
 from worker.tally import Tally
 
 logger = logging.getLogger("queuemesh")
@@ -80,8 +82,12 @@ def queue_from_arn(arn: object) -> str | None:
 
 current_record: ContextVar[RecordRef | None] = ContextVar("queuemesh_record", default=None)
 # One call as a hook saw it: the record it was attributed to, status (None: no answer), latency
-# in ms, Retry-After in seconds, downstream, and whether it timed out (``Invocation.count``).
-_Call = tuple[RecordRef | None, int | None, float | None, float | None, str | None, bool]
+# in ms, Retry-After in seconds, downstream, whether it timed out, and the answer's headers
+# (the client's own object, read only when the calls are folded: ``worker.announced``) with
+# when it came (``perf_counter``) (``Invocation.count``).
+_Call = tuple[
+    RecordRef | None, int | None, float | None, float | None, str | None, bool, Any, float
+]
 
 
 @contextlib.contextmanager
@@ -163,6 +169,8 @@ class Invocation:
         self._retry_after_by_message: dict[str, float] = {}
         self._unattributed_retry_after: dict[str, float] = {}
         self._fold_lock = threading.Lock()
+        # Epoch seconds at ``perf_counter`` 0: when an answer came, on the wall clock.
+        self._wall_offset = time.time() - time.perf_counter()
 
     def downstream_name(
         self, host: str | None, port: int | None, *, default_port: int
@@ -192,14 +200,27 @@ class Invocation:
         retry_after_s: float | None,
         downstream: str | None,
         timed_out: bool = False,
+        headers: Any = None,
+        answered_at: float = 0.0,
     ) -> None:
-        """Count one call for the queue being worked on, as ``Tally.add`` classifies it.
+        """Count one call for the queue being worked on, as ``Tally.add`` classifies it, with
+        the answer's ``headers`` (None: no answer) that came at ``answered_at``
+        (``perf_counter``).
 
         The http.client hook, the hottest, appends the same tuple itself, inline.
         """
         held = self.calls
         held.append(
-            (current_record.get(), status, latency_ms, retry_after_s, downstream, timed_out)
+            (
+                current_record.get(),
+                status,
+                latency_ms,
+                retry_after_s,
+                downstream,
+                timed_out,
+                headers,
+                answered_at,
+            )
         )
         if len(held) >= FOLD_EVERY:
             self.fold_unless_folding()
@@ -258,6 +279,8 @@ class Invocation:
         retry_after_s: float | None,
         downstream: str | None,
         timed_out: bool,
+        headers: Any,
+        answered_at: float,
     ) -> None:
         queue = ref.queue if ref is not None else self.default_queue
         if queue is None:
@@ -267,6 +290,10 @@ class Invocation:
         except KeyError:
             tally = self._tallies[queue] = Tally()
         tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
+        if headers is not None and status is not None:
+            glimpse = announced.glance(headers, status)
+            if glimpse is not None:
+                tally.announce(headers, answered_at + self._wall_offset, *glimpse)
         if status == 429 and retry_after_s is not None:
             if ref is not None and ref.message_id is not None:
                 evidence = self._retry_after_by_message

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Any
+
+from worker import announced
 
 # Latencies a tally holds: whenever that many have piled up, each pair becomes its mean (a value
 # then stands for twice as many calls in a row), so however many calls an invocation makes a
@@ -31,6 +34,14 @@ class Tally:
     pending_latencies: int = 0
     retry_after_s: float = 0.0
     downstreams: set[str] = field(default_factory=set)
+    # The answer that announced the least remaining quota (``worker.announced``): that
+    # remaining, and the answer's headers (the client's object) with when it came (epoch
+    # seconds), read whole only once, by ``limit``. And the 429s that named a concurrency or a
+    # rate limit.
+    least_remaining: float | None = None
+    announcing: tuple[Any, float] | None = None
+    throttled_concurrency: int = 0
+    throttled_rate: int = 0
 
     def add(
         self,
@@ -70,6 +81,27 @@ class Tally:
             self._add_latency(latency_ms)
         if retry_after_s is not None and retry_after_s > self.retry_after_s:
             self.retry_after_s = retry_after_s
+
+    def announce(
+        self, headers: Any, answered_at: float, remaining: float | None, kind: str | None
+    ) -> None:
+        """Take in what one answer announced (``announced.glance``): its headers, that came at
+        ``answered_at`` (epoch seconds), the least ``remaining`` quota they announce and the
+        ``kind`` of limit a 429 names."""
+        if remaining is not None and (
+            self.least_remaining is None or remaining <= self.least_remaining
+        ):
+            # On a tie the later answer's: the fresher reset.
+            self.least_remaining, self.announcing = remaining, (headers, answered_at)
+        if kind == announced.CONCURRENCY:
+            self.throttled_concurrency += 1
+        elif kind == announced.RATE:
+            self.throttled_rate += 1
+
+    @property
+    def limit(self) -> announced.Limit | None:
+        """The announced limit with the least remaining quota, or None."""
+        return None if self.announcing is None else announced.limit(*self.announcing)
 
     def _add_latency(self, latency_ms: float) -> None:
         if self.latency_run == 1:

@@ -17,6 +17,7 @@ from controller import schema
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES, is_queue_name
 from controller.model import Sample
+from controller.telemetry.announced import announced_limit
 from controller.telemetry.results import SkipReason
 
 DEFAULT_NAMESPACE: Final = schema.NAMESPACE
@@ -61,6 +62,11 @@ _TIMED_OUT: Final = schema.TIMED_OUT.name
 _MEASURE_NAMES: Final = tuple(
     metric.name for metric in (schema.LATENCY, schema.RETRY_AFTER, schema.INVOCATION_DURATION)
 )
+# The announced-limit members (docs/telemetry.md, "Announced limits"), optional: a document
+# without them pays three lookups (the rest are looked up beside a remaining quota).
+_REMAINING: Final = schema.RATE_LIMIT_REMAINING.name
+_THROTTLED_CONCURRENCY: Final = schema.THROTTLED_CONCURRENCY.name
+_THROTTLED_RATE: Final = schema.THROTTLED_RATE.name
 
 
 def parse_json(text: str) -> Any:
@@ -278,6 +284,18 @@ class EmfReader:
 
         ok = ok or 0
         throttled = throttled or 0
+        remaining = get(_REMAINING)
+        concurrency_429 = get(_THROTTLED_CONCURRENCY)
+        rate_429 = get(_THROTTLED_RATE)
+        limit = kinds = None
+        if remaining is not None or concurrency_429 is not None or rate_429 is not None:
+            limit = announced_limit(get, remaining)
+            kinds = _counts([concurrency_429, rate_429])
+            if limit is None or kinds is None:
+                skipped[SkipReason.BAD_VALUE] += 1
+                return None
+            # The kinds are 429s: a worker reporting only them still has them (as with 503s).
+            throttled = max(throttled, (kinds[0] or 0) + (kinds[1] or 0))
         client_errors = client_errors or 0
         server_errors = server_errors or 0
         if overloaded is not None and overloaded > server_errors:
@@ -290,7 +308,7 @@ class EmfReader:
             skipped[SkipReason.BAD_VALUE] += 1
             return None
 
-        return Sample(
+        sample = Sample(
             queue,
             emitted_ms / 1000.0,
             requests,
@@ -306,6 +324,16 @@ class EmfReader:
             downstream,
             timed_out,
         )
+        if limit is not None and kinds is not None:
+            (
+                sample.quota_remaining,
+                sample.quota_limit,
+                sample.quota_window_s,
+                sample.quota_reset_s,
+            ) = limit
+            sample.throttled_concurrency = kinds[0] or 0
+            sample.throttled_rate = kinds[1] or 0
+        return sample
 
 
 def _counts(values: list[Any]) -> list[int | None] | None:

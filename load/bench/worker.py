@@ -34,6 +34,14 @@ hold nothing it tracks); in a worker, whose tuples hold the message's ``RecordRe
 tracked until the tallies take them in. The heap the imports built is frozen (``gc.freeze``) for
 the run, so a collection walks only what the calls left.
 
+The hooks only keep what they saw; the tallies take it in later (when the invocation's
+documents are written, or ``FOLD_EVERY`` calls have piled up), and that is where an answer's
+rate-limit headers are read. So each round ends by taking its calls into the tallies, timed, and
+that fold's CPU time per call is added to the round's overhead (``fold_cpu_us`` shows its share):
+the figure is the whole work a call costs, now or deferred. With ``announced`` every answer
+carries rate-limit headers (IETF and X-RateLimit: ``worker_clients.ANNOUNCED_ANSWER``), the worst
+case for the fold.
+
 A pair's figure is hooked minus plain calling-thread CPU time (the time the host gives other
 work does not count) and, beside it, wall time; a round's figure is the median of its pairs',
 and a process's the median of its rounds' (``measure_in_process``), with a 95% interval that
@@ -67,13 +75,14 @@ import json
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 from load.bench import BenchError
-from load.bench.worker_clients import timed_client
+from load.bench.worker_clients import ANNOUNCED_ANSWER, ANSWER, timed_client
 from load.bench.worker_stats import (
     TARGET_OVERHEAD_US,
     client_over_processes,
@@ -108,7 +117,8 @@ PAIR_ALLOWANCE_S = 0.02
 class _Round(NamedTuple):
     """Medians of one round's pairs, in microseconds."""
 
-    cpu_overhead: float  # of hooked minus plain, pair by pair
+    cpu_overhead: float  # of hooked minus plain, pair by pair, plus the fold's share
+    fold_cpu: float  # taking the round's calls into the tallies, per call
     wall_overhead: float
     plain_cpu: float
     hooked_cpu: float
@@ -166,10 +176,17 @@ def _time_round(
                 plain_time = plain()
                 hooked_time = hooked()
             by_order[first_is_hooked].append((plain_time, hooked_time))
+        # The hooks keep what they saw for the tallies to take in later (reading an answer's
+        # rate-limit headers among it): that fold is the calls' work too, deferred, so its
+        # CPU time per call counts on the hooked side.
+        fold_started = time.thread_time_ns()
+        invocation.tallies  # noqa: B018 (the read folds the calls)
+        fold_ns = time.thread_time_ns() - fold_started
     finally:
         instrument.end()
         gc.enable()
     timed = by_order[True] + by_order[False]
+    fold_us = fold_ns / pairs / 1000
 
     def overhead(clock: int) -> float:
         return (
@@ -182,8 +199,9 @@ def _time_round(
         )
 
     return _Round(
-        cpu_overhead=overhead(0),
-        wall_overhead=overhead(1),
+        cpu_overhead=overhead(0) + fold_us,
+        fold_cpu=fold_us,
+        wall_overhead=overhead(1) + fold_us,
         plain_cpu=statistics.median(p[0] for p, _ in timed) / 1000,
         hooked_cpu=statistics.median(h[0] for _, h in timed) / 1000,
         plain_wall=statistics.median(p[1] for p, _ in timed) / 1000,
@@ -191,7 +209,7 @@ def _time_round(
     )
 
 
-def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
+def _measure_client(name: str, calls: int, block: int, answer: bytes) -> dict[str, Any]:
     """Rounds of paired calls, hooked and plain; medians over rounds.
 
     Pairing neighbouring calls cancels the swings of a shared host's speed, alternating the
@@ -210,7 +228,9 @@ def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
         plain_first = len(rounds) % (2 * SEGMENT_ROUNDS) == 0
         with ExitStack() as clients:
             sides = {
-                is_hooked: clients.enter_context(timed_client(name, hooked=is_hooked))
+                is_hooked: clients.enter_context(
+                    timed_client(name, hooked=is_hooked, answer=answer)
+                )
                 for is_hooked in ((False, True) if plain_first else (True, False))
             }
             plain, hooked = sides[False], sides[True]
@@ -249,6 +269,7 @@ def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
         "instrumented_cpu_us": round(statistics.median(r.hooked_cpu for r in rounds), 2),
         "ratio": round(statistics.median(r.hooked_wall / r.plain_wall for r in rounds), 4),
         "cpu_ratio": round(statistics.median(r.hooked_cpu / r.plain_cpu for r in rounds), 4),
+        "fold_cpu_us": round(statistics.median(r.fold_cpu for r in rounds), 2),
         "calls": calls,
         "rounds": len(rounds),
         "counted_calls": counted,
@@ -258,9 +279,12 @@ def _measure_client(name: str, calls: int, block: int) -> dict[str, Any]:
     }
 
 
-def measure_in_process(*, calls: int, block: int, clients: tuple[str, ...]) -> dict[str, Any]:
+def measure_in_process(
+    *, calls: int, block: int, clients: tuple[str, ...], announced: bool = False
+) -> dict[str, Any]:
     """One process's measurement (what a child of ``measure`` runs): ``calls`` timed pairs
-    per client (times ``CALLS_FACTOR``), medians over rounds."""
+    per client (times ``CALLS_FACTOR``), medians over rounds; with ``announced``, every answer
+    carries rate-limit headers."""
     from worker import instrument
 
     was_installed = instrument.installed()
@@ -269,24 +293,37 @@ def measure_in_process(*, calls: int, block: int, clients: tuple[str, ...]) -> d
     gc.freeze()  # what the imports built: a collection before each round walks only the rest
     try:
         for name in dict.fromkeys(clients):
-            results[name] = _measure_client(name, calls * CALLS_FACTOR.get(name, 1), block)
+            results[name] = _measure_client(
+                name,
+                calls * CALLS_FACTOR.get(name, 1),
+                block,
+                ANNOUNCED_ANSWER if announced else ANSWER,
+            )
     finally:
         gc.unfreeze()
         if not was_installed:
             instrument.uninstall()
-    return _report(results, calls=calls, block=block, processes=1)
+    return _report(results, calls=calls, block=block, processes=1, announced=announced)
 
 
-def measure(*, calls: int, block: int, clients: tuple[str, ...], processes: int) -> dict[str, Any]:
+def measure(
+    *,
+    calls: int,
+    block: int,
+    clients: tuple[str, ...],
+    processes: int,
+    announced: bool = False,
+) -> dict[str, Any]:
     """``calls`` timed pairs per client (times ``CALLS_FACTOR``) split across ``processes``
     fresh interpreters run one after another, each measuring every client; per client the
-    median and 95% interval over processes (``worker_stats.client_over_processes``)."""
+    median and 95% interval over processes (``worker_stats.client_over_processes``). With
+    ``announced``, every answer carries rate-limit headers (IETF and X-RateLimit)."""
     names = tuple(dict.fromkeys(clients))
     shares = [calls // processes + (index < calls % processes) for index in range(processes)]
     reports = []
     for index, share in enumerate(shares):
         pairs = share * sum(CALLS_FACTOR.get(name, 1) for name in names)
-        arguments = {"calls": share, "block": block, "clients": names}
+        arguments = {"calls": share, "block": block, "clients": names, "announced": announced}
         reports.append(
             _run_process(
                 [sys.executable, "-m", __name__, json.dumps(arguments)],
@@ -336,17 +373,24 @@ def _over_processes(reports: list[dict[str, Any]]) -> dict[str, Any]:
         calls=sum(report["calls"] for report in reports),
         block=reports[0]["block"],
         processes=len(reports),
+        announced=reports[0]["announced"],
     )
 
 
 def _report(
-    results: dict[str, dict[str, Any]], *, calls: int, block: int, processes: int
+    results: dict[str, dict[str, Any]],
+    *,
+    calls: int,
+    block: int,
+    processes: int,
+    announced: bool,
 ) -> dict[str, Any]:
     """The whole report around the clients' results: the worst client's figures first."""
     worst = max(results, key=lambda name: results[name]["cpu_overhead_us"])
     return {
         "benchmark": "worker",
         "transport": "in-process canned answer",
+        "announced": announced,
         "calls": calls,
         "block": block,
         "processes": processes,
@@ -370,7 +414,10 @@ def _main(argument: str) -> int:
     arguments = json.loads(argument)
     try:
         report = measure_in_process(
-            calls=arguments["calls"], block=arguments["block"], clients=tuple(arguments["clients"])
+            calls=arguments["calls"],
+            block=arguments["block"],
+            clients=tuple(arguments["clients"]),
+            announced=arguments["announced"],
         )
     except BenchError as error:
         print(error, file=sys.stderr)

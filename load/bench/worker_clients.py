@@ -25,12 +25,21 @@ URL = f"http://{HOST}:{PORT}/"
 ANSWER = (
     b'HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{"ok":true}'
 )
+# The same answer announcing its rate limit, as the IETF draft and X-RateLimit both do (more
+# than one style on an answer: the worker reads every field, and takes the least remaining).
+ANNOUNCED_ANSWER = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 11\r\n"
+    b'RateLimit-Policy: "default";q=100;w=60\r\nRateLimit: "default";r=42;t=17\r\n'
+    b"X-RateLimit-Limit: 100\r\nX-RateLimit-Remaining: 42\r\nX-RateLimit-Reset: 17\r\n"
+    b'\r\n{"ok":true}'
+)
 
 
 class _CannedSocket:
     """A connected socket whose server has the answer ready as soon as it is asked."""
 
-    def __init__(self) -> None:
+    def __init__(self, answer: bytes) -> None:
+        self._answer = answer
         # urllib3 polls a pooled connection's descriptor before reusing it (a readable one was
         # closed by the server): one end of an idle pair never is.
         self._idle, self._peer = socket.socketpair()
@@ -39,7 +48,7 @@ class _CannedSocket:
         """The request goes nowhere: the answer does not depend on it."""
 
     def makefile(self, mode: str) -> io.BytesIO:
-        return io.BytesIO(ANSWER)
+        return io.BytesIO(self._answer)
 
     def settimeout(self, timeout: float | None) -> None:
         """Nothing waits."""
@@ -67,11 +76,11 @@ def _twin(cls: type[Any], *, hooked: bool) -> type[Any]:
 
 
 @contextmanager
-def _http_client(*, hooked: bool) -> Iterator[Callable[[], object]]:
+def _http_client(*, hooked: bool, answer: bytes) -> Iterator[Callable[[], object]]:
     import http.client
 
     connection = _twin(http.client.HTTPConnection, hooked=hooked)(HOST, PORT)
-    connection.sock = _CannedSocket()  # connected: the connection never dials
+    connection.sock = _CannedSocket(answer)  # connected: the connection never dials
 
     def call() -> object:
         connection.request("GET", "/")
@@ -85,11 +94,7 @@ def _http_client(*, hooked: bool) -> Iterator[Callable[[], object]]:
         connection.close()
 
 
-def _canned_socket(connection: object) -> socket.socket:
-    return cast(socket.socket, _CannedSocket())
-
-
-def _urllib3_pool_class(*, hooked: bool) -> type[Any]:
+def _urllib3_pool_class(*, hooked: bool, answer: bytes) -> type[Any]:
     """urllib3's connection pool, its connections on canned sockets."""
     import http.client
 
@@ -99,11 +104,15 @@ def _urllib3_pool_class(*, hooked: bool) -> type[Any]:
     # The twin of http.client's (hooked) connection class goes between it and urllib3's, where
     # urllib3's ``super()`` calls find the twin's methods.
     bases = (HTTPConnection, _twin(http.client.HTTPConnection, hooked=hooked))
-    connection_class = type("CannedConnection", bases, {"_new_conn": _canned_socket})
+
+    def canned_socket(connection: object) -> socket.socket:
+        return cast(socket.socket, _CannedSocket(answer))
+
+    connection_class = type("CannedConnection", bases, {"_new_conn": canned_socket})
     return type("CannedPool", (urllib3.HTTPConnectionPool,), {"ConnectionCls": connection_class})
 
 
-def _httpx_transport(*, asynchronous: bool, hooked: bool) -> Any:
+def _httpx_transport(*, asynchronous: bool, hooked: bool, answer: bytes) -> Any:
     """httpx's sync or async transport, its connections on a canned stream."""
     import httpcore
     import httpx
@@ -114,7 +123,7 @@ def _httpx_transport(*, asynchronous: bool, hooked: bool) -> Any:
 
         class CannedStream(httpcore.NetworkStream):
             def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-                return ANSWER
+                return answer
 
             def write(self, buffer: bytes, timeout: float | None = None) -> None:
                 """The request goes nowhere: the answer does not depend on it."""
@@ -132,7 +141,7 @@ def _httpx_transport(*, asynchronous: bool, hooked: bool) -> Any:
 
     class AsyncCannedStream(httpcore.AsyncNetworkStream):
         async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-            return ANSWER
+            return answer
 
         async def write(self, buffer: bytes, timeout: float | None = None) -> None:
             """The request goes nowhere: the answer does not depend on it."""
@@ -150,14 +159,16 @@ def _httpx_transport(*, asynchronous: bool, hooked: bool) -> Any:
 
 
 @contextmanager
-def client(name: str, *, hooked: bool = True) -> Iterator[Callable[[], object]]:
-    """A one-call function over one keep-alive connection of the named library; with
-    ``hooked`` False, over the plain twin, whose calls the hooks do not see."""
+def client(
+    name: str, *, hooked: bool = True, answer: bytes = ANSWER
+) -> Iterator[Callable[[], object]]:
+    """A one-call function over one keep-alive connection of the named library, answered
+    ``answer``; with ``hooked`` False, over the plain twin, whose calls the hooks do not see."""
     if name == "http.client":
-        with _http_client(hooked=hooked) as call:
+        with _http_client(hooked=hooked, answer=answer) as call:
             yield call
     elif name == "urllib3":
-        pool_class = _urllib3_pool_class(hooked=hooked)
+        pool_class = _urllib3_pool_class(hooked=hooked, answer=answer)
         with pool_class(HOST, PORT, maxsize=1, retries=False) as pool:
             yield lambda: pool.request("GET", "/").status
     elif name == "requests":
@@ -169,23 +180,23 @@ def client(name: str, *, hooked: bool = True) -> Iterator[Callable[[], object]]:
             session.trust_env = False
             adapter = requests.adapters.HTTPAdapter()
             adapter.poolmanager.pool_classes_by_scheme = {
-                "http": _urllib3_pool_class(hooked=hooked)
+                "http": _urllib3_pool_class(hooked=hooked, answer=answer)
             }
             session.mount("http://", adapter)
             yield lambda: session.get(URL).status_code
     elif name == "httpx":
         import httpx
 
-        transport = _httpx_transport(asynchronous=False, hooked=hooked)
+        transport = _httpx_transport(asynchronous=False, hooked=hooked, answer=answer)
         with httpx.Client(transport=transport) as httpx_client:
             yield lambda: httpx_client.get(URL).status_code
     else:
-        with _async_client(hooked=hooked) as (runner, async_client):
+        with _async_client(hooked=hooked, answer=answer) as (runner, async_client):
             yield lambda: runner.run(async_client.get(URL)).status_code
 
 
 @contextmanager
-def _async_client(*, hooked: bool) -> Iterator[tuple[Any, Any]]:
+def _async_client(*, hooked: bool, answer: bytes) -> Iterator[tuple[Any, Any]]:
     """An event loop (an ``asyncio.Runner``) and an httpx async client on the canned transport:
     one loop and one client for every call, as an async worker keeps them."""
     import asyncio
@@ -194,7 +205,7 @@ def _async_client(*, hooked: bool) -> Iterator[tuple[Any, Any]]:
 
     with asyncio.Runner() as runner:
         async_client = httpx.AsyncClient(
-            transport=_httpx_transport(asynchronous=True, hooked=hooked)
+            transport=_httpx_transport(asynchronous=True, hooked=hooked, answer=answer)
         )
         try:
             yield runner, async_client
@@ -203,17 +214,19 @@ def _async_client(*, hooked: bool) -> Iterator[tuple[Any, Any]]:
 
 
 @contextmanager
-def timed_client(name: str, *, hooked: bool) -> Iterator[Callable[[], tuple[int, int]]]:
+def timed_client(
+    name: str, *, hooked: bool, answer: bytes = ANSWER
+) -> Iterator[Callable[[], tuple[int, int]]]:
     """The named client's call, timed: its calling-thread CPU time and wall time, in
     nanoseconds. An async call is timed inside the event loop, from the ``await`` to its
     answer: the loop's own start and stop around each call (a task, signal handlers, a poll
     of the selector: system calls whose cost swings with the host) run no hook code, and an
     async worker pays them once for many calls."""
     if name != "httpx-async":
-        with client(name, hooked=hooked) as call:
+        with client(name, hooked=hooked, answer=answer) as call:
             yield lambda: _time_call(call)
         return
-    with _async_client(hooked=hooked) as (runner, async_client):
+    with _async_client(hooked=hooked, answer=answer) as (runner, async_client):
 
         async def timed_call() -> tuple[int, int]:
             started_wall, started_cpu = time.perf_counter_ns(), time.thread_time_ns()

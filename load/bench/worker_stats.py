@@ -81,6 +81,7 @@ def client_over_processes(per_process: list[dict[str, Any]], *, can_show: bool) 
             ("instrumented_cpu_us", 2),
             ("ratio", 4),
             ("cpu_ratio", 4),
+            ("fold_cpu_us", 2),
         )
     }
     totals = {

@@ -238,6 +238,12 @@ def _register_worker(bench_subparsers: Any) -> None:
         choices=worker.CLIENTS,
         help="client library to measure (repeatable; default: all)",
     )
+    parser.add_argument(
+        "--announced",
+        action="store_true",
+        help="every answer carries rate-limit headers (IETF RateLimit and X-RateLimit), which "
+        "the worker reads",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
     parser.set_defaults(func=_one_line(_run_worker))
@@ -261,16 +267,19 @@ def _run_worker(args: argparse.Namespace) -> int:
         block=args.block,
         clients=tuple(args.client or worker.CLIENTS),
         processes=processes,
+        announced=args.announced,
     )
     if args.json:
         print(json.dumps(report, indent=2))
     else:
+        answers = "answers with rate-limit headers" if args.announced else "plain answers"
         lines = [
             f"worker hooks: {report['calls']} calls per side ({_MORE_CALLS}) split across "
             f"{report['processes']} fresh processes, in rounds of {report['block']} "
             f"back-to-back pairs (each after {report['settle_calls']} untimed pairs), "
-            "keep-alive GET over an in-process transport; per process the median over rounds "
-            "of hooked minus plain, then the median over processes"
+            f"keep-alive GET over an in-process transport ({answers}); per process the "
+            "median over rounds of hooked minus plain plus the tallies' fold, then the median "
+            "over processes"
         ]
         for name, result in report["clients"].items():
             low, high = result["cpu_overhead_ci95_us"]
@@ -278,6 +287,7 @@ def _run_worker(args: argparse.Namespace) -> int:
             lines.append(
                 f"  {name:<12} plain cpu {result['uninstrumented_cpu_us']:7.1f} us  "
                 f"overhead cpu {result['cpu_overhead_us']:5.2f} us "
+                f"(fold {result['fold_cpu_us']:.2f}) "
                 f"(95% CI {low:.2f}..{high:.2f}; processes {min(per_process):.2f}.."
                 f"{max(per_process):.2f}, IQR {result['cpu_overhead_iqr_us']:.2f})  "
                 f"wall {result['overhead_us']:5.2f} us  ratio {result['cpu_ratio']:.4f}: "

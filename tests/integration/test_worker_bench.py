@@ -35,14 +35,16 @@ def test_the_benchmark_times_counted_calls_and_leaves_the_hooks_as_it_found_them
     assert instrument.installed()
 
 
-def three_calls(client: str, *, hooked: bool) -> tuple[list[object], Invocation]:
+def three_calls(
+    client: str, *, hooked: bool, answer: bytes = worker_clients.ANSWER
+) -> tuple[list[object], Invocation]:
     """Three calls of the named client (or its plain twin) inside an invocation, with the
-    hooks installed: their answers, and the invocation that saw them."""
+    hooks installed, answered ``answer``: their answers, and the invocation that saw them."""
     invocation = Invocation(["orders"], environ={})
     instrument.install()
     instrument.begin(invocation)
     try:
-        with worker_clients.client(client, hooked=hooked) as call:
+        with worker_clients.client(client, hooked=hooked, answer=answer) as call:
             statuses = [call() for _ in range(3)]
     finally:
         instrument.end()
@@ -57,6 +59,15 @@ def test_every_client_answers_over_the_in_process_transport_and_is_counted(clien
     tally = invocation.tallies["orders"]
     assert (tally.requests, tally.ok) == (3, 3)
     assert tally.downstreams == {f"{worker_clients.HOST}:{worker_clients.PORT}"}
+
+
+@pytest.mark.parametrize("client", bench.CLIENTS)
+def test_every_client_reads_the_rate_limit_headers_of_the_announced_answer(client: str) -> None:
+    _, invocation = three_calls(client, hooked=True, answer=worker_clients.ANNOUNCED_ANSWER)
+
+    limit = invocation.tallies["orders"].limit
+    assert limit is not None
+    assert (limit.remaining, limit.quota, limit.window_s) == (42, 100, 60)
 
 
 def test_the_spread_brackets_the_median_with_order_statistics() -> None:
@@ -92,6 +103,16 @@ def test_the_target_is_shown_only_by_the_whole_interval(
     assert worker_stats.verdict(low, high) == verdict
 
 
+def test_with_announced_answers_the_fold_that_reads_their_headers_is_counted() -> None:
+    report = bench.measure(calls=4, block=2, clients=("httpx",), processes=1, announced=True)
+
+    assert report["announced"] is True
+    result = report["clients"]["httpx"]
+    assert result["counted_calls"] == 4
+    # The tallies' fold (where the headers are read) is part of the call's overhead.
+    assert result["fold_cpu_us"] > 0
+
+
 def test_the_calls_are_split_across_fresh_processes_and_every_one_is_counted() -> None:
     report = bench.measure(calls=7, block=3, clients=("http.client", "httpx-async"), processes=3)
 
@@ -123,6 +144,7 @@ def process_report(overheads: dict[str, float], calls: int) -> dict[str, Any]:
             "cpu_overhead_ci95_us": [overhead - 1, overhead + 1],
             "ratio": 1.1,
             "cpu_ratio": 1.05,
+            "fold_cpu_us": 0.5,
             "calls": calls,
             "rounds": 2,
             "counted_calls": calls,
@@ -131,7 +153,7 @@ def process_report(overheads: dict[str, float], calls: int) -> dict[str, Any]:
         }
         for name, overhead in overheads.items()
     }
-    return bench._report(clients, calls=calls, block=25, processes=1)
+    return bench._report(clients, calls=calls, block=25, processes=1, announced=False)
 
 
 def test_the_figures_are_medians_over_processes_with_their_interval() -> None:
@@ -253,8 +275,9 @@ def test_a_round_weighs_both_call_orders_alike() -> None:
         invocation=invocation,
     )
 
-    assert result.cpu_overhead == pytest.approx(5.0)
-    assert result.wall_overhead == pytest.approx(5.0)
+    # The tallies' fold after the round (here of calls the fakes never made) counts too.
+    assert result.cpu_overhead == pytest.approx(5.0 + result.fold_cpu)
+    assert result.wall_overhead == pytest.approx(5.0 + result.fold_cpu)
     timed_calls = calls[2 * bench.SETTLE_CALLS :]
     assert timed_calls[:4] == ["hooked", "plain", "plain", "hooked"]
     # the untimed pairs keep the alternation: the first timed call follows its own side

@@ -25,6 +25,7 @@ from load.recording import (
 from load.sim.engine import SIM_EPOCH, simulate
 from load.sim.policies import QueueMeshPolicy
 from load.sim.scenario import load_scenario
+from tests.strategies import announced_fields
 
 counts = st.integers(0, 50)
 
@@ -46,6 +47,7 @@ def samples(draw: st.DrawFn) -> Sample:
         latency_count=calls,
         invocation_ms=draw(st.one_of(st.none(), st.integers(1, 900_000).map(float))),
         downstream=draw(st.one_of(st.none(), st.just("payments"))),
+        **draw(announced_fields(throttled)),
     )
 
 

@@ -85,8 +85,25 @@ def emf(queue: str | None = "orders", namespace: str = "QueueMesh", **members: A
     return json.dumps(document)
 
 
+# The announced-limit fields and their values when a document carries none of its members.
+NOT_ANNOUNCED = {
+    "quota_remaining": None,
+    "quota_limit": None,
+    "quota_window_s": None,
+    "quota_reset_s": None,
+    "throttled_concurrency": 0,
+    "throttled_rate": 0,
+}
+
+
 def sample_fields(sample: Sample) -> dict[str, Any]:
-    return dataclasses.asdict(sample)
+    """The sample's fields; the announced-limit ones only where one differs from
+    ``NOT_ANNOUNCED`` (the expectations written before them name none)."""
+    fields = dataclasses.asdict(sample)
+    if all(fields[name] == value for name, value in NOT_ANNOUNCED.items()):
+        for name in NOT_ANNOUNCED:
+            del fields[name]
+    return fields
 
 
 # --- real-shaped events -------------------------------------------------------------------

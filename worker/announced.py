@@ -1,0 +1,295 @@
+"""What a downstream's answer announces of its rate limit: the quota left, the quota, its window
+and when it resets, and for a 429 the kind of limit it hit (docs/worker.md, "Rate-limit
+headers").
+
+Read from the header fields an answer carries, only those present:
+
+- IETF draft "RateLimit header fields for HTTP" -08 and later: ``RateLimit-Policy:
+  "name";q=<quota>;w=<window>`` and ``RateLimit: "name";r=<remaining>;t=<reset>`` (structured
+  field lists; an answer may name several policies: the one with the least remaining counts);
+- the earlier drafts' ``RateLimit-Limit`` / ``RateLimit-Remaining`` / ``RateLimit-Reset`` (the
+  window from a ``;w=`` parameter of the limit or of an unnamed ``RateLimit-Policy``, when given);
+- ``X-RateLimit-Limit`` / ``X-RateLimit-Remaining`` / ``X-RateLimit-Reset`` (no window);
+- on a 429, Stripe's ``Stripe-Rate-Limited-Reason`` names the kind of limit hit, and Twilio's
+  ``Twilio-Concurrent-Requests`` (the account's requests in progress, sent by an API whose limit
+  is on concurrency) makes it a concurrency-kind 429.
+
+A reset is seconds to wait, except that a value above ``EPOCH_SECONDS`` is an instant in epoch
+seconds (GitHub's ``X-RateLimit-Reset``) and one above ``EPOCH_MILLISECONDS`` in epoch
+milliseconds. A value that is not a finite non-negative number is ignored, with whatever needs it
+(a remaining quota without a number is no announcement): malformed headers are skipped, counted
+nowhere, and never raise.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any, Final, NamedTuple
+
+# The kinds of limit a 429 may name.
+CONCURRENCY: Final = "concurrency"
+RATE: Final = "rate"
+
+# A reset above this is an instant, not seconds to wait (2001-09-09 in epoch seconds; nobody
+# announces a wait of 31 years).
+EPOCH_SECONDS: Final = 1e9
+EPOCH_MILLISECONDS: Final = 1e12
+
+STRIPE_KINDS: Final = {
+    "global-concurrency": CONCURRENCY,
+    "endpoint-concurrency": CONCURRENCY,
+    "global-rate": RATE,
+    "endpoint-rate": RATE,
+    "resource-specific": RATE,
+}
+
+# The fields read, by lowercase name.
+_POLICY: Final = "ratelimit-policy"
+_RATELIMIT: Final = "ratelimit"
+_LEGACY: Final = ("ratelimit-limit", "ratelimit-remaining", "ratelimit-reset")
+_X: Final = ("x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")
+_STRIPE: Final = "stripe-rate-limited-reason"
+_TWILIO: Final = "twilio-concurrent-requests"
+_FIELDS: Final = frozenset((_POLICY, _RATELIMIT, *_LEGACY, *_X, _STRIPE, _TWILIO))
+# Header names as sent, each with the field it spells (None: not a rate-limit field): every
+# header of every answer is looked up here. Forgotten all at once when this many.
+_NAMES_HELD: Final = 1024
+_names: dict[str | bytes, str | None] = {}
+
+
+class Limit(NamedTuple):
+    """One announced limit: ``reset_at`` in epoch seconds; None where not announced."""
+
+    remaining: float
+    quota: float | None
+    window_s: float | None
+    reset_at: float | None
+
+
+# An answer's rate-limit fields by lowercase name (``fields``).
+Fields = dict[str, str]
+
+
+def fields(headers: Iterable[tuple[str | bytes, str | bytes]]) -> Fields | None:
+    """The rate-limit fields among an answer's headers, as str or as raw bytes (httpx's); None
+    when it has none (most answers of most APIs: this is all they cost)."""
+    found: Fields | None = None
+    for name, value in headers:
+        try:
+            field = _names[name]
+        except KeyError:
+            field = _field_name(name)
+        if field is not None:
+            if found is None:
+                found = {}
+            text = value.decode("latin-1") if isinstance(value, bytes) else value
+            # A field sent twice is one list (RFC 9110, 5.3).
+            found[field] = f"{found[field]}, {text}" if field in found else text
+    return found
+
+
+def _field_name(name: str | bytes) -> str | None:
+    """The rate-limit field a header name spells (any case), or None; remembered, since an API
+    sends the same names on every answer."""
+    lowered = (name.decode("latin-1") if isinstance(name, bytes) else name).lower()
+    field = lowered if lowered in _FIELDS else None
+    if len(_names) >= _NAMES_HELD:
+        _names.clear()
+    _names[name] = field
+    return field
+
+
+def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
+    """What every answer is read for: the least remaining quota it announces, and for a 429
+    the kind of limit it names; None when it has no rate-limit field (most answers of most
+    APIs: the scan is all they cost). The rest of an answer's limit (``limit``) is read only
+    for the answer a tally keeps. ``headers`` is the client's own object (``header_pairs``).
+
+    One style per answer (an API sending several sends the same limit in each): the draft -08
+    fields when present, else the earlier draft's, else X-RateLimit.
+    """
+    pairs = header_pairs(headers)
+    seen = False
+    ietf: list[str | bytes] = []
+    legacy = x_ratelimit = None
+    for name, value in pairs:
+        try:
+            field = _names[name]
+        except KeyError:
+            field = _field_name(name)
+        if field is not None:
+            seen = True
+            if field == _RATELIMIT:
+                ietf.append(value)
+            elif field == _LEGACY[1]:
+                legacy = legacy or value
+            elif field == _X[1]:
+                x_ratelimit = x_ratelimit or value
+    if not seen:
+        return None
+    remaining = None
+    if ietf:
+        for value in ietf:
+            text = value.decode("latin-1") if isinstance(value, bytes) else value
+            for number in _REMAINING_PARAMETER.findall(text):
+                member = _number(number)
+                if member is not None and (remaining is None or member < remaining):
+                    remaining = member
+    else:
+        first = legacy or x_ratelimit
+        if first is not None:
+            remaining = _first_number(
+                first.decode("latin-1") if isinstance(first, bytes) else first
+            )
+    if status != 429:
+        return remaining, None
+    found = fields(pairs) or {}
+    reason = found.get(_STRIPE)
+    if reason is not None:
+        return remaining, STRIPE_KINDS.get(reason.strip().lower())
+    return remaining, CONCURRENCY if _TWILIO in found else None
+
+
+def header_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
+    """An answer's header fields as (name, value) pairs as the client holds them: http.client's
+    ``HTTPMessage`` (its list as parsed, rather than ``items()``, which rewrites every value) or
+    httpx's ``Headers`` (the raw bytes, rather than decoding every one)."""
+    parsed = getattr(headers, "_headers", None)
+    if type(parsed) is list:
+        return parsed
+    raw = getattr(headers, "raw", None)
+    if type(raw) is list:
+        return raw
+    return headers.items()
+
+
+def limit(headers: Any, answered_at: float) -> Limit | None:
+    """The announced limit with the least remaining (None: none), in the style ``glance``
+    reads. ``answered_at`` is when the answer came, in epoch seconds: a reset in seconds to
+    wait counts from it."""
+    found = fields(header_pairs(headers))
+    if found is None:
+        return None
+    if _RATELIMIT in found:
+        candidates = _ietf(found, answered_at)
+        return min(candidates, key=lambda candidate: candidate.remaining) if candidates else None
+    if _LEGACY[1] in found:
+        return _triple(found, _LEGACY, answered_at, _policy_windows(found))
+    return _triple(found, _X, answered_at, {})
+
+
+def _ietf(fields: Fields, answered_at: float) -> list[Limit]:
+    """The limits of draft -08's named policies (``RateLimit`` with ``RateLimit-Policy``)."""
+    ratelimit = fields.get(_RATELIMIT)
+    if ratelimit is None:
+        return []
+    policies = {name: params for name, params in _members(fields.get(_POLICY, ""))}
+    limits = []
+    for name, params in _members(ratelimit):
+        remaining = _number(params.get("r"))
+        if remaining is None:
+            continue
+        policy = policies.get(name, {})
+        limits.append(
+            Limit(
+                remaining,
+                _number(policy.get("q")),
+                _number(policy.get("w")),
+                _instant(_number(params.get("t")), answered_at),
+            )
+        )
+    return limits
+
+
+def _policy_windows(fields: Fields) -> dict[float, float]:
+    """The earlier drafts' windows by quota: ``RateLimit-Limit: 10, 10;w=1`` or an unnamed
+    ``RateLimit-Policy: 10;w=1``."""
+    windows: dict[float, float] = {}
+    for field in (fields.get(_LEGACY[0], ""), fields.get(_POLICY, "")):
+        for item, params in _members(field):
+            quota, window = _number(item), _number(params.get("w"))
+            if quota is not None and window is not None:
+                windows.setdefault(quota, window)
+    return windows
+
+
+def _triple(
+    found: Fields,
+    names: tuple[str, str, str],
+    answered_at: float,
+    windows: dict[float, float],
+) -> Limit | None:
+    """The limit of a Limit / Remaining / Reset triple of fields (each a number, or a list
+    whose first member is the one in force)."""
+    limit_name, remaining_name, reset_name = names
+    remaining = _first_number(found.get(remaining_name))
+    if remaining is None:
+        return None
+    quota = _first_number(found.get(limit_name))
+    return Limit(
+        remaining,
+        quota,
+        None if quota is None else windows.get(quota),
+        _instant(_first_number(found.get(reset_name)), answered_at),
+    )
+
+
+def _instant(reset: float | None, answered_at: float) -> float | None:
+    """The epoch second a reset value names (seconds to wait, or an epoch instant)."""
+    if reset is None:
+        return None
+    if reset > EPOCH_MILLISECONDS:
+        return reset / 1000.0
+    if reset > EPOCH_SECONDS:
+        return reset
+    return answered_at + reset
+
+
+def _members(field: str) -> list[tuple[str, dict[str, str]]]:
+    """A structured field list's members (RFC 8941): each item (a string's quotes removed) with
+    its parameters. Lenient, and a regular expression's work rather than a scan in Python: what
+    is not a member is skipped by its reader, not here. A field value seen lately is parsed once
+    (a policy is the same string on every answer)."""
+    members = _parsed.get(field)
+    if members is None:
+        members = [
+            (item[1:-1] if item[:1] == '"' else item, dict(_PARAMETER.findall(parameters)))
+            for item, parameters in _MEMBER.findall(field)
+        ]
+        if len(_parsed) >= _PARSED_HELD:
+            _parsed.clear()
+        _parsed[field] = members
+    return members
+
+
+# A member: a quoted string or a bare item, then its parameters up to the next comma.
+_MEMBER: Final = re.compile(r'\s*("[^"]*"|[^\s,;]+)\s*((?:;[^,]*)?)(?:,|$)')
+_PARAMETER: Final = re.compile(r";\s*([a-z*][a-z0-9_.*-]*)\s*=\s*([^;\s]*)")
+_REMAINING_PARAMETER: Final = re.compile(r";\s*r\s*=\s*([^;,\s]*)")
+# Field values parsed lately; forgotten all at once when this many (a worker calls a few APIs).
+_PARSED_HELD: Final = 256
+_parsed: dict[str, list[tuple[str, dict[str, str]]]] = {}
+
+
+def _number(text: str | None) -> float | None:
+    """A finite non-negative number, or None."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0.0 and math.isfinite(value) else None
+
+
+def _first_number(field: str | None) -> float | None:
+    """The first member of a list field, as a number (``10, 10;w=1`` is 10)."""
+    if field is None:
+        return None
+    try:
+        value = float(field)  # the common case: one number
+    except ValueError:
+        return _number(field.split(",", 1)[0].split(";", 1)[0])
+    return value if value >= 0.0 and math.isfinite(value) else None
