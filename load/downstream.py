@@ -10,6 +10,11 @@ A client that gives up before the answer (its timeout) is seen hanging up and th
 counted as timed out. It counts what it answered per second: those counters are the demo's
 evidence (goodput, rejected and timed-out share), so they are taken here, at the receiving end,
 not from the workers' reports.
+
+It may announce its limit (``announce``, a ``load.announce.HeaderStyle``): the real headers of
+that style on every answer (Stripe's style: the reason on each 429), for a quota of
+``capacity x window`` calls per fixed window of ``window_s`` seconds; it then admits that many
+calls per window (with the default window of one second, what it admits anyway).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from load.announce import HeaderStyle
 from load.latency import pareto_factor, queueing_latency
 from load.sim.scenario import DownstreamSpec, value_at
 
@@ -75,12 +81,15 @@ class Counters:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One call as decided when it arrives: admitted or not, and how long its answer takes."""
+    """One call as decided when it arrives: admitted or not, how long its answer takes, and
+    the window's quota, what is left of it and the seconds until the window ends."""
 
     arrived: float
     admitted: bool
     latency_s: float
     retry_after_s: float
+    quota: int = 0
+    remaining: int = 0
 
     @property
     def second(self) -> int:
@@ -103,8 +112,14 @@ class Downstream:
         clock: Clock | None = None,
         sleep: Callable[[float], None] | None = None,
         seed: int = 0,
+        announce: HeaderStyle | None = None,
+        window_s: int = 1,
     ) -> None:
+        if window_s < 1:
+            raise ValueError(f"window_s must be a whole number of seconds >= 1; got {window_s}")
         self.spec = spec
+        self.announce = announce
+        self.window_s = window_s
         self._clock = clock
         self._stopping = threading.Event()
         self._sleep = sleep or self._hold
@@ -119,8 +134,8 @@ class Downstream:
             if value < before
         ]
         self._tail_rng = random.Random(f"{seed}:latency:{spec.name}")
-        # The calls admitted in the current second, against its capacity.
-        self._second = -1
+        # The calls admitted in the current window, against its quota.
+        self._window = -1
         self._admitted = 0
         # When each admitted call of a queueing downstream is done (a heap, on its clock).
         self._in_progress: list[float] = []
@@ -188,6 +203,9 @@ class Downstream:
         now = self.now()
         second = math.floor(now)
         capacity = self.capacity_at(second)
+        window = second // self.window_s
+        window_end = (window + 1) * self.window_s
+        quota = math.ceil(self.capacity_at(window * self.window_s) * self.window_s)
         latency = value_at(self.spec.latency_ms, second) / 1000.0
         with self._lock:
             if self.spec.latency_tail is not None:
@@ -197,14 +215,15 @@ class Downstream:
                 while in_progress and in_progress[0] <= now:
                     heapq.heappop(in_progress)
                 latency = queueing_latency(latency, len(in_progress), capacity)
-            if second != self._second:
-                self._second, self._admitted = second, 0
-            admitted = not self.spec.answers_429 or self._admitted < capacity
+            if window != self._window:
+                self._window, self._admitted = window, 0
+            admitted = not self.spec.answers_429 or self._admitted < quota
             if admitted:
                 self._admitted += 1
                 if self.spec.latency_model == "queueing":
                     heapq.heappush(self._in_progress, now + latency)
-        return Call(now, admitted, min(latency, MAX_ANSWER_S), second + 1 - now)
+            remaining = max(0, quota - self._admitted)
+        return Call(now, admitted, min(latency, MAX_ANSWER_S), window_end - now, quota, remaining)
 
     def count(self, call: Call, *, answered: bool) -> None:
         """Count a call's outcome in the second it arrived: ``answered`` is false when the
@@ -260,11 +279,12 @@ def _handler_class(downstream: Downstream) -> type[BaseHTTPRequestHandler]:
                 return
             downstream.count(call, answered=True)
             # A client hanging up between the look and the answer is not the server's error.
+            headers = announcement(downstream.announce, call, downstream.window_s)
             with contextlib.suppress(ConnectionError):
                 if call.admitted:
-                    self._send(200, {"ok": True}, {})
+                    self._send(200, {"ok": True}, headers)
                 else:
-                    headers = {"Retry-After": str(max(1, math.ceil(call.retry_after_s)))}
+                    headers["Retry-After"] = str(max(1, math.ceil(call.retry_after_s)))
                     self._send(429, {"ok": False, "error": "over capacity"}, headers)
 
         def _client_gone(self) -> bool:
@@ -292,3 +312,35 @@ def _handler_class(downstream: Downstream) -> type[BaseHTTPRequestHandler]:
             """Silent: the counters are the record, and the terminal belongs to the demo."""
 
     return Handler
+
+
+def announcement(style: HeaderStyle | None, call: Call, window_s: int) -> dict[str, str]:
+    """The rate-limit headers of ``style`` for the answer to ``call`` (none without a style).
+
+    The reset is whole seconds, rounded up, as every style sends it: the IETF draft's ``t`` is
+    an integer, and GitHub's reset the epoch second the window ends in.
+    """
+    if style is None:
+        return {}
+    if style is HeaderStyle.STRIPE:
+        return {} if call.admitted else {"Stripe-Rate-Limited-Reason": "global-rate"}
+    quota, remaining = str(call.quota), str(call.remaining)
+    reset = str(math.ceil(call.retry_after_s))
+    if style is HeaderStyle.IETF:
+        return {
+            "RateLimit-Policy": f'"default";q={quota};w={window_s}',
+            "RateLimit": f'"default";r={remaining};t={reset}',
+        }
+    if style is HeaderStyle.IETF_LEGACY:
+        return {
+            "RateLimit-Limit": f"{quota}, {quota};w={window_s}",
+            "RateLimit-Remaining": remaining,
+            "RateLimit-Reset": reset,
+        }
+    if style is HeaderStyle.GITHUB:
+        reset = str(math.ceil(time.time() + call.retry_after_s))
+    return {
+        "X-RateLimit-Limit": quota,
+        "X-RateLimit-Remaining": remaining,
+        "X-RateLimit-Reset": reset,
+    }

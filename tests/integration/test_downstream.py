@@ -7,12 +7,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from aws_lambda_powertools.utilities.batch.exceptions import BatchProcessingError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from load.announce import HeaderStyle
 from load.downstream import Downstream
 from load.sim.scenario import DownstreamSpec, Schedule
 from tests.worker_support import (  # noqa: F401 (fixtures)
@@ -260,3 +262,71 @@ def test_the_example_worker_times_out_at_its_timeout_and_reports_a_downstream_ti
     (sample,) = decoded(capsys.readouterr().out)
     assert (sample.requests, sample.ok, sample.timed_out) == (1, 0, 1)
     assert counters.timed_out == 1
+
+
+def _sample_of_calls(url: str, calls: int, capsys: pytest.CaptureFixture[str]) -> Any:
+    """The decoded sample of an invocation of the worker making ``calls`` calls to ``url``."""
+    event = load_event("sqs_mixed_answers.json")
+    wrapper.invoke(lambda e, c: [call(url) for _ in range(calls)], event, None)
+    (sample,) = decoded(capsys.readouterr().out)
+    return sample
+
+
+# The window each style announces (X-RateLimit has no field for it), and the most its reset,
+# rounded up to whole seconds, may lie past the window's end.
+ANNOUNCED_WINDOW = {
+    HeaderStyle.IETF: 1.0,
+    HeaderStyle.IETF_LEGACY: 1.0,
+    HeaderStyle.X_RATELIMIT: None,
+    HeaderStyle.GITHUB: None,
+}
+
+
+@pytest.mark.usefixtures("instrumentation")
+@pytest.mark.parametrize("style", list(ANNOUNCED_WINDOW))
+def test_the_announced_limit_reaches_the_worker_over_http_in_every_style(
+    style: HeaderStyle, clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock.now = 4.25  # capacity 3 a second: the window ends in 0.75 s
+    with Downstream(SPEC, clock=clock, sleep=lambda _: None, announce=style) as server:
+        sample = _sample_of_calls(server.url, 2, capsys)
+
+    assert (sample.ok, sample.quota_remaining, sample.quota_limit) == (2, 1, 3)
+    assert sample.quota_window_s == ANNOUNCED_WINDOW[style]
+    # Whole seconds, rounded up: the window's end, at most a second later.
+    assert 0.0 < sample.quota_reset_s <= 2.0
+
+
+@pytest.mark.usefixtures("instrumentation")
+def test_a_longer_window_announces_and_admits_capacity_times_window(
+    clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock.now = 4.25  # the window of 2 s from 4 to 6: 1.75 s left, announced as 2
+    with Downstream(
+        SPEC, clock=clock, sleep=lambda _: None, announce=HeaderStyle.IETF, window_s=2
+    ) as server:
+        sample = _sample_of_calls(server.url, 8, capsys)
+
+    assert (sample.ok, sample.throttled) == (6, 2)
+    assert (sample.quota_remaining, sample.quota_limit, sample.quota_window_s) == (0, 6, 2)
+    assert sample.quota_reset_s is not None
+    assert 1.0 < sample.quota_reset_s <= 2.0
+
+
+@pytest.mark.usefixtures("instrumentation")
+def test_the_stripe_style_names_a_rate_limit_on_each_429(
+    clock: FakeClock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock.now = 4.25
+    with Downstream(SPEC, clock=clock, sleep=lambda _: None, announce=HeaderStyle.STRIPE) as s:
+        assert "Stripe-Rate-Limited-Reason" not in call(s.url)[1]
+        sample = _sample_of_calls(s.url, 4, capsys)
+
+    assert (sample.ok, sample.throttled) == (2, 2)
+    assert (sample.throttled_rate, sample.throttled_concurrency) == (2, 0)
+    assert sample.quota_remaining is None
+
+
+def test_a_window_must_be_a_whole_number_of_seconds() -> None:
+    with pytest.raises(ValueError, match="window_s"):
+        Downstream(SPEC, announce=HeaderStyle.IETF, window_s=0)
