@@ -155,14 +155,14 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
 def header_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
     """An answer's header fields as (name, value) pairs as the client holds them: http.client's
     ``HTTPMessage`` (its list as parsed, rather than ``items()``, which rewrites every value) or
-    httpx's ``Headers`` (the raw bytes, rather than decoding every one)."""
+    httpx's ``Headers`` (the raw bytes, rather than decoding every one), or such pairs."""
     parsed = getattr(headers, "_headers", None)
     if type(parsed) is list:
         return parsed
     raw = getattr(headers, "raw", None)
     if type(raw) is list:
         return raw
-    return headers.items()
+    return headers if type(headers) is list else headers.items()
 
 
 def limit(headers: Any, answered_at: float) -> Limit | None:

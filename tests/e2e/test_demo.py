@@ -12,9 +12,11 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from controller.telemetry import DecodeResult, decode_record_data
+from load.recording import read_recording
 from load.sim.scenario import load_scenario
 from stack.cli import main
-from stack.local.demo.command import demo_scenario
+from stack.local.demo.command import DEMO_SCENARIO, demo_scenario
 
 SHORT_SCENARIO = {
     "name": "demo-test",
@@ -223,6 +225,58 @@ def test_a_shipped_name_with_a_demo_variant_runs_the_variant_and_others_run_as_n
     assert variant.duration_s < full.duration_s
     named, none = demo_scenario("capacity-drop")
     assert (named.name, none) == ("capacity-drop", None)
+
+
+def test_announced_is_the_default_demo_and_an_unknown_name_is_refused_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    announced, path = demo_scenario("announced")
+    default = load_scenario(str(DEMO_SCENARIO))
+    assert (announced.name, path) == ("announced", None)
+    assert (announced.downstreams, announced.queues) == (default.downstreams, default.queues)
+
+    assert main(["demo", "--scenario", "no-such-scenario", "--headless"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "unknown scenario 'no-such-scenario'" in err
+    assert "announced, below-floor" in err and "or a scenario .json file" in err
+
+
+@pytest.mark.timeout(240)
+def test_the_announced_demo_telemetry_carries_the_downstreams_limit(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    recording = tmp_path / "telemetry.jsonl"
+    code = main(
+        [
+            "demo",
+            "--scenario",
+            "announced",
+            "--headless",
+            "--json",
+            "--duration",
+            "12",
+            "--grace",
+            "0",
+            "--no-plot",
+            "--record",
+            str(recording),
+        ]
+    )
+
+    assert code == 0
+    capsys.readouterr()
+    decoded = DecodeResult()
+    for line in read_recording(recording).records:
+        decode_record_data(line.data, sequence_number=line.sequence, into=decoded)
+    samples = decoded.samples
+    assert samples and "bad_value" not in decoded.skipped
+    # The demo's API admits 64 calls a second before its drop, and says so on every answer.
+    announced = [sample for sample in samples if sample.quota_remaining is not None]
+    assert len(announced) == len(samples)
+    assert {(sample.quota_limit, sample.quota_window_s) for sample in announced} == {(64.0, 1.0)}
+    assert all(0 <= sample.quota_reset_s <= 1.0 for sample in announced)  # type: ignore[operator]
+    assert all(0 <= sample.quota_remaining <= 64 for sample in announced)  # type: ignore[operator]
 
 
 def test_a_scenario_with_two_queues_is_refused_in_one_line_naming_the_fix(

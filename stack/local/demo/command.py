@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from controller.policy import ALGORITHMS
+from load.announce import HeaderStyle
 from load.sim.scenario import SCENARIO_DIR
 from stack.errors import CliError
 from stack.local.demo.run import run_demo
@@ -21,6 +23,10 @@ DEMO_SCENARIO = SCENARIO_DIR / "demo.json"
 # Shipped scenarios sized for the demo (minutes, a few dozen local worker processes) under the
 # shipped scenario's file name: `--scenario NAME` runs the variant when there is one.
 DEMO_VARIANTS = DEMO_SCENARIO.parent / "demo-variants"
+# `--scenario announced`: the default demo's capacity drop, from an API that announces its limit
+# on every answer in the IETF draft's RateLimit headers (docs/demo.md).
+ANNOUNCED_DEMO = "announced"
+ANNOUNCED_STYLE = HeaderStyle.IETF
 DEFAULT_PLOT_DIR = Path("out")
 DEFAULT_GRACE_S = 60.0
 
@@ -38,7 +44,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--scenario",
         default=str(DEMO_SCENARIO),
-        help="scenario name or JSON file (default: the two-minute demo scenario)",
+        help=f"scenario name or JSON file (default: the two-minute demo scenario; "
+        f"{ANNOUNCED_DEMO}: the same capacity drop from an API that announces its limit in "
+        "RateLimit headers)",
     )
     parser.add_argument(
         "--duration", type=float, metavar="S", help="run for S seconds instead of the scenario's"
@@ -104,6 +112,12 @@ def run(args: argparse.Namespace) -> int:
     template = Path(args.template) if args.template else None
     record = Path(args.record) if args.record else None
     view = LiveView(out, live=live)
+    announce = ANNOUNCED_STYLE if args.scenario == ANNOUNCED_DEMO else None
+    if announce is not None:
+        view.note(
+            f"running {ANNOUNCED_DEMO}: the demo's capacity drop, the API announcing its limit "
+            f"on every answer ({announce} RateLimit headers)"
+        )
     if variant is not None:
         view.note(
             f"running {scenario.name}, {args.scenario} sized for the demo "
@@ -133,16 +147,27 @@ def run(args: argparse.Namespace) -> int:
         algorithm=args.algorithm,
         dashboard=args.dashboard,
         on_result=report,
+        announce=announce,
     )
     return 0
 
 
 def demo_scenario(name_or_file: str) -> tuple[Any, Path | None]:
-    """The scenario to run, and the demo variant file when a shipped name has one."""
+    """The scenario to run, and the demo variant file when a shipped name has one;
+    ``ANNOUNCED_DEMO`` names the default demo's scenario (its downstream announcing)."""
     from load.sim.scenario import ScenarioError, load_scenario, shipped_scenarios
 
+    if name_or_file == ANNOUNCED_DEMO:
+        return dataclasses.replace(load_scenario(str(DEMO_SCENARIO)), name=ANNOUNCED_DEMO), None
+    shipped = shipped_scenarios()
+    path = Path(name_or_file)
+    if name_or_file not in shipped and path.suffix != ".json" and not path.exists():
+        raise CliError(
+            f"unknown scenario {name_or_file!r}; --scenario takes one of "
+            f"{', '.join(sorted([ANNOUNCED_DEMO, *shipped]))} or a scenario .json file"
+        )
     variant = DEMO_VARIANTS / f"{name_or_file}.json"
-    chosen = variant if name_or_file in shipped_scenarios() and variant.is_file() else None
+    chosen = variant if name_or_file in shipped and variant.is_file() else None
     try:
         return load_scenario(str(chosen or name_or_file)), chosen
     except ScenarioError as error:

@@ -10,10 +10,13 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stack.local.demo.result import Timeline, demo_result
 from stack.local.demo.view import VIEW_REFRESH_S, LiveView
+
+if TYPE_CHECKING:
+    from load.announce import HeaderStyle
 
 # The demo lasts two minutes: the dashboard shows it from its start, in 5 s periods (moto keeps
 # every data point, so periods under a minute work here; see docs/dashboard.md).
@@ -83,10 +86,12 @@ def run_demo(
     algorithm: str | None = None,
     dashboard: bool = False,
     on_result: Callable[[dict[str, Any]], None] | None = None,
+    announce: HeaderStyle | None = None,
 ) -> dict[str, Any]:
     """Deploy, run and tear down; every server, thread and process stops before it returns
     (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
-    view); ``on_result`` gets the result while everything still runs."""
+    view); ``on_result`` gets the result while everything still runs; ``announce`` is the
+    rate-limit headers the downstream sends (none by default)."""
     from controller.ledger import DynamoLedger
     from controller.policy import memory_type
     from load.downstream import Downstream
@@ -101,7 +106,9 @@ def run_demo(
     def clock() -> float:
         return time.monotonic() - origin
 
-    downstream = Downstream(scenario.downstreams[0], clock=clock, seed=scenario.seed)
+    downstream = Downstream(
+        scenario.downstreams[0], clock=clock, seed=scenario.seed, announce=announce
+    )
     aws = EmbeddedAws()
     runtime: LocalRuntime | None = None
     producer: Producer | None = None

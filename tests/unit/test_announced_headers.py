@@ -1,0 +1,142 @@
+"""Reading rate-limit headers (worker/announced.py): every style, the least remaining policy,
+resets as instants, the kinds of a 429, and anything malformed ignored without raising."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker import announced
+from worker.announced import Limit
+
+NOW = 1_795_000_000.0
+
+
+def read(headers: list[tuple[str, str]], status: int = 200) -> tuple[Limit | None, str | None]:
+    """The limit ``limit`` reads and the kind ``glance`` reads, checking that the remaining
+    quota ``glance`` reads for every answer is the limit's."""
+    glimpse = announced.glance(headers, status)
+    limit = announced.limit(headers, NOW)
+    if glimpse is None:
+        assert limit is None
+        return None, None
+    remaining, kind = glimpse
+    assert remaining == (None if limit is None else limit.remaining)
+    return limit, kind
+
+
+def test_the_draft_08_policy_with_the_least_remaining_counts_with_its_own_quota() -> None:
+    limit, kind = read(
+        [
+            ("ratelimit-policy", '"day";q=5000;w=86400, "burst";q=100;w=60'),
+            ("RateLimit", '"burst";r=40;t=10, "day";r=3;t=3000'),
+        ]
+    )
+    assert limit == Limit(3, 5000, 86400, NOW + 3000)
+    assert kind is None
+
+
+def test_a_field_sent_twice_is_one_list_and_a_name_may_hold_a_comma() -> None:
+    limit, _ = read(
+        [
+            ("RateLimit-Policy", '"a, b";q=10;w=1'),
+            ("RateLimit", '"x";r=9;t=1'),
+            ("RateLimit", '"a, b";r=2;t=1'),
+        ]
+    )
+    assert limit == Limit(2, 10, 1, NOW + 1)
+
+
+def test_a_policy_it_does_not_name_leaves_the_quota_and_window_unknown() -> None:
+    assert read([("RateLimit", "burst;r=5")])[0] == Limit(5, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("reset", "instant"),
+    [("30", NOW + 30), ("1795000600", 1795000600.0), ("1795000600000", 1795000600.0)],
+)
+def test_a_reset_is_seconds_to_wait_or_an_epoch_instant(reset: str, instant: float) -> None:
+    limit, _ = read(
+        [("X-RateLimit-Limit", "60"), ("X-RateLimit-Remaining", "7"), ("X-RateLimit-Reset", reset)]
+    )
+    assert limit == Limit(7, 60, None, instant)
+
+
+def test_the_earlier_draft_reads_its_window_from_the_limit_or_an_unnamed_policy() -> None:
+    limit, _ = read([("RateLimit-Limit", "10, 10;w=1, 50;w=60"), ("RateLimit-Remaining", "4")])
+    assert limit == Limit(4, 10, 1, None)
+    limit, _ = read(
+        [("RateLimit-Limit", "50"), ("RateLimit-Policy", "50;w=60"), ("RateLimit-Remaining", "4")]
+    )
+    assert limit == Limit(4, 50, 60, None)
+
+
+def test_one_style_per_answer_the_newest_draft_first() -> None:
+    limit, _ = read(
+        [
+            ("X-RateLimit-Remaining", "1"),
+            ("RateLimit-Policy", '"p";q=10;w=1'),
+            ("RateLimit", '"p";r=8;t=1'),
+        ]
+    )
+    assert limit is not None and limit.remaining == 8
+
+
+@pytest.mark.parametrize(
+    ("headers", "kind"),
+    [
+        ([("Stripe-Rate-Limited-Reason", "global-concurrency")], announced.CONCURRENCY),
+        ([("Stripe-Rate-Limited-Reason", "endpoint-concurrency")], announced.CONCURRENCY),
+        ([("Stripe-Rate-Limited-Reason", "global-rate")], announced.RATE),
+        ([("Stripe-Rate-Limited-Reason", "endpoint-rate")], announced.RATE),
+        ([("Stripe-Rate-Limited-Reason", " Resource-Specific ")], announced.RATE),
+        ([("Stripe-Rate-Limited-Reason", "unheard-of")], None),
+        ([("Twilio-Concurrent-Requests", "12")], announced.CONCURRENCY),
+    ],
+)
+def test_a_429_names_the_kind_of_limit_it_hit(headers: list[tuple[str, str]], kind: str) -> None:
+    assert read(headers, 429) == (None, kind)
+    assert read(headers, 200) == (None, None)
+
+
+def test_raw_byte_headers_read_as_text() -> None:
+    glimpse = announced.glance([(b"X-RateLimit-Remaining", b"5")], 200)
+    assert glimpse == (5.0, None)
+
+
+def test_an_answer_without_rate_limit_fields_is_not_an_announcement() -> None:
+    plain = [("Content-Type", "application/json"), ("Retry-After", "3")]
+    assert announced.glance(plain, 429) is None
+
+
+header_names = st.sampled_from(
+    [
+        "RateLimit",
+        "RateLimit-Policy",
+        "RateLimit-Limit",
+        "ratelimit-remaining",
+        "RateLimit-Reset",
+        "X-RateLimit-Limit",
+        "X-RateLimit-Remaining",
+        "x-ratelimit-reset",
+        "Stripe-Rate-Limited-Reason",
+        "Twilio-Concurrent-Requests",
+        "Content-Type",
+    ]
+)
+header_values = st.text(max_size=40) | st.from_regex(
+    r'\A("?[a-z,]{0,4}"?;?[rtqw]=-?[0-9.e]{0,6}[,; ]?){0,4}\Z'
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(header_names, header_values), max_size=6), st.sampled_from([200, 429]))
+def test_any_headers_read_without_raising_and_only_finite_non_negative_numbers(
+    headers: list[tuple[str, str]], status: int
+) -> None:
+    limit, kind = read(headers, status)
+    assert kind in (None, announced.CONCURRENCY, announced.RATE)
+    if limit is not None:
+        for value in limit:
+            assert value is None or 0 <= value < float("inf")
