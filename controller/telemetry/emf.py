@@ -63,7 +63,8 @@ _MEASURE_NAMES: Final = tuple(
     metric.name for metric in (schema.LATENCY, schema.RETRY_AFTER, schema.INVOCATION_DURATION)
 )
 # The announced-limit members (docs/telemetry.md, "Announced limits"), optional: a document
-# without them pays three lookups (the rest are looked up beside a remaining quota).
+# without them pays one lookup (the quota's others are looked up beside a remaining quota, the
+# 429 kinds beside some 429s).
 _REMAINING: Final = schema.RATE_LIMIT_REMAINING.name
 _THROTTLED_CONCURRENCY: Final = schema.THROTTLED_CONCURRENCY.name
 _THROTTLED_RATE: Final = schema.THROTTLED_RATE.name
@@ -285,17 +286,16 @@ class EmfReader:
         ok = ok or 0
         throttled = throttled or 0
         remaining = get(_REMAINING)
-        concurrency_429 = get(_THROTTLED_CONCURRENCY)
-        rate_429 = get(_THROTTLED_RATE)
         limit = kinds = None
-        if remaining is not None or concurrency_429 is not None or rate_429 is not None:
+        if remaining is not None or throttled:
+            # The kinds are 429s: read beside some, never more than they.
+            kinds = (
+                _counts([get(_THROTTLED_CONCURRENCY), get(_THROTTLED_RATE)]) if throttled else []
+            )
             limit = announced_limit(get, remaining)
-            kinds = _counts([concurrency_429, rate_429])
-            if limit is None or kinds is None:
+            if limit is None or kinds is None or sum(kind or 0 for kind in kinds) > throttled:
                 skipped[SkipReason.BAD_VALUE] += 1
                 return None
-            # The kinds are 429s: a worker reporting only them still has them (as with 503s).
-            throttled = max(throttled, (kinds[0] or 0) + (kinds[1] or 0))
         client_errors = client_errors or 0
         server_errors = server_errors or 0
         if overloaded is not None and overloaded > server_errors:
@@ -324,13 +324,14 @@ class EmfReader:
             downstream,
             timed_out,
         )
-        if limit is not None and kinds is not None:
+        if limit is not None:
             (
                 sample.quota_remaining,
                 sample.quota_limit,
                 sample.quota_window_s,
                 sample.quota_reset_s,
             ) = limit
+        if kinds:
             sample.throttled_concurrency = kinds[0] or 0
             sample.throttled_rate = kinds[1] or 0
         return sample

@@ -68,8 +68,14 @@ def test_announced_members_decode_to_the_cautious_reading(
     members += [(schema.THROTTLED_CONCURRENCY, concurrency)] if concurrency is not None else []
     members += [(schema.THROTTLED_RATE, rate)] if rate is not None else []
 
-    [sample], skipped = decode(members)
+    samples, skipped = decode(members)
 
+    kinds = (concurrency or 0) + (rate or 0)
+    if throttled and kinds > throttled:
+        # The kinds are 429s: more of them than 429s is a broken document.
+        assert (samples, skipped) == ([], {"bad_value": 1})
+        return
+    [sample] = samples
     assert not skipped
     # The least remaining quota, quota and window; the latest reset.
     assert sample.quota_remaining == min(_values(limit["remaining"]))
@@ -78,10 +84,10 @@ def test_announced_members_decode_to_the_cautious_reading(
         assert getattr(sample, field) == expected
     expected_reset = max(_values(limit["reset"])) if "reset" in limit else None
     assert sample.quota_reset_s == expected_reset
-    assert (sample.throttled_concurrency, sample.throttled_rate) == (concurrency or 0, rate or 0)
-    # The kinds are 429s: the 429s are never fewer than they.
-    assert sample.throttled == max(throttled, (concurrency or 0) + (rate or 0))
-    assert sample.throttled_concurrency + sample.throttled_rate <= sample.throttled
+    # The kinds are read beside some 429s only.
+    expected_kinds = (concurrency or 0, rate or 0) if throttled else (0, 0)
+    assert (sample.throttled_concurrency, sample.throttled_rate) == expected_kinds
+    assert sample.throttled == throttled
 
 
 @FAST
@@ -92,11 +98,11 @@ def test_announced_members_decode_to_the_cautious_reading(
 def test_a_bad_announced_member_skips_the_document_as_bad_value(
     metric: schema.Metric, bad: Any
 ) -> None:
-    members = [(schema.REQUESTS, 3), (schema.RATE_LIMIT_REMAINING, 5)]
+    members = [(schema.REQUESTS, 3), (schema.THROTTLED, 3), (schema.RATE_LIMIT_REMAINING, 5)]
     if metric != schema.RATE_LIMIT_REMAINING:
         members.append((metric, bad))
     else:
-        members = [(schema.REQUESTS, 3), (metric, bad)]
+        members = [(schema.REQUESTS, 3), (schema.THROTTLED, 3), (metric, bad)]
     if metric in (schema.THROTTLED_CONCURRENCY, schema.THROTTLED_RATE) and bad == []:
         return  # an empty array of counts sums to 0, as every count member's does
     samples, skipped = decode(members)
@@ -107,6 +113,12 @@ def test_a_bad_announced_member_skips_the_document_as_bad_value(
 def test_a_count_of_a_kind_must_be_a_whole_number() -> None:
     samples, skipped = decode([(schema.THROTTLED, 2), (schema.THROTTLED_RATE, 1.5)])
     assert (samples, skipped) == ([], {"bad_value": 1})
+
+
+def test_kinds_without_429s_are_not_read() -> None:
+    [sample], skipped = decode([(schema.REQUESTS, 3), (schema.THROTTLED_RATE, "not read")])
+    assert not skipped
+    assert (sample.throttled, sample.throttled_rate) == (0, 0)
 
 
 def test_quota_window_and_reset_without_a_remaining_quota_are_not_read() -> None:
