@@ -63,8 +63,8 @@ _MEASURE_NAMES: Final = tuple(
     metric.name for metric in (schema.LATENCY, schema.RETRY_AFTER, schema.INVOCATION_DURATION)
 )
 # The announced-limit members (docs/telemetry.md, "Announced limits"), optional: a document
-# without them pays one lookup (the quota's others are looked up beside a remaining quota, the
-# 429 kinds beside some 429s).
+# without them pays one lookup, and the kinds' two beside some 429s (the quota's others are
+# looked up beside a remaining quota).
 _REMAINING: Final = schema.RATE_LIMIT_REMAINING.name
 _THROTTLED_CONCURRENCY: Final = schema.THROTTLED_CONCURRENCY.name
 _THROTTLED_RATE: Final = schema.THROTTLED_RATE.name
@@ -286,14 +286,14 @@ class EmfReader:
         ok = ok or 0
         throttled = throttled or 0
         remaining = get(_REMAINING)
+        # The kinds are 429s: read beside some, never more than they.
+        concurrency_429 = get(_THROTTLED_CONCURRENCY) if throttled else None
+        rate_429 = get(_THROTTLED_RATE) if throttled else None
         limit = kinds = None
-        if remaining is not None or throttled:
-            # The kinds are 429s: read beside some, never more than they.
-            kinds = (
-                _counts([get(_THROTTLED_CONCURRENCY), get(_THROTTLED_RATE)]) if throttled else []
-            )
+        if remaining is not None or concurrency_429 is not None or rate_429 is not None:
             limit = announced_limit(get, remaining)
-            if limit is None or kinds is None or sum(kind or 0 for kind in kinds) > throttled:
+            kinds = _counts([concurrency_429, rate_429])
+            if limit is None or kinds is None or (kinds[0] or 0) + (kinds[1] or 0) > throttled:
                 skipped[SkipReason.BAD_VALUE] += 1
                 return None
         client_errors = client_errors or 0
@@ -324,14 +324,13 @@ class EmfReader:
             downstream,
             timed_out,
         )
-        if limit is not None:
+        if limit is not None and kinds is not None:
             (
                 sample.quota_remaining,
                 sample.quota_limit,
                 sample.quota_window_s,
                 sample.quota_reset_s,
             ) = limit
-        if kinds:
             sample.throttled_concurrency = kinds[0] or 0
             sample.throttled_rate = kinds[1] or 0
         return sample
