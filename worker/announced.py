@@ -14,6 +14,10 @@ Read from the header fields an answer carries, only those present:
   ``Twilio-Concurrent-Requests`` (the account's requests in progress, sent by an API whose limit
   is on concurrency) makes it a concurrency-kind 429.
 
+One style per answer, in that order of preference (an API sending several sends one limit).
+Every answer is glanced at for its least remaining quota (``glance``); the whole limit is read
+only for the answer a tally keeps (``limit``).
+
 A reset is seconds to wait, except that a value above ``EPOCH_SECONDS`` is an instant in epoch
 seconds (GitHub's ``X-RateLimit-Reset``) and one above ``EPOCH_MILLISECONDS`` in epoch
 milliseconds. A value that is not a finite non-negative number is ignored, with whatever needs it
