@@ -279,7 +279,9 @@ def _handler_class(downstream: Downstream) -> type[BaseHTTPRequestHandler]:
                 return
             downstream.count(call, answered=True)
             # A client hanging up between the look and the answer is not the server's error.
-            headers = announcement(downstream.announce, call, downstream.window_s)
+            # The window's end, as seen from the answer (its latency later than the arrival).
+            reset_s = max(0.0, call.arrived + call.retry_after_s - downstream.now())
+            headers = announcement(downstream.announce, call, downstream.window_s, reset_s)
             with contextlib.suppress(ConnectionError):
                 if call.admitted:
                     self._send(200, {"ok": True}, headers)
@@ -314,8 +316,12 @@ def _handler_class(downstream: Downstream) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def announcement(style: HeaderStyle | None, call: Call, window_s: int) -> dict[str, str]:
-    """The rate-limit headers of ``style`` for the answer to ``call`` (none without a style).
+def announcement(
+    style: HeaderStyle | None, call: Call, window_s: int, reset_s: float
+) -> dict[str, str]:
+    """The rate-limit headers of ``style`` for the answer to ``call`` (none without a style):
+    the window's quota and what was left of it when the call arrived, and ``reset_s``, the
+    seconds from the answer to the window's end.
 
     The reset is whole seconds, rounded up, as every style sends it: the IETF draft's ``t`` is
     an integer, and GitHub's reset the epoch second the window ends in.
@@ -325,7 +331,7 @@ def announcement(style: HeaderStyle | None, call: Call, window_s: int) -> dict[s
     if style is HeaderStyle.STRIPE:
         return {} if call.admitted else {"Stripe-Rate-Limited-Reason": "global-rate"}
     quota, remaining = str(call.quota), str(call.remaining)
-    reset = str(math.ceil(call.retry_after_s))
+    reset = str(math.ceil(reset_s))
     if style is HeaderStyle.IETF:
         return {
             "RateLimit-Policy": f'"default";q={quota};w={window_s}',
@@ -338,7 +344,7 @@ def announcement(style: HeaderStyle | None, call: Call, window_s: int) -> dict[s
             "RateLimit-Reset": reset,
         }
     if style is HeaderStyle.GITHUB:
-        reset = str(math.ceil(time.time() + call.retry_after_s))
+        reset = str(math.ceil(time.time() + reset_s))
     return {
         "X-RateLimit-Limit": quota,
         "X-RateLimit-Remaining": remaining,
