@@ -809,6 +809,23 @@ def test_controller_updates_only_event_source_mappings(resources: dict[str, Any]
             assert not any(a.startswith("lambda:") for a in as_list(statement["Action"])), role
 
 
+def test_controller_reads_queue_metadata_only(resources: dict[str, Any]) -> None:
+    """The backlog read before a raise: the queue's URL and attributes of the account's
+    queues, no message read, sent or deleted beyond its own failure queue."""
+    granted: dict[str, list[Any]] = {}
+    for statement in statements(resources, "ControllerRole"):
+        for action in as_list(statement["Action"]):
+            granted.setdefault(action, []).extend(as_list(statement["Resource"]))
+    queues = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"}
+    assert {action for action in granted if action.startswith("sqs:")} == {
+        "sqs:GetQueueUrl",
+        "sqs:GetQueueAttributes",
+        "sqs:SendMessage",
+    }
+    assert granted["sqs:GetQueueUrl"] == granted["sqs:GetQueueAttributes"] == [queues]
+    assert granted["sqs:SendMessage"] == [{"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]}]
+
+
 # ------------------------------------------------------------------ samconfig
 
 
