@@ -9,6 +9,7 @@ from aws_lambda_powertools import Logger
 
 from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
+from controller.backlog import SqsBacklog
 from controller.events import EventBridgePublisher, EventOutbox
 from controller.executor import AwsExecutor
 from controller.ledger import DynamoLedger
@@ -37,6 +38,7 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
         PolicyParams.from_env(env),
         algorithm=algorithm,
         executor=AwsExecutor(ledger, actuator, on_commit=events.record),
+        backlog=SqsBacklog(),
     )
     return ControllerApp(loop, logger=logger, events=events)
 

@@ -2,7 +2,8 @@
 
 ``ControlLoop.run_batch`` is the one entry point the Lambda (``controller.app``), the simulator
 and replay share: window the batch's samples in the book, learn what the plan needs (configs,
-states; ledger and mapping reads), plan (pure, :mod:`controller.planner`), execute
+states; ledger and mapping reads), plan (pure, :mod:`controller.planner`), read the backlog of
+each queue the plan would raise and plan those again knowing it, execute
 (:mod:`controller.executor`) and let the book remember what was done.
 """
 
@@ -27,7 +28,7 @@ from controller.model import (
     QueueStateName,
     Sample,
 )
-from controller.planner import Plan, plan, step_for
+from controller.planner import Plan, plan, probing, revised, step_for
 from controller.policy import (
     DEFAULT_ALGORITHM,
     LimitAlgorithm,
@@ -37,11 +38,13 @@ from controller.policy import (
 from controller.ports import (
     ActuationError,
     Actuator,
+    BacklogUnavailable,
     InvalidConfig,
     Ledger,
     LedgerError,
     MappingNotFound,
     Notice,
+    QueueBacklog,
 )
 from controller.settings import PolicyParams, SettingsError
 
@@ -86,7 +89,8 @@ class ManualResult:
 
 class ControlLoop:
     """One warm container's controller: the book, the planner and an executor (AWS unless
-    told otherwise: a ``DisplayExecutor`` makes it a dry run)."""
+    told otherwise: a ``DisplayExecutor`` makes it a dry run). Without ``backlog`` no queue's
+    backlog is ever known (replay: a recording has none)."""
 
     def __init__(
         self,
@@ -100,9 +104,11 @@ class ControlLoop:
         capacity: int = CACHED_QUEUES,
         monotonic: Callable[[], float] = time.monotonic,
         executor: Executor | None = None,
+        backlog: QueueBacklog | None = None,
     ) -> None:
         self.ledger = ledger
         self.actuator = actuator
+        self.backlog = backlog
         self.params = params
         self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
         self.book = QueueBook(capacity, retention_s)
@@ -313,6 +319,24 @@ class ControlLoop:
                 known[config.queue] = state
         return known
 
+    def _backlogs(self, queues: list[str], deadline: float) -> dict[str, int]:
+        """The messages waiting in each of ``queues`` (those about to raise), one SQS read
+        each. A read that fails leaves the queue's backlog unknown (decided as without it)
+        and is counted; with less than a step's time left none is tried, as the plan's
+        execution comes first."""
+        if self.backlog is None or not queues:
+            return {}
+        read_by = deadline - STEP_BUDGET_S
+        if self._monotonic() >= read_by:
+            return {}
+        known = {}
+        for queue in queues:
+            try:
+                known[queue] = self.backlog.visible(queue, read_by)
+            except BacklogUnavailable:
+                self.book.count(Count.BACKLOG_READ_FAILURES)
+        return known
+
     def _first_state(self, config: QueueConfig, now: float, deadline: float) -> QueueState | None:
         """A queue never decided before starts from its mapping's actual setting."""
         if self._monotonic() + STEP_BUDGET_S > deadline:
@@ -361,6 +385,20 @@ class ControlLoop:
             self.algorithm,
             self.params_for,
         )
+        backlogs = self._backlogs(probing(planned), deadline)
+        if backlogs:
+            again = plan(
+                now,
+                sorted(backlogs),
+                configs,
+                states,
+                windows,
+                book.is_unsettled,
+                self.algorithm,
+                self.params_for,
+                backlogs,
+            )
+            planned = revised(planned, again)
         # Every queue that waited is done waiting (set aside, unregistered or planned) but
         # those whose state could not be learned in time.
         book.planned(sorted(waiting.difference(planned.undecided)))

@@ -145,6 +145,12 @@ class Decision:
     def changes_mapping(self) -> bool:
         return self.target != self.previous or self.enabled != self.previous_enabled
 
+    @property
+    def probes(self) -> bool:
+        """Whether it raises a mapping that polls and keeps polling: a probe for capacity,
+        which only a queue with messages waiting can answer."""
+        return self.target > self.previous and self.previous_enabled and self.enabled
+
 
 class AuditEvent(StrEnum):
     TRANSITION = "TRANSITION"

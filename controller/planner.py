@@ -79,9 +79,12 @@ def plan(
     unsettled: Callable[[str], bool],
     algorithm: LimitAlgorithm[Any],
     params_for: Callable[[QueueConfig], PolicyParams],
+    backlogs: Mapping[str, int] | None = None,
 ) -> Plan:
-    """Decide ``queues`` (in that order) with their windows; a queue without a config is not
-    managed, one without a state is left undecided."""
+    """Decide ``queues`` (in that order) with their windows and, where known, their backlogs
+    (the messages waiting); a queue without a config is not managed, one without a state is
+    left undecided."""
+    backlogs = backlogs or {}
     steps = []
     undecided = []
     for queue in queues:
@@ -92,11 +95,24 @@ def plan(
             undecided.append(queue)
             continue
         window = windows[queue]
-        decision = decide(algorithm, state, config, window, now, params_for(config))
+        params = params_for(config)
+        decision = decide(algorithm, state, config, window, now, params, backlogs.get(queue))
         steps.append(
             step_for(config, decision, state, window.newest_event_time, now, unsettled(queue))
         )
     return Plan(now, tuple(steps), tuple(undecided))
+
+
+def probing(plan: Plan) -> list[str]:
+    """The queues whose planned decision probes (raises a polling mapping): those whose
+    backlog the decision should know."""
+    return [step.queue for step in plan.steps if step.decision.probes]
+
+
+def revised(plan: Plan, revisions: Plan) -> Plan:
+    """``plan`` with the steps of the queues ``revisions`` decided again replaced by theirs."""
+    again = {step.queue: step for step in revisions.steps}
+    return Plan(plan.now, tuple(again.get(step.queue, step) for step in plan.steps), plan.undecided)
 
 
 def step_for(

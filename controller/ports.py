@@ -1,5 +1,5 @@
-"""The controller's ports. Adapters: DynamoDB / Lambda / EventBridge for AWS, in-memory twins
-for the simulator, replay and unit tests. Only adapters import boto3."""
+"""The controller's ports. Adapters: DynamoDB / Lambda / EventBridge / SQS for AWS, in-memory
+twins for the simulator, replay and unit tests. Only adapters import boto3."""
 
 from __future__ import annotations
 
@@ -175,6 +175,18 @@ class Unpublished:
 
     count: int = 0
     reason: str = ""
+
+
+class BacklogUnavailable(Exception):
+    """A queue's backlog could not be read (the cause is chained): it is unknown."""
+
+
+class QueueBacklog(Protocol):
+    def visible(self, queue: str, deadline: float) -> int:
+        """The messages waiting in ``queue`` (SQS's ``ApproximateNumberOfMessagesVisible``):
+        not in flight, not delayed. ``deadline`` is a ``time.monotonic()`` value by which every
+        retry must be over; raises ``BacklogUnavailable`` when no answer comes by then."""
+        ...
 
 
 class EventPublisher(Protocol):

@@ -27,7 +27,9 @@ class Situation(Generic[M]):
     ``stats`` is the vetted evidence: invocations that started after the last change (plus
     its settle margin). ``refusal`` says why no verdict may rest on it yet (``None``: it is
     admissible: at least ``params.min_samples`` calls, none stale). ``window`` is the queue's
-    whole window as it stood, for an algorithm that selects its own evidence. All of it is
+    whole window as it stood, for an algorithm that selects its own evidence. ``backlog`` is
+    the messages waiting in the queue when it was read (``None``: unknown, not read or the
+    read failed; the controller reads it only for a queue about to raise). All of it is
     frozen: the same situation always gives the same verdict.
     """
 
@@ -38,6 +40,7 @@ class Situation(Generic[M]):
     window: WindowSnapshot
     now: float
     params: PolicyParams
+    backlog: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,8 +4,10 @@ In order: the operator's mode (a pinned queue is held), the bounds (a mapping fo
 Cmin..Cmax is pulled inside before any algorithm runs), the evidence (only invocations that
 started after the last change settled, enough of them, not stale: ``evidence.py``), then the
 algorithm's verdict on the ``Situation`` built here, clamped to Cmin..Cmax, never raised
-before the Retry-After of the last cut, and a cut made on evidence carrying Retry-After holds
-raises until it has passed. Dry-run is the engine's: it decides and records, and only the
+before the Retry-After of the last cut, nor while the queue has nothing waiting (a raise is a
+probe for capacity, and an empty queue's probe learns nothing but may meet the next burst one
+level too high), and a cut made on evidence carrying Retry-After holds raises until it has
+passed. Dry-run is the engine's: it decides and records, and only the
 execution is skipped. The operator's manual evaluation (``evaluate_manually``) is decided here
 too, by the original rule.
 """
@@ -19,7 +21,7 @@ from controller.policy.aimd import aimd_rule
 from controller.policy.base import LimitAlgorithm, Situation, Verdict, clamp
 from controller.policy.evidence import vetted_evidence
 from controller.settings import PolicyParams
-from controller.window import QueueWindow
+from controller.window import QueueWindow, WindowStats
 
 
 def decide(
@@ -29,8 +31,11 @@ def decide(
     window: QueueWindow,
     now: float,
     params: PolicyParams,
+    backlog: int | None = None,
 ) -> Decision:
-    """The queue's next decision: the shared guards around ``algorithm``'s verdict."""
+    """The queue's next decision: the shared guards around ``algorithm``'s verdict.
+
+    ``backlog``: the messages waiting in the queue (``None``: unknown)."""
     if config.mode is Mode.PINNED:
         return _pinned(state, now)
     if not params.cmin <= state.concurrency <= params.cmax:
@@ -43,26 +48,43 @@ def decide(
     memory = algorithm.memory_of(state)
     snapshot = window.snapshot()
     stats, refusal = vetted_evidence(state, snapshot, now, params)
-    verdict = algorithm.decide(Situation(state, memory, stats, refusal, snapshot, now, params))
+    situation = Situation(state, memory, stats, refusal, snapshot, now, params, backlog)
+    verdict = algorithm.decide(situation)
     target = clamp(verdict.target, params)
     if target > state.concurrency and now < state.hold_until:
         reason = (
             f"Honouring Retry-After until {state.hold_until - now:.0f}s from now; "
             f"holding at {state.concurrency}."
         )
-        held = Verdict(
-            state.concurrency,
-            state.state,
-            reason,
-            memory,
-            pressure_rate=stats.pressure_rate,
-            success_rate=stats.success_rate,
-        )
-        return decision_from(state, held, now, algorithm.name)
+        return _held(state, memory, stats, reason, now, algorithm.name)
     hold_until = state.hold_until
     if target < state.concurrency and refusal is None and stats.retry_after_s > 0:
         hold_until = max(hold_until, now + stats.retry_after_s)
-    return decision_from(state, verdict, now, algorithm.name, target=target, hold_until=hold_until)
+    decision = decision_from(
+        state, verdict, now, algorithm.name, target=target, hold_until=hold_until
+    )
+    if backlog == 0 and decision.probes:
+        reason = (
+            f"Nothing waiting in the queue: no raise to {target}; holding at {state.concurrency}."
+        )
+        return _held(state, memory, stats, reason, now, algorithm.name)
+    return decision
+
+
+def _held(
+    state: QueueState, memory: Any, stats: WindowStats, reason: str, now: float, algorithm: str
+) -> Decision:
+    """A guard holding a raise back: the mapping and the algorithm's memory stay as they were
+    (the algorithm decides again on later evidence as if it had not asked)."""
+    held = Verdict(
+        state.concurrency,
+        state.state,
+        reason,
+        memory,
+        pressure_rate=stats.pressure_rate,
+        success_rate=stats.success_rate,
+    )
+    return decision_from(state, held, now, algorithm)
 
 
 def evaluate_manually(

@@ -24,6 +24,8 @@ What is modelled (AWS's documented behaviour where there is one):
   its capacity), optionally with a heavy (Pareto) tail. A call that takes longer than the
   worker's client timeout ends for the worker at the timeout and fails its message like a 429;
   the downstream still works on it until its latency has passed.
+- The controller's backlog read (SQS ``GetQueueAttributes``): a queue's visible messages at
+  the controller's run, never-received ones and those back from a failed receive.
 - Telemetry: each sample reaches Kinesis after a uniform random delay in
   ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
   window (no invocation when nothing arrived). The controller also runs on a schedule (an
@@ -36,7 +38,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -52,6 +54,9 @@ TIMED_OUT = 0
 
 _CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK = range(7)
 
+# A queue's visible messages now, by its name: what the controller's backlog read answers.
+VisibleBacklog = Callable[[str], int]
+
 
 @dataclass(frozen=True, slots=True)
 class MappingSetting:
@@ -66,8 +71,8 @@ class SimPolicy(Protocol):
 
     name: str
 
-    def start(self, scenario: Scenario) -> None:
-        """Attach to the scenario's mappings (called once, before time 0)."""
+    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+        """Attach to the scenario's mappings and queues (called once, before time 0)."""
         ...
 
     def on_batch(self, samples: Sequence[Sample], now: float) -> None:
@@ -209,7 +214,8 @@ class _Run:
 
     def run(self) -> SimResult:
         scenario = self.scenario
-        self.policy.start(scenario)
+        by_name = {queue.spec.name: queue for queue in self.queues}
+        self.policy.start(scenario, lambda name: by_name[name].visible)
         self.apply_mappings()
         self.push(0.0, _ARRIVALS, 0)
         self.push(0.0, _SECOND, 0)

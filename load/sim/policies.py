@@ -18,7 +18,7 @@ from controller.policy import DEFAULT_ALGORITHM, algorithm_named, evaluate_manua
 from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.oracle import invocation_pace
-from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy
+from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy, VisibleBacklog
 from load.sim.scenario import QueueSpec, Scenario, value_at
 
 
@@ -34,7 +34,7 @@ class StaticPolicy:
     def __init__(self) -> None:
         self._mappings: dict[str, MappingSetting] = {}
 
-    def start(self, scenario: Scenario) -> None:
+    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
         self._mappings = {
             spec.name: MappingSetting(spec.max_concurrency) for spec in scenario.queues
         }
@@ -67,7 +67,7 @@ class SeedPolicy:
         self._states: dict[str, QueueState] = {}
         self._updates: dict[str, int] = {}
 
-    def start(self, scenario: Scenario) -> None:
+    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
         for spec in scenario.queues:
             params = queue_params(self._base, spec.max_concurrency, spec.min_concurrency)
             self._params[spec.name] = params
@@ -147,7 +147,7 @@ class QueueMeshPolicy:
     def ledger(self) -> InMemoryLedger:
         return self._ledger
 
-    def start(self, scenario: Scenario) -> None:
+    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
         for spec in scenario.queues:
             uuid = f"esm-{spec.name}"
             self._uuids[spec.name] = uuid
@@ -171,7 +171,12 @@ class QueueMeshPolicy:
             )
         algorithm = None if self._algorithm is None else algorithm_named(self._algorithm)
         self._controller = ControlLoop(
-            self._ledger, self._actuator, self._params, algorithm=algorithm, monotonic=lambda: 0.0
+            self._ledger,
+            self._actuator,
+            self._params,
+            algorithm=algorithm,
+            monotonic=lambda: 0.0,
+            backlog=SimulatedBacklog(backlog),
         )
 
     def on_batch(self, samples: Sequence[Sample], now: float) -> None:
@@ -194,6 +199,16 @@ class QueueMeshPolicy:
     def esm_updates(self) -> Mapping[str, int]:
         per_uuid = Counter(call.uuid for call in self._actuator.calls)
         return {queue: per_uuid[uuid] for queue, uuid in self._uuids.items()}
+
+
+class SimulatedBacklog:
+    """The controller's backlog port on the simulated queues: an SQS read that never fails."""
+
+    def __init__(self, visible: VisibleBacklog) -> None:
+        self._visible = visible
+
+    def visible(self, queue: str, deadline: float) -> int:
+        return self._visible(queue)
 
 
 class HindsightPolicy(QueueMeshPolicy):
@@ -229,8 +244,8 @@ class HindsightPolicy(QueueMeshPolicy):
         """Whether the bound sets any of ``scenario``'s queues (else it is the controller)."""
         return any(_fitting_levels(scenario, spec) is not None for spec in scenario.queues)
 
-    def start(self, scenario: Scenario) -> None:
-        super().start(scenario)
+    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+        super().start(scenario, backlog)
         for spec in scenario.queues:
             self._registered[spec.name] = spec.max_concurrency
             self._fits[spec.name] = _fitting_levels(scenario, spec)

@@ -195,6 +195,11 @@ class SimQueue:
         return batch
 
     @property
+    def visible(self) -> int:
+        """Messages a receive could take now (SQS's ``ApproximateNumberOfMessagesVisible``)."""
+        return self.fresh + len(self.retry)
+
+    @property
     def waiting(self) -> int:
         """Messages not done and not in flight: visible, or invisible after a failed call."""
         return self.fresh + len(self.retry) + self.pending_returns

@@ -26,6 +26,11 @@ REPO_ROOT = ROOT
 # A git-ignored place where the last run's screenshot stays for people (and CI) to look at.
 SCREENSHOT = REPO_ROOT / "out" / "dashboard-browser-test.png"
 CONCURRENCY_WIDGET = "MaximumConcurrency per managed queue"
+# Beside it, SQS's own metrics of the queue (the local runtime publishes them as AWS does).
+BACKLOG_WIDGETS = (
+    "Backlog (messages visible) per queue",
+    "Age of the oldest message (s) per queue",
+)
 SCENARIO = {
     "name": "dashboard-test",
     "duration_s": 30,
@@ -103,6 +108,10 @@ def metric_data(endpoint: str, line: dict[str, Any], start: float, end: float) -
     ]
 
 
+def drawn_values(widget: dict[str, Any]) -> int:
+    return sum(len(line["values"]) for line in widget["lines"])
+
+
 @pytest.mark.timeout(240)
 def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
     scenario_file = tmp_path / "scenario.json"
@@ -173,6 +182,14 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
         concurrency = widgets[CONCURRENCY_WIDGET]["lines"]
         assert [line["label"] for line in concurrency] == [queue]
         assert concurrency[0]["values"], "no MaximumConcurrency drawn"
+        empty = [title for title, widget in widgets.items() if not drawn_values(widget)]
+        assert empty == [], "widgets without data"
+        backlog, oldest = (
+            next(line for line in widgets[title]["lines"] if line["label"] == queue)
+            for title in BACKLOG_WIDGETS
+        )
+        assert max(backlog["values"]) > 0, "the demo's backlog never drawn above 0"
+        assert max(oldest["values"]) > 0, "the demo's oldest message never drawn aged"
         drawn = 0
         for widget in widgets.values():
             for line in widget["lines"]:

@@ -22,6 +22,7 @@ from controller import handler as controller_handler
 from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.aws import client as aws_client
+from controller.backlog import SqsBacklog
 from controller.constants import READ_TIMEOUT_S
 from controller.ledger import DynamoLedger
 from controller.loop import ControlLoop
@@ -63,18 +64,27 @@ class Rig:
         self.time = VirtualTime()
         self.dynamodb = aws_client("dynamodb")
         self.lam = aws_client("lambda")
+        self.sqs = aws_client("sqs")
         self.calls: Counter[str] = Counter()
         self.faults: dict[str, list[Callable[[], None]]] = {}
-        for client in (self.dynamodb, self.lam):
+        for client in (self.dynamodb, self.lam, self.sqs):
             client.meta.events.register("before-call", self._before)
         ledger = DynamoLedger(
             TABLE, self.dynamodb, clock=self.time, sleep=self.time.sleep, memory_types=memory_type
         )
         actuator = LambdaActuator(self.lam, clock=self.time, sleep=self.time.sleep)
+        backlog = SqsBacklog(self.sqs, clock=self.time, sleep=self.time.sleep)
         controller = ControlLoop(
-            ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=self.time
+            ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=self.time, backlog=backlog
         )
-        self.app = ControllerApp(controller, monotonic=self.time, emit=lambda line: None)
+        # How far the app's wall clock runs ahead of the real one (a later batch).
+        self.ahead_s = 0.0
+        self.app = ControllerApp(
+            controller,
+            clock=lambda: time.time() + self.ahead_s,
+            monotonic=self.time,
+            emit=lambda line: None,
+        )
         self._sequence = 1
 
     def _before(self, model: Any, **_: Any) -> None:
@@ -96,6 +106,16 @@ class Rig:
         started = self.time.now
         response = self.app.handle(event, Context(remaining_s))
         return response, self.time.now - started
+
+    def calm_after_the_cut(self) -> dict[str, Any]:
+        """Ten seconds of 2xx from invocations that started after a cut made now, decided
+        once they are all in: evidence on which the original rule raises."""
+        now = time.time() + self.ahead_s
+        self.ahead_s += 20.0
+        samples = [sample(at=now + 6 + s, ok=10, invocation_ms=400) for s in range(10)]
+        event = kinesis_event(samples, first_sequence=self._sequence)
+        self._sequence += len(samples)
+        return self.app.handle(event, Context(60.0))
 
     def mapping_value(self) -> int:
         config = boto3.client("lambda").get_event_source_mapping(UUID=self.esm)
@@ -341,3 +361,38 @@ def test_a_lost_commit_answer_is_reconciled_not_counted_as_drift(rig: Rig) -> No
     # audited as a reconciliation, not as an operator's drift.
     assert rig.mapping_value() == rig.ledger_value() == 100
     assert rig.audit_events() == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_RECONCILED]
+
+
+def test_an_empty_queue_is_not_probed(rig: Rig) -> None:
+    rig.storm()
+    assert rig.calm_after_the_cut() == {"batchItemFailures": []}
+    assert rig.calls["GetQueueAttributes"] == 1
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.app.loop.counters["backlog_read_failures"] == 0
+
+
+def test_a_queue_with_messages_waiting_is_probed(rig: Rig, emulated_aws: EmbeddedAws) -> None:
+    emulated_aws.detach_moto_pollers()  # moto's own poller would consume the message
+    url = boto3.client("sqs").get_queue_url(QueueName="orders")["QueueUrl"]
+    boto3.client("sqs").send_message(QueueUrl=url, MessageBody="waiting")
+    rig.storm()
+    assert rig.calm_after_the_cut() == {"batchItemFailures": []}
+    assert rig.mapping_value() == rig.ledger_value() > 50
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [service_error("InternalError", 500), service_error("AccessDenied", 403)],
+    ids=["sqs-down", "no-permission"],
+)
+def test_a_failed_backlog_read_is_counted_and_the_probe_goes_on(
+    rig: Rig, fault: Callable[[], None]
+) -> None:
+    """The empty queue's read fails: the backlog is unknown, so the controller raises as it
+    did before it could read one, and the batch completes."""
+    rig.inject("GetQueueAttributes", *[fault] * 10)
+    rig.storm()
+    assert rig.calm_after_the_cut() == {"batchItemFailures": []}
+    assert rig.calls["GetQueueAttributes"] >= 1
+    assert rig.mapping_value() == rig.ledger_value() > 50
+    assert rig.app.loop.counters["backlog_read_failures"] == 1

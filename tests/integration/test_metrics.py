@@ -4,6 +4,7 @@ metrics the controller and the worker really emit."""
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -25,6 +26,11 @@ from controller.schema import CONTROLLER_NAMESPACE, NAMESPACE, HealthMetric
 from controller.settings import PolicyParams
 from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher, InvalidDocument, extract
+from stack.local.runtime.service_metrics import (
+    InvocationMetrics,
+    ServiceMetrics,
+    oldest_message_ages,
+)
 from stack.local.template import load_template
 from stack.local.widgets import MetricLine, Search, StackFacts, dashboard_body, parse_widgets
 from tests.factories import config, kinesis_event, sample
@@ -138,9 +144,14 @@ def test_datum_samples_are_the_documents_values(values: Any, queue: str) -> None
 
 
 @pytest.fixture(scope="module")
-def cloudwatch() -> Iterator[Any]:
-    with EmbeddedAws() as aws:
-        yield aws.client("cloudwatch")
+def aws() -> Iterator[EmbeddedAws]:
+    with EmbeddedAws() as embedded:
+        yield embedded
+
+
+@pytest.fixture(scope="module")
+def cloudwatch(aws: EmbeddedAws) -> Any:
+    return aws.client("cloudwatch")
 
 
 def test_published_metrics_read_back_with_their_statistics(cloudwatch: Any) -> None:
@@ -175,19 +186,21 @@ def test_published_metrics_read_back_with_their_statistics(cloudwatch: Any) -> N
 # -- the template's dashboard against the real emitters -------------------------------------
 
 
+DASHBOARD_STACK = StackFacts(
+    name="queuemesh",
+    region="us-east-1",
+    physical={
+        "ControllerFunction": "controller",
+        "ExampleDeadLetterQueue": "https://sqs/123/dlq",
+        "ControllerFailureQueue": "https://sqs/123/failures",
+    },
+)
+
+
 def dashboard_metrics() -> set[tuple[str, str, frozenset[str]]]:
     """(namespace, metric, dimension names) of every QueueMesh metric the template graphs."""
-    stack = StackFacts(
-        name="queuemesh",
-        region="us-east-1",
-        physical={
-            "ControllerFunction": "controller",
-            "ExampleDeadLetterQueue": "https://sqs/123/dlq",
-            "ControllerFailureQueue": "https://sqs/123/failures",
-        },
-    )
     graphed = set()
-    for widget in parse_widgets(dashboard_body(load_template(DEFAULT_TEMPLATE), stack)):
+    for widget in parse_widgets(dashboard_body(load_template(DEFAULT_TEMPLATE), DASHBOARD_STACK)):
         for query in widget.queries:
             names = (
                 query.dimensions
@@ -267,3 +280,127 @@ def test_every_dashboard_metric_is_what_the_controller_and_worker_emit(
     assert graphed - health
     assert graphed & health
     assert all("QueueName" in names for _, _, names in graphed - health)
+
+
+# -- AWS's own metrics of the local stack's services -----------------------------------------
+def minute_statistic(
+    cloudwatch: Any, namespace: str, metric: str, dimension: tuple[str, str], statistic: str
+) -> float:
+    """The statistic of the metric over the last two minutes (one datapoint expected)."""
+    end = datetime.now(UTC)
+    answer = cloudwatch.get_metric_statistics(
+        Namespace=namespace,
+        MetricName=metric,
+        Dimensions=[{"Name": dimension[0], "Value": dimension[1]}],
+        StartTime=datetime.fromtimestamp(end.timestamp() // 60 * 60 - 60, UTC),
+        EndTime=datetime.fromtimestamp(end.timestamp() // 60 * 60 + 60, UTC),
+        Period=120,
+        Statistics=[statistic],
+    )
+    [point] = answer["Datapoints"]
+    return float(point[statistic])
+
+
+def test_sqs_metrics_are_each_queues_state(aws: EmbeddedAws, cloudwatch: Any) -> None:
+    sqs = aws.client("sqs")
+    url = sqs.create_queue(QueueName="metered")["QueueUrl"]
+    for body in "abc":
+        sqs.send_message(QueueUrl=url, MessageBody=body)
+    sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=1, VisibilityTimeout=60)
+    ServiceMetrics(aws, InvocationMetrics()).publish()
+    queue = ("QueueName", "metered")
+    for metric, expected in (
+        ("ApproximateNumberOfMessagesVisible", 2.0),
+        ("ApproximateNumberOfMessagesNotVisible", 1.0),
+        ("ApproximateNumberOfMessagesDelayed", 0.0),
+    ):
+        assert minute_statistic(cloudwatch, "AWS/SQS", metric, queue, "Maximum") == expected
+    age = minute_statistic(cloudwatch, "AWS/SQS", "ApproximateAgeOfOldestMessage", queue, "Maximum")
+    assert 0.0 <= age < 60.0
+
+
+def test_the_oldest_message_age_skips_a_message_received_three_times(aws: EmbeddedAws) -> None:
+    sqs = aws.client("sqs")
+    url = sqs.create_queue(QueueName="poisoned")["QueueUrl"]
+    sqs.send_message(QueueUrl=url, MessageBody="poison")
+    sent_poison = time.time()
+    for _ in range(3):
+        [_message] = sqs.receive_message(QueueUrl=url, VisibilityTimeout=0)["Messages"]
+    later = time.time() + 100.0
+    assert oldest_message_ages(later)["poisoned"] == pytest.approx(later - sent_poison, abs=1)
+    time.sleep(0.05)
+    sqs.send_message(QueueUrl=url, MessageBody="fresh")
+    sent_fresh = time.time()
+    assert oldest_message_ages(later)["poisoned"] == pytest.approx(later - sent_fresh, abs=0.04)
+    assert oldest_message_ages(later)["metered"] > 100.0
+
+
+def test_lambda_metrics_are_what_the_invocations_did(aws: EmbeddedAws, cloudwatch: Any) -> None:
+    invocations = InvocationMetrics()
+    for failed in (False, False, True):
+        invocations.invoked("metered-fn", failed)
+    invocations.batch_age("metered-fn", 1500.0)
+    invocations.batch_age("metered-fn", 20.0)
+    publisher = ServiceMetrics(aws, invocations)
+    publisher.publish()
+    publisher.publish()  # nothing new: no Lambda data, as for a function not invoked
+    function = ("FunctionName", "metered-fn")
+    for metric, statistic, expected in (
+        ("Invocations", "Sum", 3.0),
+        ("Errors", "Sum", 1.0),
+        ("Throttles", "Sum", 0.0),
+        ("IteratorAge", "Maximum", 1500.0),
+        ("IteratorAge", "SampleCount", 2.0),
+    ):
+        value = minute_statistic(cloudwatch, "AWS/Lambda", metric, function, statistic)
+        assert value == expected, metric
+
+
+def test_every_aws_metric_the_dashboard_and_alarms_read_is_published_locally(
+    aws: EmbeddedAws, cloudwatch: Any
+) -> None:
+    """The local stack publishes each AWS/SQS and AWS/Lambda metric the template reads, under
+    the same dimension names: no widget or alarm of the local stack waits for a metric that
+    never comes."""
+    invocations = InvocationMetrics()
+    invocations.invoked("controller", False)
+    invocations.batch_age("controller", 10.0)
+    ServiceMetrics(aws, invocations).publish()
+    read = aws_metrics_read()
+    assert {namespace for namespace, _, _ in read} == {"AWS/SQS", "AWS/Lambda"}
+    published = {
+        (
+            metric["Namespace"],
+            metric["MetricName"],
+            frozenset(d["Name"] for d in metric["Dimensions"]),
+        )
+        for namespace in ("AWS/SQS", "AWS/Lambda")
+        for metric in cloudwatch.list_metrics(Namespace=namespace)["Metrics"]
+    }
+    assert read <= published, read - published
+
+
+def aws_metrics_read() -> set[tuple[str, str, frozenset[str]]]:
+    """(namespace, metric, dimension names) of every AWS metric the template's dashboard
+    graphs or its alarms watch."""
+    template = load_template(DEFAULT_TEMPLATE)
+    read = set()
+    for widget in parse_widgets(dashboard_body(template, DASHBOARD_STACK)):
+        for query in widget.queries:
+            names = (
+                query.dimensions
+                if isinstance(query, Search)
+                else tuple(name for name, _ in query.dimensions)
+            )
+            if query.namespace.startswith("AWS/"):
+                read.add((query.namespace, query.metric, frozenset(names)))
+    alarms = [
+        resource["Properties"]
+        for resource in template["Resources"].values()
+        if isinstance(resource, dict) and resource.get("Type") == "AWS::CloudWatch::Alarm"
+    ]
+    for alarm in alarms:
+        if alarm["Namespace"].startswith("AWS/"):
+            names = frozenset(d["Name"] for d in alarm["Dimensions"])
+            read.add((alarm["Namespace"], alarm["MetricName"], names))
+    return read

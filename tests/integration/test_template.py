@@ -657,15 +657,18 @@ def search_expressions(body: dict[str, Any]) -> list[str]:
     return found
 
 
+# What an operator looks at first of a queue: its backlog and its oldest message's age.
+SQS_BACKLOG = ("ApproximateNumberOfMessagesVisible", "ApproximateAgeOfOldestMessage")
 SEARCH = re.compile(
-    r"^SEARCH\('\{(?P<namespace>\w+),(?P<dimensions>[\w,]+)\} MetricName=\"(?P<metric>\w+)\"', "
+    r"^SEARCH\('\{(?P<namespace>[\w/]+),(?P<dimensions>[\w,]+)\} MetricName=\"(?P<metric>\w+)\"', "
     r"'(?P<stat>\w+)', \d+\)$"
 )
 
 
 def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[str, Any]) -> None:
-    """Each SEARCH names a metric of the worker's schema under its dimensions, or one of the
-    controller's decision metrics under exactly ``QueueName``: one line per queue."""
+    """Each SEARCH names a metric of the worker's schema under its dimensions, one of the
+    controller's decision metrics or SQS's backlog and oldest message's age under exactly
+    ``QueueName``: one line per queue."""
     queue, downstream = worker_schema.QUEUE_DIMENSION, worker_schema.DOWNSTREAM_DIMENSION
     worker_metrics = {metric.name for metric in worker_schema.METRICS}
     searched = {}
@@ -677,13 +680,35 @@ def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[s
         if namespace == worker_schema.NAMESPACE:
             assert metric in worker_metrics, expression
             assert dimensions in ((queue,), (queue, downstream)), expression
+        elif namespace == "AWS/SQS":
+            assert (dimensions, match["stat"]) == (("QueueName",), "Maximum"), expression
+            searched[metric] = match["stat"]
         else:
             assert (namespace, dimensions) == (CONTROLLER_NAMESPACE, (queue,)), expression
             assert metric in set(DecisionMetric), expression
             searched[metric] = match["stat"]
-    assert set(searched) == set(DecisionMetric)
+    assert set(searched) == {*DecisionMetric, *SQS_BACKLOG}
     assert searched[DecisionMetric.MAXIMUM_CONCURRENCY] in ("Maximum", "Average")
     assert searched[DecisionMetric.PRESSURE_RATE] == "Average"
+
+
+def test_each_queues_backlog_and_oldest_message_are_beside_its_concurrency(
+    resources: dict[str, Any],
+) -> None:
+    widgets = dashboard_body(resources)["widgets"]
+    row = {
+        expression: (widget["y"], widget["x"])
+        for widget in widgets
+        for expression in search_expressions({"widgets": [widget]})
+    }
+    schema = "{QueueMeshController,QueueName}"
+    concurrency = row[f"""SEARCH('{schema} MetricName="MaximumConcurrency"', 'Maximum', 60)"""]
+    beside = [
+        row[f"""SEARCH('{{AWS/SQS,QueueName}} MetricName="{metric}"', 'Maximum', 60)"""]
+        for metric in SQS_BACKLOG
+    ]
+    assert [y for y, _ in beside] == [concurrency[0]] * 2
+    assert sorted([concurrency[1], *(x for _, x in beside)]) == [0, 8, 16]
 
 
 def test_the_dashboard_and_alarms_name_only_metrics_that_are_emitted(
@@ -807,6 +832,23 @@ def test_controller_updates_only_event_source_mappings(resources: dict[str, Any]
             continue
         for statement in statements(resources, role):
             assert not any(a.startswith("lambda:") for a in as_list(statement["Action"])), role
+
+
+def test_controller_reads_queue_metadata_only(resources: dict[str, Any]) -> None:
+    """The backlog read before a raise: the queue's URL and attributes of the account's
+    queues, no message read, sent or deleted beyond its own failure queue."""
+    granted: dict[str, list[Any]] = {}
+    for statement in statements(resources, "ControllerRole"):
+        for action in as_list(statement["Action"]):
+            granted.setdefault(action, []).extend(as_list(statement["Resource"]))
+    queues = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"}
+    assert {action for action in granted if action.startswith("sqs:")} == {
+        "sqs:GetQueueUrl",
+        "sqs:GetQueueAttributes",
+        "sqs:SendMessage",
+    }
+    assert granted["sqs:GetQueueUrl"] == granted["sqs:GetQueueAttributes"] == [queues]
+    assert granted["sqs:SendMessage"] == [{"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]}]
 
 
 # ------------------------------------------------------------------ samconfig

@@ -48,9 +48,11 @@ def run(
     found: list[tuple[float, int, int, int]],
     params: PolicyParams,
     start: int,
+    backlog: int | None = None,
 ) -> list[tuple[Decision, WindowStats]]:
-    """Decide once a second while the documents arrive; each decision with the evidence since
-    the last change (and its settle margin) as it stood when the decision was made."""
+    """Decide once a second while the documents arrive (the queue's backlog always
+    ``backlog``); each decision with the evidence since the last change (and its settle
+    margin) as it stood when the decision was made."""
     window = QueueWindow()
     current: QueueState = state(start)
     pending = sorted(found)
@@ -63,7 +65,7 @@ def run(
                 sample(at=1000.0 + offset, ok=ok, throttled=throttled, invocation_ms=duration)
             )
         evidence = window.stats(evidence_since(current, now, params), now + 1.0)
-        decision = decide(algorithm, current, config(), window, now, params)
+        decision = decide(algorithm, current, config(), window, now, params, backlog)
         steps.append((decision, evidence))
         current = decision.new_state
     return steps
@@ -108,6 +110,16 @@ def test_never_raises_on_evidence_of_pressure(
     for decision, evidence in run(algorithm_named(name), found, PARAMS, start):
         if decision.target > decision.previous:
             assert evidence.pressure_rate < PARAMS.t1
+
+
+@pytest.mark.parametrize("name", NAMES)
+@settings(max_examples=20, deadline=None)
+@given(found=documents, start=st.integers(2, 100))
+def test_never_probes_a_queue_with_nothing_waiting(
+    name: str, found: list[tuple[float, int, int, int]], start: int
+) -> None:
+    steps = run(algorithm_named(name), found, PARAMS, start, backlog=0)
+    assert not [decision for decision, _ in steps if decision.probes]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -258,6 +258,50 @@ def test_retry_after_holds_any_algorithms_raise() -> None:
     assert decision.new_state.wake_at == held.wake_at  # the raise's other wishes are dropped
 
 
+def test_an_empty_queue_holds_any_algorithms_raise() -> None:
+    healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    before = state(50).evolve(algorithm="reckless", memory=NoMemory())
+    decision = decide(Reckless(80), before, config(), healthy, 110.0, PARAMS, backlog=0)
+    assert (decision.action, decision.target) == (Action.HOLD, 50)
+    assert decision.reason == "Nothing waiting in the queue: no raise to 80; holding at 50."
+    assert decision.new_state.wake_at == before.wake_at  # the raise's other wishes are dropped
+    assert decision.new_state.memory is before.memory
+    assert not decision.probes
+
+
+@pytest.mark.parametrize("backlog", [None, 1, 5000])
+def test_a_queue_with_messages_waiting_or_unknown_is_raised(backlog: int | None) -> None:
+    healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    decision = decide(Reckless(80), state(50), config(), healthy, 110.0, PARAMS, backlog=backlog)
+    assert (decision.action, decision.target, decision.probes) == (
+        Action.ADDITIVE_INCREASE,
+        80,
+        True,
+    )
+
+
+def test_an_empty_queue_is_still_cut_and_kept_within_bounds() -> None:
+    cut = decide(Reckless(20), state(50), config(), storm(100), 110.0, PARAMS, backlog=0)
+    assert (cut.action, cut.target) == (Action.MULTIPLICATIVE_DECREASE, 20)
+    below = decide(Reckless(20), state(1), config(), storm(100), 110.0, PARAMS, backlog=0)
+    assert below.target == PARAMS.cmin
+    assert below.reason.startswith("Bounds are")
+
+
+def test_the_situation_carries_the_backlog() -> None:
+    seen: list[int | None] = []
+
+    class Watching(Reckless):
+        def judge(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+            seen.append(situation.backlog)
+            return super().judge(situation)
+
+    healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    for backlog in (None, 0, 7):
+        decide(Watching(80), state(50), config(), healthy, 110.0, PARAMS, backlog=backlog)
+    assert seen == [None, 0, 7]
+
+
 def test_a_cut_on_evidence_with_retry_after_holds_raises_until_it_passes() -> None:
     window = window_of(*(sample(at=100 + s + 0.9, retry_after_s=30) for s in range(10)))
     decision = decide(Reckless(20), state(50), config(), window, 110.0, PARAMS)

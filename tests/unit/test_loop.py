@@ -7,12 +7,14 @@ from collections.abc import Callable, Collection
 import pytest
 
 from controller.actuator import InMemoryActuator
+from controller.backlog import InMemoryBacklog
+from controller.executor import STEP_BUDGET_S
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.model import Action, AuditEvent, Decision, Mode, QueueStateName, Sample
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.aimd import Aimd
-from controller.ports import ActuationError, MappingView
+from controller.ports import ActuationError, BacklogUnavailable, MappingView
 from controller.settings import PolicyParams
 from tests.factories import config, mapped, registered, sample
 
@@ -303,3 +305,62 @@ def test_manual_evaluation_follows_the_original_sequence(controller: ControlLoop
         (25, QueueStateName.CRITICAL_BACKOFF, True),
         (30, QueueStateName.RECOVERING, True),
     ]
+
+
+# -- the backlog: read before a probe, never for anything else ------------------------------
+
+
+def backlogged(ledger: InMemoryLedger, backlog: InMemoryBacklog) -> ControlLoop:
+    return ControlLoop(
+        ledger, mapped(InMemoryActuator(), concurrency=50), PolicyParams(), backlog=backlog
+    )
+
+
+def test_a_queue_with_nothing_waiting_is_not_probed(ledger: InMemoryLedger) -> None:
+    backlog = InMemoryBacklog(orders=0)
+    loop = backlogged(ledger, backlog)
+    [decision] = loop.run_batch(healthy(100), now=110.0).done
+    assert (decision.action, decision.target) == (Action.HOLD, 50)
+    assert decision.reason.startswith("Nothing waiting in the queue: no raise to ")
+    assert backlog.reads == ["orders"]
+    assert loop.actuator.read("esm-orders", 0).max_concurrency == 50
+
+
+def test_a_queue_with_messages_waiting_is_probed(ledger: InMemoryLedger) -> None:
+    backlog = InMemoryBacklog(orders=12)
+    loop = backlogged(ledger, backlog)
+    [decision] = loop.run_batch(healthy(100), now=110.0).done
+    assert decision.probes
+    assert backlog.reads == ["orders"]
+    assert loop.actuator.read("esm-orders", 0).max_concurrency == decision.target > 50
+
+
+def test_the_backlog_is_read_only_before_a_raise(ledger: InMemoryLedger) -> None:
+    backlog = InMemoryBacklog(orders=0)
+    loop = backlogged(ledger, backlog)
+    [cut] = loop.run_batch(storm(100), now=110.0).done
+    assert cut.action is Action.MULTIPLICATIVE_DECREASE
+    assert backlog.reads == []
+
+
+def test_a_failed_read_is_counted_and_the_probe_goes_on(ledger: InMemoryLedger) -> None:
+    backlog = InMemoryBacklog(orders=0)
+    backlog.fail_next(BacklogUnavailable("throttled"))
+    loop = backlogged(ledger, backlog)
+    [decision] = loop.run_batch(healthy(100), now=110.0).done
+    assert decision.probes
+    assert loop.counters["backlog_read_failures"] == 1
+
+
+def test_no_backlog_read_without_time_for_the_plan_after_it(ledger: InMemoryLedger) -> None:
+    backlog = InMemoryBacklog(orders=0)
+    loop = ControlLoop(
+        ledger,
+        mapped(InMemoryActuator(), concurrency=50),
+        PolicyParams(),
+        backlog=backlog,
+        monotonic=lambda: 0.0,
+    )
+    loop.run_batch(healthy(100), now=110.0, deadline=STEP_BUDGET_S)
+    assert backlog.reads == []
+    assert loop.counters["backlog_read_failures"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,25 @@ def test_queuemesh_runs_the_real_controller_and_the_poller_follows_its_mapping()
     trace = result.queues["q"]
     for second in range(1, len(trace.cap_per_s)):
         assert trace.running_per_s[second] <= max(trace.cap_per_s[second - 1 : second + 1])
+
+
+def test_a_policy_reads_the_visible_messages_the_controller_would() -> None:
+    """What the engine hands a policy as the backlog read: the messages a receive could take
+    (not those in flight), at the policy's own time."""
+    seen: list[int] = []
+
+    class Watching(StaticPolicy):
+        def start(self, scenario: Scenario, backlog: Callable[[str], int]) -> None:
+            super().start(scenario, backlog)
+            self.backlog = backlog
+
+        def on_tick(self, now: float) -> None:
+            seen.append(self.backlog("q"))
+
+    simulate(tiny(max_concurrency=5, controller_schedule_s=5), Watching())
+    assert seen[0] == 2000 - POLLER_START * 10  # five batches of ten received at time 0
+    assert seen == sorted(seen, reverse=True)  # no arrivals, no failures: it only drains
+    assert seen[-1] < seen[0]
 
 
 def test_queuemesh_pauses_a_mapping_whose_floor_overloads_the_downstream() -> None:

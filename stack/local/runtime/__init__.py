@@ -11,6 +11,8 @@
   deletes it hands off run on ``handoff``'s threads.
 - ``kinesis_poller``: ``StreamPoller``, the Kinesis event source mapping (the controller).
 - ``schedule``: ``ScheduleRunner``, EventBridge's ``rate(...)`` rules (the controller's tick).
+- ``service_metrics``: ``ServiceMetrics``, the ``AWS/SQS`` and ``AWS/Lambda`` metrics AWS
+  publishes of the queues and of the invocations, for the dashboard and the alarms.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from stack.local.runtime.containers import ContainerPool, FunctionSpec, Invocati
 from stack.local.runtime.kinesis_poller import StreamPoller, first_failure
 from stack.local.runtime.logs import LogShipper, ensure_log_group
 from stack.local.runtime.schedule import ScheduleRunner, rate_seconds
+from stack.local.runtime.service_metrics import InvocationMetrics, ServiceMetrics
 from stack.local.runtime.sqs_event import failed_item_ids, sqs_event
 from stack.local.runtime.sqs_poller import QueuePoller
 
@@ -35,6 +38,7 @@ __all__ = [
     "LogShipper",
     "QueuePoller",
     "ScheduleRunner",
+    "ServiceMetrics",
     "StreamPoller",
     "failed_item_ids",
     "first_failure",
@@ -67,6 +71,8 @@ class LocalRuntime:
         self.queues: dict[str, QueuePoller] = {}
         self.stream: StreamPoller | None = None
         self.schedules: ScheduleRunner | None = None
+        self.invocations = InvocationMetrics()
+        self.service_metrics: ServiceMetrics | None = None
 
     def start(self) -> LocalRuntime:
         try:
@@ -88,7 +94,8 @@ class LocalRuntime:
                 deployment.controller_function,
                 self._controller_log_group,
                 {**environment, "AWS_LAMBDA_FUNCTION_NAME": deployment.controller_function},
-            )
+            ),
+            self.invocations.invoked,
         )
         self._pools.append(controller)
         metrics = EmfMetricsPublisher(aws.client("cloudwatch"))
@@ -102,6 +109,7 @@ class LocalRuntime:
             controller_logs,
             on_error=self._on_error,
             on_record=self._on_record,
+            on_batch_age=self.invocations.batch_age,
         ).start()
         workers: dict[str, ContainerPool] = {}
         for binding in deployment.queues:
@@ -116,7 +124,8 @@ class LocalRuntime:
                             "AWS_LAMBDA_FUNCTION_NAME": binding.function_name,
                             "LAMBDA_TASK_ROOT": deployment.code_dirs.get(binding.function_name, ""),
                         },
-                    )
+                    ),
+                    self.invocations.invoked,
                 )
                 self._pools.append(workers[binding.function_name])
                 workers[binding.function_name].prewarm(self._warm_workers)
@@ -134,6 +143,8 @@ class LocalRuntime:
             {deployment.controller_function: controller_logs},
             on_error=self._on_error,
         ).start()
+        self.service_metrics = ServiceMetrics(aws, self.invocations, on_error=self._on_error)
+        self.service_metrics.start()
 
     def stop(self) -> None:
         """Stop polling, give invocations in progress a few seconds to finish, then stop every
@@ -151,6 +162,8 @@ class LocalRuntime:
             pool.close()
         for poller in pollers:
             poller.stop()
+        if self.service_metrics is not None:
+            self.service_metrics.stop()
 
     def __enter__(self) -> LocalRuntime:
         return self.start()

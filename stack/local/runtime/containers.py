@@ -28,6 +28,10 @@ from stack.local.cloudformation import ACCOUNT
 
 STOP_JOIN_S = 5.0
 
+# Told of every invocation a container ran or could not run: the function's name, and whether
+# it failed (raised, timed out, or its container died), as Lambda's Errors counts it.
+InvocationHook = Callable[[str, bool], None]
+
 
 @dataclass(frozen=True, slots=True)
 class FunctionSpec:
@@ -78,8 +82,9 @@ class Container:
 
     _ids = itertools.count(1)
 
-    def __init__(self, spec: FunctionSpec) -> None:
+    def __init__(self, spec: FunctionSpec, on_invoked: InvocationHook | None = None) -> None:
         self.spec = spec
+        self._on_invoked = on_invoked or (lambda function, failed: None)
         self.id = f"{next(self._ids):04d}{uuid.uuid4().hex[:12]}"
         day = datetime.now(UTC).strftime("%Y/%m/%d")
         self.log_stream = f"{day}/[$LATEST]{self.id}"
@@ -118,6 +123,15 @@ class Container:
         self._ready = True
 
     def invoke(self, event: Mapping[str, Any]) -> InvocationResult:
+        try:
+            result = self._invoke(event)
+        except InvocationFailed:
+            self._on_invoked(self.spec.name, True)
+            raise
+        self._on_invoked(self.spec.name, result.error is not None)
+        return result
+
+    def _invoke(self, event: Mapping[str, Any]) -> InvocationResult:
         request_id = str(uuid.uuid4())
         self.wait_ready()
         try:
@@ -146,10 +160,12 @@ class Container:
 
 
 class ContainerPool:
-    """Warm containers of one function, reused most-recent first; new ones on demand."""
+    """Warm containers of one function, reused most-recent first; new ones on demand.
+    ``on_invoked`` hears of each invocation of any of them."""
 
-    def __init__(self, spec: FunctionSpec) -> None:
+    def __init__(self, spec: FunctionSpec, on_invoked: InvocationHook | None = None) -> None:
         self.spec = spec
+        self._on_invoked = on_invoked
         self._idle: list[Container] = []
         self._all: list[Container] = []
         self._lock = threading.Lock()
@@ -164,7 +180,7 @@ class ContainerPool:
             if self._idle:
                 container = self._idle.pop()
             else:
-                container = Container(self.spec)
+                container = Container(self.spec, self._on_invoked)
                 self._all.append(container)
                 self.cold_starts += 1
         healthy = False
@@ -184,7 +200,7 @@ class ContainerPool:
     def prewarm(self, count: int) -> None:
         """Start ``count`` containers and wait for their cold starts, so that the first
         invocations find warm environments (as a function that has been busy does)."""
-        started = [Container(self.spec) for _ in range(count)]
+        started = [Container(self.spec, self._on_invoked) for _ in range(count)]
         with self._lock:
             self._all.extend(started)
             self.cold_starts += count

@@ -50,7 +50,10 @@ class StreamPoller:
         *,
         on_error: Callable[[str], None] | None = None,
         on_record: Callable[[str, dict[str, Any]], None] | None = None,
+        on_batch_age: Callable[[str, float], None] | None = None,
     ) -> None:
+        """``on_batch_age(function, ms)``: each batch's last record's age as it is delivered
+        (Lambda's ``IteratorAge``)."""
         self._kinesis = aws.client("kinesis")
         self._region = aws.region
         self._stream_name = stream_name
@@ -62,6 +65,7 @@ class StreamPoller:
         self.window_s = float(mapping.get("MaximumBatchingWindowInSeconds", 0))
         self._on_error = on_error or (lambda message: None)
         self._on_record = on_record
+        self._on_batch_age = on_batch_age or (lambda function, age_ms: None)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.counters = StreamCounters()
@@ -136,6 +140,8 @@ class StreamPoller:
     def _deliver(self, shard_id: str, records: list[dict[str, Any]]) -> None:
         attempts = 0
         while records and not self._stop.is_set():
+            arrived = records[-1]["ApproximateArrivalTimestamp"].timestamp()
+            self._on_batch_age(self._pool.spec.name, (time.time() - arrived) * 1000.0)
             with self._pool.container() as container:
                 result = container.invoke(
                     kinesis_event(

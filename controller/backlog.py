@@ -1,0 +1,97 @@
+"""Reading a queue's backlog: SQS's ``GetQueueAttributes``, and an in-memory twin.
+
+The controller reads a backlog only for a queue about to raise its mapping (a probe for
+capacity), so a read is one SQS call per such queue, never a Lambda control-plane call (those
+are the account's scarce 15 a second). A read that fails is the backlog unknown: the caller
+decides as it would without one.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from botocore.exceptions import BotoCoreError
+
+from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep
+from controller.aws import client as aws_client
+from controller.cache import LruCache
+from controller.constants import CACHED_QUEUES
+from controller.ports import BacklogUnavailable
+
+# The attribute GetQueueAttributes names it by (the CloudWatch metric's name differs).
+VISIBLE_ATTRIBUTE = "ApproximateNumberOfMessages"
+# SQS's answers worth one more try; any 5xx is retried too (controller.aws).
+RETRYABLE_CODES = frozenset({"RequestThrottled", "ThrottlingException", "ServiceUnavailable"})
+
+
+class SqsBacklog:
+    """``GetQueueAttributes(ApproximateNumberOfMessages)`` of the queue named in the CONFIG.
+
+    The queue's URL is looked up once per warm container (``GetQueueUrl``: a queue's URL never
+    changes) and remembered for ``CACHED_QUEUES`` queues. Retries are few and short: the read
+    only informs a raise, and an unknown backlog leaves the decision as it was without it.
+    """
+
+    def __init__(
+        self,
+        client: Any = None,
+        *,
+        clock: Clock = time.monotonic,
+        sleep: Sleep = time.sleep,
+        rng: random.Random | None = None,
+        max_attempts: int = 2,
+    ) -> None:
+        self._caller = PacedCaller(
+            client if client is not None else aws_client("sqs"),
+            retryable=RETRYABLE_CODES,
+            backoff=Backoff(base_s=0.05, cap_s=0.5),
+            max_attempts=max_attempts,
+            clock=clock,
+            sleep=sleep,
+            rng=rng or random.Random(),
+        )
+        self._urls: LruCache[str, str] = LruCache(CACHED_QUEUES)
+
+    def visible(self, queue: str, deadline: float) -> int:
+        try:
+            url = self._urls.get(queue)
+            if url is None:
+                url = str(self._caller.call("get_queue_url", deadline, QueueName=queue)["QueueUrl"])
+                self._urls[queue] = url
+            answer = self._caller.call(
+                "get_queue_attributes", deadline, QueueUrl=url, AttributeNames=[VISIBLE_ATTRIBUTE]
+            )
+            return int(answer["Attributes"][VISIBLE_ATTRIBUTE])
+        except (CallAbandoned, BotoCoreError, KeyError, TypeError, ValueError) as error:
+            raise BacklogUnavailable(f"backlog of {queue}: {error}") from error
+
+
+class InMemoryBacklog:
+    """The twin: backlogs given by the test, every read recorded, faults injectable.
+
+    A queue not given reads as unavailable. ``reads`` lists the queues read, in order;
+    ``fail_next`` queues exceptions raised by the next reads.
+    """
+
+    def __init__(self, **backlogs: int) -> None:
+        self._lock = threading.Lock()
+        self._backlogs = dict(backlogs)
+        self._faults: deque[Exception] = deque()
+        self.reads: list[str] = []
+
+    def fail_next(self, *errors: Exception) -> None:
+        with self._lock:
+            self._faults.extend(errors)
+
+    def visible(self, queue: str, deadline: float) -> int:
+        with self._lock:
+            self.reads.append(queue)
+            if self._faults:
+                raise self._faults.popleft()
+            if queue not in self._backlogs:
+                raise BacklogUnavailable(f"backlog of {queue}: no such queue")
+            return self._backlogs[queue]
