@@ -79,9 +79,12 @@ def plan(
     unsettled: Callable[[str], bool],
     algorithm: LimitAlgorithm[Any],
     params_for: Callable[[QueueConfig], PolicyParams],
+    *,
+    sharing: Mapping[str, int] | None = None,
 ) -> Plan:
     """Decide ``queues`` (in that order) with their windows; a queue without a config is not
-    managed, one without a state is left undecided."""
+    managed, one without a state is left undecided. ``sharing``: how many queues report each
+    downstream with an announced quota (``ControlLoop``)."""
     steps = []
     undecided = []
     for queue in queues:
@@ -92,7 +95,9 @@ def plan(
             undecided.append(queue)
             continue
         window = windows[queue]
-        decision = decide(algorithm, state, config, window, now, params_for(config))
+        decision = decide(
+            algorithm, state, config, window, now, params_for(config), sharing=sharing
+        )
         steps.append(
             step_for(config, decision, state, window.newest_event_time, now, unsettled(queue))
         )

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from controller.model import QueueState, QueueStateName
 from controller.policy.evidence import Refusal
 from controller.settings import PolicyParams
-from controller.window import WindowSnapshot, WindowStats
+from controller.window import Quota, WindowSnapshot, WindowStats
 
 M = TypeVar("M")
 
@@ -27,8 +27,10 @@ class Situation(Generic[M]):
     ``stats`` is the vetted evidence: invocations that started after the last change (plus
     its settle margin). ``refusal`` says why no verdict may rest on it yet (``None``: it is
     admissible: at least ``params.min_samples`` calls, none stale). ``window`` is the queue's
-    whole window as it stood, for an algorithm that selects its own evidence. All of it is
-    frozen: the same situation always gives the same verdict.
+    whole window as it stood, for an algorithm that selects its own evidence. ``quota`` is
+    the newest rate limit the queue's downstream announced (``None``: none announced), and
+    ``sharing`` how many queues report that downstream with an announced quota (the queue
+    among them). All of it is frozen: the same situation always gives the same verdict.
     """
 
     state: QueueState
@@ -38,6 +40,8 @@ class Situation(Generic[M]):
     window: WindowSnapshot
     now: float
     params: PolicyParams
+    quota: Quota | None = None
+    sharing: int = 1
 
 
 @dataclass(frozen=True, slots=True)

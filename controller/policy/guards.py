@@ -12,6 +12,7 @@ too, by the original rule.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from controller.model import Action, Decision, Mode, QueueConfig, QueueState
@@ -29,8 +30,13 @@ def decide(
     window: QueueWindow,
     now: float,
     params: PolicyParams,
+    *,
+    sharing: Mapping[str, int] | None = None,
 ) -> Decision:
-    """The queue's next decision: the shared guards around ``algorithm``'s verdict."""
+    """The queue's next decision: the shared guards around ``algorithm``'s verdict.
+
+    ``sharing`` counts the queues that report each downstream with an announced quota: the
+    situation carries the queue's newest quota and how many queues share it."""
     if config.mode is Mode.PINNED:
         return _pinned(state, now)
     if not params.cmin <= state.concurrency <= params.cmax:
@@ -43,7 +49,12 @@ def decide(
     memory = algorithm.memory_of(state)
     snapshot = window.snapshot()
     stats, refusal = vetted_evidence(state, snapshot, now, params)
-    verdict = algorithm.decide(Situation(state, memory, stats, refusal, snapshot, now, params))
+    quota = window.quota
+    sharers = 1
+    if quota is not None and quota.downstream is not None and sharing:
+        sharers = max(1, sharing.get(quota.downstream, 1))
+    situation = Situation(state, memory, stats, refusal, snapshot, now, params, quota, sharers)
+    verdict = algorithm.decide(situation)
     target = clamp(verdict.target, params)
     if target > state.concurrency and now < state.hold_until:
         reason = (

@@ -76,6 +76,10 @@ class Tuning:
     # Growth needs at least this share of the cap in use over the window (the poller's ramp
     # after the last step included).
     used_share: float = 0.5
+    # Announced limits: the seconds of invocation starts before the newest announcement whose
+    # calls per invocation-second size the announced level, and whose 429s naming a
+    # concurrency limit set the announced phase aside.
+    announced_span_s: float = 30.0
 
     @property
     def cutting_rise(self) -> float:
