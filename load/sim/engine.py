@@ -24,6 +24,10 @@ What is modelled (AWS's documented behaviour where there is one):
   its capacity), optionally with a heavy (Pareto) tail. A call that takes longer than the
   worker's client timeout ends for the worker at the timeout and fails its message like a 429;
   the downstream still works on it until its latency has passed.
+- Announced limits: a downstream with ``announce`` answers with its quota (``capacity`` calls
+  per fixed window of ``ANNOUNCED_WINDOW_S``, what is left of it, and when the window ends),
+  and the invocation reports the smallest remaining with its quota, window and reset, as the
+  worker does; Stripe's style announces no quota and names every 429 a rate limit's.
 - Telemetry: each sample reaches Kinesis after a uniform random delay in
   ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
   window (no invocation when nothing arrived). The controller also runs on a schedule (an
@@ -42,7 +46,13 @@ from typing import Protocol
 
 from controller.model import Sample
 from load.sim.scenario import Scenario
-from load.sim.services import SimDownstream, SimQueue, arrivals_end, arrived_by
+from load.sim.services import (
+    ANNOUNCED_WINDOW_S,
+    SimDownstream,
+    SimQueue,
+    arrivals_end,
+    arrived_by,
+)
 
 # 2026-01-01T00:00:00Z: virtual time 0, as epoch seconds, for the controller and recordings.
 SIM_EPOCH = 1_767_225_600.0
@@ -140,6 +150,9 @@ class _Invocation:
         "noise",
         "ok",
         "queue",
+        "quota",
+        "quota_remaining",
+        "quota_reset_at",
         "rejected",
         "started",
         "timed_out",
@@ -157,6 +170,10 @@ class _Invocation:
         self.busy_ms = 0.0
         self.failed: list[tuple[int, float]] = []
         self.done_arrivals: list[float] = []
+        # The answer announcing the smallest remaining quota: it, its quota, its window's end.
+        self.quota_remaining: float | None = None
+        self.quota = 0.0
+        self.quota_reset_at = 0.0
 
 
 def simulate(
@@ -278,6 +295,8 @@ class _Run:
         timeout = queue.timeout_s
         if timeout is not None and latency > timeout:
             status, latency = TIMED_OUT, timeout
+        elif queue.downstream.announces_quota:
+            _note_announced(invocation, queue.downstream, now)
         trace = queue.trace
         second = int(now)
         trace.calls_total += 1
@@ -331,6 +350,9 @@ class _Run:
         """The one place an invocation becomes telemetry (what its worker would emit): its
         429s, its client-side timeouts (``DownstreamTimeout``) and the other failures."""
         calls = len(invocation.messages)
+        remaining = invocation.quota_remaining
+        announced = remaining is not None
+        downstream = invocation.queue.downstream
         return Sample(
             queue=invocation.queue.spec.name,
             event_time=SIM_EPOCH + now,
@@ -344,6 +366,11 @@ class _Run:
             invocation_ms=invocation.busy_ms,
             downstream=invocation.queue.spec.downstream,
             timed_out=invocation.timed_out,
+            quota_remaining=remaining,
+            quota_limit=invocation.quota * ANNOUNCED_WINDOW_S if announced else None,
+            quota_window_s=ANNOUNCED_WINDOW_S if announced else None,
+            quota_reset_s=max(0.0, invocation.quota_reset_at - now) if announced else None,
+            throttled_rate=invocation.rejected if downstream.names_429_kind else 0,
         )
 
     def returned(self, now: float, payload: tuple[SimQueue, list[tuple[int, float]]]) -> None:
@@ -406,3 +433,13 @@ class _Run:
         self.apply_mappings()
         for queue in self.queues:
             self.dispatch(queue, now)
+
+
+def _note_announced(invocation: _Invocation, downstream: SimDownstream, now: float) -> None:
+    """Keep the answer at ``now`` if it announced the smallest remaining quota so far."""
+    remaining = invocation.quota_remaining
+    if remaining is None or downstream.remaining < remaining:
+        invocation.quota_remaining = downstream.remaining
+        invocation.quota = downstream.quota
+        window = ANNOUNCED_WINDOW_S
+        invocation.quota_reset_at = (math.floor(now / window) + 1) * window
