@@ -103,6 +103,12 @@ class TestAnnouncedPhase:
         assert (decision.action, decision.target) == (Action.ADDITIVE_INCREASE, 8)
         assert memory_of(decision).probe_until == 0.0
 
+    def test_a_pace_read_a_little_differently_does_not_count_as_a_rise(self) -> None:
+        # 100.75 calls/s fit 8.06 invocations: 5% less is under 8, no rise from 7.
+        assert run(queue(7, announced_level=7), busy(limit=100.75)).target == 7
+        # 110 calls/s fit 8.8: a rise.
+        assert run(queue(7, announced_level=7), busy(limit=110.0)).target == 8
+
     def test_at_the_announced_level_blind_growth_stops(self) -> None:
         # Clean and fully used at 8: the blind law would grow or probe; the quota says 8.
         decision = run(queue(8, announced_level=8), busy(documents=240))

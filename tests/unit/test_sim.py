@@ -446,3 +446,13 @@ def test_announcing_changes_no_call_of_the_run() -> None:
     announced = simulate(tiny(capacity_rps=[[0, 40]], announce="github"), StaticPolicy())
     assert scorecard(blind)["totals"] == scorecard(announced)["totals"]
     assert all(delivery.sample.quota_limit is None for delivery in blind.telemetry)
+
+
+def test_the_bound_knows_the_announced_scenarios_as_their_blind_ones() -> None:
+    for name in ("capacity-drop", "below-floor", "flash-crowd"):
+        assert HindsightPolicy.knows(load_scenario(f"{name}-announced"))
+        blind, announced = load_scenario(name), load_scenario(f"{name}-announced")
+        assert ideal_drain_times(announced) == ideal_drain_times(blind)
+        assert [invocation_pace(announced, queue) for queue in announced.queues] == [
+            invocation_pace(blind, queue) for queue in blind.queues
+        ]

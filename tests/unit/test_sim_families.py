@@ -172,7 +172,9 @@ def test_a_family_draws_each_of_its_shapes(family: str) -> None:
 
 @settings(max_examples=30, deadline=None)
 @given(st.integers(1, 10**6), st.integers(1, fam.MAX_DRAWS))
-def test_an_announced_draw_is_the_blind_familys_same_draw_announcing(seed: int, number: int) -> None:
+def test_an_announced_draw_is_the_blind_familys_same_draw_announcing(
+    seed: int, number: int
+) -> None:
     for family, blind in fam.ANNOUNCED_FAMILIES.items():
         announced = draw_document(family, seed, number)
         assert announced["name"] == draw_name(family, seed, number)

@@ -19,7 +19,9 @@ its quota comes back, so neither needs a probe (``Situation.quota``, the newest 
   quota it brings back: resumed at the announced level when that fits, paused again (for twice
   as long) when it does not.
 - **Know the return.** When the announced level rises above the one announced before (a
-  reset, a quota raised, a capacity back), the mapping goes to it at once: no blind probe.
+  reset, a quota raised, a capacity back; by more than ``announced_hysteresis`` of the fit,
+  so that a pace measured a little differently does not move it), the mapping goes to it at
+  once: no blind probe.
 - **Within it, the blind law.** At or below the announced level the blind phases decide (a cut
   on 429s the quota does not explain, trims, latency); their growth and probes stop at it.
 - **A concurrency limit is not a quota.** A 429 that names a concurrency limit (Stripe's
@@ -96,7 +98,8 @@ class Announced(Pausing):
                 _sized(memory, level, broke_at=current),
                 situation.stats,
             )
-        if level > current and level > memory.announced_level:
+        risen = math.floor(fit * (1.0 - self.announced_hysteresis)) > memory.announced_level
+        if level > current and risen:
             return move(
                 level,
                 rising(level, params),

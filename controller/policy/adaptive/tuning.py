@@ -80,6 +80,10 @@ class Tuning:
     # calls per invocation-second size the announced level, and whose 429s naming a
     # concurrency limit set the announced phase aside.
     announced_span_s: float = 30.0
+    # A rise of the announced level is raised to once the fit, less this share, still reaches
+    # a level above the one announced before: a pace measured a little differently from one
+    # decision to the next must not move the mapping up and down around a whole level.
+    announced_hysteresis: float = 0.05
 
     @property
     def cutting_rise(self) -> float:
