@@ -23,7 +23,9 @@ its quota comes back, so neither needs a probe (``Situation.quota``, the newest 
   so that a pace measured a little differently does not move it), the mapping goes to it at
   once: no blind probe.
 - **Within it, the blind law.** At or below the announced level the blind phases decide (a cut
-  on 429s the quota does not explain, trims, latency); their growth and probes stop at it.
+  on 429s the quota does not explain, trims, latency), a cut no deeper than the level's
+  accepted share; where they would grow or probe (clean, the allowance in use) the mapping
+  goes to the announced level itself, and at it they hold.
 - **A concurrency limit is not a quota.** A 429 that names a concurrency limit (Stripe's
   ``*-concurrency``) wants the concurrency that was in flight when calls were still accepted,
   which is the blind cut in proportion (invocations in use times the accepted share); a rate
@@ -115,20 +117,48 @@ class Announced(Pausing):
     def within_announced(
         self, situation: AdaptiveSituation, fit: float, verdict: AdaptiveVerdict
     ) -> AdaptiveVerdict:
-        """The blind phases' ``verdict``, its growth and probes stopped at the announced level."""
+        """The blind phases' ``verdict`` under the announced level: where they would grow or
+        probe (clean, the allowance in use), the mapping goes to the announced level itself,
+        with no probe; at it, they hold. A cut on 429s is no deeper than the level's accepted
+        share: the quota says the level fits, so what the 429s show is the level's calls
+        bunching within a second (or a user of the quota that does not report), not an
+        in-use estimate to start over from."""
         level = clamp(math.floor(fit), situation.params)
-        current = situation.state.concurrency
-        if verdict.target <= max(level, current) or verdict.enabled is False:
+        state = situation.state
+        current = state.concurrency
+        if verdict.enabled is False or verdict.target == current:
             return verdict
-        if verdict.memory.probe_until > 0 or level <= current:
+        if verdict.target < current:
+            shallow = max(
+                situation.params.cmin,
+                min(current - 1, math.floor(current * (1.0 - verdict.pressure_rate))),
+            )
+            if verdict.target >= shallow:
+                return verdict
+            return replace(
+                verdict,
+                target=shallow,
+                reason=f"{verdict.reason} Announced quota fits {level}: no deeper than the "
+                f"accepted share, {shallow}.",
+                memory=replace(verdict.memory, ceiling=ceiling_above(shallow)),
+            )
+        if level <= current:
             return hold(
-                situation.state,
+                state,
                 f"At the announced level ({_sustains(situation, fit)}); holding at {current}.",
                 situation.memory,
                 situation.stats,
             )
-        reason = f"{verdict.reason} Announced: {level} at most."
-        return replace(verdict, target=level, reason=reason)
+        return move(
+            level,
+            rising(level, situation.params),
+            f"Clean below the announced level ({_sustains(situation, fit)}): raising to it "
+            f"without a probe. Scaled from {current} -> {level}.",
+            _sized(verdict.memory, level),
+            situation.stats,
+            breaches=0,
+            wake_at=0.0,
+        )
 
     def _below_floor(self, situation: AdaptiveSituation, fit: float) -> AdaptiveVerdict | None:
         """Pause at Cmin, where even Cmin would overload the quota; a test that brings back a
