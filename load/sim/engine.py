@@ -48,10 +48,12 @@ from controller.model import Sample
 from load.sim.scenario import Scenario
 from load.sim.services import (
     ANNOUNCED_WINDOW_S,
+    AnnouncedMinimum,
     SimDownstream,
     SimQueue,
     arrivals_end,
     arrived_by,
+    smallest_announced,
 )
 
 # 2026-01-01T00:00:00Z: virtual time 0, as epoch seconds, for the controller and recordings.
@@ -142,6 +144,7 @@ class SimResult:
 
 class _Invocation:
     __slots__ = (
+        "announced",
         "busy_ms",
         "done_arrivals",
         "failed",
@@ -150,9 +153,6 @@ class _Invocation:
         "noise",
         "ok",
         "queue",
-        "quota",
-        "quota_remaining",
-        "quota_reset_at",
         "rejected",
         "started",
         "timed_out",
@@ -170,10 +170,7 @@ class _Invocation:
         self.busy_ms = 0.0
         self.failed: list[tuple[int, float]] = []
         self.done_arrivals: list[float] = []
-        # The answer announcing the smallest remaining quota: it, its quota, its window's end.
-        self.quota_remaining: float | None = None
-        self.quota = 0.0
-        self.quota_reset_at = 0.0
+        self.announced: AnnouncedMinimum | None = None
 
 
 def simulate(
@@ -296,7 +293,7 @@ class _Run:
         if timeout is not None and latency > timeout:
             status, latency = TIMED_OUT, timeout
         elif queue.downstream.announces_quota:
-            _note_announced(invocation, queue.downstream, now)
+            invocation.announced = smallest_announced(invocation.announced, queue.downstream, now)
         trace = queue.trace
         second = int(now)
         trace.calls_total += 1
@@ -350,9 +347,7 @@ class _Run:
         """The one place an invocation becomes telemetry (what its worker would emit): its
         429s, its client-side timeouts (``DownstreamTimeout``) and the other failures."""
         calls = len(invocation.messages)
-        remaining = invocation.quota_remaining
-        announced = remaining is not None
-        downstream = invocation.queue.downstream
+        seen = invocation.announced
         return Sample(
             queue=invocation.queue.spec.name,
             event_time=SIM_EPOCH + now,
@@ -366,11 +361,11 @@ class _Run:
             invocation_ms=invocation.busy_ms,
             downstream=invocation.queue.spec.downstream,
             timed_out=invocation.timed_out,
-            quota_remaining=remaining,
-            quota_limit=invocation.quota * ANNOUNCED_WINDOW_S if announced else None,
-            quota_window_s=ANNOUNCED_WINDOW_S if announced else None,
-            quota_reset_s=max(0.0, invocation.quota_reset_at - now) if announced else None,
-            throttled_rate=invocation.rejected if downstream.names_429_kind else 0,
+            quota_remaining=None if seen is None else seen.remaining,
+            quota_limit=None if seen is None else seen.quota * ANNOUNCED_WINDOW_S,
+            quota_window_s=None if seen is None else ANNOUNCED_WINDOW_S,
+            quota_reset_s=None if seen is None else max(0.0, seen.reset_at - now),
+            throttled_rate=invocation.rejected if invocation.queue.downstream.names_429_kind else 0,
         )
 
     def returned(self, now: float, payload: tuple[SimQueue, list[tuple[int, float]]]) -> None:
@@ -433,13 +428,3 @@ class _Run:
         self.apply_mappings()
         for queue in self.queues:
             self.dispatch(queue, now)
-
-
-def _note_announced(invocation: _Invocation, downstream: SimDownstream, now: float) -> None:
-    """Keep the answer at ``now`` if it announced the smallest remaining quota so far."""
-    remaining = invocation.quota_remaining
-    if remaining is None or downstream.remaining < remaining:
-        invocation.quota_remaining = downstream.remaining
-        invocation.quota = downstream.quota
-        window = ANNOUNCED_WINDOW_S
-        invocation.quota_reset_at = (math.floor(now / window) + 1) * window

@@ -98,6 +98,27 @@ class SimDownstream:
         return queueing_latency(no_load_s, len(in_progress), capacity)
 
 
+class AnnouncedMinimum:
+    """What an invocation reports of the quota its answers announced, as the worker does: the
+    answer with the smallest remaining, its quota and the end of its window."""
+
+    __slots__ = ("quota", "remaining", "reset_at")
+
+    def __init__(self, downstream: SimDownstream, now: float) -> None:
+        self.remaining = downstream.remaining
+        self.quota = downstream.quota
+        self.reset_at = (math.floor(now / ANNOUNCED_WINDOW_S) + 1) * ANNOUNCED_WINDOW_S
+
+
+def smallest_announced(
+    seen: AnnouncedMinimum | None, downstream: SimDownstream, now: float
+) -> AnnouncedMinimum:
+    """``seen``, or the answer ``downstream`` just gave at ``now`` if it left less."""
+    if seen is None or downstream.remaining < seen.remaining:
+        return AnnouncedMinimum(downstream, now)
+    return seen
+
+
 class SimQueue:
     """An SQS queue (never-received and returned messages) and its mapping's poller."""
 
