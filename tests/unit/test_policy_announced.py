@@ -13,9 +13,11 @@ from hypothesis import strategies as st
 from controller.actuator import InMemoryActuator
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
-from controller.model import Action, Decision, QueueState, Sample
+from controller.model import Action, Decision, QueueState, QueueStateName, Sample
 from controller.policy import decide, memory_type
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
+from controller.policy.adaptive.memory import move
+from controller.policy.base import Situation
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 from tests.factories import config, mapped, registered, state
@@ -80,6 +82,11 @@ def run(
     return decide(ALGORITHM, current, config(), window, now, params, sharing=sharing)
 
 
+def memory_of_state(current: QueueState) -> AdaptiveMemory:
+    assert isinstance(current.memory, AdaptiveMemory)
+    return current.memory
+
+
 def memory_of(decision: Decision) -> AdaptiveMemory:
     memory = decision.new_state.memory
     assert isinstance(memory, AdaptiveMemory)
@@ -122,6 +129,40 @@ class TestAnnouncedPhase:
         # No raise back to the same announced level while it is what was announced before.
         after = run(decision.new_state, window, now=NOW + 1)
         assert after.target <= decision.target
+
+    def test_clean_and_used_below_the_announced_level_it_goes_to_it_without_a_probe(
+        self,
+    ) -> None:
+        # At 5 with 8 announced before and nothing refused: the blind law would grow.
+        decision = run(queue(5, announced_level=8), busy(documents=240))
+        assert (decision.action, decision.target) == (Action.ADDITIVE_INCREASE, 8)
+        assert memory_of(decision).probe_until == 0.0
+
+    def test_a_blind_cut_under_a_quota_is_no_deeper_than_the_levels_accepted_share(
+        self,
+    ) -> None:
+        # 10% refused at the announced level 8, and a blind cut sized from a poor in-use
+        # estimate (2): the quota says 8 fits, so the cut is to 8's accepted share, 7.
+        window = busy(throttled=1)
+        stats = window.stats(NOW - 30, NOW + 1)
+        current = queue(8, announced_level=8)
+        situation = Situation(
+            current,
+            memory_of_state(current),
+            stats,
+            None,
+            window.snapshot(),
+            NOW,
+            PARAMS,
+            window.quota,
+        )
+        blind = move(2, QueueStateName.THROTTLED, "Overload.", AdaptiveMemory(ceiling=3), stats)
+        verdict = ALGORITHM.within_announced(situation, 8.0, blind)
+        assert verdict.target == 7
+        assert verdict.memory.ceiling == 8
+        # A cut no deeper than that share is the blind law's own.
+        shallow = move(7, QueueStateName.THROTTLED, "Trim.", AdaptiveMemory(ceiling=8), stats)
+        assert ALGORITHM.within_announced(situation, 8.0, shallow) is shallow
 
     def test_a_spent_quota_pauses_until_its_reset_then_resumes_at_its_level(self) -> None:
         # 6000 calls a minute (100/s), 20 left 40 s before the reset: 0.5 calls/s until then.
