@@ -12,6 +12,7 @@ many queues one batch names. A window forgotten is counted and reported, never s
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -155,6 +156,16 @@ class QueueBook:
         if window is None:
             window = self._held[sample.queue] = QueueWindow(self.retention_s)
         return window.add(sample)
+
+    def announcing(self, since: float) -> Counter[str]:
+        """How many queues report each downstream with an announced quota: those whose newest
+        quota was announced at ``since`` or later (the queues that share it now)."""
+        queues: Counter[str] = Counter()
+        for window in itertools.chain(self._held.values(), (w for _, w in self._windows.items())):
+            quota = window.quota
+            if quota is not None and quota.downstream is not None and quota.event_time >= since:
+                queues[quota.downstream] += 1
+        return queues
 
     def window(self, queue: str) -> QueueWindow:
         """The queue's evidence (an empty window when none is kept); read, never changed."""

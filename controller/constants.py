@@ -35,6 +35,9 @@ MAX_CLOCK_SKEW_S: Final = 30.0
 # time parameters (window, settle margin, staleness) are bounded by it: a window longer than
 # what is kept would silently be this one.
 WINDOW_RETENTION_S: Final = 600.0
+# Queues whose downstream announced its quota within this long share that quota: each is
+# sized from its share (docs/algorithms.md, "Announced limits").
+QUOTA_SHARED_FOR_S: Final = 60.0
 
 # What a warm controller container remembers, at most. Past these sizes the least recently
 # used entries are forgotten and re-read (configs, states) or re-learned (windows) when needed.

@@ -18,7 +18,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.book import Count, QueueBook
-from controller.constants import CACHED_QUEUES, MAX_CLOCK_SKEW_S, WINDOW_RETENTION_S
+from controller.constants import (
+    CACHED_QUEUES,
+    MAX_CLOCK_SKEW_S,
+    QUOTA_SHARED_FOR_S,
+    WINDOW_RETENTION_S,
+)
 from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.model import (
     AuditEvent,
@@ -384,6 +389,7 @@ class ControlLoop:
             book.is_unsettled,
             self.algorithm,
             self.params_for,
+            sharing=book.announcing(now - QUOTA_SHARED_FOR_S),
         )
         backlogs = self._backlogs(probing(planned), deadline)
         if backlogs:

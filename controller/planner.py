@@ -80,10 +80,13 @@ def plan(
     algorithm: LimitAlgorithm[Any],
     params_for: Callable[[QueueConfig], PolicyParams],
     backlogs: Mapping[str, int] | None = None,
+    *,
+    sharing: Mapping[str, int] | None = None,
 ) -> Plan:
     """Decide ``queues`` (in that order) with their windows and, where known, their backlogs
     (the messages waiting); a queue without a config is not managed, one without a state is
-    left undecided."""
+    left undecided. ``sharing``: how many queues report each downstream with an announced
+    quota (``ControlLoop``)."""
     backlogs = backlogs or {}
     steps = []
     undecided = []
@@ -95,8 +98,16 @@ def plan(
             undecided.append(queue)
             continue
         window = windows[queue]
-        params = params_for(config)
-        decision = decide(algorithm, state, config, window, now, params, backlogs.get(queue))
+        decision = decide(
+            algorithm,
+            state,
+            config,
+            window,
+            now,
+            params_for(config),
+            backlogs.get(queue),
+            sharing=sharing,
+        )
         steps.append(
             step_for(config, decision, state, window.newest_event_time, now, unsettled(queue))
         )

@@ -16,6 +16,63 @@ from operator import itemgetter
 from controller.model import Sample
 
 
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """The rate limit a queue's downstream announced (rate-limit headers) in one document.
+
+    A fixed window: ``limit`` calls per ``window_s`` seconds, ``remaining`` of them left in
+    the current window at ``event_time``, and that window ending at ``reset_at`` (epoch
+    seconds). Any of them may be missing: a downstream sends what it sends.
+    """
+
+    downstream: str | None
+    event_time: float
+    remaining: float | None
+    limit: float | None
+    window_s: float | None
+    reset_at: float | None
+
+    @classmethod
+    def announced_by(cls, sample: Sample) -> Quota | None:
+        """The quota ``sample`` reports (``None``: it announced none)."""
+        if sample.quota_limit is None and sample.quota_remaining is None:
+            return None
+        reset_s = sample.quota_reset_s
+        reset_at = None if reset_s is None else sample.event_time + reset_s
+        return cls(
+            sample.downstream,
+            sample.event_time,
+            sample.quota_remaining,
+            sample.quota_limit,
+            sample.quota_window_s,
+            reset_at,
+        )
+
+    @property
+    def steady_rate(self) -> float | None:
+        """Calls a second the quota sustains window after window (``None``: not announced)."""
+        if self.limit is None or not self.window_s:
+            return None
+        return self.limit / self.window_s
+
+    def sustained_rate(self, now: float) -> float | None:
+        """Calls a second the quota sustains from ``now`` for all its users: the quota over
+        its window, and, while the announced window lasts, no more than its remaining spread
+        over the window's rest as it stood when announced (``None``: too little announced).
+        Once ``reset_at`` has passed the quota is whole again: the steady rate."""
+        steady = self.steady_rate
+        if self.remaining is None or self.reset_at is None or self.reset_at <= now:
+            return steady
+        left = self.remaining / max(self.reset_at - self.event_time, 1e-3)
+        return left if steady is None else min(steady, left)
+
+    def resets_after(self, now: float) -> bool:
+        """The quota's rest of the window binds now: it sustains less than its steady rate
+        until ``reset_at``, which is still to come."""
+        steady, rate = self.steady_rate, self.sustained_rate(now)
+        return rate is not None and (steady is None or rate < steady)
+
+
 @dataclass(slots=True)
 class Totals:
     """The window's running count of some invocations' telemetry: one second's bucket, or a
@@ -28,6 +85,8 @@ class Totals:
     ok: int = 0
     pressure: int = 0
     throttled: int = 0
+    throttled_concurrency: int = 0
+    throttled_rate: int = 0
     server_errors: int = 0
     client_errors: int = 0
     timed_out: int = 0
@@ -45,6 +104,8 @@ class Totals:
         self.ok += sample.ok
         self.pressure += sample.pressure
         self.throttled += sample.throttled
+        self.throttled_concurrency += sample.throttled_concurrency
+        self.throttled_rate += sample.throttled_rate
         self.server_errors += sample.server_errors
         self.client_errors += sample.client_errors
         self.timed_out += sample.timed_out
@@ -63,6 +124,8 @@ class Totals:
         self.ok += other.ok
         self.pressure += other.pressure
         self.throttled += other.throttled
+        self.throttled_concurrency += other.throttled_concurrency
+        self.throttled_rate += other.throttled_rate
         self.server_errors += other.server_errors
         self.client_errors += other.client_errors
         self.timed_out += other.timed_out
@@ -97,6 +160,9 @@ class WindowStats:
     ok: int
     pressure: int
     throttled: int
+    # The 429s among ``throttled`` whose answer named a concurrency limit, or a rate limit.
+    throttled_concurrency: int
+    throttled_rate: int
     server_errors: int
     client_errors: int
     timed_out: int
@@ -181,11 +247,17 @@ class QueueWindow:
         self._frozen: dict[int, WindowStats] = {}
         self._stale: dict[int, None] = {}
         self._newest_event_time: float | None = None
+        self._quota: Quota | None = None
         self.dropped_too_old = 0
 
     @property
     def newest_event_time(self) -> float | None:
         return self._newest_event_time
+
+    @property
+    def quota(self) -> Quota | None:
+        """The newest quota (by event time) the queue's downstream announced."""
+        return self._quota
 
     def __len__(self) -> int:
         """Buckets held: what retention bounds."""
@@ -200,6 +272,8 @@ class QueueWindow:
         key = math.floor(sample.started_at)
         self._buckets.setdefault(key, Totals()).count(sample)
         self._stale[key] = None
+        if sample.quota_limit is not None or sample.quota_remaining is not None:
+            self._note_quota(sample)
         if newest is None or sample.event_time > newest:
             self._newest_event_time = sample.event_time
             self._prune(sample.event_time - self._retention_s)
@@ -221,7 +295,13 @@ class QueueWindow:
         self._stale.clear()
         return self._frozen
 
+    def _note_quota(self, sample: Sample) -> None:
+        if self._quota is None or sample.event_time >= self._quota.event_time:
+            self._quota = Quota.announced_by(sample)
+
     def _prune(self, horizon: float) -> None:
+        if self._quota is not None and self._quota.event_time < horizon:
+            self._quota = None
         cutoff = math.floor(horizon)
         for key in [key for key in self._buckets if key < cutoff]:
             del self._buckets[key]

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from controller.model import QueueState, QueueStateName
 from controller.policy.evidence import Refusal
 from controller.settings import PolicyParams
-from controller.window import WindowSnapshot, WindowStats
+from controller.window import Quota, WindowSnapshot, WindowStats
 
 M = TypeVar("M")
 
@@ -29,8 +29,10 @@ class Situation(Generic[M]):
     admissible: at least ``params.min_samples`` calls, none stale). ``window`` is the queue's
     whole window as it stood, for an algorithm that selects its own evidence. ``backlog`` is
     the messages waiting in the queue when it was read (``None``: unknown, not read or the
-    read failed; the controller reads it only for a queue about to raise). All of it is
-    frozen: the same situation always gives the same verdict.
+    read failed; the controller reads it only for a queue about to raise). ``quota`` is
+    the newest rate limit the queue's downstream announced (``None``: none announced), and
+    ``sharing`` how many queues report that downstream with an announced quota (the queue
+    among them). All of it is frozen: the same situation always gives the same verdict.
     """
 
     state: QueueState
@@ -41,6 +43,8 @@ class Situation(Generic[M]):
     now: float
     params: PolicyParams
     backlog: int | None = None
+    quota: Quota | None = None
+    sharing: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ too, by the original rule.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from controller.model import Action, Decision, Mode, QueueConfig, QueueState
@@ -32,10 +33,14 @@ def decide(
     now: float,
     params: PolicyParams,
     backlog: int | None = None,
+    *,
+    sharing: Mapping[str, int] | None = None,
 ) -> Decision:
     """The queue's next decision: the shared guards around ``algorithm``'s verdict.
 
-    ``backlog``: the messages waiting in the queue (``None``: unknown)."""
+    ``backlog``: the messages waiting in the queue (``None``: unknown). ``sharing`` counts
+    the queues that report each downstream with an announced quota: the situation carries
+    the queue's newest quota and how many queues share it."""
     if config.mode is Mode.PINNED:
         return _pinned(state, now)
     if not params.cmin <= state.concurrency <= params.cmax:
@@ -48,7 +53,13 @@ def decide(
     memory = algorithm.memory_of(state)
     snapshot = window.snapshot()
     stats, refusal = vetted_evidence(state, snapshot, now, params)
-    situation = Situation(state, memory, stats, refusal, snapshot, now, params, backlog)
+    quota = window.quota
+    sharers = 1
+    if quota is not None and quota.downstream is not None and sharing:
+        sharers = max(1, sharing.get(quota.downstream, 1))
+    situation = Situation(
+        state, memory, stats, refusal, snapshot, now, params, backlog, quota, sharers
+    )
     verdict = algorithm.decide(situation)
     target = clamp(verdict.target, params)
     if target > state.concurrency and now < state.hold_until:

@@ -26,6 +26,10 @@ What is modelled (AWS's documented behaviour where there is one):
   the downstream still works on it until its latency has passed.
 - The controller's backlog read (SQS ``GetQueueAttributes``): a queue's visible messages at
   the controller's run, never-received ones and those back from a failed receive.
+- Announced limits: a downstream with ``announce`` answers with its quota (``capacity`` calls
+  per fixed window of ``ANNOUNCED_WINDOW_S``, what is left of it, and when the window ends),
+  and the invocation reports the smallest remaining with its quota, window and reset, as the
+  worker does; Stripe's style announces no quota and names every 429 a rate limit's.
 - Telemetry: each sample reaches Kinesis after a uniform random delay in
   ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
   window (no invocation when nothing arrived). The controller also runs on a schedule (an
@@ -44,7 +48,15 @@ from typing import Protocol
 
 from controller.model import Sample
 from load.sim.scenario import Scenario
-from load.sim.services import SimDownstream, SimQueue, arrivals_end, arrived_by
+from load.sim.services import (
+    ANNOUNCED_WINDOW_S,
+    AnnouncedMinimum,
+    SimDownstream,
+    SimQueue,
+    arrivals_end,
+    arrived_by,
+    smallest_announced,
+)
 
 # 2026-01-01T00:00:00Z: virtual time 0, as epoch seconds, for the controller and recordings.
 SIM_EPOCH = 1_767_225_600.0
@@ -137,6 +149,7 @@ class SimResult:
 
 class _Invocation:
     __slots__ = (
+        "announced",
         "busy_ms",
         "done_arrivals",
         "failed",
@@ -162,6 +175,7 @@ class _Invocation:
         self.busy_ms = 0.0
         self.failed: list[tuple[int, float]] = []
         self.done_arrivals: list[float] = []
+        self.announced: AnnouncedMinimum | None = None
 
 
 def simulate(
@@ -284,6 +298,8 @@ class _Run:
         timeout = queue.timeout_s
         if timeout is not None and latency > timeout:
             status, latency = TIMED_OUT, timeout
+        elif queue.downstream.announces_quota:
+            invocation.announced = smallest_announced(invocation.announced, queue.downstream, now)
         trace = queue.trace
         second = int(now)
         trace.calls_total += 1
@@ -337,6 +353,7 @@ class _Run:
         """The one place an invocation becomes telemetry (what its worker would emit): its
         429s, its client-side timeouts (``DownstreamTimeout``) and the other failures."""
         calls = len(invocation.messages)
+        seen = invocation.announced
         return Sample(
             queue=invocation.queue.spec.name,
             event_time=SIM_EPOCH + now,
@@ -350,6 +367,11 @@ class _Run:
             invocation_ms=invocation.busy_ms,
             downstream=invocation.queue.spec.downstream,
             timed_out=invocation.timed_out,
+            quota_remaining=None if seen is None else seen.remaining,
+            quota_limit=None if seen is None else seen.quota * ANNOUNCED_WINDOW_S,
+            quota_window_s=None if seen is None else ANNOUNCED_WINDOW_S,
+            quota_reset_s=None if seen is None else max(0.0, seen.reset_at - now),
+            throttled_rate=invocation.rejected if invocation.queue.downstream.names_429_kind else 0,
         )
 
     def returned(self, now: float, payload: tuple[SimQueue, list[tuple[int, float]]]) -> None:

@@ -16,13 +16,19 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+from load.announce import HeaderStyle
 from load.oracle import pace, pooled_drain_time
 from load.sim.scenario import DEFAULT_INVOCATION_OVERHEAD_MS, Scenario, parse_scenario
 
 Document = dict[str, Any]
 Steps = list[list[float]]
 
-FAMILIES = ("healthy", "throttling", "latency", "shared", "mixed")
+FAMILIES = ("healthy", "throttling", "latency", "shared", "mixed", "throttling-announced")
+# Announced variants: each draw is the named family's same draw, its downstreams announcing
+# their quota in a header style drawn per draw. Stripe's style is left out: it announces no
+# quota, and the simulated limit is a rate, so its draws would be the blind family's.
+ANNOUNCED_FAMILIES = {"throttling-announced": "throttling"}
+QUOTA_STYLES = tuple(style for style in HeaderStyle if style is not HeaderStyle.STRIPE)
 # Seeds below this one are for tuning; reports use it and those above.
 REPORTING_SEEDS = 1001
 MAX_DRAWS = 1000
@@ -89,6 +95,8 @@ def draw_document(family: str, seed: int, draw: int) -> Document:
     """The ``draw``-th scenario of ``family`` under ``seed``, as a scenario file's JSON."""
     if family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; families: {', '.join(FAMILIES)}")
+    if family in ANNOUNCED_FAMILIES:
+        return _announced(family, draw_document(ANNOUNCED_FAMILIES[family], seed, draw), seed, draw)
     rng = random.Random(f"family:{family}:{seed}:{draw}")
     downstreams, queues, description = _BUILDERS[family](rng)
     document: Document = {
@@ -101,6 +109,16 @@ def draw_document(family: str, seed: int, draw: int) -> Document:
         "queues": queues,
     }
     return _drainable(document)
+
+
+def _announced(family: str, blind: Document, seed: int, draw: int) -> Document:
+    """``blind``, a draw of the family ``family`` varies, with its downstreams announcing."""
+    style = random.Random(f"family:{family}:{seed}:{draw}").choice(QUOTA_STYLES)
+    for downstream in blind["downstreams"]:
+        downstream["announce"] = style.value
+    blind["name"] = draw_name(family, seed, draw)
+    blind["description"] = f"{blind['description']}, announced ({style})"
+    return blind
 
 
 def _drainable(document: Document) -> Document:

@@ -71,6 +71,17 @@ class CheckedReader:
             raise self.fail(where, "must be a non-empty string", value)
         return value
 
+    def _choice(
+        self, item: Mapping[str, Any], key: str, path: str, choices: Sequence[str]
+    ) -> str | None:
+        """``item[key]``, one of ``choices`` (``None`` when absent or null)."""
+        value = item.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, str) or value not in choices:
+            raise self.fail(f"{path}.{key}", f"must be one of {', '.join(choices)}", value)
+        return value
+
     def _number(
         self,
         item: Mapping[str, Any],

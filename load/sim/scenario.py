@@ -3,9 +3,9 @@
 A scenario is JSON (see ARCHITECTURE.md, "Scenario files"): times in seconds from the start,
 schedules as ``[[t, value], ...]`` steps. Keys beyond the contract's are optional and keep their
 meaning everywhere: ``description``, ``kinesis_batch_window_s``, ``controller_schedule_s`` (the
-scenario-level ones); per downstream ``noise_5xx_rate``, ``latency_model``, ``latency_tail`` and
-``answers_429`` (and ``latency_ms`` may be a schedule); per queue ``invocation_overhead_ms`` and
-``timeout_ms``. docs/simulator.md says what each one means.
+scenario-level ones); per downstream ``noise_5xx_rate``, ``latency_model``, ``latency_tail``,
+``answers_429`` and ``announce`` (and ``latency_ms`` may be a schedule); per queue
+``invocation_overhead_ms`` and ``timeout_ms``. docs/simulator.md says what each one means.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
+from load.announce import HeaderStyle
 from load.sim.json_reader import MISSING, CheckedReader, is_number
 
 Schedule = tuple[tuple[float, float], ...]
@@ -47,6 +48,8 @@ class DownstreamSpec:
     # The Pareto shape of each call's latency around ``latency_ms`` (its mean); None: no tail.
     latency_tail: float | None = None
     answers_429: bool = True
+    # The rate-limit headers it answers with (None: none); load/announce.py.
+    announce: HeaderStyle | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +149,7 @@ _DOWNSTREAM_KEYS = {
     "latency_model",
     "latency_tail",
     "answers_429",
+    "announce",
 }
 _QUEUE_KEYS = {
     "name",
@@ -224,11 +228,7 @@ class _Reader(CheckedReader):
         self._known_keys(item, _DOWNSTREAM_KEYS, path)
         if "latency_ms" not in item:
             raise self.fail(f"{path}.latency_ms", "is required (a number > 0, or a schedule)")
-        model = item.get("latency_model", "constant")
-        if model not in LATENCY_MODELS:
-            raise self.fail(
-                f"{path}.latency_model", f"must be one of {', '.join(LATENCY_MODELS)}", model
-            )
+        model = self._choice(item, "latency_model", path, LATENCY_MODELS) or "constant"
         answers_429 = item.get("answers_429", True)
         if not isinstance(answers_429, bool):
             raise self.fail(f"{path}.answers_429", "must be true or false", answers_429)
@@ -238,6 +238,13 @@ class _Reader(CheckedReader):
                 'may be false only with "latency_model": "queueing" (else nothing limits the '
                 "downstream)",
                 answers_429,
+            )
+        announce = self._choice(item, "announce", path, tuple(HeaderStyle))
+        if announce is not None and not answers_429:
+            raise self.fail(
+                f"{path}.announce",
+                "needs a downstream that answers 429 (its capacity is the limit announced)",
+                announce,
             )
         tail = item.get("latency_tail")
         return DownstreamSpec(
@@ -256,6 +263,7 @@ class _Reader(CheckedReader):
                 item, "latency_tail", path, lambda v: v > 1, "a Pareto shape > 1 (e.g. 2)"
             ),
             answers_429=answers_429,
+            announce=None if announce is None else HeaderStyle(announce),
         )
 
     def _queue(self, item: object, path: str, downstreams: set[str]) -> QueueSpec:

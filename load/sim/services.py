@@ -9,6 +9,7 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING
 
+from load.announce import HeaderStyle
 from load.latency import pareto_factor, queueing_latency
 from load.sim.scenario import DownstreamSpec, QueueSpec, Schedule, value_at
 
@@ -17,19 +18,27 @@ if TYPE_CHECKING:
 
 POLLER_START = 5
 POLLER_STEP_PER_S = 5
+# The window of an announced quota: the simulated capacity is enforced per calendar second, a
+# fixed window of one second, so a quota of ``capacity`` calls per second is announced exactly.
+ANNOUNCED_WINDOW_S = 1.0
 
 
 class SimDownstream:
-    """A downstream API: its capacity each second, its latency, its 5xx noise."""
+    """A downstream API: its capacity each second, its latency, its 5xx noise, and the quota it
+    announces (``announces_quota``; ``remaining`` and ``quota``: as of the last answer)."""
 
     __slots__ = (
+        "announces_quota",
         "answers_429",
         "capacity",
         "in_progress",
         "latency_s",
+        "names_429_kind",
         "noise",
         "noise_rng",
         "queueing",
+        "quota",
+        "remaining",
         "second",
         "tail_rng",
         "tail_shape",
@@ -45,6 +54,12 @@ class SimDownstream:
         self.tail_shape = spec.latency_tail
         self.queueing = spec.latency_model == "queueing"
         self.answers_429 = spec.answers_429
+        # Every style but Stripe's announces the quota; Stripe's names each 429's kind only.
+        self.announces_quota = spec.announce not in (None, HeaderStyle.STRIPE)
+        # Its limit is a rate: Stripe's reason on each 429 names a rate limit.
+        self.names_429_kind = spec.announce is HeaderStyle.STRIPE
+        self.quota = 0.0
+        self.remaining = 0.0
         # When each accepted call of a queueing downstream is done (a heap).
         self.in_progress: list[float] = []
         self.second = -1
@@ -64,8 +79,10 @@ class SimDownstream:
         if self.queueing:
             latency = self.queued(now, latency, capacity)
         if self.answers_429 and self.used >= capacity:
+            self.quota, self.remaining = capacity, 0.0
             return 429, latency
         self.used += 1
+        self.quota, self.remaining = capacity, max(0.0, capacity - self.used)
         if self.queueing:
             heapq.heappush(self.in_progress, now + latency)
         noise = self.noise[index]
@@ -79,6 +96,27 @@ class SimDownstream:
         while in_progress and in_progress[0] <= now:
             heapq.heappop(in_progress)
         return queueing_latency(no_load_s, len(in_progress), capacity)
+
+
+class AnnouncedMinimum:
+    """What an invocation reports of the quota its answers announced, as the worker does: the
+    answer with the smallest remaining, its quota and the end of its window."""
+
+    __slots__ = ("quota", "remaining", "reset_at")
+
+    def __init__(self, downstream: SimDownstream, now: float) -> None:
+        self.remaining = downstream.remaining
+        self.quota = downstream.quota
+        self.reset_at = (math.floor(now / ANNOUNCED_WINDOW_S) + 1) * ANNOUNCED_WINDOW_S
+
+
+def smallest_announced(
+    seen: AnnouncedMinimum | None, downstream: SimDownstream, now: float
+) -> AnnouncedMinimum:
+    """``seen``, or the answer ``downstream`` just gave at ``now`` if it left less."""
+    if seen is None or downstream.remaining < seen.remaining:
+        return AnnouncedMinimum(downstream, now)
+    return seen
 
 
 class SimQueue:

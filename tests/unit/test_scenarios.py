@@ -4,6 +4,7 @@ file gets one line naming the key and what is wrong."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -199,6 +200,11 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
             "downstreams[0].latency_tail must be a Pareto shape > 1 (e.g. 2), got 1",
         ),
         (_set("queues.0.timeout_ms", 0), "queues[0].timeout_ms must be a number > 0, got 0"),
+        (
+            _set("downstreams.0.announce", "retry-after"),
+            "downstreams[0].announce must be one of ietf, ietf-legacy, x-ratelimit, github, "
+            'stripe, got "retry-after"',
+        ),
     ],
 )
 def test_a_bad_scenario_names_the_key_and_what_is_wrong(
@@ -253,3 +259,26 @@ def test_the_latency_scenarios_are_what_their_names_say() -> None:
     assert heavy.downstreams[0].latency_tail is not None
     assert heavy.downstreams[0].latency_model == "constant"
     assert heavy.queues[0].timeout_ms is None
+
+
+def test_the_announced_scenarios_are_their_blind_ones_announcing_their_quota() -> None:
+    for blind in ("capacity-drop", "below-floor", "flash-crowd"):
+        announced = load_scenario(f"{blind}-announced")
+        (downstream,) = announced.downstreams
+        assert downstream.announce is not None
+        same = dataclasses.replace(
+            announced,
+            name=blind,
+            description=load_scenario(blind).description,
+            downstreams=(dataclasses.replace(downstream, announce=None),),
+        )
+        assert same == load_scenario(blind)
+
+
+def test_only_a_downstream_that_answers_429_announces() -> None:
+    document = copy.deepcopy(CONTRACT_EXAMPLE)
+    document["downstreams"][0].update(
+        {"answers_429": False, "latency_model": "queueing", "announce": "ietf"}
+    )
+    with pytest.raises(ScenarioError, match=r"downstreams\[0\]\.announce needs a downstream"):
+        parse_scenario(json.dumps(document), source="x.json")

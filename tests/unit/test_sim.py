@@ -44,6 +44,7 @@ def tiny(**changes: Any) -> Scenario:
         "latency_model": "constant",
         "latency_tail": None,
         "answers_429": True,
+        "announce": None,
     }
     document: dict[str, Any] = {
         "name": "tiny",
@@ -436,3 +437,42 @@ def test_simulate_table_plot_and_recording(
 def test_simulate_refuses_a_plot_of_every_scenario(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--scenario", "all", "--plot", "x.png"]) == 2
     assert "one scenario" in capsys.readouterr().err
+
+
+# --- announced limits -------------------------------------------------------------------------
+def test_an_announcing_downstream_reports_its_quota_in_fixed_one_second_windows() -> None:
+    result = simulate(tiny(capacity_rps=[[0, 40]], announce="ietf"), StaticPolicy())
+    samples = [delivery.sample for delivery in result.telemetry]
+    assert samples and all(sample.quota_limit == 40.0 for sample in samples)
+    assert all(sample.quota_window_s == 1.0 for sample in samples)
+    for sample in samples:
+        assert sample.quota_remaining is not None and 0.0 <= sample.quota_remaining < 40.0
+        assert sample.quota_reset_s is not None and 0.0 <= sample.quota_reset_s <= 1.0
+    # Over capacity, some invocation met the window spent.
+    assert min(sample.quota_remaining or 0.0 for sample in samples) == 0.0
+    assert all(sample.throttled_rate == 0 for sample in samples)
+
+
+def test_stripes_style_names_each_429_a_rate_limits_and_announces_no_quota() -> None:
+    result = simulate(tiny(capacity_rps=[[0, 40]], announce="stripe"), StaticPolicy())
+    samples = [delivery.sample for delivery in result.telemetry]
+    assert any(sample.throttled for sample in samples)
+    assert all(sample.throttled_rate == sample.throttled for sample in samples)
+    assert all(sample.quota_limit is None for sample in samples)
+
+
+def test_announcing_changes_no_call_of_the_run() -> None:
+    blind = simulate(tiny(capacity_rps=[[0, 40]]), StaticPolicy())
+    announced = simulate(tiny(capacity_rps=[[0, 40]], announce="github"), StaticPolicy())
+    assert scorecard(blind)["totals"] == scorecard(announced)["totals"]
+    assert all(delivery.sample.quota_limit is None for delivery in blind.telemetry)
+
+
+def test_the_bound_knows_the_announced_scenarios_as_their_blind_ones() -> None:
+    for name in ("capacity-drop", "below-floor", "flash-crowd"):
+        assert HindsightPolicy.knows(load_scenario(f"{name}-announced"))
+        blind, announced = load_scenario(name), load_scenario(f"{name}-announced")
+        assert ideal_drain_times(announced) == ideal_drain_times(blind)
+        assert [invocation_pace(announced, queue) for queue in announced.queues] == [
+            invocation_pace(blind, queue) for queue in blind.queues
+        ]

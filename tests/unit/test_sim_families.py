@@ -137,7 +137,13 @@ def check_mixed(scenario: Scenario) -> None:
     assert queue.timeout_ms is not None and queue.timeout_ms >= fam.LATENCY_TIMEOUT_MS[0]
 
 
+def check_throttling_announced(scenario: Scenario) -> None:
+    check_throttling(scenario)
+    assert all(downstream.announce in fam.QUOTA_STYLES for downstream in scenario.downstreams)
+
+
 CHECKS = {
+    "throttling-announced": check_throttling_announced,
     "healthy": check_healthy,
     "throttling": check_throttling,
     "latency": check_latency,
@@ -159,8 +165,26 @@ def test_a_family_draws_each_of_its_shapes(family: str) -> None:
         "latency": ("steady", "slower", "less-capacity"),
         "shared": fam.CAPACITY_SHAPES,
         "mixed": fam.CAPACITY_SHAPES[1:],
+        "throttling-announced": (*fam.CAPACITY_SHAPES, *fam.QUOTA_STYLES),
     }[family]
     assert all(shape in descriptions for shape in shapes)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 10**6), st.integers(1, fam.MAX_DRAWS))
+def test_an_announced_draw_is_the_blind_familys_same_draw_announcing(
+    seed: int, number: int
+) -> None:
+    for family, blind in fam.ANNOUNCED_FAMILIES.items():
+        announced = draw_document(family, seed, number)
+        assert announced["name"] == draw_name(family, seed, number)
+        styles = {downstream.pop("announce") for downstream in announced["downstreams"]}
+        assert len(styles) == 1
+        original = draw_document(blind, seed, number)
+        assert announced["description"].startswith(original["description"])
+        for key in ("name", "description"):
+            del announced[key], original[key]
+        assert announced == original
 
 
 # --- the family scorecard ---------------------------------------------------------------------

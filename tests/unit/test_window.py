@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.window import QueueWindow
+from controller.model import Sample
+from controller.window import QueueWindow, Quota
 from tests.factories import sample
 
 
@@ -93,3 +94,54 @@ def test_stats_and_their_seconds_are_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         bucket.ok = 0  # type: ignore[misc]
     assert window.stats(100.0, 101.0).ok == 10
+
+
+# --- announced quotas -------------------------------------------------------------------------
+def announcing(at: float, remaining: float, limit: float = 600.0, reset_s: float = 30.0) -> Sample:
+    return dataclasses.replace(
+        sample(at=at),
+        downstream="api",
+        quota_remaining=remaining,
+        quota_limit=limit,
+        quota_window_s=60.0,
+        quota_reset_s=reset_s,
+    )
+
+
+def test_the_window_keeps_the_newest_quota_by_event_time_not_arrival() -> None:
+    window = QueueWindow()
+    window.add(announcing(1002.0, remaining=100.0))
+    window.add(announcing(1001.0, remaining=300.0))
+    assert window.quota is not None
+    assert (window.quota.remaining, window.quota.reset_at) == (100.0, 1032.0)
+    window.add(sample(at=1003.0))
+    assert window.quota.event_time == 1002.0
+
+
+def test_a_quota_sustains_its_remaining_until_the_reset_then_its_steady_rate() -> None:
+    quota = Quota.announced_by(announcing(1000.0, remaining=30.0, reset_s=60.0))
+    assert quota is not None and quota.steady_rate == 10.0
+    # 30 calls over the 60 s left: 0.5 a second until the reset, the quota's 10 after it.
+    assert quota.sustained_rate(1010.0) == 0.5
+    assert quota.resets_after(1010.0)
+    assert quota.sustained_rate(1060.0) == 10.0
+    assert not quota.resets_after(1060.0)
+    # Plenty left: the steady rate binds.
+    plenty = Quota.announced_by(announcing(1000.0, remaining=590.0, reset_s=10.0))
+    assert plenty is not None and plenty.sustained_rate(1001.0) == 10.0
+    assert Quota.announced_by(sample()) is None
+
+
+def test_a_quota_older_than_the_retention_is_forgotten() -> None:
+    window = QueueWindow(retention_s=60.0)
+    window.add(announcing(1000.0, remaining=10.0))
+    window.add(sample(at=1100.0))
+    assert window.quota is None
+
+
+def test_the_kinds_of_429s_add_up_with_the_rest() -> None:
+    window = QueueWindow()
+    window.add(dataclasses.replace(sample(at=1000.5, ok=6, throttled=4), throttled_rate=3))
+    window.add(dataclasses.replace(sample(at=1000.7, ok=8, throttled=2), throttled_concurrency=2))
+    stats = window.stats(0, 2000)
+    assert (stats.throttled, stats.throttled_rate, stats.throttled_concurrency) == (6, 3, 2)

@@ -21,21 +21,28 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
 - **Latency** (``latency``). A rise of the evidence's per-second latency (or a failed pulse's
   calls) over the no-load baseline by ``latency_tolerance`` cuts in proportion, a quarter at
   most, before client timeouts come.
+- **Announced limits first** (``announced``). Where the downstream announces its quota, the
+  level it sustains caps the mapping before the first 429, a rise of it is raised to without a
+  probe, and a quota below the floor pauses until its reset; the blind phases decide within it.
+  Without announced fields the law is the blind one.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
   is disabled for a bounded, growing period, then tested with a short pulse at Cmin. A cut
   whose fitting level would leave Cmin hard overloaded pauses at once.
 
 The algorithm is one object holding its tunables (``Tuning``) as ``self``; its phases are
 layered classes, each in its own module and built on those before it: ``Probing``,
-``Pausing``, ``Sizing``, ``Latency``, and ``AdaptiveLimit`` on top. Every time is the
+``Pausing``, ``Sizing``, ``Latency`` and, beside the last two, ``Announced``; ``AdaptiveLimit``
+on top. Every time is the
 situation's ``now``: pure, no clock reads, no I/O.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from controller.model import QueueStateName
+from controller.policy.adaptive.announced import Announced
 from controller.policy.adaptive.latency import Latency, second_latencies
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
@@ -51,13 +58,13 @@ from controller.policy.adaptive.probing import (
 )
 from controller.policy.adaptive.sizing import busy_concurrency
 from controller.policy.adaptive.tuning import Tuning
-from controller.policy.base import LimitAlgorithm, refused
+from controller.policy.base import LimitAlgorithm, clamp, refused
 
 __all__ = ["AdaptiveLimit", "AdaptiveMemory", "Tuning"]
 
 
 @dataclass(frozen=True)
-class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
+class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
     """The adaptive limit with its tunables (``Tuning``).
 
     It selects its own evidence: a pulse probe is judged on the invocations that ran during it
@@ -68,6 +75,19 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
     memory_type = AdaptiveMemory
 
     def decide(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        fit = self.announced_fit(situation)
+        if fit is None:
+            return self._blind(situation)
+        announced = self.announced(situation, fit)
+        if announced is not None:
+            return announced
+        level = clamp(math.floor(fit), situation.params)
+        if situation.memory.announced_level != level:
+            situation = replace(situation, memory=replace(situation.memory, announced_level=level))
+        return self.within_announced(situation, fit, self._blind(situation))
+
+    def _blind(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        """The law where nothing is announced: the blind phases."""
         state, memory, now = situation.state, situation.memory, situation.now
         if memory.paused_until > 0:
             return self.while_paused(situation)

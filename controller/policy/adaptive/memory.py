@@ -54,6 +54,9 @@ class AdaptiveMemory:
     # Pausing below the floor: the current period, and when it ends.
     pause_s: float = 0.0
     paused_until: float = 0.0
+    # The level the downstream's announced quota last sustained (``announced``): a higher one
+    # announced later is its return, raised to without a probe.
+    announced_level: int = 0
 
 
 AdaptiveSituation = Situation[AdaptiveMemory]

@@ -76,6 +76,14 @@ class Tuning:
     # Growth needs at least this share of the cap in use over the window (the poller's ramp
     # after the last step included).
     used_share: float = 0.5
+    # Announced limits: the seconds of invocation starts before the newest announcement whose
+    # calls per invocation-second size the announced level, and whose 429s naming a
+    # concurrency limit set the announced phase aside.
+    announced_span_s: float = 30.0
+    # A rise of the announced level is raised to once the fit, less this share, still reaches
+    # a level above the one announced before: a pace measured a little differently from one
+    # decision to the next must not move the mapping up and down around a whole level.
+    announced_hysteresis: float = 0.05
 
     @property
     def cutting_rise(self) -> float:
