@@ -57,6 +57,7 @@ GUARD_ATTRIBUTES = {
     "hold_until": "HoldUntil",
     "enabled": "Enabled",
     "wake_at": "WakeAt",
+    "paused_since": "PausedSince",
 }
 # Items written before memory was kept per algorithm hold the guards and the adaptive
 # algorithm's fields flat in ``Memory``; this key tells them apart.

@@ -99,6 +99,7 @@ def decision_from(
     """
     target = verdict.target if target is None else target
     enabled = state.enabled if verdict.enabled is None else verdict.enabled
+    wake_at = state.wake_at if verdict.wake_at is None else verdict.wake_at
     moved = target != state.concurrency or enabled != state.enabled
     action = _action(state, target, enabled)
     breaches = verdict.consecutive_breaches
@@ -113,7 +114,8 @@ def decision_from(
         last_change_at=now if moved else state.last_change_at,
         hold_until=state.hold_until if hold_until is None else hold_until,
         enabled=enabled,
-        wake_at=state.wake_at if verdict.wake_at is None else verdict.wake_at,
+        wake_at=wake_at,
+        paused_since=paused_since(state, enabled, wake_at, now),
         algorithm=state.algorithm if algorithm is None else algorithm,
         memory=verdict.memory,
     )
@@ -130,6 +132,17 @@ def decision_from(
         previous_enabled=state.enabled,
         enabled=enabled,
     )
+
+
+def paused_since(state: QueueState, enabled: bool, wake_at: float, now: float) -> float:
+    """When the pause a decision leaves the queue in began (0: it runs free).
+
+    A pause lasts from the mapping's first disabling until it is enabled with no wake-up
+    wanted: an enabled mapping that asks to be woken is a test of the pause (a pulse), which
+    is still the pause the operator waits out (the ``LongestPauseSeconds`` health metric)."""
+    if not enabled or (wake_at > 0 and state.paused_since > 0):
+        return state.paused_since or now
+    return 0.0
 
 
 def _action(state: QueueState, target: int, enabled: bool) -> Action:

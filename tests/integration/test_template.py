@@ -29,7 +29,13 @@ from controller import registrar as registrar_module
 from controller.events import SOURCE, DetailType
 from controller.ledger import create_ledger_table
 from controller.policy import memory_type
-from controller.schema import CONTROLLER_NAMESPACE, DecisionMetric, HealthMetric
+from controller.schema import (
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_REASON_DIMENSION,
+    CONTROLLER_SKIPPED,
+    DecisionMetric,
+    HealthMetric,
+)
 from stack.local.template import (
     TemplateError,
     expand_language_extensions,
@@ -665,7 +671,8 @@ SEARCH = re.compile(
 
 def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[str, Any]) -> None:
     """Each SEARCH names a metric of the worker's schema under its dimensions, or one of the
-    controller's decision metrics under exactly ``QueueName``: one line per queue."""
+    controller's decision metrics under exactly ``QueueName``: one line per queue (but the
+    controller's skips, one line per reason)."""
     queue, downstream = worker_schema.QUEUE_DIMENSION, worker_schema.DOWNSTREAM_DIMENSION
     worker_metrics = {metric.name for metric in worker_schema.METRICS}
     searched = {}
@@ -677,11 +684,16 @@ def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[s
         if namespace == worker_schema.NAMESPACE:
             assert metric in worker_metrics, expression
             assert dimensions in ((queue,), (queue, downstream)), expression
+        elif metric == CONTROLLER_SKIPPED:
+            assert namespace == CONTROLLER_NAMESPACE, expression
+            assert dimensions == (CONTROLLER_REASON_DIMENSION,), expression
+            searched[metric] = match["stat"]
         else:
             assert (namespace, dimensions) == (CONTROLLER_NAMESPACE, (queue,)), expression
             assert metric in set(DecisionMetric), expression
             searched[metric] = match["stat"]
-    assert set(searched) == set(DecisionMetric)
+    assert set(searched) == {*DecisionMetric, CONTROLLER_SKIPPED}
+    assert searched[CONTROLLER_SKIPPED] == "Sum"
     assert searched[DecisionMetric.MAXIMUM_CONCURRENCY] in ("Maximum", "Average")
     assert searched[DecisionMetric.PRESSURE_RATE] == "Average"
 
