@@ -305,3 +305,6 @@ def test_a_pause_lasts_from_the_first_disabling_through_its_test_pulses() -> Non
     assert resumed.paused_since == 0.0
     # An enabled queue that asks to be woken (a probe), never paused: not a pause.
     assert _step(running, PAUSED_AT, None, PAUSED_AT + 5).paused_since == 0.0
+    # A mapping an operator disabled is held as it is: not the controller's pause.
+    disabled = running.evolve(enabled=False)
+    assert _step(disabled, PAUSED_AT, None, 0.0).paused_since == 0.0
