@@ -712,6 +712,10 @@ def test_the_dashboard_and_alarms_name_only_metrics_that_are_emitted(
     health = [line for line in lines if line[0] == CONTROLLER_NAMESPACE]
     assert health
     assert all(len(line) == 2 and line[1] in set(HealthMetric) for line in health), health
+    # Every health metric is graphed but the two that count the work done (the per-queue
+    # Decisions widget shows that).
+    throughput = {HealthMetric.SAMPLES_WINDOWED, HealthMetric.MAPPING_UPDATES}
+    assert {line[1] for line in health} == set(HealthMetric) - throughput
     assert all(line[0].startswith("AWS/") for line in lines if line not in health)
     emitted = {
         worker_schema.NAMESPACE: {metric.name for metric in worker_schema.METRICS},
