@@ -14,13 +14,13 @@ from controller.app import HEALTH_COUNTERS, ControllerApp
 from controller.book import Count
 from controller.ledger import InMemoryLedger, encode_state
 from controller.loop import ControlLoop
-from controller.model import QueueState, QueueStateName
+from controller.model import QueueStateName
 from controller.policy import algorithm_named, memory_type
 from controller.policy.adaptive import AdaptiveMemory
 from controller.schema import CONTROLLER_NAMESPACE, HealthMetric
 from controller.settings import PolicyParams
 from stack.local.template import load_template
-from tests.factories import config, health_count
+from tests.factories import config, health_count, state
 from tests.integration.test_metrics import controller_output, emitted_metrics
 from tests.integration.test_wakeups import SCHEDULED
 from tests.paths import ROOT
@@ -124,11 +124,7 @@ def paused_queue_app(paused_since: float, emitted: list[str]) -> ControllerApp:
     actuator.add_mapping("esm-orders", 2, enabled=False)
     ledger = InMemoryLedger(memory_types=memory_type)
     ledger.put_config(config("orders"))
-    paused = QueueState(
-        queue="orders",
-        esm_uuid="esm-orders",
-        state=QueueStateName.CRITICAL_BACKOFF,
-        concurrency=2,
+    paused = state(2, QueueStateName.CRITICAL_BACKOFF).evolve(
         previous_concurrency=4,
         last_evaluated_at=NOW - 60.0,
         enabled=False,

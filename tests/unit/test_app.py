@@ -20,7 +20,6 @@ from controller.model import (
     AuditEvent,
     QueueConfig,
     QueueState,
-    QueueStateName,
 )
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.adaptive import AdaptiveMemory
@@ -28,7 +27,7 @@ from controller.policy.aimd import Aimd
 from controller.ports import ConfigRead, LedgerError, VersionConflict
 from controller.settings import PolicyParams
 from load.recording import emf_line
-from tests.factories import config, kinesis_event, mapped, registered, sample
+from tests.factories import config, kinesis_event, mapped, registered, sample, state
 
 
 class FlakyLedger(InMemoryLedger):
@@ -214,15 +213,7 @@ def test_skips_are_emitted_by_reason(app: ControllerApp, emitted: list[str]) -> 
 
 def with_state(ledger: InMemoryLedger, **fields: Any) -> InMemoryLedger:
     """``ledger`` holding a committed state of ``orders`` (at 100 unless told)."""
-    stored = QueueState(
-        queue="orders",
-        esm_uuid="esm-orders",
-        state=QueueStateName.HEALTHY,
-        concurrency=100,
-        previous_concurrency=100,
-        version=3,
-    )
-    ledger.put_item(encode_state(stored.evolve(**fields)))
+    ledger.put_item(encode_state(state(version=3).evolve(**fields)))
     return ledger
 
 
