@@ -29,6 +29,7 @@ from controller.policy.adaptive import AdaptiveMemory
 from controller.ports import LedgerError, WakeUpSweep
 from controller.registration import register_queue
 from controller.settings import PolicyParams
+from stack.ops.fleet import FleetOps
 from tests.factories import config
 
 NOW = 1_790_000_000.0
@@ -385,3 +386,26 @@ def test_a_registration_left_in_the_index_leaves_it_once_decided(
     [stored] = empty_ledger.get_states(["orders"]).values()
     assert (stored.version, stored.wake_at, stored.concurrency) == (2, 0.0, 100)
     assert tick_at(empty_ledger, actuator, NOW + 60.0) == {"due": 0, "decided": 0}
+
+
+def test_an_operator_change_keeps_a_pauses_wake_up_and_a_pin_ends_it(
+    empty_ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    empty_ledger.put_config(config("orders"))
+    paused = state_of("q00").evolve(
+        queue="orders", esm_uuid="esm-orders", wake_at=NOW + 600.0, paused_since=NOW - 60.0
+    )
+    store(empty_ledger, encode_state(paused))
+    actuator = InMemoryActuator()
+    actuator.add_mapping("esm-orders", 2, enabled=False)
+    operator = FleetOps(empty_ledger, actuator, clock=lambda: NOW)
+
+    operator.set_mode("orders", Mode.DRY_RUN)
+    [stored] = empty_ledger.get_states(["orders"]).values()
+    # The pause's own next test stays; the operator adds no wake-up.
+    assert (stored.wake_at, stored.paused_since) == (NOW + 600.0, NOW - 60.0)
+
+    operator.pin("orders", 10)
+    [stored] = empty_ledger.get_states(["orders"]).values()
+    assert (stored.enabled, stored.wake_at, stored.paused_since) == (True, 0.0, 0.0)
+    assert empty_ledger.due_states(NOW + 86_400.0) == []
