@@ -24,7 +24,14 @@ from controller.events import EventOutbox
 from controller.loop import ControlLoop
 from controller.model import Decision, Sample
 from controller.ports import ActuationError, LedgerError
-from controller.schema import CONTROLLER_NAMESPACE, QUEUE_DIMENSION, DecisionMetric, HealthMetric
+from controller.schema import (
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_REASON_DIMENSION,
+    CONTROLLER_SKIPPED,
+    QUEUE_DIMENSION,
+    DecisionMetric,
+    HealthMetric,
+)
 from controller.telemetry import (
     DEFAULT_NAMESPACE,
     ORDINARY_SKIPS,
@@ -43,7 +50,21 @@ HEALTH_COUNTERS: Final = {
     HealthMetric.ACTUATION_FAILURES: Count.ACTUATION_FAILURES,
     HealthMetric.CONFIGS_INVALID: Count.CONFIGS_INVALID,
     HealthMetric.MAPPINGS_MISSING: Count.MAPPINGS_MISSING,
+    HealthMetric.DRIFT_ADOPTED: Count.DRIFT_DETECTED,
+    HealthMetric.CLAIMS_RECONCILED: Count.ACTUATIONS_RECONCILED,
+    HealthMetric.VERSION_CONFLICTS: Count.VERSION_CONFLICTS,
 }
+# The loop's counts of what it skipped, reported by reason (``CONTROLLER_SKIPPED``) with the
+# decoder's skips: samples not windowed, queues not decided this time.
+SKIP_COUNTERS: Final = (
+    Count.SAMPLES_FROM_FUTURE,
+    Count.SAMPLES_TOO_OLD,
+    Count.SAMPLES_UNREGISTERED,
+    Count.SAMPLES_CONFIG_INVALID,
+    Count.MAPPINGS_UNREADABLE,
+    Count.STATES_DEFERRED,
+    Count.STEPS_DEFERRED,
+)
 # Counted with a batch's skips: the batch was failed for Lambda to retry (a ledger fault).
 BATCH_RETRIED = "batch_retried"
 # Kept back from the invocation's remaining time: returning the response and its logs.
@@ -106,6 +127,10 @@ class ControllerApp:
         # batches' own counts since.
         self._counters_emitted: Counter[Count] = Counter()
         self._batch_health: Counter[str] = Counter()
+        # The decoder's skips by reason, and the longest pause among the queues decided, since
+        # the last health document.
+        self._skipped: Counter[str] = Counter()
+        self._longest_pause_s = 0.0
 
     def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
         deadline = self._deadline(context)
@@ -146,10 +171,12 @@ class ControllerApp:
         outcome = self._process_kinesis(event, deadline)
         self._batch_health[HealthMetric.BATCHES_RETRIED] += outcome.skipped[BATCH_RETRIED]
         self._batch_health[HealthMetric.SAMPLES_NOT_WINDOWED] += sum(outcome.dropped.values())
+        skipped = Counter(
+            {reason: count for reason, count in outcome.skipped.items() if reason != BATCH_RETRIED}
+        )
+        self._skipped.update(skipped)
         self._batch_health[HealthMetric.TELEMETRY_UNREADABLE] += sum(
-            count
-            for reason, count in outcome.skipped.items()
-            if reason not in ORDINARY_SKIPS and reason != BATCH_RETRIED
+            count for reason, count in skipped.items() if reason not in ORDINARY_SKIPS
         )
         return outcome
 
@@ -230,7 +257,11 @@ class ControllerApp:
 
     def _report(self, outcome: BatchOutcome, decided: Sequence[Decision]) -> None:
         """Per-queue EMF for the dashboard (one document per queue), and a log line per change."""
+        now = self._clock()
         for decision in decided:
+            paused_since = decision.new_state.paused_since
+            if paused_since > 0:
+                self._longest_pause_s = max(self._longest_pause_s, now - paused_since)
             metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
             metrics.add_dimension(name=QUEUE_DIMENSION, value=decision.queue)
             metrics.add_metric(
@@ -278,20 +309,38 @@ class ControllerApp:
 
     def _emit_health(self) -> None:
         """What this invocation added to the health counts, as one EMF document (none when
-        nothing did)."""
+        nothing did nor any paused queue was decided), then one document per reason it
+        skipped anything for."""
         counters = self.loop.counters
         counts: dict[str, int] = {
             metric: counters[counter] - self._counters_emitted[counter]
             for metric, counter in HEALTH_COUNTERS.items()
         }
         counts.update(self._batch_health)
+        skipped = self._skipped + Counter(
+            {
+                counter.value: counters[counter] - self._counters_emitted[counter]
+                for counter in SKIP_COUNTERS
+            }
+        )
+        longest_pause_s = self._longest_pause_s
         self._counters_emitted = Counter(counters)
         self._batch_health.clear()
-        if not any(counts.values()):
+        self._skipped.clear()
+        self._longest_pause_s = 0.0
+        for reason, count in sorted(skipped.items()):
+            metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
+            metrics.add_dimension(name=CONTROLLER_REASON_DIMENSION, value=reason)
+            metrics.add_metric(name=CONTROLLER_SKIPPED, unit=MetricUnit.Count, value=count)
+            self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))
+        if not any(counts.values()) and not longest_pause_s:
             return
         metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
         for metric, count in counts.items():
             metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
+        metrics.add_metric(
+            name=HealthMetric.LONGEST_PAUSE, unit=MetricUnit.Seconds, value=longest_pause_s
+        )
         self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))
 
     def _log_notices(self) -> None:

@@ -118,6 +118,9 @@ class QueueState:
     # Ask the engine to decide this queue again at this time even without new telemetry (a
     # paused mapping sends none); 0: no wake-up wanted.
     wake_at: float = 0.0
+    # When the controller's pause of the mapping began (the first disabling, its test pulses
+    # included, until the queue runs free again); 0: not paused.
+    paused_since: float = 0.0
     algorithm: str = ""
     memory: object = None
 

@@ -138,8 +138,11 @@ def step_for(
     """The step carrying out ``decision``. Only transitions reach the ledger: memory changed
     without one stays in the warm container, and a cold one re-learns it."""
     moves = decision.changes_mapping
+    # A decision that wants no more wake-up ends the stored one: written, or the item stays in
+    # the WakeUps index, read by every tick, until the queue's next transition.
+    ends_wake_up = decided_from.wake_at > 0 and decision.new_state.wake_at <= 0
     claim = None
-    if moves or decision.state != decided_from.state:
+    if moves or decision.state != decided_from.state or ends_wake_up:
         dry_run = config.mode is Mode.DRY_RUN and moves
         latency_s = 0.0 if evidence_time is None else max(0.0, now - evidence_time)
         claim = Transition(

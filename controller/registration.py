@@ -69,8 +69,7 @@ def register_queue(
     deadline: Callable[[], float],
 ) -> tuple[QueueConfig, MappingView]:
     """Put ``queue``'s mapping under control: its CONFIG item, a MaximumConcurrency on an
-    active queue's mapping, and a first state (with a wake-up, so the controller's next tick
-    attaches it) committed with the operator's audit item.
+    active queue's mapping, and a first state committed with the operator's audit item.
 
     ``clock`` gives epoch seconds for the ledger; ``deadline`` a fresh ``time.monotonic()``
     deadline for each control-plane call.
@@ -189,18 +188,21 @@ def record_operator_change(
                 enabled=view.enabled,
             )
         previous_value = view.max_concurrency or current.concurrency
+        enabled_now = view.enabled if enabled is None else enabled
         state = current.evolve(
             esm_uuid=config.esm_uuid,
             concurrency=value,
             previous_concurrency=previous_value if changed else current.concurrency,
-            enabled=view.enabled if enabled is None else enabled,
+            enabled=enabled_now,
             last_action=Action.HOLD,
             last_reason=reason,
             last_evaluated_at=now,
             last_change_at=now if changed else current.last_change_at,
-            # The controller's next scheduled tick looks at the queue, telemetry or not:
-            # a newly registered mapping is decided before any telemetry arrives.
-            wake_at=now,
+            # The state's own wake-up stays (a pause's test, say): the operator adds none, so
+            # an enabled mapping stays out of the WakeUps index every tick reads (its
+            # telemetry decides it). A pinned queue is not decided: it wants none.
+            wake_at=0.0 if config.mode is Mode.PINNED else current.wake_at,
+            paused_since=0.0 if enabled_now else current.paused_since,
         )
         transition = Transition(
             state,

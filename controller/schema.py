@@ -87,7 +87,8 @@ class DecisionMetric(StrEnum):
 
 
 class HealthMetric(StrEnum):
-    """The controller's health: counts, one document per invocation, without dimensions."""
+    """The controller's health: one document per invocation, without dimensions. Counts,
+    but ``LONGEST_PAUSE``, a gauge in seconds."""
 
     SAMPLES_WINDOWED = "SamplesWindowed"
     MAPPING_UPDATES = "MappingUpdates"
@@ -99,3 +100,21 @@ class HealthMetric(StrEnum):
     BATCHES_RETRIED = "BatchesRetried"
     # Transitions that did not reach the event bus (controller.events): dropped, not retried.
     EVENTS_UNPUBLISHED = "EventsUnpublished"
+    # An operator's change to a mapping taken into the ledger (DRIFT_DETECTED audit items).
+    DRIFT_ADOPTED = "DriftAdopted"
+    # Claims whose mapping update never happened, repaired (ACTUATION_RECONCILED audit items).
+    CLAIMS_RECONCILED = "ClaimsReconciled"
+    # Another writer moved a queue first: it is read again and decided afresh.
+    VERSION_CONFLICTS = "VersionConflicts"
+    # The longest any queue decided in the invocation had been paused (its mapping disabled by
+    # the controller, test pulses included), in seconds; 0 when none was.
+    LONGEST_PAUSE = "LongestPauseSeconds"
+
+
+# What an invocation skipped, by why: one document per reason it skipped anything for, under
+# the dimension ``Reason`` alone. The reasons are the decoder's (``SkipReason``: records and
+# log events), a sample's not windowed, and a queue's not decided this time (its mapping
+# unreadable, no time left before the deadline): the names of the ``skipped`` and ``dropped``
+# log lines and of the loop's counters (docs/operations.md).
+CONTROLLER_SKIPPED: Final = "Skipped"
+CONTROLLER_REASON_DIMENSION: Final = "Reason"

@@ -92,7 +92,9 @@ class QueueFacts:
 class RegisteredQueue:
     """A queue with a CONFIG item, with what AWS says of its mapping, function and queue
     (``None``: not found). ``cmax`` is the queue's policy cap (``None``: its policy does not
-    hold); ``paused`` whether the ledger says the controller disabled the mapping."""
+    hold); ``paused`` whether the ledger says the controller disabled the mapping;
+    ``policy_problem`` why its overrides do not validate (out of range: the controller leaves
+    the queue alone), empty when they do."""
 
     config: QueueConfig
     cmax: int | None
@@ -100,6 +102,7 @@ class RegisteredQueue:
     mapping: MappingFacts | None
     function: FunctionFacts | None = None
     queue: QueueFacts | None = None
+    policy_problem: str = ""
 
     @property
     def cap(self) -> int | None:
@@ -127,19 +130,12 @@ class LogGroupFacts:
 @dataclass(frozen=True, slots=True)
 class StateItemFacts:
     """A ledger STATE item as stored: whether the controller paused the mapping, and whether
-    the item carries ``WakeUp`` (the key of the sparse ``WakeUps`` index the tick queries).
-
-    ``legacy`` is the old flat layout (guards inside ``Memory``); ``wake_at`` the wake-up time
-    the controller reads from it (0: none)."""
+    the item lacks the ``WakeUp`` its pause needs (the key of the sparse ``WakeUps`` index the
+    tick queries; the ledger's own rule, ``wake_up_repair``, says which items do)."""
 
     queue: str
-    version: int
     paused: bool
-    wake_at: float
-    has_wake_up: bool
-    legacy: bool
-    # The item's top-level ``WakeAt``, the index's sort key (0: absent or none).
-    indexed_wake_at: float = 0.0
+    needs_wake_up: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,8 +163,9 @@ def _problem(subject: str, problem: str, fix: str) -> Finding:
 
 
 def check_configs(report: StackReport) -> list[Finding]:
-    """CONFIG items the controller cannot read leave their queue unmanaged."""
-    return [
+    """CONFIG items the controller cannot read, or whose overrides are out of range, leave
+    their queue unmanaged."""
+    undecodable = [
         _problem(
             f"queue {queue}",
             f"its CONFIG item does not decode ({problem}); the controller leaves it alone",
@@ -176,6 +173,18 @@ def check_configs(report: StackReport) -> list[Finding]:
         )
         for queue, problem in report.invalid_configs
     ]
+    out_of_range = [
+        _problem(
+            f"queue {registered.config.queue}",
+            f"its policy overrides do not validate ({registered.policy_problem}); the "
+            "controller leaves it alone (counted in ConfigsInvalid)",
+            f"register it again with overrides in their ranges (docs/deploy.md): `queuemesh "
+            f"register {registered.config.queue} --esm {registered.config.esm_uuid} ...`",
+        )
+        for registered in report.queues
+        if registered.policy_problem
+    ]
+    return undecodable + out_of_range
 
 
 def check_mappings(report: StackReport) -> list[Finding]:
@@ -358,44 +367,17 @@ def check_wake_ups(report: StackReport) -> list[Finding]:
 
 
 def missing_wake_ups(report: StackReport) -> list[StateItemFacts]:
-    """The STATE items ``queuemesh doctor --fix`` backfills."""
-    return [state for state in report.states if state.paused and not state.has_wake_up]
+    """The STATE items ``queuemesh doctor --fix`` repairs (as the controller's sweep would)."""
+    return [state for state in report.states if state.needs_wake_up]
 
 
 def with_wake_ups(report: StackReport, queues: Sequence[str]) -> StackReport:
     """``report`` once ``queues``' STATE items were given their ``WakeUp``."""
     states = tuple(
-        dataclasses.replace(state, has_wake_up=True) if state.queue in queues else state
+        dataclasses.replace(state, needs_wake_up=False) if state.queue in queues else state
         for state in report.states
     )
     return dataclasses.replace(report, states=states)
-
-
-@dataclass(frozen=True, slots=True)
-class WakeUpBackfill:
-    """What ``--fix`` writes to a paused STATE item lacking ``WakeUp``: ``WakeUp`` itself,
-    the index's ``WakeAt`` where the item has none, and, in the old flat layout without a
-    wake-up time, that time where the controller reads it (``Memory.wake_at``). Conditional
-    on ``version`` and on ``WakeUp`` still missing, so it never overwrites a newer commit."""
-
-    queue: str
-    version: int
-    wake_at: float
-    set_index_time: bool
-    set_legacy_time: bool
-
-
-def backfill_plan(state: StateItemFacts, now: float) -> WakeUpBackfill:
-    """The write that makes the next tick decide ``state``'s queue: at its own wake-up time,
-    or ``now`` if it never asked for one."""
-    wake_at = state.wake_at if state.wake_at > 0 else now
-    return WakeUpBackfill(
-        queue=state.queue,
-        version=state.version,
-        wake_at=wake_at,
-        set_index_time=state.indexed_wake_at != wake_at,
-        set_legacy_time=state.legacy and state.wake_at <= 0,
-    )
 
 
 CHECKS: tuple[Callable[[StackReport], list[Finding]], ...] = (

@@ -1,5 +1,6 @@
 """The adapter behind `queuemesh doctor`: reads a deployed stack into ``StackReport`` facts,
-and writes the one repair it offers (a paused STATE item's missing ``WakeUp``).
+and carries out the one repair it offers (a paused STATE item's missing ``WakeUp``: the
+ledger's own sweep, ``DynamoLedger.sweep_wake_ups``, which the controller's tick runs too).
 
 Only this module calls AWS; the checks (``stack.doctor``) see plain facts. ``client`` makes a
 boto3 client for a service name (``AwsTarget.client``, or ``EmbeddedAws.client``).
@@ -18,18 +19,16 @@ from controller.aws import CallWindow
 from controller.constants import CONTROL_PLANE_CALLS_PER_S, CONTROL_PLANE_QUOTA_PER_S
 from controller.ledger import (
     CONFIG_SK,
-    GUARD_ATTRIBUTES,
     STATE_SK,
-    WAKE_UP_ATTRIBUTE,
-    WAKE_UP_KEY,
+    DynamoLedger,
     MemoryCodec,
     decode_state,
-    queue_key,
     read_config_items,
-    to_number,
+    wake_up_repair,
 )
-from controller.ledger.codec import LEGACY_MEMORY_KEY
+from controller.model import QueueConfig
 from controller.policy import memory_type
+from controller.ports import LedgerError
 from controller.settings import PolicyParams, SettingsError
 from stack.doctor import (
     THROTTLE_WINDOW_S,
@@ -41,7 +40,6 @@ from stack.doctor import (
     StackReport,
     StateItemFacts,
     Subscription,
-    WakeUpBackfill,
 )
 from stack.errors import CliError
 from stack.local.widgets import StackFacts
@@ -114,7 +112,7 @@ class StackReader:
         table = table or _output(stack, TABLE_OUTPUT)
         stream_arn = _output(stack, STREAM_OUTPUT)
         params = self._controller_policy(_output(stack, CONTROLLER_OUTPUT))
-        configs, invalid, states = self._ledger(table)
+        configs, invalid, states = self._ledger(table, self._clock())
         paused = {state.queue for state in states if state.paused}
         mappings = self._mappings() if configs else {}
         functions: dict[str, FunctionFacts | None] = {}
@@ -136,6 +134,7 @@ class StackReader:
                     mapping=mapping,
                     function=function,
                     queue=self._queue(mapping),
+                    policy_problem=policy_problem(params, config),
                 )
             )
         groups = {f.log_group for f in functions.values() if f is not None}
@@ -153,40 +152,22 @@ class StackReader:
             throttled_writes=self._throttled_writes(stream_arn.rsplit("/", 1)[-1]),
         )
 
-    def backfill(self, table: str, plan: WakeUpBackfill) -> bool:
-        """Write ``plan``; False when the item changed since it was read (the controller
-        committed, and so wrote ``WakeUp`` itself if it still wants one)."""
-        names = {"#wake_up": WAKE_UP_ATTRIBUTE, "#version": "Version"}
-        values: dict[str, Any] = {
-            ":due": {"S": WAKE_UP_KEY},
-            ":version": {"N": str(plan.version)},
-        }
-        sets = ["#wake_up = :due"]
-        wake_at = {"N": str(to_number(plan.wake_at))}
-        if plan.set_index_time:
-            names["#wake_at"] = GUARD_ATTRIBUTES["wake_at"]
-            values[":wake_at"] = wake_at
-            sets.append("#wake_at = :wake_at")
-        if plan.set_legacy_time:
-            names["#memory"], names["#legacy_wake_at"] = "Memory", "wake_at"
-            values[":wake_at"] = wake_at
-            sets.append("#memory.#legacy_wake_at = :wake_at")
-        from botocore.exceptions import ClientError
-
-        try:
-            self._dynamodb.update_item(
-                TableName=table,
-                Key={"PK": {"S": queue_key(plan.queue)}, "SK": {"S": STATE_SK}},
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression="attribute_not_exists(#wake_up) AND #version = :version",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as error:
-            if _code(error) == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+    def backfill(self, table: str, now: float) -> list[str]:
+        """Give every paused STATE item of ``table`` that lacks it its ``WakeUp``: the ledger's
+        sweep (the same rule and conditional write as the controller's tick), run through the
+        whole table. The queues it woke, sorted."""
+        ledger = DynamoLedger(table, self._dynamodb, memory_types=memory_type)
+        woken: list[str] = []
+        resume: object | None = None
+        while True:
+            try:
+                sweep = ledger.sweep_wake_ups(now, resume)
+            except LedgerError as error:
+                raise CliError(f"backfilling WakeUp in {table} failed: {error}") from error
+            woken.extend(state.queue for state in sweep.woken)
+            resume = sweep.resume
+            if resume is None:
+                return sorted(woken)
 
     # -- reading ----------------------------------------------------------------------------
     def _stack(self, stack_name: str) -> StackFacts:
@@ -212,7 +193,7 @@ class StackReader:
             return None
 
     def _ledger(
-        self, table: str
+        self, table: str, now: float
     ) -> tuple[list[Any], tuple[tuple[str, str], ...], list[StateItemFacts]]:
         from boto3.dynamodb.types import TypeDeserializer
         from botocore.exceptions import ClientError
@@ -238,7 +219,7 @@ class StackReader:
         read = read_config_items(item for item in items if item["SK"] == CONFIG_SK)
         configs = sorted(read.valid.values(), key=lambda config: config.queue)
         invalid = tuple(sorted((queue, bad.problem) for queue, bad in read.invalid.items()))
-        states = [state_facts(item) for item in items if item["SK"] == STATE_SK]
+        states = [state_facts(item, now) for item in items if item["SK"] == STATE_SK]
         return configs, invalid, sorted(states, key=lambda state: state.queue)
 
     def _lambda_call(self, operation: str, **params: Any) -> Any:
@@ -362,18 +343,27 @@ def mapping_facts(mapping: Mapping[str, Any]) -> MappingFacts:
     )
 
 
-def state_facts(item: Mapping[str, Any]) -> StateItemFacts:
-    state = decode_state(item, MemoryCodec(memory_type))
-    memory = item.get("Memory") or {}
+def state_facts(item: Mapping[str, Any], now: float) -> StateItemFacts:
+    """The facts of a STATE item; whether it needs a ``WakeUp`` is the ledger's rule."""
+    memory = MemoryCodec(memory_type)
+    state = decode_state(item, memory)
     return StateItemFacts(
         queue=state.queue,
-        version=state.version,
         paused=not state.enabled,
-        wake_at=state.wake_at,
-        has_wake_up=WAKE_UP_ATTRIBUTE in item,
-        legacy=LEGACY_MEMORY_KEY in memory,
-        indexed_wake_at=float(item.get(GUARD_ATTRIBUTES["wake_at"]) or 0.0),
+        needs_wake_up=wake_up_repair(item, memory, now) is not None,
     )
+
+
+def policy_problem(params: PolicyParams | None, config: QueueConfig) -> str:
+    """Why ``config``'s overrides do not validate against the controller's policy (its
+    defaults, when its environment cannot be read), as the controller's own check says it
+    (``PolicyParams.with_overrides``, the ranges of ``controller.settings.BOUNDS``); empty
+    when they do."""
+    try:
+        (params or PolicyParams()).with_overrides(config.overrides)
+    except SettingsError as error:
+        return str(error)
+    return ""
 
 
 def _output(stack: StackFacts, name: str) -> str:

@@ -32,6 +32,7 @@ from controller.ledger.codec import (
     iso_utc,
     queue_key,
     read_config_items,
+    wake_up_repair,
 )
 from controller.ledger.dynamodb import BATCH_GET_LIMIT, DynamoLedger
 from controller.ledger.memory import MemoryCodec, MemoryTypes, to_number
@@ -70,4 +71,5 @@ __all__ = [
     "queue_key",
     "read_config_items",
     "to_number",
+    "wake_up_repair",
 ]

@@ -57,7 +57,11 @@ GUARD_ATTRIBUTES = {
     "hold_until": "HoldUntil",
     "enabled": "Enabled",
     "wake_at": "WakeAt",
+    "paused_since": "PausedSince",
 }
+# Written by every STATE item since ``PausedSince`` was added, well after the ``WakeUps`` index:
+# such an item carries ``WakeUp`` whenever its queue wants one, so the wake-up sweep leaves it.
+UNSWEPT_MARK = GUARD_ATTRIBUTES["paused_since"]
 # Items written before memory was kept per algorithm hold the guards and the adaptive
 # algorithm's fields flat in ``Memory``; this key tells them apart.
 LEGACY_MEMORY_KEY = "last_change_at"
@@ -126,9 +130,11 @@ class WakeUpRepair:
 
 
 def wake_up_repair(item: Mapping[str, Any], memory: MemoryCodec, now: float) -> WakeUpRepair | None:
-    """The repair ``item`` needs, or ``None``: it has its ``WakeUp``, or its mapping is not
-    paused (an enabled mapping sends telemetry, which wakes it)."""
-    if WAKE_UP_ATTRIBUTE in item:
+    """The repair ``item`` needs, or ``None``: it has its ``WakeUp``, its mapping is not
+    paused (an enabled mapping sends telemetry, which wakes it), or it was written by a
+    controller that writes every wake-up it wants (``UNSWEPT_MARK``: one without is a
+    disabled mapping that wants none, an operator's say)."""
+    if WAKE_UP_ATTRIBUTE in item or UNSWEPT_MARK in item:
         return None
     state = decode_state(item, memory)
     if state.enabled:

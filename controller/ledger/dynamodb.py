@@ -174,9 +174,11 @@ class DynamoLedger:
             params: dict[str, Any] = {
                 "TableName": self.table_name,
                 "FilterExpression": "SK = :state AND attribute_not_exists(#wake_up) AND "
+                "attribute_not_exists(#unswept) AND "
                 "(#enabled = :paused OR #memory.#legacy_enabled = :paused)",
                 "ExpressionAttributeNames": {
                     "#wake_up": codec.WAKE_UP_ATTRIBUTE,
+                    "#unswept": codec.UNSWEPT_MARK,
                     "#enabled": codec.GUARD_ATTRIBUTES["enabled"],
                     "#memory": "Memory",
                     "#legacy_enabled": "enabled",

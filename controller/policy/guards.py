@@ -132,6 +132,12 @@ def decision_from(
     """
     target = verdict.target if target is None else target
     enabled = state.enabled if verdict.enabled is None else verdict.enabled
+    wake_at = verdict.wake_at
+    if wake_at is None:
+        # A wake-up no algorithm asked for (an operator's change, as ``register`` wrote one
+        # before it stopped) is served by the queue's first decision; an algorithm's stays
+        # until it says otherwise (a past one: decide again at every tick).
+        wake_at = state.wake_at if state.algorithm else 0.0
     moved = target != state.concurrency or enabled != state.enabled
     action = _action(state, target, enabled)
     breaches = verdict.consecutive_breaches
@@ -146,7 +152,8 @@ def decision_from(
         last_change_at=now if moved else state.last_change_at,
         hold_until=state.hold_until if hold_until is None else hold_until,
         enabled=enabled,
-        wake_at=state.wake_at if verdict.wake_at is None else verdict.wake_at,
+        wake_at=wake_at,
+        paused_since=paused_since(state, enabled, wake_at, now),
         algorithm=state.algorithm if algorithm is None else algorithm,
         memory=verdict.memory,
     )
@@ -163,6 +170,18 @@ def decision_from(
         previous_enabled=state.enabled,
         enabled=enabled,
     )
+
+
+def paused_since(state: QueueState, enabled: bool, wake_at: float, now: float) -> float:
+    """When the controller's pause a decision leaves the queue in began (0: none).
+
+    A pause lasts from the decision that disables the mapping until one enables it with no
+    wake-up wanted: an enabled mapping that asks to be woken is a test of the pause (a pulse),
+    still the pause the operator waits out (the ``LongestPauseSeconds`` health metric). A
+    mapping found disabled (an operator's doing) is not the controller's pause."""
+    if state.paused_since > 0 and (not enabled or wake_at > 0):
+        return state.paused_since
+    return now if state.enabled and not enabled else 0.0
 
 
 def _action(state: QueueState, target: int, enabled: bool) -> Action:

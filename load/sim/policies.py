@@ -157,8 +157,7 @@ class QueueMeshPolicy:
                 event_source_arn=f"arn:aws:sqs:us-east-1:000000000000:{spec.name}",
                 batch_size=spec.batch_size,
             )
-            # Registered as `queuemesh register` does: config, first state, and a wake-up so
-            # the first scheduled tick attaches the mapping.
+            # Registered as `queuemesh register` does: config and first state.
             register_queue(
                 self._ledger,
                 self._actuator,

@@ -40,13 +40,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from stack.doctor import (
-        backfill_plan,
-        diagnose,
-        has_problems,
-        missing_wake_ups,
-        with_wake_ups,
-    )
+    from stack.doctor import diagnose, has_problems, with_wake_ups
     from stack.doctor_aws import StackReader
     from stack.local.emulator import DEFAULT_TEMPLATE
     from stack.local.template import TemplateError, load_template
@@ -65,12 +59,7 @@ def run(args: argparse.Namespace) -> int:
             reader = StackReader(target.client)
             report = reader.read(args.stack_name, template, args.table)
             if args.fix:
-                now = time.time()
-                fixed = [
-                    state.queue
-                    for state in missing_wake_ups(report)
-                    if reader.backfill(report.table, backfill_plan(state, now))
-                ]
+                fixed = reader.backfill(report.table, time.time())
         except ClientError as error:
             raise CliError(f"reading stack {args.stack_name} failed: {error}") from error
     findings = diagnose(with_wake_ups(report, fixed))

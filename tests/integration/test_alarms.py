@@ -4,15 +4,25 @@ health document, named by the controller's code (not by literals here)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
-from controller.app import HEALTH_COUNTERS
+from controller.actuator import InMemoryActuator
+from controller.app import HEALTH_COUNTERS, ControllerApp
 from controller.book import Count
+from controller.ledger import InMemoryLedger, encode_state
+from controller.loop import ControlLoop
+from controller.model import QueueStateName
+from controller.policy import algorithm_named, memory_type
+from controller.policy.adaptive import AdaptiveMemory
 from controller.schema import CONTROLLER_NAMESPACE, HealthMetric
+from controller.settings import PolicyParams
 from stack.local.template import load_template
+from tests.factories import config, health_count, state
 from tests.integration.test_metrics import controller_output, emitted_metrics
+from tests.integration.test_wakeups import SCHEDULED
 from tests.paths import ROOT
 
 TEMPLATE = ROOT / "template.yaml"
@@ -26,12 +36,18 @@ def metric_of(counter: Count) -> str:
 
 
 # What an on-call engineer is paged for: telemetry the controller could not read, mapping
-# updates it gave up on, CONFIG items it cannot use.
+# updates it gave up on, CONFIG items it cannot use, transitions that did not reach the event
+# bus, and a queue paused longer than a threshold.
 PAGED = {
     HealthMetric.TELEMETRY_UNREADABLE,
     metric_of(Count.ACTUATION_FAILURES),
     metric_of(Count.CONFIGS_INVALID),
+    HealthMetric.EVENTS_UNPUBLISHED,
+    HealthMetric.LONGEST_PAUSE,
 }
+# The alarm on a gauge, not a count: the longest pause reported in five minutes.
+GAUGES = {HealthMetric.LONGEST_PAUSE}
+NOW = 1_790_000_000.0
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +94,8 @@ def test_alarms_count_over_five_minutes_and_treat_no_document_as_zero(
     for alarm in controller_alarms(template).values():
         # The health document is emitted only when something was counted.
         assert alarm["TreatMissingData"] == "notBreaching"
-        assert (alarm["Statistic"], alarm["Period"]) == ("Sum", 300)
+        statistic = "Maximum" if alarm["MetricName"] in GAUGES else "Sum"
+        assert (alarm["Statistic"], alarm["Period"]) == (statistic, 300)
         assert alarm["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
         threshold = alarm["Threshold"]
         if isinstance(threshold, dict):
@@ -93,8 +110,52 @@ def test_alarms_count_over_five_minutes_and_treat_no_document_as_zero(
 
 def test_every_alarm_has_a_runbook_entry(template: dict[str, Any]) -> None:
     runbook = RUNBOOK.read_text(encoding="utf-8").split("## Alarms: the runbook", 1)[1]
-    assert len(alarms(template)) == 7
+    assert len(alarms(template)) == 9
     for logical in alarms(template):
         assert f"| `{logical}` |" in runbook, logical
     for metric in PAGED:
         assert f"`{metric}`" in runbook
+
+
+def paused_queue_app(paused_since: float, emitted: list[str]) -> ControllerApp:
+    """A controller whose ledger holds ``orders`` paused since ``paused_since``, its wake-up
+    due now."""
+    actuator = InMemoryActuator()
+    actuator.add_mapping("esm-orders", 2, enabled=False)
+    ledger = InMemoryLedger(memory_types=memory_type)
+    ledger.put_config(config("orders"))
+    paused = state(2, QueueStateName.CRITICAL_BACKOFF).evolve(
+        previous_concurrency=4,
+        last_evaluated_at=NOW - 60.0,
+        enabled=False,
+        wake_at=NOW - 1.0,
+        paused_since=paused_since,
+        algorithm="adaptive",
+        memory=AdaptiveMemory(paused_until=NOW - 1.0, pause_s=60.0),
+    )
+    ledger.put_item(encode_state(paused))
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=algorithm_named("adaptive"))
+    return ControllerApp(loop, clock=lambda: NOW, emit=emitted.append)
+
+
+def longest_pause(emitted: list[str]) -> float:
+    documents = [json.loads(line) for line in emitted]
+    return max(health_count([d], HealthMetric.LONGEST_PAUSE) for d in documents)
+
+
+def test_a_queue_paused_past_the_default_threshold_trips_its_alarm(
+    template: dict[str, Any],
+) -> None:
+    [alarm] = [
+        a
+        for a in controller_alarms(template).values()
+        if a["MetricName"] == HealthMetric.LONGEST_PAUSE
+    ]
+    threshold = float(template["Parameters"][alarm["Threshold"]["Ref"]]["Default"])
+    # Its wake-up tests the floor (the mapping enabled for a pulse): still the same pause.
+    emitted: list[str] = []
+    paused_queue_app(NOW - threshold - 30.0, emitted).handle(SCHEDULED, None)
+    assert longest_pause(emitted) == threshold + 30.0
+    emitted.clear()
+    paused_queue_app(NOW - threshold + 120.0, emitted).handle(SCHEDULED, None)
+    assert longest_pause(emitted) == threshold - 120.0 < threshold

@@ -88,6 +88,18 @@ def test_a_registered_queue_whose_mapping_is_gone(aws: EmbeddedAws, doctor: Doct
     assert "queue ghost" in doctor.one_problem(f"its mapping {MISSING_UUID} does not exist")
 
 
+def test_an_override_out_of_its_range(aws: EmbeddedAws, doctor: Doctor) -> None:
+    """The CONFIG item decodes, but the controller refuses its policy (ConfigsInvalid)."""
+    binding = doctor.stack.queues[0]
+    ledger = DynamoLedger(doctor.stack.table_name, aws.client("dynamodb"), memory_types=memory_type)
+    ledger.put_config(
+        QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid, overrides={"min_samples": 1e6})
+    )
+    line = doctor.one_problem("its policy overrides do not validate (min_samples must be in")
+    assert f"queue {binding.name}" in line
+    assert f"queuemesh register {binding.name} --esm {binding.esm_uuid}" in line
+
+
 def test_a_mapping_disabled_outside_queuemesh(aws: EmbeddedAws, doctor: Doctor) -> None:
     esm = doctor.stack.queues[0].esm_uuid
     aws.client("lambda").update_event_source_mapping(UUID=esm, Enabled=False)
@@ -216,7 +228,7 @@ def legacy_paused_item(queue: str, esm_uuid: str, wake_at: float) -> dict[str, A
     )
     guards = {"last_change_at": item.pop("LastChangeAt"), "hold_until": item.pop("HoldUntil")}
     guards.update(enabled=item.pop("Enabled"), wake_at=item.pop("WakeAt"))
-    del item["WakeUp"]
+    del item["WakeUp"], item["PausedSince"]
     item["Memory"] = guards
     return item
 

@@ -22,7 +22,13 @@ from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
-from controller.schema import CONTROLLER_NAMESPACE, NAMESPACE, HealthMetric
+from controller.schema import (
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_REASON_DIMENSION,
+    CONTROLLER_SKIPPED,
+    NAMESPACE,
+    HealthMetric,
+)
 from controller.settings import PolicyParams
 from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher, InvalidDocument, extract
@@ -237,7 +243,8 @@ def controller_output() -> list[str]:
         events=events,
     )
     storm = [sample(at=100.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
-    app.handle(kinesis_event(storm), None)
+    # A queue nobody registered: skipped, by reason.
+    app.handle(kinesis_event([*storm, sample("unregistered", at=105.0)]), None)
     return emitted
 
 
@@ -275,11 +282,13 @@ def test_every_dashboard_metric_is_what_the_controller_and_worker_emit(
     assert {namespace for namespace, _, _ in graphed} == {NAMESPACE, CONTROLLER_NAMESPACE}
     assert graphed <= emitted, graphed - emitted
     # One line per queue: every graphed metric is split by QueueName, but the controller's
-    # own health, which is the controller's alone.
+    # own health, which is the controller's alone, and its skips, one line per reason.
     health = {(CONTROLLER_NAMESPACE, metric, frozenset()) for metric in HealthMetric}
+    skipped = (CONTROLLER_NAMESPACE, CONTROLLER_SKIPPED, frozenset({CONTROLLER_REASON_DIMENSION}))
     assert graphed - health
     assert graphed & health
-    assert all("QueueName" in names for _, _, names in graphed - health)
+    assert skipped in graphed
+    assert all("QueueName" in names for _, _, names in graphed - health - {skipped})
 
 
 # -- AWS's own metrics of the local stack's services -----------------------------------------

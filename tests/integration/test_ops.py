@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -293,15 +294,16 @@ def test_since_accepts_relative_and_iso_times(raw: str, expected: float) -> None
     assert parse_since(raw, now=10_000.0) == expected
 
 
-def test_the_next_tick_decides_a_newly_registered_queue(cli: Cli, fleet: LocalFleet) -> None:
-    """Registration asks for a wake-up: the next scheduled tick decides the queue, and with no
-    telemetry yet the default algorithm leaves the mapping at its cap (no cut without
-    pressure: the poller's own ramp is what a healthy queue needs)."""
+def test_a_newly_registered_queue_is_left_to_its_telemetry(cli: Cli, fleet: LocalFleet) -> None:
+    """Registration asks for no wake-up: the scheduled tick does not read the queue (its
+    telemetry decides it), and the mapping stays at its cap (no cut without pressure: the
+    poller's own ramp is what a healthy queue needs)."""
     cli.ok("register", "orders", "--esm", fleet.mappings["orders"])
     ledger = _ledger(fleet)
     before = _mapping(fleet, "orders")["ScalingConfig"]["MaximumConcurrency"]
     app = ControllerApp(
         ControlLoop(ledger, LambdaActuator(client(fleet.endpoint, "lambda")), PolicyParams())
     )
-    assert app.handle({"detail-type": "Scheduled Event"}, None) == {"due": 1, "decided": 1}
+    assert ledger.due_states(time.time() + 86_400.0) == []
+    assert app.handle({"detail-type": "Scheduled Event"}, None) == {"due": 0, "decided": 0}
     assert _mapping(fleet, "orders")["ScalingConfig"]["MaximumConcurrency"] == before

@@ -29,7 +29,13 @@ from controller import registrar as registrar_module
 from controller.events import SOURCE, DetailType
 from controller.ledger import create_ledger_table
 from controller.policy import memory_type
-from controller.schema import CONTROLLER_NAMESPACE, DecisionMetric, HealthMetric
+from controller.schema import (
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_REASON_DIMENSION,
+    CONTROLLER_SKIPPED,
+    DecisionMetric,
+    HealthMetric,
+)
 from stack.local.template import (
     TemplateError,
     expand_language_extensions,
@@ -668,7 +674,7 @@ SEARCH = re.compile(
 def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[str, Any]) -> None:
     """Each SEARCH names a metric of the worker's schema under its dimensions, one of the
     controller's decision metrics or SQS's backlog and oldest message's age under exactly
-    ``QueueName``: one line per queue."""
+    ``QueueName``: one line per queue (but the controller's skips, one line per reason)."""
     queue, downstream = worker_schema.QUEUE_DIMENSION, worker_schema.DOWNSTREAM_DIMENSION
     worker_metrics = {metric.name for metric in worker_schema.METRICS}
     searched = {}
@@ -683,11 +689,16 @@ def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[s
         elif namespace == "AWS/SQS":
             assert (dimensions, match["stat"]) == (("QueueName",), "Maximum"), expression
             searched[metric] = match["stat"]
+        elif metric == CONTROLLER_SKIPPED:
+            assert namespace == CONTROLLER_NAMESPACE, expression
+            assert dimensions == (CONTROLLER_REASON_DIMENSION,), expression
+            searched[metric] = match["stat"]
         else:
             assert (namespace, dimensions) == (CONTROLLER_NAMESPACE, (queue,)), expression
             assert metric in set(DecisionMetric), expression
             searched[metric] = match["stat"]
-    assert set(searched) == {*DecisionMetric, *SQS_BACKLOG}
+    assert set(searched) == {*DecisionMetric, *SQS_BACKLOG, CONTROLLER_SKIPPED}
+    assert searched[CONTROLLER_SKIPPED] == "Sum"
     assert searched[DecisionMetric.MAXIMUM_CONCURRENCY] in ("Maximum", "Average")
     assert searched[DecisionMetric.PRESSURE_RATE] == "Average"
 
@@ -725,6 +736,10 @@ def test_the_dashboard_and_alarms_name_only_metrics_that_are_emitted(
     health = [line for line in lines if line[0] == CONTROLLER_NAMESPACE]
     assert health
     assert all(len(line) == 2 and line[1] in set(HealthMetric) for line in health), health
+    # Every health metric is graphed but the two that count the work done (the per-queue
+    # Decisions widget shows that).
+    throughput = {HealthMetric.SAMPLES_WINDOWED, HealthMetric.MAPPING_UPDATES}
+    assert {line[1] for line in health} == set(HealthMetric) - throughput
     assert all(line[0].startswith("AWS/") for line in lines if line not in health)
     emitted = {
         worker_schema.NAMESPACE: {metric.name for metric in worker_schema.METRICS},

@@ -12,16 +12,22 @@ import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
-from controller.ledger import InMemoryLedger
+from controller.ledger import InMemoryLedger, encode_state
 from controller.loop import ControlLoop
-from controller.model import AuditEntry, AuditEvent, QueueConfig
+from controller.model import (
+    Action,
+    AuditEntry,
+    AuditEvent,
+    QueueConfig,
+    QueueState,
+)
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.adaptive import AdaptiveMemory
 from controller.policy.aimd import Aimd
-from controller.ports import ConfigRead, LedgerError
+from controller.ports import ConfigRead, LedgerError, VersionConflict
 from controller.settings import PolicyParams
 from load.recording import emf_line
-from tests.factories import config, kinesis_event, mapped, registered, sample
+from tests.factories import config, kinesis_event, mapped, registered, sample, state
 
 
 class FlakyLedger(InMemoryLedger):
@@ -171,6 +177,105 @@ def test_each_invocation_emits_what_it_added_to_the_health_counts(
     emitted.clear()
     app.handle(event, None)
     assert health(emitted) == []
+
+
+def skipped(emitted: list[str]) -> dict[str, float]:
+    """The controller's skips, reason -> count (one document per reason)."""
+    documents = [json.loads(line) for line in emitted]
+    by_reason = [doc for doc in documents if "Reason" in doc]
+    for doc in by_reason:
+        assert doc["_aws"]["CloudWatchMetrics"][0]["Dimensions"] == [["Reason"]]
+    return {doc["Reason"]: doc["Skipped"][0] for doc in by_reason}
+
+
+def test_skips_are_emitted_by_reason(app: ControllerApp, emitted: list[str]) -> None:
+    event = storm_event()
+    records = event["Records"]
+    assert isinstance(records, list)
+    records.insert(3, {**records[0], "kinesis": {**records[0]["kinesis"], "data": "!!not-b64"}})
+    extra = kinesis_event(
+        [sample("billing", at=105.0), sample(at=110.0 + 3600), sample(at=110.0 + 3601)],
+        first_sequence=100,
+    )["Records"]
+    assert isinstance(extra, list)
+    app.handle({"Records": [*records, *extra]}, None)
+    assert skipped(emitted) == {
+        "bad_base64": 1,
+        "samples_unregistered": 1,
+        "samples_from_future": 2,
+    }
+    [document] = health(emitted)
+    assert (document["TelemetryUnreadable"], document["SamplesNotWindowed"]) == (1, 3)
+    emitted.clear()
+    app.handle({"detail-type": "Scheduled Event"}, None)
+    assert skipped(emitted) == {}
+
+
+def with_state(ledger: InMemoryLedger, **fields: Any) -> InMemoryLedger:
+    """``ledger`` holding a committed state of ``orders`` (at 100 unless told)."""
+    ledger.put_item(encode_state(state(version=3).evolve(**fields)))
+    return ledger
+
+
+def test_drift_adopted_is_in_the_health_document(ledger: FlakyLedger, emitted: list[str]) -> None:
+    # The operator set the mapping to 60 while the ledger says 100.
+    actuator = mapped(InMemoryActuator(), concurrency=60)
+    app = ControllerApp(
+        ControlLoop(with_state(ledger), actuator, PolicyParams(), algorithm=Aimd()),
+        clock=Clock(110.0),
+        emit=emitted.append,
+    )
+    app.handle(storm_event(), None)
+    [document] = health(emitted)
+    assert (document["DriftAdopted"], document["ClaimsReconciled"]) == (1, 0)
+    assert [e.event_type for e in ledger.audit_trail("orders")] == [AuditEvent.DRIFT_DETECTED]
+
+
+def test_a_claim_reconciled_is_in_the_health_document(
+    ledger: FlakyLedger, emitted: list[str]
+) -> None:
+    # The ledger claimed a cut from 100 to 50 that the mapping never took.
+    stranded = with_state(
+        ledger,
+        concurrency=50,
+        previous_concurrency=100,
+        last_action=Action.MULTIPLICATIVE_DECREASE,
+    )
+    app = ControllerApp(
+        ControlLoop(stranded, mapped(InMemoryActuator()), PolicyParams(), algorithm=Aimd()),
+        clock=Clock(110.0),
+        emit=emitted.append,
+    )
+    app.handle(storm_event(), None)
+    [document] = health(emitted)
+    assert (document["ClaimsReconciled"], document["DriftAdopted"]) == (1, 0)
+
+
+class RacedLedger(InMemoryLedger):
+    """Another writer commits first, once."""
+
+    raced = False
+
+    def commit(self, state: QueueState, audit: AuditEntry) -> QueueState:
+        if not self.raced:
+            self.raced = True
+            raise VersionConflict("ConditionalCheckFailed")
+        return super().commit(state, audit)
+
+
+def test_a_version_conflict_is_in_the_health_document(
+    actuator: InMemoryActuator, emitted: list[str]
+) -> None:
+    ledger = registered(RacedLedger(memory_types=memory_type))
+    app = ControllerApp(
+        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()),
+        clock=Clock(110.0),
+        emit=emitted.append,
+    )
+    app.handle(storm_event(), None)
+    [document] = health(emitted)
+    assert document["VersionConflicts"] == 1
+    assert document["MappingUpdates"] == 0
 
 
 def test_a_retried_batch_is_in_the_health_counts(

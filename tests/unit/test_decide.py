@@ -20,6 +20,7 @@ from controller.policy import (
     evaluate_manually,
 )
 from controller.policy.base import NoMemory
+from controller.policy.guards import decision_from
 from controller.policy.vegas import VegasMemory
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
@@ -316,3 +317,38 @@ def test_the_verdict_names_the_action_and_keeps_the_algorithms_memory() -> None:
     assert decision.new_state.last_change_at == 110.0
     assert decision.new_state.previous_concurrency == 50
     assert decision.new_state.wake_at == 111.0
+
+
+# -- how long a queue has been paused: from its first disabling through its test pulses ------
+PAUSED_AT = 5_000.0
+
+
+def _step(state: QueueState, now: float, enabled: bool | None, wake_at: float) -> QueueState:
+    """``state`` after a verdict that sets ``enabled`` (None: unchanged) and ``wake_at``."""
+    verdict = Verdict(
+        state.concurrency,
+        QueueStateName.CRITICAL_BACKOFF,
+        "pause cycle",
+        NoMemory(),
+        enabled=enabled,
+        wake_at=wake_at,
+    )
+    return decision_from(state, verdict, now).new_state
+
+
+def test_a_pause_lasts_from_the_first_disabling_through_its_test_pulses() -> None:
+    running = QueueState("orders", "esm-orders", QueueStateName.THROTTLED, 2, 4)
+    paused = _step(running, PAUSED_AT, False, PAUSED_AT + 15)
+    assert paused.paused_since == PAUSED_AT
+    held = _step(paused, PAUSED_AT + 10, None, PAUSED_AT + 15)
+    pulse = _step(held, PAUSED_AT + 15, True, PAUSED_AT + 20)
+    again = _step(pulse, PAUSED_AT + 20, False, PAUSED_AT + 80)
+    assert held.paused_since == pulse.paused_since == again.paused_since == PAUSED_AT
+    # Enabled with no wake-up wanted: the queue runs free again.
+    resumed = _step(again, PAUSED_AT + 80, True, 0.0)
+    assert resumed.paused_since == 0.0
+    # An enabled queue that asks to be woken (a probe), never paused: not a pause.
+    assert _step(running, PAUSED_AT, None, PAUSED_AT + 5).paused_since == 0.0
+    # A mapping an operator disabled is held as it is: not the controller's pause.
+    disabled = running.evolve(enabled=False)
+    assert _step(disabled, PAUSED_AT, None, 0.0).paused_since == 0.0

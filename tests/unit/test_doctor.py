@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.ledger import encode_state
+from controller.ledger import InMemoryLedger, encode_state
 from controller.model import Mode, QueueConfig, QueueState, QueueStateName
+from controller.policy import memory_type
+from controller.settings import PolicyParams
 from stack.doctor import (
     FunctionFacts,
     LogGroupFacts,
@@ -23,13 +25,17 @@ from stack.doctor import (
     StackReport,
     StateItemFacts,
     Subscription,
-    backfill_plan,
     diagnose,
     has_problems,
     missing_wake_ups,
     with_wake_ups,
 )
-from stack.doctor_aws import state_facts, template_filter_pattern, template_log_group
+from stack.doctor_aws import (
+    policy_problem,
+    state_facts,
+    template_filter_pattern,
+    template_log_group,
+)
 from stack.errors import CliError
 from stack.local.widgets import StackFacts
 
@@ -74,14 +80,7 @@ def healthy(**changes: Any) -> StackReport:
 
 
 def state(**changes: Any) -> StateItemFacts:
-    facts = StateItemFacts(
-        queue="orders",
-        version=3,
-        paused=False,
-        wake_at=0.0,
-        has_wake_up=False,
-        legacy=False,
-    )
+    facts = StateItemFacts(queue="orders", paused=False, needs_wake_up=False)
     return dataclasses.replace(facts, **changes)
 
 
@@ -177,30 +176,26 @@ def test_a_stream_that_refused_writes() -> None:
 
 
 def test_a_paused_state_without_wake_up_and_its_repair() -> None:
-    stuck = state(paused=True, wake_at=500.0, indexed_wake_at=500.0)
+    stuck = state(paused=True, needs_wake_up=True)
     report = healthy(states=(stuck,))
     assert "no WakeUp" in only_problem(report)
     assert missing_wake_ups(report) == [stuck]
     assert diagnose(with_wake_ups(report, ["orders"])) == []
-    # Paused with a wake-up that has WakeUp, or running without one: nothing to fix.
-    assert diagnose(healthy(states=(state(paused=True, has_wake_up=True),))) == []
+    # Paused with its WakeUp, or running without one: nothing to fix.
+    assert diagnose(healthy(states=(state(paused=True),))) == []
 
 
-@given(
-    wake_at=st.sampled_from([0.0, 10.0, 2000.0]),
-    indexed=st.sampled_from([0.0, 10.0, 2000.0]),
-    legacy=st.booleans(),
-)
-def test_a_backfill_sets_only_what_the_item_lacks(
-    wake_at: float, indexed: float, legacy: bool
-) -> None:
-    stuck = state(paused=True, wake_at=wake_at, indexed_wake_at=indexed, legacy=legacy)
-    plan = backfill_plan(stuck, now=1000.0)
-    # The next tick decides it: at its own wake-up time, or now if it had none.
-    assert plan.wake_at == (wake_at if wake_at > 0 else 1000.0)
-    assert plan.set_index_time == (indexed != plan.wake_at)
-    assert plan.set_legacy_time == (legacy and wake_at == 0)
-    assert plan.version == stuck.version
+def test_an_override_out_of_its_range() -> None:
+    config = QueueConfig(queue="orders", esm_uuid=UUID, overrides={"min_samples": 1e6})
+    problem = policy_problem(PolicyParams(), config)
+    assert "min_samples must be in" in problem
+    # The controller's defaults when its environment cannot be read.
+    assert policy_problem(None, config) == problem
+    assert policy_problem(PolicyParams(), QueueConfig(queue="orders", esm_uuid=UUID)) == ""
+    report = healthy(queues=(healthy_queue(config=config, policy_problem=problem),))
+    [finding] = [f for f in diagnose(report) if f.severity is Severity.PROBLEM]
+    assert problem in finding.problem and "ConfigsInvalid" in finding.problem
+    assert f"queuemesh register orders --esm {UUID}" in finding.fix
 
 
 def paused_state(**changes: Any) -> QueueState:
@@ -218,26 +213,46 @@ def paused_state(**changes: Any) -> QueueState:
     return dataclasses.replace(base, **changes)
 
 
-def test_state_facts_read_the_current_layout() -> None:
-    item = encode_state(paused_state())
-    facts = state_facts(item)
-    assert (facts.paused, facts.has_wake_up, facts.legacy) == (True, True, False)
-    assert (facts.wake_at, facts.indexed_wake_at, facts.version) == (1500.0, 1500.0, 4)
-    del item["WakeUp"]
-    assert not state_facts(item).has_wake_up
-
-
-def test_state_facts_read_the_old_flat_layout() -> None:
-    item = encode_state(paused_state())
+def stored_item(enabled: bool, wake_at: float, layout: str) -> dict[str, Any]:
+    """A STATE item as one controller version or another stored it: ``current`` (with
+    ``PausedSince``), ``indexed`` (before it), ``flat`` (guards inside Memory, no index)."""
+    item = encode_state(paused_state(enabled=enabled, wake_at=wake_at))
+    if layout == "current":
+        return item
+    del item["PausedSince"]
+    if layout == "indexed":
+        return item
     guards = {
         name: item.pop(attr) for name, attr in [("enabled", "Enabled"), ("wake_at", "WakeAt")]
     }
-    for attribute in ("LastChangeAt", "HoldUntil", "WakeUp"):
+    for attribute in ("LastChangeAt", "HoldUntil"):
         del item[attribute]
+    item.pop("WakeUp", None)
     item["Memory"] = {"last_change_at": Decimal(900), "hold_until": Decimal(0), **guards}
-    facts = state_facts(item)
-    assert (facts.paused, facts.has_wake_up, facts.legacy) == (True, False, True)
-    assert (facts.wake_at, facts.indexed_wake_at) == (1500.0, 0.0)
+    return item
+
+
+@given(
+    enabled=st.booleans(),
+    wake_at=st.sampled_from([0.0, 500.0, 1500.0]),
+    layout=st.sampled_from(["current", "indexed", "flat"]),
+    without_wake_up=st.booleans(),
+)
+def test_the_doctor_flags_exactly_what_the_ledgers_sweep_repairs(
+    enabled: bool, wake_at: float, layout: str, without_wake_up: bool
+) -> None:
+    item = stored_item(enabled, wake_at, layout)
+    if without_wake_up:
+        item.pop("WakeUp", None)
+    facts = state_facts(item, now=1000.0)
+    assert facts.paused is not enabled
+    ledger = InMemoryLedger(memory_types=memory_type)
+    ledger.put_item(item)
+    repaired = [state.queue for state in ledger.sweep_wake_ups(1000.0).woken]
+    assert facts.needs_wake_up == (repaired == ["orders"])
+    # Only an item from before PausedSince, paused and without WakeUp, is repaired.
+    stuck = layout != "current" and not enabled and "WakeUp" not in item
+    assert facts.needs_wake_up == stuck
 
 
 def test_the_filter_pattern_is_the_templates_one_including_for_each() -> None:
