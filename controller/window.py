@@ -141,6 +141,94 @@ Second = tuple[int, WindowStats]
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSecond:
+    """One queue's telemetry totals over the invocations that started in one second: what the
+    reducing stage forwards (``controller.reduce``, the reduced record of docs/telemetry.md).
+
+    A window adds it as it adds the samples it sums (to the bit, for counts), so a queue's
+    evidence reduced on several shards is windowed whole by the one controller that reads the
+    queue's partition. ``announced`` is what the downstream announced of its limit, if it did.
+    """
+
+    queue: str
+    second: int
+    totals: WindowStats
+    announced: Announced | None = None
+
+    @property
+    def event_time(self) -> float:
+        """The newest document's event time: where retention and staleness are judged."""
+        newest = self.totals.newest_event_time
+        return float(self.second) if newest is None else newest
+
+    @property
+    def started_at(self) -> float:
+        return float(self.second)
+
+    @property
+    def documents(self) -> int:
+        """Worker documents these totals sum."""
+        return self.totals.samples
+
+
+@dataclass(frozen=True, slots=True)
+class Announced:
+    """The announced limit of some invocations (issue 30's ``Sample`` fields), summed: the
+    smallest remaining quota with that answer's quota, window and reset (as an epoch time,
+    since the documents' event times differ), and the 429s that named their limit's kind."""
+
+    quota_remaining: float | None = None
+    quota_limit: float | None = None
+    quota_window_s: float | None = None
+    quota_reset_at: float | None = None
+    throttled_concurrency: int = 0
+    throttled_rate: int = 0
+
+    @classmethod
+    def of(cls, sample: Sample) -> Announced | None:
+        """What one document announced; ``None`` when it announced nothing."""
+        if (
+            sample.quota_remaining is None
+            and sample.quota_limit is None
+            and not sample.throttled_concurrency
+            and not sample.throttled_rate
+        ):
+            return None
+        reset_s = sample.quota_reset_s
+        reset_at = None if reset_s is None else sample.event_time + reset_s
+        return cls(
+            sample.quota_remaining,
+            sample.quota_limit,
+            sample.quota_window_s,
+            reset_at,
+            sample.throttled_concurrency,
+            sample.throttled_rate,
+        )
+
+    def merged(self, other: Announced) -> Announced:
+        """Both together: the 429 counts summed, the quota of whichever has less remaining."""
+        if other.quota_remaining is None:
+            # Neither says what remains, or only this one: keep this one if it says anything.
+            says = self.quota_remaining is not None or self.quota_limit is not None
+            quota = self if says else other
+        elif self.quota_remaining is None:
+            quota = other
+        else:
+            quota = other if other.quota_remaining < self.quota_remaining else self
+        return Announced(
+            quota.quota_remaining,
+            quota.quota_limit,
+            quota.quota_window_s,
+            quota.quota_reset_at,
+            self.throttled_concurrency + other.throttled_concurrency,
+            self.throttled_rate + other.throttled_rate,
+        )
+
+
+Evidence = Sample | QueueSecond
+
+
+@dataclass(frozen=True, slots=True)
 class WindowSnapshot:
     """A queue's window as it stood when a decision began, read only: each second of
     invocation starts with its frozen totals, in the order the window first saw them (the
@@ -191,18 +279,24 @@ class QueueWindow:
         """Buckets held: what retention bounds."""
         return len(self._buckets)
 
-    def add(self, sample: Sample) -> bool:
-        """Count ``sample``; ``False`` (and counted) when it is older than the retention."""
+    def add(self, evidence: Evidence) -> bool:
+        """Count ``evidence`` (one document, or one second's reduced totals); ``False`` (and
+        counted) when it is older than the retention."""
         newest = self._newest_event_time
-        if newest is not None and sample.event_time < newest - self._retention_s:
+        event_time = evidence.event_time
+        if newest is not None and event_time < newest - self._retention_s:
             self.dropped_too_old += 1
             return False
-        key = math.floor(sample.started_at)
-        self._buckets.setdefault(key, Totals()).count(sample)
+        if isinstance(evidence, QueueSecond):
+            key = evidence.second
+            self._buckets.setdefault(key, Totals()).add(evidence.totals)
+        else:
+            key = math.floor(evidence.started_at)
+            self._buckets.setdefault(key, Totals()).count(evidence)
         self._stale[key] = None
-        if newest is None or sample.event_time > newest:
-            self._newest_event_time = sample.event_time
-            self._prune(sample.event_time - self._retention_s)
+        if newest is None or event_time > newest:
+            self._newest_event_time = event_time
+            self._prune(event_time - self._retention_s)
         return True
 
     def snapshot(self) -> WindowSnapshot:
