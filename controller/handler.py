@@ -16,7 +16,7 @@ from controller.loop import ControlLoop
 from controller.policy import DEFAULT_ALGORITHM, algorithm_named, memory_type
 from controller.reducer_app import ReducerApp
 from controller.settings import PolicyParams
-from controller.stream import KinesisSink
+from controller.stream import REDUCED_STREAM_VARIABLE, KinesisSink
 
 logger = Logger(service="queuemesh-controller")
 reducer_logger = Logger(service="queuemesh-reducer")
@@ -55,9 +55,9 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 def build_reducer(environ: dict[str, str] | None = None) -> ReducerApp:
     env = dict(os.environ) if environ is None else environ
-    stream = env.get("QUEUEMESH_REDUCED_STREAM")
+    stream = env.get(REDUCED_STREAM_VARIABLE)
     if not stream:
-        raise RuntimeError("QUEUEMESH_REDUCED_STREAM is not set: name the reduced Kinesis stream")
+        raise RuntimeError(f"{REDUCED_STREAM_VARIABLE} is not set: name the reduced Kinesis stream")
     return ReducerApp(KinesisSink(stream), logger=reducer_logger)
 
 

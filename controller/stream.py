@@ -10,6 +10,8 @@ from controller.aws import Backoff, CallAbandoned, PacedCaller
 from controller.aws import client as aws_client
 from controller.telemetry.reduced import ReducedRecord
 
+# The reducer's environment variable naming the reduced stream (template.yaml sets it).
+REDUCED_STREAM_VARIABLE: Final = "QUEUEMESH_REDUCED_STREAM"
 # PutRecords takes at most 500 records (and 5 MiB) a call.
 MAX_RECORDS_PER_CALL: Final = 500
 _RETRYABLE_CODES: Final = frozenset(

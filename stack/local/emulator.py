@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controller.stream import REDUCED_STREAM_VARIABLE
 from stack.errors import CliError
 from stack.local.cloudformation import (
     ACCOUNT,
@@ -80,11 +81,18 @@ class Deployment:
     queues: tuple[QueueBinding, ...]
     controller_function: str
     controller_esm_uuid: str
+    # The telemetry stream (the workers' subscription delivers to it; the reducer reads it).
     stream_name: str
     stream_arn: str
     table_name: str
     worker_log_group: str
     controller_log_group: str
+    reducer_function: str
+    reducer_esm_uuid: str
+    reducer_log_group: str
+    # The reduced stream (the reducer puts to it; the controller reads it).
+    reduced_stream_name: str
+    reduced_stream_arn: str
     created_through_api: tuple[str, ...] = ()
     not_created: tuple[str, ...] = ()
     resources: Mapping[str, str] = field(default_factory=dict)
@@ -325,16 +333,24 @@ class EmbeddedAws:
         mappings = lambda_client.list_event_source_mappings()["EventSourceMappings"]
         queue_mappings = [m for m in mappings if m["EventSourceArn"].startswith("arn:aws:sqs:")]
         stream_mappings = [m for m in mappings if ":kinesis:" in m["EventSourceArn"]]
-        if not queue_mappings or len(stream_mappings) != 1:
+        # The reducer is the function told where to put its totals; the controller reads them.
+        reducers = [
+            m for m in stream_mappings if _variables(lambda_client, m).get(REDUCED_STREAM_VARIABLE)
+        ]
+        controllers = [m for m in stream_mappings if m not in reducers]
+        if not queue_mappings or len(reducers) != 1 or len(controllers) != 1:
             raise CliError(
-                "the template must map at least one SQS queue to a worker function and one "
-                f"Kinesis stream to the controller; found {len(queue_mappings)} queue and "
-                f"{len(stream_mappings)} stream mappings"
+                "the template must map at least one SQS queue to a worker function, the "
+                "telemetry stream to the reducer and the reduced stream to the controller; "
+                f"found {len(queue_mappings)} queue, {len(reducers)} reducer and "
+                f"{len(controllers)} controller stream mappings"
             )
         queues = tuple(_queue_binding(sqs, mapping) for mapping in queue_mappings)
-        controller_esm = stream_mappings[0]
+        controller_esm, reducer_esm = controllers[0], reducers[0]
         controller = arn_function_name(controller_esm["FunctionArn"])
-        stream_arn = controller_esm["EventSourceArn"]
+        reducer = arn_function_name(reducer_esm["FunctionArn"])
+        stream_arn = reducer_esm["EventSourceArn"]
+        reduced_stream_arn = controller_esm["EventSourceArn"]
         environment = lambda_client.get_function_configuration(FunctionName=controller).get(
             "Environment", {}
         )
@@ -359,6 +375,11 @@ class EmbeddedAws:
             table_name=table,
             worker_log_group=worker_log_group,
             controller_log_group=log_group_of(controller, physical, resources, resolver),
+            reducer_function=reducer,
+            reducer_esm_uuid=reducer_esm["UUID"],
+            reducer_log_group=log_group_of(reducer, physical, resources, resolver),
+            reduced_stream_name=reduced_stream_arn.rsplit("/", 1)[1],
+            reduced_stream_arn=reduced_stream_arn,
             created_through_api=tuple(through_api),
             not_created=not_created,
             resources=dict(physical),
@@ -414,6 +435,12 @@ class EmbeddedAws:
             deployment.table_name, client=self.client("dynamodb"), memory_types=memory_type
         )
         ledger.put_config(QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid))
+
+
+def _variables(lambda_client: Any, mapping: Mapping[str, Any]) -> dict[str, Any]:
+    """The environment variables of the mapping's function."""
+    configuration = lambda_client.get_function_configuration(FunctionName=mapping["FunctionArn"])
+    return dict(configuration.get("Environment", {}).get("Variables", {}))
 
 
 def _queue_binding(sqs: Any, mapping: Mapping[str, Any]) -> QueueBinding:

@@ -256,3 +256,38 @@ def test_partitions_of_one_shard_read_by_parallel_batches_are_not_taken_for_rede
 def test_reduced_seconds_window_like_the_samples_they_sum() -> None:
     second = QueueSecond("orders", 1000, reduce_samples([sample(at=1000.9)])[0].totals)
     assert (second.started_at, second.event_time, second.documents) == (1000.0, 1000.9, 1)
+
+
+def test_the_kinesis_sink_retries_the_entries_a_shard_refused() -> None:
+    import boto3
+    from botocore.stub import Stubber
+
+    from controller.stream import KinesisSink
+
+    client = boto3.client(
+        "kinesis", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    records = reduced.encode(
+        reduce_samples([sample("orders", 1000.9), sample("invoices", 1000.9)]), "s:1-1"
+    )
+    sink = KinesisSink("reduced", client, sleep=lambda _: None)
+    with Stubber(client) as stub:
+        refused = {"ErrorCode": "ProvisionedThroughputExceededException", "ErrorMessage": "slow"}
+        stub.add_response(
+            "put_records",
+            {"FailedRecordCount": 1, "Records": [refused, {"SequenceNumber": "1", "ShardId": "a"}]},
+        )
+        stub.add_response(
+            "put_records",
+            {"Records": [{"SequenceNumber": "2", "ShardId": "a"}]},
+            {
+                "StreamName": "reduced",
+                "Records": [{"Data": records[0].data, "PartitionKey": "invoices"}],
+            },
+        )
+        assert sink.put(records, deadline=math.inf) == set()
+        stub.assert_no_pending_responses()
+    with Stubber(client) as stub:
+        for _ in range(5):
+            stub.add_response("put_records", {"FailedRecordCount": 1, "Records": [refused]})
+        assert sink.put(records[:1], deadline=math.inf) == {"invoices"}
