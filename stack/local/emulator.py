@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.stream import REDUCED_STREAM_VARIABLE
 from stack.errors import CliError
 from stack.local.cloudformation import (
     ACCOUNT,
@@ -37,6 +36,7 @@ from stack.local.cloudformation import (
     flat_parameters,
     log_group_of,
     placeholder_code_zip,
+    stream_mappings,
     with_code_location,
 )
 from stack.local.moto_events import patch_moto_events
@@ -81,7 +81,7 @@ class Deployment:
     queues: tuple[QueueBinding, ...]
     controller_function: str
     controller_esm_uuid: str
-    # The telemetry stream (the workers' subscription delivers to it; the reducer reads it).
+    # The telemetry stream (the reducer reads it) and the reduced one (the controller reads it).
     stream_name: str
     stream_arn: str
     table_name: str
@@ -90,7 +90,6 @@ class Deployment:
     reducer_function: str
     reducer_esm_uuid: str
     reducer_log_group: str
-    # The reduced stream (the reducer puts to it; the controller reads it).
     reduced_stream_name: str
     reduced_stream_arn: str
     created_through_api: tuple[str, ...] = ()
@@ -332,12 +331,7 @@ class EmbeddedAws:
         sqs = self.client("sqs")
         mappings = lambda_client.list_event_source_mappings()["EventSourceMappings"]
         queue_mappings = [m for m in mappings if m["EventSourceArn"].startswith("arn:aws:sqs:")]
-        stream_mappings = [m for m in mappings if ":kinesis:" in m["EventSourceArn"]]
-        # The reducer is the function told where to put its totals; the controller reads them.
-        reducers = [
-            m for m in stream_mappings if _variables(lambda_client, m).get(REDUCED_STREAM_VARIABLE)
-        ]
-        controllers = [m for m in stream_mappings if m not in reducers]
+        reducers, controllers, variables = stream_mappings(lambda_client, mappings)
         if not queue_mappings or len(reducers) != 1 or len(controllers) != 1:
             raise CliError(
                 "the template must map at least one SQS queue to a worker function, the "
@@ -351,11 +345,8 @@ class EmbeddedAws:
         reducer = arn_function_name(reducer_esm["FunctionArn"])
         stream_arn = reducer_esm["EventSourceArn"]
         reduced_stream_arn = controller_esm["EventSourceArn"]
-        environment = lambda_client.get_function_configuration(FunctionName=controller).get(
-            "Environment", {}
-        )
         tables = [physical[k] for k, v in resources.items() if v["Type"] == "AWS::DynamoDB::Table"]
-        table = environment.get("Variables", {}).get("QUEUEMESH_TABLE") or (
+        table = variables[controller_esm["UUID"]].get("QUEUEMESH_TABLE") or (
             tables[0] if len(tables) == 1 else None
         )
         if table is None:
@@ -435,12 +426,6 @@ class EmbeddedAws:
             deployment.table_name, client=self.client("dynamodb"), memory_types=memory_type
         )
         ledger.put_config(QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid))
-
-
-def _variables(lambda_client: Any, mapping: Mapping[str, Any]) -> dict[str, Any]:
-    """The environment variables of the mapping's function."""
-    configuration = lambda_client.get_function_configuration(FunctionName=mapping["FunctionArn"])
-    return dict(configuration.get("Environment", {}).get("Variables", {}))
 
 
 def _queue_binding(sqs: Any, mapping: Mapping[str, Any]) -> QueueBinding:
