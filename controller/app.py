@@ -18,11 +18,11 @@ from aws_lambda_powertools import Logger
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
 from controller.book import Count
-from controller.cache import LruCache
-from controller.constants import CACHED_LOG_EVENTS, CACHED_SHARDS, is_queue_name
+from controller.constants import is_queue_name
 from controller.events import EventOutbox
+from controller.evidence import EvidenceReader, position
 from controller.loop import ControlLoop
-from controller.model import Decision, Sample
+from controller.model import Decision
 from controller.ports import ActuationError, LedgerError
 from controller.schema import (
     CONTROLLER_NAMESPACE,
@@ -35,8 +35,6 @@ from controller.schema import (
 from controller.telemetry import (
     DEFAULT_NAMESPACE,
     ORDINARY_SKIPS,
-    DecodeResult,
-    LogEventKey,
     SkipReason,
     TelemetryDecoder,
 )
@@ -113,16 +111,11 @@ class ControllerApp:
         self._events = events
         self._clock = clock
         self._monotonic = monotonic
-        # Learns as it decodes (declarations, valid queue names): kept for the container.
-        self._decoder = TelemetryDecoder(namespace)
+        # Learns as it decodes (declarations, valid queue names) and remembers what it read
+        # (a retried batch, a re-sent log event must not count twice): kept for the container.
+        self._evidence = EvidenceReader(TelemetryDecoder(namespace), loop.retention_s)
         self._emit = emit
         self._logger = logger or Logger(service="queuemesh-controller")
-        # Highest sequence number ingested per shard: a retried batch must not count the same
-        # telemetry twice in this warm container's windows.
-        self._ingested: LruCache[str, int] = LruCache(CACHED_SHARDS)
-        # Log events windowed, with their event times: CloudWatch Logs may deliver one again
-        # under a new sequence number, and it must not count twice either.
-        self._windowed_log_events: LruCache[LogEventKey, float] = LruCache(CACHED_LOG_EVENTS)
         # The health counts not yet emitted: the loop's counters as last emitted, and the
         # batches' own counts since.
         self._counters_emitted: Counter[Count] = Counter()
@@ -187,19 +180,19 @@ class ControllerApp:
             unreadable.skipped[SkipReason.BAD_RECORD] += 1
             self._report(unreadable, [])
             return unreadable
-        fresh = [record for record in records if not self._already_ingested(record)]
-        outcome = BatchOutcome(records=len(records), redelivered=len(records) - len(fresh))
-        decoded = self._decoder.decode_kinesis_event({"Records": fresh})
-        outcome.skipped = decoded.skipped
-        samples, log_events = self._not_yet_windowed(decoded, outcome.skipped)
-        outcome.samples = len(samples)
         now = self._clock()
-        result = self.loop.run_batch(samples, now, deadline)
-        outcome.dropped = result.dropped
+        reading = self._evidence.read(records, now)
+        outcome = BatchOutcome(
+            records=len(records),
+            redelivered=reading.redelivered,
+            skipped=reading.skipped,
+            samples=reading.documents,
+        )
+        self.loop.counters.update(reading.dropped)
+        result = self.loop.run_batch(reading.evidence, now, deadline)
+        outcome.dropped = result.dropped + reading.dropped
         if result.windowed:
-            for record in fresh:
-                self._mark_ingested(record)
-            self._mark_windowed(log_events, now)
+            self._evidence.windowed(reading, now)
         if result.fault is not None:
             # Windowed evidence lives only in this container until its decision is in the
             # ledger: fail from the batch's first record, a redelivery included (its records
@@ -248,7 +241,7 @@ class ControllerApp:
         (records this container already windowed are skipped then, never counted twice)."""
         self._logger.error("ledger unavailable; the batch will be retried", exc_info=fault)
         first = next(
-            (sequence for _, sequence in map(_position, records) if sequence is not None), None
+            (sequence for _, sequence in map(position, records) if sequence is not None), None
         )
         if first is not None:
             outcome.failed_sequence_numbers = [str(first)]
@@ -356,63 +349,6 @@ class ControllerApp:
         if remaining is None:
             return math.inf
         return self._monotonic() + remaining() / 1000.0 - RESPONSE_MARGIN_S
-
-    def _already_ingested(self, record: Any) -> bool:
-        shard, sequence = _position(record)
-        return sequence is not None and sequence <= self._ingested_at(shard)
-
-    def _mark_ingested(self, record: Any) -> None:
-        shard, sequence = _position(record)
-        if sequence is not None and sequence > self._ingested_at(shard):
-            self._ingested[shard] = sequence
-
-    def _ingested_at(self, shard: str) -> int:
-        sequence = self._ingested.get(shard)
-        return -1 if sequence is None else sequence
-
-    def _not_yet_windowed(
-        self, decoded: DecodeResult, skipped: Counter[str]
-    ) -> tuple[list[Sample], list[LogEventKey]]:
-        """The samples whose log events this container has not windowed yet (nor met earlier
-        in the batch), and those log events; the others are counted as duplicates."""
-        samples: list[Sample] = []
-        log_events: list[LogEventKey] = []
-        in_batch: set[LogEventKey] = set()
-        windowed = self._windowed_log_events
-        for sample, log_event in zip(decoded.samples, decoded.log_event_keys, strict=True):
-            if log_event is not None:
-                if log_event in in_batch or log_event in windowed:
-                    skipped[SkipReason.DUPLICATE_LOG_EVENT] += 1
-                    continue
-                in_batch.add(log_event)
-                log_events.append(log_event)
-            samples.append(sample)
-        return samples, log_events
-
-    def _mark_windowed(self, log_events: Sequence[LogEventKey], now: float) -> None:
-        """Remember these log events until their samples would be too old to window anyway."""
-        windowed = self._windowed_log_events
-        for log_event in log_events:
-            windowed[log_event] = log_event[2]
-        horizon = now - self.loop.retention_s
-        windowed.evict_oldest_while(lambda event_time: event_time < horizon)
-
-
-def _position(record: Any) -> tuple[str, int | None]:
-    """(shard, sequence number as an integer): sequence numbers are never compared as text."""
-    if not isinstance(record, Mapping):
-        return "", None
-    shard = str(record.get("eventID", "")).split(":", 1)[0]
-    kinesis = record.get("kinesis")
-    sequence = kinesis.get("sequenceNumber") if isinstance(kinesis, Mapping) else None
-    if type(sequence) is int:
-        return shard, sequence
-    if type(sequence) is str and sequence.isdecimal():
-        try:
-            return shard, int(sequence)
-        except ValueError:  # longer than int() reads (4,300 digits)
-            pass
-    return shard, None
 
 
 def _manual_request(event: Mapping[str, Any]) -> tuple[str, float, float]:

@@ -21,9 +21,9 @@ from typing import Protocol
 
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES, WINDOW_RETENTION_S
-from controller.model import Action, QueueConfig, QueueState, Sample
+from controller.model import Action, QueueConfig, QueueState
 from controller.ports import InvalidConfig, Notice
-from controller.window import QueueWindow
+from controller.window import Evidence, QueueWindow
 
 # A deleted mapping is looked for again after this long; until then its queue costs no call.
 MAPPING_RECHECK_S = 900.0
@@ -148,14 +148,14 @@ class QueueBook:
         return notices
 
     # -- evidence -------------------------------------------------------------------------
-    def add_sample(self, sample: Sample) -> bool:
-        """Window ``sample`` for its queue, which then waits to be decided; ``False`` when it
-        is older than the window's retention (counted as such by the caller)."""
-        self.mark_pending([sample.queue])
-        window = self._held.get(sample.queue)
+    def add_sample(self, evidence: Evidence) -> bool:
+        """Window ``evidence`` for its queue, which then waits to be decided; ``False`` when
+        it is older than the window's retention (counted as such by the caller)."""
+        self.mark_pending([evidence.queue])
+        window = self._held.get(evidence.queue)
         if window is None:
-            window = self._held[sample.queue] = QueueWindow(self.retention_s)
-        return window.add(sample)
+            window = self._held[evidence.queue] = QueueWindow(self.retention_s)
+        return window.add(evidence)
 
     def announcing(self, since: float) -> Counter[str]:
         """How many queues report each downstream with an announced quota: those whose newest

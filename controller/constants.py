@@ -45,11 +45,14 @@ QUOTA_SHARED_FOR_S: Final = 60.0
 # retention's one-second buckets, about 100 KB when every second has telemetry), and the queue
 # names the decoder has checked.
 CACHED_QUEUES: Final = 2000
-# Kinesis shards whose last ingested sequence number is remembered (redelivery detection).
-CACHED_SHARDS: Final = 1000
-# CloudWatch Logs log events (by id) already windowed: a re-sent one is not counted twice.
-# Ids older than the window retention are forgotten sooner (their samples would be too old).
+# Kinesis partitions (shard and partition key: Lambda keeps order per partition key, even with
+# a parallelization factor) whose last ingested sequence number is remembered (redelivery).
+CACHED_PARTITIONS: Final = 2000
+# CloudWatch Logs log events (by id) already reduced: a re-sent one is not counted twice; and
+# reduced records (by id) already windowed, for the same reason. Ids older than the window
+# retention are forgotten sooner (their evidence would be too old).
 CACHED_LOG_EVENTS: Final = 100_000
+CACHED_RECORD_IDS: Final = 100_000
 
 # Lambda's control plane (Get/List/UpdateEventSourceMapping among others) answers 15 requests
 # a second per account, shared with everything else in the account, and the quota cannot be

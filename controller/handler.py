@@ -15,10 +15,14 @@ from controller.executor import AwsExecutor
 from controller.ledger import DynamoLedger
 from controller.loop import ControlLoop
 from controller.policy import DEFAULT_ALGORITHM, algorithm_named, memory_type
+from controller.reducer_app import ReducerApp
 from controller.settings import PolicyParams
+from controller.stream import REDUCED_STREAM_VARIABLE, KinesisSink
 
 logger = Logger(service="queuemesh-controller")
+reducer_logger = Logger(service="queuemesh-reducer")
 _app: ControllerApp | None = None
+_reducer: ReducerApp | None = None
 
 
 def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
@@ -49,3 +53,20 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     if _app is None:
         _app = build_app()
     return _app.handle(event, context)
+
+
+def build_reducer(environ: dict[str, str] | None = None) -> ReducerApp:
+    env = dict(os.environ) if environ is None else environ
+    stream = env.get(REDUCED_STREAM_VARIABLE)
+    if not stream:
+        raise RuntimeError(f"{REDUCED_STREAM_VARIABLE} is not set: name the reduced Kinesis stream")
+    return ReducerApp(KinesisSink(stream), logger=reducer_logger)
+
+
+@reducer_logger.inject_lambda_context
+def reduce(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The reducer Lambda: telemetry batch in, per-(queue, second) totals out."""
+    global _reducer
+    if _reducer is None:
+        _reducer = build_reducer()
+    return _reducer.handle(event, context)

@@ -31,7 +31,6 @@ from controller.model import (
     QueueConfig,
     QueueState,
     QueueStateName,
-    Sample,
 )
 from controller.planner import Plan, plan, probing, revised, step_for
 from controller.policy import (
@@ -52,6 +51,7 @@ from controller.ports import (
     QueueBacklog,
 )
 from controller.settings import PolicyParams, SettingsError
+from controller.window import Evidence
 
 # How long after a complete sweep for paused queues without a wake-up (``ControlLoop.tick``)
 # a container sweeps again: such items are left over from before the WakeUps index, so after
@@ -141,16 +141,17 @@ class ControlLoop:
 
     # -- the entry points -----------------------------------------------------------------
     def run_batch(
-        self, samples: Iterable[Sample], now: float, deadline: float = math.inf
+        self, evidence: Iterable[Evidence], now: float, deadline: float = math.inf
     ) -> BatchResult:
-        """Window ``samples`` and decide every queue with new evidence (or due, or left from
+        """Window ``evidence`` (worker documents, or the reducer's per-second totals of them)
+        and decide every queue with new evidence (or due, or left from
         an earlier batch), then carry the plan out before ``deadline`` (``time.monotonic()``).
 
         A ledger fault does not raise: it ends the batch and is in the result, the queues not
         yet done kept waiting, so a retried batch decides them again."""
         result = BatchResult()
         try:
-            result.dropped = self._ingest(samples, now)
+            result.dropped = self._ingest(evidence, now)
             result.windowed = True
             self._decide(now, deadline, result)
         except LedgerError as fault:
@@ -223,9 +224,9 @@ class ControlLoop:
         return ManualResult(execution.done[0] if done else decision, config, done and step.actuates)
 
     # -- telemetry ------------------------------------------------------------------------
-    def _ingest(self, samples: Iterable[Sample], now: float) -> Counter[Count]:
-        """Window the samples of registered queues; returns how many of the others were
-        dropped, by reason (also counted).
+    def _ingest(self, evidence: Iterable[Evidence], now: float) -> Counter[Count]:
+        """Window the evidence of registered queues; returns how many worker documents of the
+        rest were dropped, by reason (also counted).
 
         Only event times from one retention before ``now`` to ``MAX_CLOCK_SKEW_S`` after it
         are evidence: one document stamped in the future would otherwise become its window's
@@ -233,28 +234,29 @@ class ControlLoop:
         """
         dropped: Counter[Count] = Counter()
         earliest, latest = now - self.book.retention_s, now + MAX_CLOCK_SKEW_S
-        by_queue: dict[str, list[Sample]] = {}
-        for sample in samples:
-            if sample.event_time > latest:
-                dropped[Count.SAMPLES_FROM_FUTURE] += 1
-            elif sample.event_time < earliest:
-                dropped[Count.SAMPLES_TOO_OLD] += 1
+        by_queue: dict[str, list[Evidence]] = {}
+        for item in evidence:
+            if item.event_time > latest:
+                dropped[Count.SAMPLES_FROM_FUTURE] += item.documents
+            elif item.event_time < earliest:
+                dropped[Count.SAMPLES_TOO_OLD] += item.documents
             else:
-                by_queue.setdefault(sample.queue, []).append(sample)
+                by_queue.setdefault(item.queue, []).append(item)
         configs = self.configs(by_queue, now)
         book = self.book
-        for queue, queue_samples in by_queue.items():
+        for queue, items in by_queue.items():
+            documents = sum(item.documents for item in items)
             if queue not in configs:
                 if book.reported_invalid(queue):
-                    book.count(Count.SAMPLES_CONFIG_INVALID, len(queue_samples))
+                    book.count(Count.SAMPLES_CONFIG_INVALID, documents)
                 else:
-                    dropped[Count.SAMPLES_UNREGISTERED] += len(queue_samples)
+                    dropped[Count.SAMPLES_UNREGISTERED] += documents
                 continue
-            for sample in queue_samples:
-                if book.add_sample(sample):
-                    book.count(Count.SAMPLES_WINDOWED)
+            for item in items:
+                if book.add_sample(item):
+                    book.count(Count.SAMPLES_WINDOWED, item.documents)
                 else:
-                    dropped[Count.SAMPLES_TOO_OLD] += 1
+                    dropped[Count.SAMPLES_TOO_OLD] += item.documents
         book.counters.update(dropped)
         return dropped
 

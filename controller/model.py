@@ -52,6 +52,11 @@ class Sample:
         return self.throttled + overload + self.timed_out
 
     @property
+    def documents(self) -> int:
+        """Worker documents this evidence stands for: one."""
+        return 1
+
+    @property
     def started_at(self) -> float:
         """When the invocation began; the emission time when its duration is unknown."""
         if self.invocation_ms is None:

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from controller.model import AuditEntry, QueueConfig, QueueState
+
+if TYPE_CHECKING:
+    from controller.telemetry.reduced import ReducedRecord
 
 
 class LedgerError(Exception):
@@ -193,4 +196,13 @@ class EventPublisher(Protocol):
     def publish(self, events: Sequence[BusEvent], deadline: float) -> Unpublished:
         """Put ``events`` on the bus before ``deadline`` (a ``time.monotonic()`` value).
         Never raises: what could not be published is counted in the answer."""
+        ...
+
+
+class ReducedSink(Protocol):
+    """Where the reducer puts its records: the reduced stream (``controller.stream``)."""
+
+    def put(self, records: Sequence[ReducedRecord], deadline: float) -> set[str]:
+        """Put ``records`` by ``deadline`` (``time.monotonic()``); the partition keys (queues)
+        of those that could not be put."""
         ...

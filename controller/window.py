@@ -207,6 +207,41 @@ Second = tuple[int, WindowStats]
 
 
 @dataclass(frozen=True, slots=True)
+class QueueSecond:
+    """One queue's telemetry totals over the invocations that started in one second: what the
+    reducing stage forwards (``controller.reduce``, the reduced record of docs/telemetry.md).
+
+    A window adds it as it adds the samples it sums (to the bit, for counts), so a queue's
+    evidence reduced on several shards is windowed whole by the one controller that reads the
+    queue's partition. ``quota`` is the newest quota its downstream announced in that second,
+    if it did (the one the window would have kept from the second's documents).
+    """
+
+    queue: str
+    second: int
+    totals: WindowStats
+    quota: Quota | None = None
+
+    @property
+    def event_time(self) -> float:
+        """The newest document's event time: where retention and staleness are judged."""
+        newest = self.totals.newest_event_time
+        return float(self.second) if newest is None else newest
+
+    @property
+    def started_at(self) -> float:
+        return float(self.second)
+
+    @property
+    def documents(self) -> int:
+        """Worker documents these totals sum."""
+        return self.totals.samples
+
+
+Evidence = Sample | QueueSecond
+
+
+@dataclass(frozen=True, slots=True)
 class WindowSnapshot:
     """A queue's window as it stood when a decision began, read only: each second of
     invocation starts with its frozen totals, in the order the window first saw them (the
@@ -263,20 +298,30 @@ class QueueWindow:
         """Buckets held: what retention bounds."""
         return len(self._buckets)
 
-    def add(self, sample: Sample) -> bool:
-        """Count ``sample``; ``False`` (and counted) when it is older than the retention."""
+    def add(self, evidence: Evidence) -> bool:
+        """Count ``evidence`` (one document, or one second's reduced totals); ``False`` (and
+        counted) when it is older than the retention."""
         newest = self._newest_event_time
-        if newest is not None and sample.event_time < newest - self._retention_s:
+        event_time = evidence.event_time
+        if newest is not None and event_time < newest - self._retention_s:
             self.dropped_too_old += 1
             return False
-        key = math.floor(sample.started_at)
-        self._buckets.setdefault(key, Totals()).count(sample)
+        if isinstance(evidence, QueueSecond):
+            key = evidence.second
+            self._buckets.setdefault(key, Totals()).add(evidence.totals)
+            quota = evidence.quota
+        else:
+            key = math.floor(evidence.started_at)
+            self._buckets.setdefault(key, Totals()).count(evidence)
+            # Checked here: most documents announce nothing and pay no call for it.
+            announces = evidence.quota_limit is not None or evidence.quota_remaining is not None
+            quota = Quota.announced_by(evidence) if announces else None
         self._stale[key] = None
-        if sample.quota_limit is not None or sample.quota_remaining is not None:
-            self._note_quota(sample)
-        if newest is None or sample.event_time > newest:
-            self._newest_event_time = sample.event_time
-            self._prune(sample.event_time - self._retention_s)
+        if quota is not None:
+            self._note_quota(quota)
+        if newest is None or event_time > newest:
+            self._newest_event_time = event_time
+            self._prune(event_time - self._retention_s)
         return True
 
     def snapshot(self) -> WindowSnapshot:
@@ -295,9 +340,9 @@ class QueueWindow:
         self._stale.clear()
         return self._frozen
 
-    def _note_quota(self, sample: Sample) -> None:
-        if self._quota is None or sample.event_time >= self._quota.event_time:
-            self._quota = Quota.announced_by(sample)
+    def _note_quota(self, quota: Quota) -> None:
+        if self._quota is None or quota.event_time >= self._quota.event_time:
+            self._quota = quota
 
     def _prune(self, horizon: float) -> None:
         if self._quota is not None and self._quota.event_time < horizon:

@@ -3,8 +3,9 @@
 The package's API, by concern: ``records`` (the Kinesis record, KPL de-aggregation and the
 CloudWatch Logs gzip envelope, with ``TelemetryDecoder``, the decoder a long-lived caller
 keeps), ``declarations`` (the shortcut past repeated metric declarations), ``emf`` (one EMF
-document to at most one sample) and ``results`` (what a decode gives and why it skipped what
-it skipped). Nothing on the stream is trusted: decoding never raises.
+document to at most one sample), ``results`` (what a decode gives and why it skipped what
+it skipped) and ``reduced`` (the reducer's per-(queue, second) totals on the reduced stream,
+encoded and decoded). Nothing on the stream is trusted: decoding never raises.
 
 The functions below decode with a decoder of their own, for callers that keep none.
 """

@@ -37,6 +37,8 @@ class SkipReason(StrEnum):
     NO_TELEMETRY = "no_telemetry"
     # counted by the application, which remembers the log events it has windowed
     DUPLICATE_LOG_EVENT = "duplicate_log_event"
+    # a reduced record already windowed, put again by a retried reducer batch
+    DUPLICATE_RECORD = "duplicate_record"
     INTERNAL_ERROR = "internal_error"
 
 
@@ -50,6 +52,7 @@ ORDINARY_SKIPS: Final = frozenset(
         SkipReason.OTHER_NAMESPACE,
         SkipReason.NO_TELEMETRY,
         SkipReason.DUPLICATE_LOG_EVENT,
+        SkipReason.DUPLICATE_RECORD,
     }
 )
 

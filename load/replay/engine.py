@@ -51,11 +51,16 @@ class VirtualClock:
 
 
 def queues_in(records: Iterable[RecordedLine], namespace: str) -> list[str]:
-    """Every queue some record of the recording carries telemetry for."""
-    from controller.telemetry import DecodeResult, decode_record_data
+    """Every queue some record of the recording carries telemetry (or reduced totals) for."""
+    from controller.telemetry import DecodeResult, decode_record_data, reduced
 
     seen: set[str] = set()
     for record in records:
+        if reduced.is_reduced(record.data):
+            decoded = reduced.decode(record.data, Counter())
+            if decoded is not None:
+                seen.update(second.queue for second in decoded.seconds)
+            continue
         result = decode_record_data(record.data, namespace=namespace, into=DecodeResult())
         seen.update(sample.queue for sample in result.samples)
     return sorted(seen)

@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from controller.stream import REDUCED_STREAM_VARIABLE
 from stack.errors import CliError
 from stack.local.template import local_code_resources
 
@@ -86,6 +87,22 @@ def log_group_of(
 
 def arn_function_name(function_arn: str) -> str:
     return function_arn.split(":function:", 1)[1].split(":", 1)[0]
+
+
+def stream_mappings(
+    lambda_client: Any, mappings: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The Kinesis mappings of reducers (functions told where to put their totals) and of
+    controllers (the others), and each one's function's environment variables by UUID."""
+    streams = [m for m in mappings if ":kinesis:" in m["EventSourceArn"]]
+    variables = {}
+    for mapping in streams:
+        configuration = lambda_client.get_function_configuration(
+            FunctionName=mapping["FunctionArn"]
+        )
+        variables[mapping["UUID"]] = dict(configuration.get("Environment", {}).get("Variables", {}))
+    reducers = [m for m in streams if REDUCED_STREAM_VARIABLE in variables[m["UUID"]]]
+    return reducers, [m for m in streams if m not in reducers], variables
 
 
 def create_what_moto_drops(

@@ -36,6 +36,7 @@ from stack.local.cloudformation import (
     flat_parameters,
     log_group_of,
     placeholder_code_zip,
+    stream_mappings,
     with_code_location,
 )
 from stack.local.moto_events import patch_moto_events
@@ -80,11 +81,17 @@ class Deployment:
     queues: tuple[QueueBinding, ...]
     controller_function: str
     controller_esm_uuid: str
+    # The telemetry stream (the reducer reads it) and the reduced one (the controller reads it).
     stream_name: str
     stream_arn: str
     table_name: str
     worker_log_group: str
     controller_log_group: str
+    reducer_function: str
+    reducer_esm_uuid: str
+    reducer_log_group: str
+    reduced_stream_name: str
+    reduced_stream_arn: str
     created_through_api: tuple[str, ...] = ()
     not_created: tuple[str, ...] = ()
     resources: Mapping[str, str] = field(default_factory=dict)
@@ -324,22 +331,22 @@ class EmbeddedAws:
         sqs = self.client("sqs")
         mappings = lambda_client.list_event_source_mappings()["EventSourceMappings"]
         queue_mappings = [m for m in mappings if m["EventSourceArn"].startswith("arn:aws:sqs:")]
-        stream_mappings = [m for m in mappings if ":kinesis:" in m["EventSourceArn"]]
-        if not queue_mappings or len(stream_mappings) != 1:
+        reducers, controllers, variables = stream_mappings(lambda_client, mappings)
+        if not queue_mappings or len(reducers) != 1 or len(controllers) != 1:
             raise CliError(
-                "the template must map at least one SQS queue to a worker function and one "
-                f"Kinesis stream to the controller; found {len(queue_mappings)} queue and "
-                f"{len(stream_mappings)} stream mappings"
+                "the template must map at least one SQS queue to a worker function, the "
+                "telemetry stream to the reducer and the reduced stream to the controller; "
+                f"found {len(queue_mappings)} queue, {len(reducers)} reducer and "
+                f"{len(controllers)} controller stream mappings"
             )
         queues = tuple(_queue_binding(sqs, mapping) for mapping in queue_mappings)
-        controller_esm = stream_mappings[0]
+        controller_esm, reducer_esm = controllers[0], reducers[0]
         controller = arn_function_name(controller_esm["FunctionArn"])
-        stream_arn = controller_esm["EventSourceArn"]
-        environment = lambda_client.get_function_configuration(FunctionName=controller).get(
-            "Environment", {}
-        )
+        reducer = arn_function_name(reducer_esm["FunctionArn"])
+        stream_arn = reducer_esm["EventSourceArn"]
+        reduced_stream_arn = controller_esm["EventSourceArn"]
         tables = [physical[k] for k, v in resources.items() if v["Type"] == "AWS::DynamoDB::Table"]
-        table = environment.get("Variables", {}).get("QUEUEMESH_TABLE") or (
+        table = variables[controller_esm["UUID"]].get("QUEUEMESH_TABLE") or (
             tables[0] if len(tables) == 1 else None
         )
         if table is None:
@@ -359,6 +366,11 @@ class EmbeddedAws:
             table_name=table,
             worker_log_group=worker_log_group,
             controller_log_group=log_group_of(controller, physical, resources, resolver),
+            reducer_function=reducer,
+            reducer_esm_uuid=reducer_esm["UUID"],
+            reducer_log_group=log_group_of(reducer, physical, resources, resolver),
+            reduced_stream_name=reduced_stream_arn.rsplit("/", 1)[1],
+            reduced_stream_arn=reduced_stream_arn,
             created_through_api=tuple(through_api),
             not_created=not_created,
             resources=dict(physical),

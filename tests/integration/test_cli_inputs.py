@@ -224,6 +224,8 @@ BAD_INPUTS: list[Case] = [
     ("bench", lambda i: ["bench", "fleet", "--max-invocations", "0"], "must be 1..100"),
     ("demo", lambda i: ["demo", "--duration", "nan", "--no-plot"], "both finite"),
     ("demo", lambda i: ["demo", "--duration", "inf", "--no-plot"], "both finite"),
+    ("demo", lambda i: ["demo", "--telemetry-shards", "0", "--no-plot"], "must be 1..64"),
+    ("demo", lambda i: ["demo", "--parallelization-factor", "11", "--no-plot"], "1..10, got"),
 ]
 
 

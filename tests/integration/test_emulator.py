@@ -53,6 +53,17 @@ def test_stack_is_created_through_cloudformation_with_the_templates_wiring(
     ttl = aws.client("dynamodb").describe_time_to_live(TableName=deployment.table_name)
     assert ttl["TimeToLiveDescription"]["AttributeName"] == "ExpiresAt"
     assert any("SubscriptionFilter" in item for item in deployment.created_through_api)
+    # The reducer reads the telemetry stream; the controller, the reduced one.
+    functions = aws.client("lambda")
+    reducer = functions.get_function_configuration(FunctionName=deployment.reducer_function)
+    assert reducer["Handler"] == "controller.handler.reduce"
+    variables = reducer["Environment"]["Variables"]
+    assert variables["QUEUEMESH_REDUCED_STREAM"] == deployment.reduced_stream_name
+    mapping = functions.get_event_source_mapping(UUID=deployment.reducer_esm_uuid)
+    assert mapping["EventSourceArn"] == deployment.stream_arn
+    controller = functions.get_event_source_mapping(UUID=deployment.controller_esm_uuid)
+    assert controller["EventSourceArn"] == deployment.reduced_stream_arn
+    assert deployment.reduced_stream_arn != deployment.stream_arn
 
 
 def test_a_scheduled_rule_takes_no_put_event(aws: EmbeddedAws, deployment: Deployment) -> None:
@@ -198,3 +209,22 @@ def test_stop_closes_the_port() -> None:
     emulator.stop()
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.1", port), 1):
         pass
+
+
+def test_a_parallelization_factor_splits_a_shard_by_partition_key_keeping_its_order() -> None:
+    from stack.local.runtime.kinesis_poller import lanes
+
+    records = [{"PartitionKey": f"key-{n % 7}", "SequenceNumber": str(n)} for n in range(50)]
+    assert lanes(records, 1) == [records]
+    split = lanes(records, 2)
+    assert len(split) == 2
+    assert (
+        sorted((r for lane in split for r in lane), key=lambda r: int(r["SequenceNumber"]))
+        == records
+    )
+    for lane in split:
+        assert [int(r["SequenceNumber"]) for r in lane] == sorted(
+            int(r["SequenceNumber"]) for r in lane
+        )
+    keys = [{r["PartitionKey"] for r in lane} for lane in split]
+    assert not keys[0] & keys[1]

@@ -529,13 +529,16 @@ def test_build_fetches_lambda_platform_wheels_and_the_layer_is_pure_python(
 ) -> None:
     assert set(built) == {
         "ControllerFunction",
+        "ReducerFunction",
         "RegistrarFunction",
         "ExampleWorkerFunction",
         "WorkerLayer",
     }
     layer = built["WorkerLayer"] / "python"
-    # The registrar is the controller's package, built by the same target.
-    for package in (built["ControllerFunction"], built["RegistrarFunction"]):
+    # The reducer and the registrar are the controller's package, built by the same target.
+    for package in (
+        built[name] for name in ("ControllerFunction", "ReducerFunction", "RegistrarFunction")
+    ):
         assert (package / "aws_lambda_powertools").is_dir()
         assert (package / "six.py").is_file()
         # protobuf's compiled backend is the one native piece; it must be the arm64 build.

@@ -142,7 +142,12 @@ def _golden_cases() -> list[str]:
 
 @pytest.mark.parametrize("case", _golden_cases())
 def test_golden_decision_logs_match(case: str, capsys: pytest.CaptureFixture[str]) -> None:
-    recording = GOLDEN / f"{case.split('.')[0]}.jsonl"
+    _assert_replays_to_golden(GOLDEN / f"{case.split('.')[0]}.jsonl", case, capsys)
+
+
+def _assert_replays_to_golden(
+    recording: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = GOLDEN / f"{case}.config.json"
     argv = ["replay", str(recording), "--expect", str(GOLDEN / f"{case}.decisions.json")]
     code = main(argv + (["--config", str(config)] if config.exists() else []))
@@ -464,3 +469,32 @@ def test_replay_against_the_local_stack_moves_its_mappings(
     ]
     assert mapping["ScalingConfig"]["MaximumConcurrency"] == decisions[-1]["target"]
     assert len(trail) == len(decisions)
+
+
+@pytest.mark.parametrize("case", ["storm.adaptive", "capacity-drop.adaptive"])
+def test_a_recording_of_the_reduced_stream_decides_as_the_telemetry_recording(
+    case: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each telemetry record reduced (as a reducer reading one record at a time would put
+    it), in the same shard, order and time: the controller reads it to the same decisions.
+    A record with no telemetry (a plain log line, a control message) keeps its place as it
+    was, so that the batches close at the same times."""
+    from controller.reduce import reduce_samples
+    from controller.telemetry import decode_record_data, reduced
+
+    name = case.split(".")[0]
+    reduced_lines = []
+    for line in read_recording(GOLDEN / f"{name}.jsonl", skip_bad=False).records:
+        seconds = reduce_samples(decode_record_data(line.data).samples)
+        if not seconds:
+            reduced_lines.append(
+                RecordedLine(line.arrival, line.shard, line.sequence + "00", "", line.data)
+            )
+        for part, record in enumerate(reduced.encode(seconds, f"{line.shard}:{line.sequence}")):
+            sequence = str(int(line.sequence) * 100 + part)
+            reduced_lines.append(
+                RecordedLine(line.arrival, line.shard, sequence, record.partition_key, record.data)
+            )
+    recording = tmp_path / f"{name}.reduced.jsonl"
+    recording.write_text("".join(line.to_json() + "\n" for line in reduced_lines))
+    _assert_replays_to_golden(recording, case, capsys)

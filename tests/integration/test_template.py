@@ -322,12 +322,25 @@ def test_policy_parameter_defaults_are_the_contract_defaults(cfn: dict[str, Any]
     assert PolicyParams.from_env(env) == expected
 
 
-def test_kinesis_event_settings(resources: dict[str, Any]) -> None:
-    mapping = resources["ControllerFunctionTelemetry"]
+@pytest.mark.parametrize(
+    ("function", "stream", "parallelization"),
+    [
+        # The reducer reads the telemetry stream at any parallelization factor; the controller
+        # reads the reduced stream one batch per shard at a time (a queue's window lives in a
+        # warm container: docs/architecture.md, "Shards").
+        ("ReducerFunction", "TelemetryStream", {"Ref": "TelemetryParallelizationFactor"}),
+        ("ControllerFunction", "ReducedStream", 1),
+    ],
+)
+def test_kinesis_event_settings(
+    resources: dict[str, Any], function: str, stream: str, parallelization: object
+) -> None:
+    mapping = resources[f"{function}Telemetry"]
     assert mapping["Type"] == "AWS::Lambda::EventSourceMapping"
     props = mapping["Properties"]
-    assert props["EventSourceArn"] == {"Fn::GetAtt": ["TelemetryStream", "Arn"]}
-    assert props["FunctionName"] == {"Ref": "ControllerFunction"}
+    assert props["EventSourceArn"] == {"Fn::GetAtt": [stream, "Arn"]}
+    assert props["FunctionName"] == {"Ref": function}
+    assert props["ParallelizationFactor"] == parallelization
     assert props["StartingPosition"] == "LATEST"
     assert 100 <= props["BatchSize"] <= 10000
     assert 0 <= props["MaximumBatchingWindowInSeconds"] <= 5  # detection delay costs calls
@@ -831,7 +844,7 @@ def test_controller_updates_only_event_source_mappings(resources: dict[str, Any]
     for action in lambda_actions - {"lambda:ListEventSourceMappings"}:
         assert granted[action] == [{"Fn::Sub": ESM_ARN_PATTERN}]
     assert granted["lambda:ListEventSourceMappings"] == ["*"]
-    stream = {"Fn::GetAtt": ["TelemetryStream", "Arn"]}
+    stream = {"Fn::GetAtt": ["ReducedStream", "Arn"]}
     table = {"Fn::GetAtt": ["LedgerTable", "Arn"]}
     # The tick's Query also reads the table's sparse wake-up index, and nothing else does.
     wake_ups = {"Fn::Sub": "${LedgerTable.Arn}/index/WakeUps"}
@@ -864,6 +877,26 @@ def test_controller_reads_queue_metadata_only(resources: dict[str, Any]) -> None
     }
     assert granted["sqs:GetQueueUrl"] == granted["sqs:GetQueueAttributes"] == [queues]
     assert granted["sqs:SendMessage"] == [{"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]}]
+
+
+def test_the_reducer_reads_telemetry_and_puts_only_to_the_reduced_stream(
+    resources: dict[str, Any],
+) -> None:
+    granted: dict[str, list[Any]] = {}
+    for statement in statements(resources, "ReducerRole"):
+        for action in as_list(statement["Action"]):
+            granted.setdefault(action, []).extend(as_list(statement["Resource"]))
+    for action, targets in granted.items():
+        if action in ("kinesis:PutRecord", "kinesis:PutRecords"):
+            assert targets == [{"Fn::GetAtt": ["ReducedStream", "Arn"]}], action
+        elif action.startswith("kinesis:"):
+            assert targets == [{"Fn::GetAtt": ["TelemetryStream", "Arn"]}], action
+    assert not any(action.startswith(("dynamodb:", "lambda:")) for action in granted)
+    function = resources["ReducerFunction"]["Properties"]
+    assert function["Handler"] == "controller.handler.reduce"
+    assert function["Environment"]["Variables"]["QUEUEMESH_REDUCED_STREAM"] == {
+        "Ref": "ReducedStream"
+    }
 
 
 # ------------------------------------------------------------------ samconfig

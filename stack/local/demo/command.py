@@ -76,6 +76,22 @@ def register(subparsers: Any) -> None:
         help="the controller's algorithm (the template's PolicyAlgorithm; default: its default)",
     )
     parser.add_argument(
+        "--telemetry-shards",
+        type=int,
+        default=1,
+        metavar="N",
+        help="shards of the telemetry stream (the template's TelemetryShardCount, 1..64; "
+        "default 1): the reducer reads them all, the controller still decides each queue whole",
+    )
+    parser.add_argument(
+        "--parallelization-factor",
+        type=int,
+        default=1,
+        metavar="P",
+        help="concurrent reducer batches per telemetry shard (the template's "
+        "TelemetryParallelizationFactor, 1..10; default 1)",
+    )
+    parser.add_argument(
         "--record",
         metavar="JSONL",
         help="also write the telemetry stream as a recording (for queuemesh replay)",
@@ -103,6 +119,11 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(
             "--duration must be a positive number of seconds and --grace a non-negative one, "
             "both finite"
+        )
+    if not 1 <= args.telemetry_shards <= 64 or not 1 <= args.parallelization_factor <= 10:
+        raise CliError(
+            "--telemetry-shards must be 1..64 and --parallelization-factor 1..10, got "
+            f"{args.telemetry_shards} and {args.parallelization_factor}"
         )
     plot = (
         None if args.no_plot else Path(args.plot or DEFAULT_PLOT_DIR / f"demo-{scenario.name}.png")
@@ -146,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
         record=record,
         algorithm=args.algorithm,
         dashboard=args.dashboard,
+        telemetry_shards=args.telemetry_shards,
+        parallelization_factor=args.parallelization_factor,
         on_result=report,
         announce=announce,
     )

@@ -85,13 +85,16 @@ def run_demo(
     record: Path | None = None,
     algorithm: str | None = None,
     dashboard: bool = False,
+    telemetry_shards: int = 1,
+    parallelization_factor: int = 1,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     announce: HeaderStyle | None = None,
 ) -> dict[str, Any]:
     """Deploy, run and tear down; every server, thread and process stops before it returns
     (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
-    view); ``on_result`` gets the result while everything still runs; ``announce`` is the
-    rate-limit headers the downstream sends (none by default)."""
+    view); ``telemetry_shards`` and ``parallelization_factor`` shape the telemetry stream and
+    the reducer's reading of it; ``on_result`` gets the result while everything still runs;
+    ``announce`` is the rate-limit headers the downstream sends (none by default)."""
     from controller.ledger import DynamoLedger
     from controller.policy import memory_type
     from load.downstream import Downstream
@@ -135,6 +138,8 @@ def run_demo(
                 "ExampleMaxConcurrency": str(spec.max_concurrency),
                 "PolicyCmax": str(spec.max_concurrency),
                 "PolicyCmin": str(spec.min_concurrency),
+                "TelemetryShardCount": str(telemetry_shards),
+                "TelemetryParallelizationFactor": str(parallelization_factor),
                 **(
                     {"ExampleDownstreamTimeoutMs": f"{spec.timeout_ms:g}"}
                     if spec.timeout_ms is not None
@@ -251,6 +256,9 @@ def run_demo(
             time.monotonic() - wall_started,
             origin,
             errors,
+        )
+        result.update(
+            telemetry_shards=telemetry_shards, parallelization_factor=parallelization_factor
         )
         if on_result is not None:
             on_result(result)

@@ -9,7 +9,8 @@
 - ``sqs_poller``: ``QueuePoller``, an SQS event source mapping (the workers); the event it
   passes and the partial batch response it reads are ``sqs_event``'s, the log shipping and
   deletes it hands off run on ``handoff``'s threads.
-- ``kinesis_poller``: ``StreamPoller``, the Kinesis event source mapping (the controller).
+- ``kinesis_poller``: ``StreamPoller``, a Kinesis event source mapping (the reducer on the
+  telemetry stream, the controller on the reduced stream).
 - ``schedule``: ``ScheduleRunner``, EventBridge's ``rate(...)`` rules (the controller's tick).
 - ``service_metrics``: ``ServiceMetrics``, the ``AWS/SQS`` and ``AWS/Lambda`` metrics AWS
   publishes of the queues and of the invocations, for the dashboard and the alarms.
@@ -69,6 +70,8 @@ class LocalRuntime:
         self._controller_log_group = deployment.controller_log_group
         self._pools: list[ContainerPool] = []
         self.queues: dict[str, QueuePoller] = {}
+        # The reducer's poller (telemetry stream) and the controller's (reduced stream).
+        self.telemetry: StreamPoller | None = None
         self.stream: StreamPoller | None = None
         self.schedules: ScheduleRunner | None = None
         self.invocations = InvocationMetrics()
@@ -87,29 +90,47 @@ class LocalRuntime:
         lambda_client = aws.client("lambda")
         logs = aws.client("logs")
         environment = {**aws.environment(), "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST"}
-        ensure_log_group(logs, self._controller_log_group)
-        controller = ContainerPool(
-            FunctionSpec.read(
-                lambda_client,
-                deployment.controller_function,
-                self._controller_log_group,
-                {**environment, "AWS_LAMBDA_FUNCTION_NAME": deployment.controller_function},
-            ),
-            self.invocations.invoked,
-        )
-        self._pools.append(controller)
         metrics = EmfMetricsPublisher(aws.client("cloudwatch"))
-        controller_logs = LogShipper(logs, self._controller_log_group, metrics)
-        self.stream = StreamPoller(
-            aws,
-            deployment.stream_name,
-            deployment.stream_arn,
-            deployment.controller_esm_uuid,
-            controller,
-            controller_logs,
-            on_error=self._on_error,
+
+        def poller(
+            stream: tuple[str, str, str], function: str, log_group: str, **hooks: Any
+        ) -> StreamPoller:
+            """A stream function's poller, its containers warm when workers are."""
+            ensure_log_group(logs, log_group)
+            extra = {**environment, "AWS_LAMBDA_FUNCTION_NAME": function}
+            containers = ContainerPool(
+                FunctionSpec.read(lambda_client, function, log_group, extra),
+                self.invocations.invoked,
+            )
+            self._pools.append(containers)
+            shipper = LogShipper(logs, log_group, metrics)
+            polling = StreamPoller(
+                aws,
+                *stream,
+                containers,
+                shipper,
+                on_error=self._on_error,
+                on_batch_age=self.invocations.batch_age,
+                **hooks,
+            )
+            if self._warm_workers:
+                containers.prewarm(polling.concurrency)
+            return polling
+
+        self.stream = poller(
+            (
+                deployment.reduced_stream_name,
+                deployment.reduced_stream_arn,
+                deployment.controller_esm_uuid,
+            ),
+            deployment.controller_function,
+            self._controller_log_group,
+        ).start()
+        self.telemetry = poller(
+            (deployment.stream_name, deployment.stream_arn, deployment.reducer_esm_uuid),
+            deployment.reducer_function,
+            deployment.reducer_log_group,
             on_record=self._on_record,
-            on_batch_age=self.invocations.batch_age,
         ).start()
         workers: dict[str, ContainerPool] = {}
         for binding in deployment.queues:
@@ -139,8 +160,8 @@ class LocalRuntime:
             ).start()
         self.schedules = ScheduleRunner(
             aws,
-            {deployment.controller_function: controller},
-            {deployment.controller_function: controller_logs},
+            {deployment.controller_function: self.stream.pool},
+            {deployment.controller_function: self.stream.shipper},
             on_error=self._on_error,
         ).start()
         self.service_metrics = ServiceMetrics(aws, self.invocations, on_error=self._on_error)
@@ -150,8 +171,7 @@ class LocalRuntime:
         """Stop polling, give invocations in progress a few seconds to finish, then stop every
         container (which ends any invocation still running) and join what is left."""
         pollers: list[QueuePoller | StreamPoller | ScheduleRunner] = list(self.queues.values())
-        if self.stream is not None:
-            pollers.append(self.stream)
+        pollers += [poller for poller in (self.telemetry, self.stream) if poller is not None]
         if self.schedules is not None:
             pollers.append(self.schedules)
         for poller in pollers:

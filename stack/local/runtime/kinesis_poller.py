@@ -1,11 +1,18 @@
 """Lambda's poller for a Kinesis event source mapping: it reads every shard from its start,
-batches records by ``BatchSize`` and ``MaximumBatchingWindowInSeconds``, invokes the controller
-one batch at a time per shard, and retries from the first reported failure."""
+batches records by ``BatchSize`` and ``MaximumBatchingWindowInSeconds``, invokes the function
+(the reducer on the telemetry stream, the controller on the reduced one) one batch at a time
+per shard, and retries from the first reported failure.
+
+A ``ParallelizationFactor`` above 1 is honoured as Lambda splits a shard: each batch holds the
+records of one lane (partition keys hashed to lanes, order kept per key), so a function sees a
+lane's share of the shard. Shards are polled, and a shard's lanes invoked, at once (a thread
+each), as Lambda runs them concurrently; a shard's next batches wait for all of its lanes."""
 
 from __future__ import annotations
 
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,36 +65,51 @@ class StreamPoller:
         self._region = aws.region
         self._stream_name = stream_name
         self._stream_arn = stream_arn
-        self._pool = pool
-        self._shipper = shipper
+        self.pool = pool
+        self.shipper = shipper
         mapping = aws.client("lambda").get_event_source_mapping(UUID=mapping_uuid)
+        self.function = str(mapping["FunctionArn"]).rsplit(":", 1)[-1]
         self.batch_size = int(mapping.get("BatchSize", 100))
         self.window_s = float(mapping.get("MaximumBatchingWindowInSeconds", 0))
+        self.parallelization = int(mapping.get("ParallelizationFactor") or 1)
+        listed = self._kinesis.list_shards(StreamName=stream_name)["Shards"]
+        self._shard_ids = [str(shard["ShardId"]) for shard in listed]
         self._on_error = on_error or (lambda message: None)
         self._on_record = on_record
         self._on_batch_age = on_batch_age or (lambda function, age_ms: None)
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._counting = threading.Lock()
+        self._recording = threading.Lock()
         self.counters = StreamCounters()
 
     def start(self) -> StreamPoller:
-        shards = [
-            _Shard(shard["ShardId"], self._iterator(shard["ShardId"]))
-            for shard in self._kinesis.list_shards(StreamName=self._stream_name)["Shards"]
+        shards = [_Shard(shard_id, self._iterator(shard_id)) for shard_id in self._shard_ids]
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(shard,),
+                name=f"esm-{self._stream_name}-{shard.shard_id}",
+                daemon=True,
+            )
+            for shard in shards
         ]
-        self._thread = threading.Thread(
-            target=self._run, args=(shards,), name=f"esm-{self._stream_name}", daemon=True
-        )
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
+
+    @property
+    def concurrency(self) -> int:
+        """Invocations that may run at once: a lane per shard and parallelization step."""
+        return len(self._shard_ids) * self.parallelization
 
     def request_stop(self) -> None:
         self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=STOP_JOIN_S)
+        for thread in self._threads:
+            thread.join(timeout=STOP_JOIN_S)
 
     def _iterator(self, shard_id: str) -> str:
         # The stream is as new as the stack: everything on it is this run's telemetry.
@@ -97,17 +119,20 @@ class StreamPoller:
             )["ShardIterator"]
         )
 
-    def _run(self, shards: list[_Shard]) -> None:
+    def _run(self, shard: _Shard) -> None:
         while not self._stop.is_set():
             busy = False
-            for shard in shards:
-                try:
-                    busy |= self._step(shard)
-                except Exception as error:
-                    self.counters.errors += 1
-                    self._on_error(f"stream {self._stream_name} {shard.shard_id}: {error}")
+            try:
+                busy = self._step(shard)
+            except Exception as error:
+                self._count("errors")
+                self._on_error(f"stream {self._stream_name} {shard.shard_id}: {error}")
             if not busy:
                 self._stop.wait(KINESIS_POLL_S)
+
+    def _count(self, name: str, times: int = 1) -> None:
+        with self._counting:
+            setattr(self.counters, name, getattr(self.counters, name) + times)
 
     def _step(self, shard: _Shard) -> bool:
         read = False
@@ -123,8 +148,9 @@ class StreamPoller:
                 shard.pending.extend(records)
                 read = True
                 if self._on_record is not None:
-                    for record in records:
-                        self._on_record(shard.shard_id, record)
+                    with self._recording:  # the shards' threads take turns
+                        for record in records:
+                            self._on_record(shard.shard_id, record)
         due = len(shard.pending) >= self.batch_size or (
             shard.pending and time.monotonic() - shard.first_pending_at >= self.window_s
         )
@@ -134,15 +160,22 @@ class StreamPoller:
                 shard.pending[self.batch_size :],
             )
             shard.first_pending_at = time.monotonic()
-            self._deliver(shard.shard_id, batch)
+            runs = [
+                threading.Thread(target=self._deliver, args=(shard.shard_id, lane), daemon=True)
+                for lane in lanes(batch, self.parallelization)
+            ]
+            for run in runs:
+                run.start()
+            for run in runs:
+                run.join()
         return read or bool(due)
 
     def _deliver(self, shard_id: str, records: list[dict[str, Any]]) -> None:
         attempts = 0
         while records and not self._stop.is_set():
             arrived = records[-1]["ApproximateArrivalTimestamp"].timestamp()
-            self._on_batch_age(self._pool.spec.name, (time.time() - arrived) * 1000.0)
-            with self._pool.container() as container:
+            self._on_batch_age(self.pool.spec.name, (time.time() - arrived) * 1000.0)
+            with self.pool.container() as container:
                 result = container.invoke(
                     kinesis_event(
                         [RecordedLine.from_kinesis(shard_id, record) for record in records],
@@ -150,27 +183,39 @@ class StreamPoller:
                         self._region,
                     )
                 )
-            self.counters.invocations += 1
+            self._count("invocations")
             try:
-                self._shipper.ship(result.log_stream, result.log_lines)
+                self.shipper.ship(result.log_stream, result.log_lines)
             except Exception as error:
-                self._on_error(f"log shipping for the controller: {error}")
+                self._on_error(f"log shipping for {self.function}: {error}")
             if result.error is None:
                 retry_from = first_failure(result.response, records)
             else:
-                self.counters.errors += 1
-                self._on_error(f"controller invocation failed: {result.error.splitlines()[-1]}")
+                self._count("errors")
+                last_line = result.error.splitlines()[-1]
+                self._on_error(f"{self.function} invocation failed: {last_line}")
                 retry_from = 0
             if retry_from is None:
-                self.counters.records += len(records)
+                self._count("records", len(records))
                 return
-            self.counters.records += retry_from
+            self._count("records", retry_from)
             records = records[retry_from:]
             attempts += 1
             if attempts > KINESIS_RETRY_ATTEMPTS:
-                self.counters.dropped += len(records)
+                self._count("dropped", len(records))
                 return
-            self.counters.retries += 1
+            self._count("retries")
+
+
+def lanes(records: list[dict[str, Any]], factor: int) -> list[list[dict[str, Any]]]:
+    """A shard's batch split into the parallelization factor's lanes by partition key, each
+    in the shard's order; empty lanes left out."""
+    if factor <= 1:
+        return [records]
+    split: list[list[dict[str, Any]]] = [[] for _ in range(factor)]
+    for record in records:
+        split[zlib.crc32(str(record.get("PartitionKey", "")).encode()) % factor].append(record)
+    return [lane for lane in split if lane]
 
 
 def first_failure(response: Any, records: list[dict[str, Any]]) -> int | None:

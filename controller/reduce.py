@@ -1,0 +1,114 @@
+"""The reducing stage's pure core: decoded telemetry in, per-(queue, second) totals out.
+
+CloudWatch Logs spreads one queue's documents over every shard of the telemetry stream (by log
+stream, or at random), so no one invocation reading it sees a queue whole. The reducer reads
+any shard at any parallelization factor, sums what it decoded into one ``QueueSecond`` per
+queue and second of invocation starts (the window's own arithmetic, ``Totals``), and forwards
+them partitioned by queue: the controller that reads a queue's partition sees all of its
+evidence (docs/architecture.md, "Shards").
+
+Summing loses which log event said what, so redelivered log events are recognised here, before
+the sum: a ``Reducer`` remembers the log events it has forwarded, as the controller remembered
+those it windowed, and drops a re-sent one (counted ``duplicate_log_event``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from controller.book import Count
+from controller.cache import LruCache
+from controller.constants import CACHED_LOG_EVENTS, MAX_CLOCK_SKEW_S, WINDOW_RETENTION_S
+from controller.model import Sample
+from controller.telemetry import DecodeResult, LogEventKey, SkipReason
+from controller.window import QueueSecond, Quota, Totals
+
+
+@dataclass(slots=True)
+class Reduction:
+    """One batch reduced: its seconds (by queue, then second), the log events summed into
+    each queue's (to remember once forwarded) and the samples left out by time (counted)."""
+
+    seconds: list[QueueSecond] = field(default_factory=list)
+    log_events: dict[str, list[LogEventKey]] = field(default_factory=dict)
+    dropped: Counter[Count] = field(default_factory=Counter)
+
+
+def reduce_samples(samples: Iterable[Sample]) -> list[QueueSecond]:
+    """The samples summed per queue and second of invocation start, ordered by queue then
+    second."""
+    totals: dict[tuple[str, int], Totals] = {}
+    quotas: dict[tuple[str, int], Quota] = {}
+    for sample in samples:
+        key = (sample.queue, math.floor(sample.started_at))
+        bucket = totals.get(key)
+        if bucket is None:
+            bucket = totals[key] = Totals()
+        bucket.count(sample)
+        quota = Quota.announced_by(sample)
+        if quota is not None:
+            known = quotas.get(key)
+            # The newest, as a window keeps it from the documents themselves.
+            if known is None or quota.event_time >= known.event_time:
+                quotas[key] = quota
+    return [
+        QueueSecond(
+            queue,
+            second,
+            totals[queue, second].frozen(second, second + 1, second),
+            quotas.get((queue, second)),
+        )
+        for queue, second in sorted(totals)
+    ]
+
+
+class Reducer:
+    """A warm reducer container: reduces decoded batches, remembering the log events it
+    forwarded (at most ``capacity``, none older than ``retention_s``) so that a re-sent one is
+    not summed twice."""
+
+    def __init__(
+        self, retention_s: float = WINDOW_RETENTION_S, capacity: int = CACHED_LOG_EVENTS
+    ) -> None:
+        self.retention_s = retention_s
+        self._forwarded: LruCache[LogEventKey, float] = LruCache(capacity)
+
+    def reduce(self, decoded: DecodeResult, now: float) -> Reduction:
+        """Sum ``decoded``'s samples not yet forwarded (duplicates counted in its ``skipped``),
+        leaving out those stamped too far from ``now`` to be evidence: a document stamped in
+        the future would make its whole second look newer than it is."""
+        reduction = Reduction()
+        earliest, latest = now - self.retention_s, now + MAX_CLOCK_SKEW_S
+        kept: list[Sample] = []
+        in_batch: set[LogEventKey] = set()
+        forwarded = self._forwarded
+        skipped = decoded.skipped
+        for sample, log_event in zip(decoded.samples, decoded.log_event_keys, strict=True):
+            if log_event is not None:
+                if log_event in in_batch or log_event in forwarded:
+                    skipped[SkipReason.DUPLICATE_LOG_EVENT] += 1
+                    continue
+                in_batch.add(log_event)
+            if sample.event_time > latest:
+                reduction.dropped[Count.SAMPLES_FROM_FUTURE] += 1
+                continue
+            if sample.event_time < earliest:
+                reduction.dropped[Count.SAMPLES_TOO_OLD] += 1
+                continue
+            kept.append(sample)
+            if log_event is not None:
+                reduction.log_events.setdefault(sample.queue, []).append(log_event)
+        reduction.seconds = reduce_samples(kept)
+        return reduction
+
+    def forwarded(self, log_events: Sequence[LogEventKey], now: float) -> None:
+        """These log events' sums reached the controller: remember them until they would be
+        too old to window anyway."""
+        remembered = self._forwarded
+        for log_event in log_events:
+            remembered[log_event] = log_event[2]
+        horizon = now - self.retention_s
+        remembered.evict_oldest_while(lambda event_time: event_time < horizon)

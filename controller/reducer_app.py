@@ -1,0 +1,92 @@
+"""The reducer Lambda's application: a telemetry batch in, per-(queue, second) totals out on
+the reduced stream, partitioned by queue (docs/architecture.md, "Shards").
+
+It reads any shard of the telemetry stream at any parallelization factor; what it forwards
+needs no order but per queue, which the reduced stream's partition key keeps. A batch whose
+records cannot all be put is failed from its first record for Lambda to retry: the log events
+already forwarded are remembered (``Reducer.forwarded``) and not summed again by this
+container, and a record put again under the same id is recognised by the controller.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aws_lambda_powertools import Logger
+
+from controller.evidence import position
+from controller.ports import ReducedSink
+from controller.reduce import Reducer
+from controller.telemetry import DEFAULT_NAMESPACE, SkipReason, TelemetryDecoder, reduced
+
+# Kept back from the invocation's remaining time: returning the response and its logs.
+RESPONSE_MARGIN_S = 0.5
+
+
+class ReducerApp:
+    """One warm reducer container: a decoder, a ``Reducer`` and the sink it puts to."""
+
+    def __init__(
+        self,
+        sink: ReducedSink,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+        namespace: str = DEFAULT_NAMESPACE,
+        logger: Logger | None = None,
+    ) -> None:
+        self.sink = sink
+        self.reducer = Reducer()
+        self._decoder = TelemetryDecoder(namespace)
+        self._clock = clock
+        self._monotonic = monotonic
+        self._logger = logger or Logger(service="queuemesh-reducer")
+
+    def handle(self, event: Mapping[str, Any], context: Any) -> dict[str, Any]:
+        """Reduce one Kinesis batch; ``batchItemFailures`` names its first record when some
+        of its totals could not be put (never for what cannot be read: that is counted)."""
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        deadline = (
+            math.inf
+            if remaining is None
+            else self._monotonic() + remaining() / 1000.0 - RESPONSE_MARGIN_S
+        )
+        records = event.get("Records") if isinstance(event, Mapping) else None
+        if not isinstance(records, list):
+            self._logger.info("telemetry skipped", extra={"skipped": {SkipReason.BAD_RECORD: 1}})
+            return {"batchItemFailures": []}
+        now = self._clock()
+        decoded = self._decoder.decode_kinesis_event({"Records": records})
+        reduction = self.reducer.reduce(decoded, now)
+        unsent = self.sink.put(reduced.encode(reduction.seconds, batch_source(records)), deadline)
+        for queue, log_events in reduction.log_events.items():
+            if queue not in unsent:
+                self.reducer.forwarded(log_events, now)
+        if decoded.skipped or reduction.dropped:
+            self._logger.info(
+                "telemetry skipped",
+                extra={"skipped": dict(decoded.skipped), "dropped": dict(reduction.dropped)},
+            )
+        if not unsent:
+            return {"batchItemFailures": []}
+        self._logger.error(
+            "reduced records not put; the batch will be retried",
+            extra={"queues": sorted(unsent)[:20], "unsent": len(unsent)},
+        )
+        first = next((seq for _, seq in map(position, records) if seq is not None), None)
+        failures = [] if first is None else [{"itemIdentifier": str(first)}]
+        return {"batchItemFailures": failures}
+
+
+def batch_source(records: list[Any]) -> str:
+    """What a batch is, as reduced records' ids say it: its shard and its first and last
+    sequence numbers (the same batch retried reduces to the same ids)."""
+    positions = [(partition[0], seq) for partition, seq in map(position, records)]
+    sequences = [seq for _, seq in positions if seq is not None]
+    shard = next((shard for shard, _ in positions if shard), "")
+    if not sequences:
+        return f"{shard}:-"
+    return f"{shard}:{min(sequences)}-{max(sequences)}"
