@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from controller.model import QueueStateName
-from controller.policy.adaptive.latency import Latency, second_latencies
+from controller.policy.adaptive.latency import Latency
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
     AdaptiveSituation,
@@ -44,14 +44,12 @@ from controller.policy.adaptive.memory import (
     ceiling_above,
     hold,
 )
-from controller.policy.adaptive.probing import (
-    overload_beneath,
-    pulse_stats,
-    running_stats,
-)
+from controller.policy.adaptive.probing import overload_beneath, pulse_stats, running_stats
+from controller.policy.adaptive.probing import refused as calls_refused
 from controller.policy.adaptive.sizing import busy_concurrency
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import LimitAlgorithm, refused
+from controller.policy.evidence import evidence_since, vetted_evidence
 
 __all__ = ["AdaptiveLimit", "AdaptiveMemory", "Tuning"]
 
@@ -68,6 +66,7 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
     memory_type = AdaptiveMemory
 
     def decide(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        situation = lagging_evidence(situation)
         state, memory, now = situation.state, situation.memory, situation.now
         if memory.paused_until > 0:
             return self.while_paused(situation)
@@ -89,7 +88,7 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
         running = running_stats(memory, pulse, situation.window)
-        if self.passed(pulse, running, situation.stats, params) and not self.too_slow(
+        if self.passed(pulse, running, situation.stats, params) and not self.near_timeout(
             memory, pulse
         ):
             return self.commit(situation, pulse)
@@ -102,7 +101,7 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
             judged = replace(judged, stats=pulse, refusal=None)
         verdict = self._evaluate(judged)
         if verdict.target == state.concurrency and verdict.enabled in (None, state.enabled):
-            return self.slow_pulse(situation, failed, pulse)
+            return failed
         # The probe is over whatever the base's evidence calls for.
         return verdict if verdict.wake_at is not None else replace(verdict, wake_at=0.0)
 
@@ -116,10 +115,7 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
         over the capacity (trim), the band between, then growth while clean and used."""
         state, stats, params = situation.state, situation.stats, situation.params
         current, pressure = state.concurrency, stats.pressure_rate
-        latencies = second_latencies(stats, situation.window, params)
-        situation = replace(situation, memory=self.with_floor(situation, latencies))
         memory = situation.memory
-        latency_rise = self.rise(memory, latencies)
         storm, sizing_pressure = self.latest_pressure(situation)
         # Read only while some call was refused: a clean queue, the usual case, has no surge.
         surge = self.surge_pressure(situation) if 0 < pressure < params.t1 else 0.0
@@ -129,6 +125,9 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
         beginning = pressure >= self.trim_above and (
             sizing_pressure >= self.storm_factor * params.t1 or surge >= params.t1
         )
+        timeout_cut = self.timeout_cut(situation)
+        if timeout_cut is not None:
+            return timeout_cut
         if max(pressure, storm) >= params.t1 or beginning:
             if current > params.cmin:
                 return self.cut(situation, max(storm, sizing_pressure, surge))
@@ -141,14 +140,13 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        if latency_rise >= self.cutting_rise and current > params.cmin:
-            running = self.in_use(situation)
-            return self.latency_cut(situation, stats, running, latency_rise)
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
+        # Timeouts under T1 cut only as load-driven (above); a few rejections trim.
         if (
             pressure >= self.trim_above
             and stats.requests >= self.trim_evidence
+            and calls_refused(stats)
             and current > params.cmin
         ):
             return self.trim(situation, sizing_pressure)
@@ -160,11 +158,11 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        if latency_rise >= self.holding_rise:
+        if self.near_timeout(memory, stats):
             return hold(
                 state,
-                f"Latency {latency_rise:.2f}x the no-load latency: not growing; holding at "
-                f"{current}.",
+                f"Latency {stats.mean_latency_ms:.0f} ms, near where calls timed out "
+                f"({memory.timeout_latency_ms:.0f} ms): not growing; holding at {current}.",
                 memory,
                 stats,
             )
@@ -185,3 +183,23 @@ class AdaptiveLimit(Latency, LimitAlgorithm[AdaptiveMemory]):
         if memory.ceiling == 0 or ceiling_above(current) < memory.ceiling:
             return self.grow(situation)
         return self.probe(situation)
+
+
+def lagging_evidence(situation: AdaptiveSituation) -> AdaptiveSituation:
+    """The guards' evidence, or, when it holds no report only because the telemetry lags more
+    than the window behind the invocations' starts (a delay of 40 s on invocations of 30 s:
+    every report starts before ``now - window_s``), the window's span up to the newest start
+    reported since the last change settled. Without it such a queue is never judged: a static
+    cap that times out every call stays one."""
+    state, window, params = situation.state, situation.window, situation.params
+    if situation.stats.newest_event_time is not None:
+        return situation
+    settled = evidence_since(state, state.last_change_at, params)
+    reported = [second for second, _ in window.seconds(settled, situation.now + 1.0)]
+    if not reported:
+        return situation
+    newest = window.stats(settled, situation.now + 1.0).newest_event_time
+    if newest is None or situation.now - newest > params.stale_after_s:
+        return situation
+    stats, refusal = vetted_evidence(state, window, reported[-1] + 1.0, params)
+    return replace(situation, stats=stats, refusal=refusal)
