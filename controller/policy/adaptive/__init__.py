@@ -18,9 +18,9 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   invocations that ran during the pulse, paid for from a budget of the goodput; clean
   above the level that broke, a ceiling set by latency or timeouts expires and growth returns
   to full speed, and past one set by refused calls growth goes on by pulses.
-- **Latency** (``latency``). A rise of the evidence's per-second latency (or a failed pulse's
-  calls) over the no-load baseline by ``latency_tolerance`` cuts in proportion, a quarter at
-  most, before client timeouts come.
+- **Latency is load only where the load moves it** (``latency``). Latency alone never cuts;
+  timeouts that are not refusals cut where the window's per-second latency moved with its
+  concurrency, to the level that line puts under the timeout, and growth stops short of it.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
   is disabled for a bounded, growing period, then tested with a short pulse at Cmin. A cut
   whose fitting level would leave Cmin hard overloaded pauses at once.

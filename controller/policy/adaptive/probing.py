@@ -6,7 +6,8 @@ pulse are judged (those that started in it, and those running beside them), so a
 costs about one invocation per extra slot whatever the telemetry delay. A failed probe waits as
 long as its cost calls for (``back_off``); a passing one is the fresh evidence for its level
 and the next, a step twice as big, starts at once. Clean above the level that broke, the
-ceiling expires when latency or timeouts set it (growth returns to full speed); where the
+ceiling expires when timeouts set it (growth returns to full speed; near a latency where
+load-driven timeouts cut, every step is a pulse of its own); where the
 downstream refused calls (429, 503) the pulses go on, each judged before the next.
 """
 
