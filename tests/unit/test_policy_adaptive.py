@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.model import Action, Decision, QueueState, Sample
@@ -260,30 +260,6 @@ def test_growth_waits_out_retry_after() -> None:
     assert decision.new_state.memory == held.memory
 
 
-def latency_samples(
-    start: float, seconds: int, per_second: int, latency_ms: float, slow: float = 0.0
-) -> list[Sample]:
-    """Invocations of 10 calls answered 2xx, each call taking ``latency_ms`` (the first call of
-    the run ``slow`` ms more)."""
-    documents = []
-    for second in range(seconds):
-        for index in range(per_second):
-            extra = slow if second == 0 and index == 0 else 0.0
-            busy = 10 * latency_ms + extra
-            documents.append(
-                Sample(
-                    queue="orders",
-                    event_time=start + second + busy / 1000.0,
-                    requests=10,
-                    ok=10,
-                    latency_ms_sum=busy,
-                    latency_count=10,
-                    invocation_ms=busy,
-                )
-            )
-    return documents
-
-
 def test_a_clean_level_at_the_ceiling_that_broke_expires_it_and_growth_reaches_the_cap() -> None:
     # Cut from 40 to 9 (ceiling 10); the capacity is back. Probes pass up to 40, then the
     # ceiling is gone and growth keeps up with the poller: the cap within a bounded number of
@@ -330,80 +306,11 @@ def test_past_a_ceiling_set_by_latency_growth_returns_to_full_speed() -> None:
     assert memory_of(current).ceiling == 0 and memory_of(current).probe_until == 0.0
 
 
-def test_the_ceiling_remembers_whether_429s_or_latency_set_it() -> None:
+def test_a_ceiling_set_by_429s_is_remembered_as_refused() -> None:
     current, cut = run(
         attached(40, at=0.0), window_of(*steady(960, 30, 40, ok=7, throttled=3)), 992.0
     )
     assert cut.action is Action.MULTIPLICATIVE_DECREASE and memory_of(current).ceiling_refused
-    slow = judged_slow_pulse(75.0, ceiling_refused=True)
-    assert slow.reason.startswith("Probe failed")
-    assert not memory_of(slow.new_state).ceiling_refused
-
-
-def test_a_latency_rise_cuts_before_any_timeout() -> None:
-    current = attached(40, at=0.0)
-    calm = window_of(*latency_samples(900, 30, 4, 50.0))
-    current, held = run(current, calm, 931.0)
-    assert held.target == 40 and memory_of(current).latency_floor_ms > 0
-    slow = window_of(*latency_samples(940, 30, 4, 150.0))
-    current, cut = run(current, slow, 971.0)
-    assert cut.action is Action.MULTIPLICATIVE_DECREASE and cut.target < 40
-    assert cut.reason.startswith("Latency overload")
-
-
-def test_a_latency_cut_that_does_not_lower_the_latency_moves_the_baseline_once_judged() -> None:
-    # Cut at 3x the baseline (50 ms); the downstream stays as slow at the level the cut set.
-    current = attached(40, at=0.0)
-    current, _ = run(current, window_of(*latency_samples(900, 30, 4, 50.0)), 931.0)
-    current, cut = run(current, window_of(*latency_samples(940, 30, 4, 150.0)), 971.0)
-    assert cut.action is Action.MULTIPLICATIVE_DECREASE
-    after_cut = window_of(*latency_samples(973, 2, 4, 150.0))
-    # Two seconds since the cut are too few to judge it: the check waits for a third.
-    current, early = run(current, after_cut, 976.0)
-    assert early.action is Action.HOLD
-    assert memory_of(current).latency_floor_ms == 50.0 and memory_of(current).latency_cut_rise
-    for document in latency_samples(975, 1, 4, 150.0):
-        after_cut.add(document)
-    judged, decision = run(current, after_cut, 977.0)
-    # Not load: the baseline moves so that this latency reads at the growth limit (held).
-    limit = 1.0 + ALGORITHM.latency_tolerance / 2
-    assert memory_of(judged).latency_floor_ms == 150.0 / limit
-    assert (decision.action, decision.target) == (Action.HOLD, cut.target)
-    assert memory_of(judged).latency_cut_rise == 0.0
-    # Back at the cut's level after a failed probe above it: the check still stands.
-    returned = current.evolve(last_change_at=974.0)
-    probed, decision = run(returned, window_of(*latency_samples(976, 3, 4, 150.0)), 980.0)
-    assert (decision.action, decision.target) == (Action.HOLD, cut.target), decision.reason
-    assert memory_of(probed).latency_floor_ms == 150.0 / limit
-    # The cap is at another level (growth, another cut), or the check's time went by: the
-    # latency is about another level or another load, and the check has lapsed.
-    moved = current.evolve(concurrency=cut.target + 1, last_change_at=974.0)
-    _, recut = run(moved, window_of(*latency_samples(976, 3, 4, 150.0)), 980.0)
-    late_at = 971.0 + ALGORITHM.latency_check_s + 5.0
-    _, still_cut = run(current, window_of(*latency_samples(late_at - 10, 3, 4, 150.0)), late_at)
-    for lapsed in (recut, still_cut):
-        assert lapsed.action is Action.MULTIPLICATIVE_DECREASE
-        assert lapsed.reason.startswith("Latency overload"), lapsed.reason
-        assert memory_of(lapsed.new_state).latency_floor_ms == 50.0
-
-
-def test_a_single_slow_call_and_a_steady_heavy_tail_do_not_cut() -> None:
-    current = attached(40, at=0.0)
-    calm = window_of(*latency_samples(900, 30, 4, 50.0))
-    current, _ = run(current, calm, 931.0)
-    one_slow = window_of(*latency_samples(940, 30, 4, 50.0, slow=30_000.0))
-    _, decision = run(current, one_slow, 971.0)
-    assert decision.target >= 30, decision.reason
-    # Heavy-tailed but load-independent: every second's mean alike, a few far out.
-    tail = [
-        document
-        for second in range(30)
-        for document in latency_samples(
-            980 + second, 1, 4, 50.0, slow=3_000.0 if second % 7 == 0 else 0.0
-        )
-    ]
-    _, decision = run(current, window_of(*tail), 1011.0)
-    assert decision.target >= 30, decision.reason
 
 
 def storm_seconds(start: int, per_second: int, ok: int, throttled: int) -> list[Sample]:
@@ -539,55 +446,6 @@ def test_a_marginally_failed_probe_waits_twice_as_long_as_the_last() -> None:
     assert backoff_after(throttled=1, last_wait=20.0) == high
     # 5 in 100 (over ``marginal_below``): a capacity that moved, waited for by its cost alone.
     assert low <= backoff_after(throttled=5, last_wait=8.0) < 8.0
-
-
-def judged_slow_pulse(pulse_ms: float, base_seconds: int = 32, **memory: object) -> Decision:
-    """The verdict on a pulse from 8 to 9 whose calls took ``pulse_ms`` (the baseline 50 ms),
-    after ``base_seconds`` of the base level, and its own evidence since then clean and fast."""
-    current = attached(8, 900.0, ceiling=9, latency_floor_ms=50.0, **memory)
-    window = window_of(*latency_samples(992 - base_seconds, base_seconds, 16, 50.0))
-    current, raised = run(current, window, 992.0)
-    assert raised.target == 9
-    current, _ = run(current, window, PULSE_END)
-    after_pulse = math.ceil(PULSE_END)
-    for document in latency_samples(992, 1, 18, pulse_ms) + latency_samples(
-        after_pulse, 999 - after_pulse, 16, 50.0
-    ):
-        window.add(document)
-    _, verdict = run(current, window, 999.5)
-    return verdict
-
-
-def test_a_probe_whose_calls_slow_down_fails_without_any_rejection() -> None:
-    # 1.5x the baseline: over the growth limit, under the cut's.
-    verdict = judged_slow_pulse(75.0)
-    assert (verdict.action, verdict.target) == (Action.HOLD, 8)
-    assert verdict.reason.startswith("Probe failed")
-
-
-def test_a_pulse_at_the_cutting_rise_cuts_from_the_base_by_at_most_a_quarter() -> None:
-    # 2.4x: Little's law would cut 8 to 4; a latency cut takes at most a quarter at once, and
-    # the level it sets is checked on its own evidence.
-    verdict = judged_slow_pulse(120.0)
-    assert (verdict.action, verdict.target) == (Action.MULTIPLICATIVE_DECREASE, 6)
-    assert verdict.reason.startswith("Latency overload"), verdict.reason
-    assert memory_of(verdict.new_state).latency_cut_level == 6
-    # A latency cut to 8 whose check is still waiting (two seconds of evidence at 8, too few to
-    # judge) is not cut again on a pulse.
-    pending = judged_slow_pulse(
-        120.0, base_seconds=2, latency_cut_rise=2.4, latency_cut_at=980.0, latency_cut_level=8
-    )
-    assert (pending.action, pending.target) == (Action.HOLD, 8), pending.reason
-
-
-def test_a_latency_that_stays_high_at_cmin_moves_the_baseline() -> None:
-    # A brownout: the downstream answers three times slower however little it is sent. At Cmin
-    # the latency is not load: the baseline moves up and the queue may grow again.
-    current = attached(PARAMS.cmin, at=0.0, latency_floor_ms=50.0)
-    window = window_of(*latency_samples(960, 30, 2, 150.0))
-    current, decision = run(current, window, 991.0)
-    assert memory_of(current).latency_floor_ms >= 140.0
-    assert decision.target >= PARAMS.cmin and "Latency" not in decision.reason
 
 
 def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
@@ -783,3 +641,125 @@ def test_a_poller_climbing_well_under_the_cap_is_not_trimmed() -> None:
     # would restart the evidence a storm's cut waits for (flash-crowd: 5 s of its first storm).
     decision = just_over(100)
     assert (decision.action, decision.target) == (Action.HOLD, 100), decision.reason
+
+
+def invocations(
+    second: int, concurrency: float, latency_ms: float, timed_out: int = 0
+) -> list[Sample]:
+    """The invocations of 10 calls each that start in ``second`` when ``concurrency`` of them
+    run at once and each call takes ``latency_ms`` (Little's law: concurrency / duration
+    start a second), ``timed_out`` of all their calls timed out."""
+    duration_ms = 10 * latency_ms
+    count = max(1, round(concurrency * 1000.0 / duration_ms))
+    documents = []
+    for index in range(count):
+        late = min(10, max(0, timed_out - 10 * index))
+        documents.append(
+            Sample(
+                queue="orders",
+                event_time=second + 0.5 + duration_ms / 1000.0,
+                requests=10,
+                ok=10 - late,
+                timed_out=late,
+                latency_ms_sum=duration_ms,
+                latency_count=10,
+                invocation_ms=duration_ms,
+            )
+        )
+    return documents
+
+
+def seconds_of(
+    start: int, levels: list[float], latency: list[float], timed_out: list[int]
+) -> QueueWindow:
+    """A window of one second per level, from ``start``."""
+    window = QueueWindow()
+    for offset, (level, latency_ms, late) in enumerate(
+        zip(levels, latency, timed_out, strict=True)
+    ):
+        for document in invocations(start + offset, level, latency_ms, late):
+            window.add(document)
+    return window
+
+
+class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
+    """Latency cuts only where it moved with the concurrency and calls time out (latency.py)."""
+
+    NOW = 1000.0
+    SPAN = 60
+
+    def judged(self, window: QueueWindow, level: int = 40) -> Decision:
+        return decide(ALGORITHM, attached(level, at=0.0), config(), window, self.NOW, PARAMS)
+
+    def test_a_brownout_at_an_unchanged_level_never_cuts(self) -> None:
+        # The cap of 40 filled throughout; the downstream answers 4x slower from second 20 on,
+        # and a few calls time out (under T1): the concurrency did not move, so it is no load.
+        latency = [50.0] * 20 + [200.0] * (self.SPAN - 20)
+        timed_out = [0] * 50 + [2] * (self.SPAN - 50)
+        window = seconds_of(940, [40.0] * self.SPAN, latency, timed_out)
+        decision = self.judged(window)
+        assert decision.target >= 40, decision.reason
+
+    def test_latency_that_grows_with_the_concurrency_but_never_times_out_does_not_cut(
+        self,
+    ) -> None:
+        levels = [10.0 + second for second in range(self.SPAN)]
+        latency = [20.0 + 2.0 * level for level in levels]
+        window = seconds_of(940, levels, latency, [0] * self.SPAN)
+        decision = self.judged(window, level=70)
+        assert decision.target >= 70, decision.reason
+
+    def test_load_driven_timeouts_cut_to_the_level_under_the_timeout(self) -> None:
+        # The poller's ramp: latency 20 ms + 2 ms per invocation in flight; from 60 in flight
+        # (140 ms) a few calls hit the timeout (a little over 140 ms), under T1.
+        levels = [10.0 + second for second in range(self.SPAN)]
+        latency = [20.0 + 2.0 * level for level in levels]
+        timed_out = [2 if level >= 60 else 0 for level in levels]
+        window = seconds_of(940, levels, latency, timed_out)
+        decision = self.judged(window, level=70)
+        assert decision.action is Action.MULTIPLICATIVE_DECREASE, decision.reason
+        assert decision.reason.startswith("Load-driven timeouts")
+        # 0.8 x the slowest second (158 ms) on the line: (126 - 20) / 2 = 53 invocations.
+        assert 35 <= decision.target <= 56
+        assert not memory_of(decision.new_state).ceiling_refused
+        # The slowest second that has fully reported: the newest seconds are left out.
+        assert 150.0 <= memory_of(decision.new_state).timeout_latency_ms <= max(latency)
+
+    def test_growth_stops_short_of_the_latency_where_calls_timed_out(self) -> None:
+        # Load-driven timeouts cut at a slowest second of 160 ms: clean at 45 in use, the queue
+        # grows while its calls take 60 ms, and holds at 140 ms (over 0.8 x 160).
+        current = attached(50, at=0.0, timeout_latency_ms=160.0)
+        for latency_ms, grows in ((60.0, True), (140.0, False)):
+            window = seconds_of(940, [45.0] * self.SPAN, [latency_ms] * self.SPAN, [0] * self.SPAN)
+            decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
+            assert (decision.target > 50) is grows, decision.reason
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        latency=st.lists(st.floats(5.0, 2_000.0), min_size=SPAN, max_size=SPAN),
+        timed_out=st.lists(st.integers(0, 1), min_size=SPAN, max_size=SPAN),
+    )
+    def test_at_a_constant_concurrency_no_latency_cuts(
+        self, latency: list[float], timed_out: list[int]
+    ) -> None:
+        # A heavy tail, pauses, a brownout: whatever the latency does second by second at a
+        # level the poller fills, with timeouts under T1, the queue is not cut.
+        window = seconds_of(940, [40.0] * self.SPAN, latency, timed_out)
+        decision = self.judged(window)
+        assert decision.target >= 40, decision.reason
+
+    @settings(max_examples=40, deadline=None)
+    @given(
+        levels=st.lists(st.floats(2.0, 40.0), min_size=SPAN, max_size=SPAN),
+        latency=st.lists(st.floats(5.0, 2_000.0), min_size=SPAN, max_size=SPAN),
+        timed_out=st.lists(st.integers(0, 10), min_size=SPAN, max_size=SPAN),
+    )
+    def test_a_cut_without_refusals_keeps_half_of_what_runs(
+        self, levels: list[float], latency: list[float], timed_out: list[int]
+    ) -> None:
+        window = seconds_of(940, levels, latency, timed_out)
+        decision = self.judged(window)
+        if sum(timed_out) == 0:
+            assert decision.target >= 40, decision.reason
+        elif decision.target < 40:
+            assert decision.target >= math.floor(PARAMS.beta * min(levels)) - 1

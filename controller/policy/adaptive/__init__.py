@@ -18,13 +18,13 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   invocations that ran during the pulse, paid for from a budget of the goodput; clean
   above the level that broke, a ceiling set by latency or timeouts expires and growth returns
   to full speed, and past one set by refused calls growth goes on by pulses.
-- **Latency** (``latency``). A rise of the evidence's per-second latency (or a failed pulse's
-  calls) over the no-load baseline by ``latency_tolerance`` cuts in proportion, a quarter at
-  most, before client timeouts come.
 - **Announced limits first** (``announced``). Where the downstream announces its quota, the
   level it sustains caps the mapping before the first 429, a rise of it is raised to without a
   probe, and a quota below the floor pauses until its reset; the blind phases decide within it.
   Without announced fields the law is the blind one.
+- **Latency is load only where the load moves it** (``latency``). Latency alone never cuts;
+  timeouts that are not refusals cut where the window's per-second latency moved with its
+  concurrency, to the level that line puts under the timeout, and growth stops short of it.
 - **Pause below the floor** (``pausing``). Overload at Cmin cannot be cut further: the mapping
   is disabled for a bounded, growing period, then tested with a short pulse at Cmin. A cut
   whose fitting level would leave Cmin hard overloaded pauses at once.
@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 from controller.model import QueueStateName
 from controller.policy.adaptive.announced import Announced
-from controller.policy.adaptive.latency import Latency, second_latencies
+from controller.policy.adaptive.latency import Latency
 from controller.policy.adaptive.memory import (
     AdaptiveMemory,
     AdaptiveSituation,
@@ -51,14 +51,12 @@ from controller.policy.adaptive.memory import (
     ceiling_above,
     hold,
 )
-from controller.policy.adaptive.probing import (
-    overload_beneath,
-    pulse_stats,
-    running_stats,
-)
+from controller.policy.adaptive.probing import overload_beneath, pulse_stats, running_stats
+from controller.policy.adaptive.probing import refused as calls_refused
 from controller.policy.adaptive.sizing import busy_concurrency
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import LimitAlgorithm, clamp, refused
+from controller.policy.evidence import evidence_since, vetted_evidence
 
 __all__ = ["AdaptiveLimit", "AdaptiveMemory", "Tuning"]
 
@@ -88,6 +86,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
 
     def _blind(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
         """The law where nothing is announced: the blind phases."""
+        situation = lagging_evidence(situation)
         state, memory, now = situation.state, situation.memory, situation.now
         if memory.paused_until > 0:
             return self.while_paused(situation)
@@ -109,7 +108,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
         running = running_stats(memory, pulse, situation.window)
-        if self.passed(pulse, running, situation.stats, params) and not self.too_slow(
+        if self.passed(pulse, running, situation.stats, params) and not self.near_timeout(
             memory, pulse
         ):
             return self.commit(situation, pulse)
@@ -122,7 +121,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
             judged = replace(judged, stats=pulse, refusal=None)
         verdict = self._evaluate(judged)
         if verdict.target == state.concurrency and verdict.enabled in (None, state.enabled):
-            return self.slow_pulse(situation, failed, pulse)
+            return failed
         # The probe is over whatever the base's evidence calls for.
         return verdict if verdict.wake_at is not None else replace(verdict, wake_at=0.0)
 
@@ -136,10 +135,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         over the capacity (trim), the band between, then growth while clean and used."""
         state, stats, params = situation.state, situation.stats, situation.params
         current, pressure = state.concurrency, stats.pressure_rate
-        latencies = second_latencies(stats, situation.window, params)
-        situation = replace(situation, memory=self.with_floor(situation, latencies))
         memory = situation.memory
-        latency_rise = self.rise(memory, latencies)
         storm, sizing_pressure = self.latest_pressure(situation)
         # Read only while some call was refused: a clean queue, the usual case, has no surge.
         surge = self.surge_pressure(situation) if 0 < pressure < params.t1 else 0.0
@@ -149,6 +145,9 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         beginning = pressure >= self.trim_above and (
             sizing_pressure >= self.storm_factor * params.t1 or surge >= params.t1
         )
+        timeout_cut = self.timeout_cut(situation)
+        if timeout_cut is not None:
+            return timeout_cut
         if max(pressure, storm) >= params.t1 or beginning:
             if current > params.cmin:
                 return self.cut(situation, max(storm, sizing_pressure, surge))
@@ -161,14 +160,13 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        if latency_rise >= self.cutting_rise and current > params.cmin:
-            running = self.in_use(situation)
-            return self.latency_cut(situation, stats, running, latency_rise)
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
+        # Timeouts under T1 cut only as load-driven (above); a few rejections trim.
         if (
             pressure >= self.trim_above
             and stats.requests >= self.trim_evidence
+            and calls_refused(stats)
             and current > params.cmin
         ):
             return self.trim(situation, sizing_pressure)
@@ -180,11 +178,11 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        if latency_rise >= self.holding_rise:
+        if self.near_timeout(memory, stats):
             return hold(
                 state,
-                f"Latency {latency_rise:.2f}x the no-load latency: not growing; holding at "
-                f"{current}.",
+                f"Latency {stats.mean_latency_ms:.0f} ms, near where calls timed out "
+                f"({memory.timeout_latency_ms:.0f} ms): not growing; holding at {current}.",
                 memory,
                 stats,
             )
@@ -205,3 +203,23 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         if memory.ceiling == 0 or ceiling_above(current) < memory.ceiling:
             return self.grow(situation)
         return self.probe(situation)
+
+
+def lagging_evidence(situation: AdaptiveSituation) -> AdaptiveSituation:
+    """The guards' evidence, or, when it holds no report only because the telemetry lags more
+    than the window behind the invocations' starts (a delay of 40 s on invocations of 30 s:
+    every report starts before ``now - window_s``), the window's span up to the newest start
+    reported since the last change settled. Without it such a queue is never judged: a static
+    cap that times out every call stays one."""
+    state, window, params = situation.state, situation.window, situation.params
+    if situation.stats.newest_event_time is not None:
+        return situation
+    settled = evidence_since(state, state.last_change_at, params)
+    reported = [second for second, _ in window.seconds(settled, situation.now + 1.0)]
+    if not reported:
+        return situation
+    newest = window.stats(settled, situation.now + 1.0).newest_event_time
+    if newest is None or situation.now - newest > params.stale_after_s:
+        return situation
+    stats, refusal = vetted_evidence(state, window, reported[-1] + 1.0, params)
+    return replace(situation, stats=stats, refusal=refusal)

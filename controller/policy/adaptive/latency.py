@@ -1,156 +1,106 @@
-"""Overload that shows as latency: a downstream that slows down before it times out.
+"""Overload that shows as latency: cut only where the queue's own load causes it.
 
-The level is the median, over the evidence's seconds of invocation starts, of each second's
-mean call latency; only seconds with at least ``min_samples`` timed calls count, and at least
-``latency_seconds`` of them are needed. A single slow call moves one second's mean, not the
-median, and a heavy tail that does not depend on load moves every second alike, so neither
-reads as a rise. The baseline is the lowest such second seen (the no-load latency, as far
-as the queue has shown it). At ``1 + latency_tolerance`` times the baseline the level is cut
-in proportion (Little's law: at the same throughput, the concurrency that fits is the one in
-use times baseline x (1 + tolerance / 2) / level), by at most ``latency_cut_depth`` of it at
-once; from ``1 + tolerance / 2`` growth stops, and a pulse probe whose calls are that slow
-fails. Probes keep a level's own evidence short (every pulse is a change, and invocations
-report only when they end), so its seconds may never be enough to judge it: a failed pulse's
-calls as a whole (the base level ran beside the raise of one) are judged as the base level's
-latency.
+A call's latency rises for two reasons. The queue's own calls crowd the downstream: then, by
+Little's law, the latency grows with the invocations in flight and falls when they fall. Or
+the downstream itself is slow (a heavy tail, pauses, a brownout at unchanged capacity): then
+no cut helps, and every cut only lengthens the drain. A latency's level or shape says nothing
+of which it is; what a change of the concurrency did to it does.
 
-A latency that does not fall when the concurrency is cut, or that stays high at Cmin, does not
-come from load: the downstream itself slowed down (a brownout). The baseline moves up to it,
-so the queue is not held at its floor for a latency no concurrency would fix; timeouts, if
-they come, are pressure like 429s. A latency with a part load does not add falls less than
-Little's law says, which is why a cut is bounded: the check on the level it set tells load
-from a downstream that slowed down before the queue is cut far below what fits.
+So latency alone never cuts (on a downstream that never refuses, each invocation more still
+adds throughput until calls time out). Timeouts at or above T1 are pressure, cut as sizing
+cuts them. Timeouts under T1 cut only when the load evidence says the queue's own load causes
+them: over the window's last ``load_span_s`` seconds of invocation starts that have all
+reported, each second's concurrency (its invocations' busy time, Little's law) and its mean
+call latency move together (correlation at least ``load_correlation``, on at least
+``latency_seconds`` seconds). At an unchanged level a brownout's latency moves alone, and the
+concurrency of a level the poller fills stays put, so neither reads as load; a cut, a raise or
+the poller's ramp moves the concurrency, and a load-driven latency moves with it. The cut then
+takes what the timeouts require: the accepted share of the invocations in use.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from statistics import StatisticsError, correlation, linear_regression
 
 from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveSituation, AdaptiveVerdict
+from controller.policy.adaptive.probing import refused
 from controller.policy.adaptive.sizing import Sizing
 from controller.policy.base import clamp
-from controller.settings import PolicyParams
-from controller.window import WindowSnapshot, WindowStats
+from controller.window import WindowStats
 
 
 class Latency(Sizing):
-    """Overload that shows as latency, cut as sizing cuts."""
+    """Timeouts that the queue's own load causes, cut to the level under them."""
 
-    def rise(self, memory: AdaptiveMemory, latencies: list[float]) -> float:
-        """The evidence's latency over the baseline (1.0: none, or too few seconds to say)."""
-        if len(latencies) < self.latency_seconds or memory.latency_floor_ms <= 0:
-            return 1.0
-        ordered = sorted(latencies)
-        middle = len(ordered) // 2
-        median = (
-            ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
-        )
-        return median / memory.latency_floor_ms
+    def load_line(self, situation: AdaptiveSituation) -> LoadLine | None:
+        """How the latency moved with the concurrency over the window's last ``load_span_s``
+        seconds (``None``: it did not move with it; see the module)."""
+        stats, params = situation.stats, situation.params
+        if stats.newest_event_time is None:
+            return None
+        # The newest seconds are still being reported, fastest invocations first: both their
+        # concurrency and their latency read low, together.
+        until = stats.newest_event_time - 2.0 * stats.mean_invocation_s
+        points = [
+            (bucket.busy_ms / 1000.0, bucket.latency_ms_sum / bucket.latency_count)
+            for _, bucket in situation.window.seconds(until - self.load_span_s, until)
+            if bucket.latency_count >= params.min_samples and bucket.timed_samples
+        ]
+        if len(points) < self.latency_seconds:
+            return None
+        concurrency, latency = zip(*points, strict=True)
+        try:
+            if correlation(concurrency, latency) < self.load_correlation:
+                return None
+            slope, intercept = linear_regression(concurrency, latency)
+        except StatisticsError:
+            # A constant concurrency or latency: nothing moved together.
+            return None
+        return LoadLine(intercept, slope, max(latency))
 
-    def with_floor(self, situation: AdaptiveSituation, latencies: list[float]) -> AdaptiveMemory:
-        """The memory with its baseline lowered to the fastest second of the evidence, or moved
-        up to the evidence's latency when that latency does not come from load (see the
-        module)."""
-        state, memory = situation.state, situation.memory
-        if not latencies:
-            return memory
-        floor = memory.latency_floor_ms
-        latency_rise = self.rise(memory, latencies)
-        # The last latency cut is checked on the evidence from the level it set (again after a
-        # failed probe above it), for ``latency_check_s``: at another level, or later, the
-        # latency is about another level or another load.
-        checking = (
-            memory.latency_cut_rise > 0
-            and state.concurrency == memory.latency_cut_level
-            and situation.now - memory.latency_cut_at <= self.latency_check_s
-        )
-        judged = len(latencies) >= self.latency_seconds
-        # The cut left the latency within 10% of where it was: it did not fall.
-        if checking and judged and latency_rise >= memory.latency_cut_rise * 0.9:
-            # Moved so that this latency reads at the growth limit: held there, not cut again.
-            floor = floor * latency_rise / self.holding_rise
-        elif state.concurrency <= situation.params.cmin and latency_rise >= self.holding_rise:
-            floor = floor * latency_rise
-        elif floor <= 0 or min(latencies) < floor:
-            floor = min(latencies)
-        if checking and not judged:
-            return replace(memory, latency_floor_ms=floor)
-        return replace(
-            memory,
-            latency_floor_ms=floor,
-            latency_cut_rise=0.0,
-            latency_cut_at=0.0,
-            latency_cut_level=0,
-        )
-
-    def too_slow(self, memory: AdaptiveMemory, stats: WindowStats) -> bool:
-        """``stats``' calls as a whole are slow enough to stop growth (a pulse probe's
-        check)."""
-        mean = stats.mean_latency_ms
-        limit = memory.latency_floor_ms * self.holding_rise
-        return mean is not None and memory.latency_floor_ms > 0 and mean >= limit
-
-    def slow_pulse(
-        self, situation: AdaptiveSituation, failed: AdaptiveVerdict, pulse: WindowStats
-    ) -> AdaptiveVerdict:
-        """A failed probe whose base level's own evidence called for nothing: its pulse's
-        calls, as a whole, are the base level's latency too (the base ran beside the raise of
-        one); at the cutting rise they cut from the base level (see the module)."""
-        memory, concurrency = failed.memory, situation.state.concurrency
-        mean = pulse.mean_latency_ms
-        if (
-            mean is None
-            or pulse.latency_count < situation.params.min_samples
-            or memory.latency_floor_ms <= 0
-            or concurrency <= situation.params.cmin
-        ):
-            return failed
-        latency_rise = mean / memory.latency_floor_ms
-        # A latency cut still waiting for its check is judged on its level's own evidence: cut
-        # again on a pulse, a latency that is not load would be cut step after step.
-        if latency_rise < self.cutting_rise or memory.latency_cut_rise > 0:
-            return failed
-        after_probe = replace(situation, memory=memory)
-        return self.latency_cut(after_probe, pulse, float(concurrency), latency_rise)
-
-    def latency_cut(
-        self,
-        situation: AdaptiveSituation,
-        stats: WindowStats,
-        running: float,
-        latency_rise: float,
-    ) -> AdaptiveVerdict:
-        """Cut ``running`` invocations to the concurrency whose latency would sit half way to
-        the tolerance, by at most ``latency_cut_depth`` of them."""
-        memory, now = situation.memory, situation.now
-        current = situation.state.concurrency
-        # Little's law at a steady throughput; a latency with a part that load does not add
-        # (the downstream's own) falls less than that, and a deeper cut would overshoot: the
-        # check on the level it sets tells which it was.
-        fitting = math.floor(
-            running * max(1.0 - self.latency_cut_depth, self.holding_rise / latency_rise)
-        )
-        target = clamp(min(current - 1, fitting), situation.params)
+    def timeout_cut(self, situation: AdaptiveSituation) -> AdaptiveVerdict | None:
+        """A cut when calls time out (rather than being refused) and the latency moved with the
+        concurrency: to the level whose latency, on the load line, stays ``timeout_headroom``
+        under the slowest second's (the timeout is at least that: a call waits no longer), at
+        most to the accepted share of the invocations in use, by half of them at most
+        (``None``: no such cut)."""
+        state, stats, params = situation.state, situation.stats, situation.params
+        current = state.concurrency
+        if not stats.timed_out or refused(stats) or current <= params.cmin:
+            return None
+        line = self.load_line(situation)
+        if line is None:
+            return None
+        running = self.in_use(situation)
+        share = stats.timed_out / stats.requests
+        under_timeout = (self.timeout_headroom * line.slowest_ms - line.intercept_ms) / line.slope
+        fitting = min(self.fitting(running, share, stats.requests), under_timeout)
+        target = clamp(min(current - 1, math.floor(max(fitting, running * params.beta))), params)
         return self.cut_verdict(
             situation,
-            replace(
-                memory, latency_cut_rise=latency_rise, latency_cut_at=now, latency_cut_level=target
-            ),
+            replace(situation.memory, timeout_latency_ms=line.slowest_ms),
             stats,
             target,
-            f"Latency overload: {latency_rise:.2f}x the no-load latency "
-            f"({memory.latency_floor_ms:.0f} ms) >= {self.cutting_rise:.2f}x with about "
-            f"{running:.1f} invocations in use. Scaled from {current} -> {target}.",
+            f"Load-driven timeouts: {share:.1%} of calls timed out with about {running:.1f} "
+            f"invocations in use, and the latency grew {line.slope:.0f} ms with each. Scaled "
+            f"from {current} -> {target}.",
         )
 
+    def near_timeout(self, memory: AdaptiveMemory, stats: WindowStats) -> bool:
+        """``stats``' calls as a whole are within ``timeout_headroom`` of the latency at which
+        load-driven timeouts last cut: no growth, and a probe fails."""
+        mean = stats.mean_latency_ms
+        limit = self.timeout_headroom * memory.timeout_latency_ms
+        return mean is not None and memory.timeout_latency_ms > 0 and mean >= limit
 
-def second_latencies(
-    stats: WindowStats, window: WindowSnapshot, params: PolicyParams
-) -> list[float]:
-    """Each evidence second's mean call latency (ms), for seconds with enough timed calls."""
-    return [
-        bucket.latency_ms_sum / bucket.latency_count
-        for _, bucket in window.seconds(stats.since, stats.until)
-        if bucket.latency_count >= params.min_samples
-    ]
+
+@dataclass(frozen=True, slots=True)
+class LoadLine:
+    """The mean call latency against the invocations in flight, second by second: ``intercept_ms
+    + slope x invocations``, and the slowest second's mean latency."""
+
+    intercept_ms: float
+    slope: float
+    slowest_ms: float

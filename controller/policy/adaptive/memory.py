@@ -44,13 +44,9 @@ class AdaptiveMemory:
     cut_evidence_since: float = 0.0
     cut_requests: int = 0
     cut_running: float = 0.0
-    # The no-load baseline (ms): the lowest mean call latency of a second seen; the rise over
-    # it that made the last latency cut (0: none to check), when that cut was made, and the
-    # level it set.
-    latency_floor_ms: float = 0.0
-    latency_cut_rise: float = 0.0
-    latency_cut_at: float = 0.0
-    latency_cut_level: int = 0
+    # The slowest second's mean call latency (ms) when load-driven timeouts last cut: the
+    # client's timeout is at least that, so growth and probes stop short of it (0: none).
+    timeout_latency_ms: float = 0.0
     # Pausing below the floor: the current period, and when it ends.
     pause_s: float = 0.0
     paused_until: float = 0.0

@@ -6,7 +6,8 @@ pulse are judged (those that started in it, and those running beside them), so a
 costs about one invocation per extra slot whatever the telemetry delay. A failed probe waits as
 long as its cost calls for (``back_off``); a passing one is the fresh evidence for its level
 and the next, a step twice as big, starts at once. Clean above the level that broke, the
-ceiling expires when latency or timeouts set it (growth returns to full speed); where the
+ceiling expires when timeouts set it (growth returns to full speed; near a latency where
+load-driven timeouts cut, every step is a pulse of its own); where the
 downstream refused calls (429, 503) the pulses go on, each judged before the next.
 """
 
@@ -159,13 +160,18 @@ class Probing(Tuning):
         probed = memory.probe_base + memory.probe_step
         target = clamp(probed, params)
         ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
-        expired = probed > max(ceiling, broke_at)
+        # Near a latency where load-driven timeouts cut, a passed pulse says little of the
+        # level above it (the queue a raise builds takes longer than a pulse to show): the
+        # level is committed, and every step up is a pulse of its own.
+        near_timeouts = memory.timeout_latency_ms > 0
+        expired = probed > max(ceiling, broke_at) and not near_timeouts
         # Past the ceiling but not yet above the level that broke, or above it where 429s set
         # the ceiling: the pulse was the fresh evidence for its level, so the next probe, a
         # step twice as big, starts at once. Past refusals a committed doubling that overshoots
         # a capacity back only in part is refused for a telemetry round trip, a pulse for one
         # invocation time.
-        if probed >= ceiling and probed < params.cmax and (memory.ceiling_refused or not expired):
+        chain = memory.ceiling_refused or not expired
+        if probed >= ceiling and probed < params.cmax and chain and not near_timeouts:
             chained = replace(
                 memory,
                 ceiling=ceiling_above(probed),
@@ -193,7 +199,7 @@ class Probing(Tuning):
             f"Scaled from {state.concurrency} -> {target}.",
             replace(
                 memory,
-                ceiling=ceiling,
+                ceiling=max(ceiling, ceiling_above(target)) if ceiling else 0,
                 broke_at=broke_at,
                 good_level=target,
                 probe_backoff_s=self.probe_backoff_s[0],

@@ -52,15 +52,14 @@ class Tuning:
     # level just over the capacity: its next wait doubles the last (within
     # ``probe_backoff_s``) rather than following its small cost.
     marginal_below: float = 0.02
-    # Latency: the rise over the no-load baseline that cuts (``cutting_rise``; growth stops at
-    # half of it, ``holding_rise``), and the seconds of evidence (each with at least
-    # min_samples timed calls) it needs.
-    latency_tolerance: float = 0.7
+    # Timeouts under T1 cut only where the latency moved with the concurrency: a correlation
+    # of at least ``load_correlation`` over the last ``load_span_s`` seconds of invocation
+    # starts, on at least ``latency_seconds`` of them (each with at least min_samples calls).
+    load_correlation: float = 0.5
+    load_span_s: float = 60.0
     latency_seconds: int = 3
-    # A latency cut takes at most this share of the invocations in use at once, and is checked
-    # on its level's evidence for this long.
-    latency_cut_depth: float = 0.25
-    latency_check_s: float = 90.0
+    # A load-driven timeout cut aims at this share of the timeout on the load line.
+    timeout_headroom: float = 0.8
     # Pausing below the floor: the period (first, longest), the pressure at Cmin that calls
     # for it, and the share of what Cmin sends over a pause that its failed test may cost.
     pause_s: tuple[float, float] = (15.0, 60.0)
@@ -84,13 +83,3 @@ class Tuning:
     # a level above the one announced before: a pace measured a little differently from one
     # decision to the next must not move the mapping up and down around a whole level.
     announced_hysteresis: float = 0.05
-
-    @property
-    def cutting_rise(self) -> float:
-        """The latency rise over the no-load baseline that cuts."""
-        return 1.0 + self.latency_tolerance
-
-    @property
-    def holding_rise(self) -> float:
-        """The latency rise that stops growth and fails a probe: half the cut's."""
-        return 1.0 + self.latency_tolerance / 2
