@@ -3,6 +3,11 @@
 Planning is pure. It reads configs, states and windows handed to it and returns a ``Plan``;
 nothing is written, actuated or remembered. A batch's decisions therefore never depend on the
 order the AWS calls happen to take, and showing a plan (``describe``) is a dry run.
+
+A plan is also the order the control plane's budget is spent in (Lambda answers 15 calls a
+second per account; the executor carries steps out in plan order, paced, until its deadline):
+cuts first, the most pressed and largest first, then raises (a probe is a raise), then the
+steps that move no mapping. One step per queue: never more than one change per batch.
 """
 
 from __future__ import annotations
@@ -55,6 +60,24 @@ class Step:
     def actuates(self) -> bool:
         return self.kind is StepKind.UPDATE
 
+    @property
+    def cuts(self) -> bool:
+        """Whether the step lowers what the mapping lets run: a lower cap, or a pause."""
+        decision = self.decision
+        before = decision.previous if decision.previous_enabled else 0
+        after = decision.target if decision.enabled else 0
+        return self.actuates and after < before
+
+    @property
+    def urgency(self) -> tuple[int, float, int]:
+        """The step's place in its plan (smallest first): cuts by pressure, then by size; then
+        raises; then steps that move no mapping."""
+        decision = self.decision
+        if self.cuts:
+            after = decision.target if decision.enabled else 0
+            return (0, -decision.pressure_rate, after - decision.previous)
+        return (1, 0.0, 0) if self.actuates else (2, 0.0, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -80,8 +103,9 @@ def plan(
     algorithm: LimitAlgorithm[Any],
     params_for: Callable[[QueueConfig], PolicyParams],
 ) -> Plan:
-    """Decide ``queues`` (in that order) with their windows; a queue without a config is not
-    managed, one without a state is left undecided."""
+    """Decide ``queues`` with their windows, the steps in order of urgency (``Step.urgency``,
+    then the order of ``queues``); a queue without a config is not managed, one without a
+    state is left undecided."""
     steps = []
     undecided = []
     for queue in queues:
@@ -96,6 +120,7 @@ def plan(
         steps.append(
             step_for(config, decision, state, window.newest_event_time, now, unsettled(queue))
         )
+    steps.sort(key=lambda step: step.urgency)
     return Plan(now, tuple(steps), tuple(undecided))
 
 
