@@ -6,8 +6,9 @@ order the AWS calls happen to take, and showing a plan (``describe``) is a dry r
 
 A plan is also the order the control plane's budget is spent in (Lambda answers 15 calls a
 second per account; the executor carries steps out in plan order, paced, until its deadline):
-cuts first, the most pressed and largest first, then raises (a probe is a raise), then the
-steps that move no mapping. One step per queue: never more than one change per batch.
+cuts first (a healthy queue's first cut before a further one; the most pressed, then the
+largest first), then raises (a probe is a raise), then the steps that move no mapping. One
+step per queue: never more than one change per batch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from controller.model import AuditEvent, Decision, Mode, QueueConfig, QueueState
+from controller.model import AuditEvent, Decision, Mode, QueueConfig, QueueState, QueueStateName
 from controller.policy import LimitAlgorithm, decide
 from controller.settings import PolicyParams
 from controller.transitions import Transition
@@ -70,13 +71,15 @@ class Step:
 
     @property
     def urgency(self) -> tuple[int, float, int]:
-        """The step's place in its plan (smallest first): cuts by pressure, then by size; then
-        raises; then steps that move no mapping."""
+        """The step's place in its plan (smallest first): the first cuts of queues still
+        healthy (nothing was done yet for them, and they run at their full level), then further
+        cuts, each by pressure, then by size; then raises; then steps that move no mapping."""
         decision = self.decision
         if self.cuts:
             after = decision.target if decision.enabled else 0
-            return (0, -decision.pressure_rate, after - decision.previous)
-        return (1, 0.0, 0) if self.actuates else (2, 0.0, 0)
+            first = self.decided_from.state is QueueStateName.HEALTHY
+            return (0 if first else 1, -decision.pressure_rate, after - decision.previous)
+        return (2, 0.0, 0) if self.actuates else (3, 0.0, 0)
 
 
 @dataclass(frozen=True, slots=True)

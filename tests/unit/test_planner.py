@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.model import Action, AuditEvent, Mode, QueueState
+from controller.model import Action, AuditEvent, Mode, QueueState, QueueStateName
 from controller.planner import Plan, StepKind, describe, plan
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -124,6 +124,29 @@ def test_the_plan_spends_the_control_plane_on_cuts_first_by_pressure_then_size()
     assert [step.cuts for step in steps] == [True, True, True, False, False]
 
 
+def test_a_healthy_queues_first_cut_goes_before_a_further_cut_of_one_cut_already() -> None:
+    """A queue still at its healthy level sends its whole rate into the overload and nothing
+    was done for it yet; one cut already sends less."""
+    steps = plan(
+        110.0,
+        ["cut-again", "first-cut"],
+        {queue: config(queue) for queue in ("cut-again", "first-cut")},
+        {
+            "cut-again": state(40, QueueStateName.THROTTLED, queue="cut-again"),
+            "first-cut": state(100, queue="first-cut"),
+        },
+        {"cut-again": window_at(6), "first-cut": window_at(2)},
+        lambda queue: False,
+        Aimd(),
+        lambda _: PolicyParams(),
+    ).steps
+    assert [(step.queue, step.cuts) for step in steps] == [
+        ("first-cut", True),
+        ("cut-again", True),
+    ]
+    assert steps[1].decision.pressure_rate > steps[0].decision.pressure_rate
+
+
 @given(
     st.dictionaries(
         st.text("abcdefgh", min_size=1, max_size=3),
@@ -139,5 +162,6 @@ def test_no_raise_is_planned_before_a_cut_and_a_queue_changes_once(
     assert sorted(step.queue for step in steps) == sorted(queues)
     ranks = [step.urgency for step in steps]
     assert ranks == sorted(ranks)
-    pressures = [step.decision.pressure_rate for step in steps if step.cuts]
-    assert pressures == sorted(pressures, reverse=True)
+    for rank in (0, 1):  # first cuts, further cuts: each by pressure
+        pressures = [step.decision.pressure_rate for step in steps if step.urgency[0] == rank]
+        assert pressures == sorted(pressures, reverse=True)
