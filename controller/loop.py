@@ -303,12 +303,19 @@ class ControlLoop:
         configs = list(configs)
         book = self.book
         missing = [c.queue for c in configs if book.state(c.queue) is None]
-        if missing:
-            for stored in self.ledger.get_states(missing).values():
-                book.learn(stored)
+        stored = self.ledger.get_states(missing) if missing else {}
+        for state in stored.values():
+            book.learn(state)
         known: dict[str, QueueState] = {}
         for config in configs:
-            state = book.state(config.queue) or self._first_state(config, now, deadline)
+            # With more queues than the book holds, a state just read may be forgotten again
+            # before its turn: it is used as read, never looked for on the mapping (a paced
+            # control-plane call each).
+            state = (
+                book.state(config.queue)
+                or stored.get(config.queue)
+                or self._first_state(config, now, deadline)
+            )
             if state is not None:
                 known[config.queue] = state
         return known
