@@ -304,8 +304,8 @@ class ControlLoop:
         book = self.book
         missing = [c.queue for c in configs if book.state(c.queue) is None]
         stored = self.ledger.get_states(missing) if missing else {}
-        for state in stored.values():
-            book.learn(state)
+        for read in stored.values():
+            book.learn(read)
         known: dict[str, QueueState] = {}
         for config in configs:
             # With more queues than the book holds, a state just read may be forgotten again
