@@ -36,3 +36,17 @@ def test_a_storm_on_part_of_a_fleet_is_cut_whole_at_the_paced_rate(
     assert report["max_calls_in_any_1s"] <= 12
     assert report["all_applied_ceiling_ratio"] <= 1.1
     assert len(report["memory_bytes_held"]) == 2
+
+
+def test_cuts_left_at_the_deadline_are_made_by_the_next_invocation_once_each(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from load.bench import fleet_storm
+
+    monkeypatch.setattr(fleet_storm, "MEMORY_BATCHES", 0)
+    # 12 s leaves 3 s of paced calls before the claim budget (9 s): 36 of the 40 cuts.
+    report = fleet_storm.measure(150, 40, timeout_s=12.0, max_invocations=5)
+
+    assert [run["cut_so_far"] for run in report["invocations"]] == [36, 40]
+    assert report["update_calls"] == 40
+    assert report["control_plane_refused"] == 0
