@@ -302,17 +302,18 @@ class ControlLoop:
         """
         configs = list(configs)
         book = self.book
-        missing = [c.queue for c in configs if book.state(c.queue) is None]
+        # With more queues than the book holds, learning some states forgets others: each
+        # state is taken as the book held it or as just read, never looked for on the
+        # mapping (a paced control-plane call each) because the book forgot it meanwhile.
+        held = {config.queue: book.state(config.queue) for config in configs}
+        missing = [queue for queue, state in held.items() if state is None]
         stored = self.ledger.get_states(missing) if missing else {}
         for read in stored.values():
             book.learn(read)
         known: dict[str, QueueState] = {}
         for config in configs:
-            # With more queues than the book holds, a state just read may be forgotten again
-            # before its turn: it is used as read, never looked for on the mapping (a paced
-            # control-plane call each).
             state = (
-                book.state(config.queue)
+                held[config.queue]
                 or stored.get(config.queue)
                 or self._first_state(config, now, deadline)
             )
