@@ -92,11 +92,16 @@ def table_snapshots_by_index(enabled: bool = True) -> Iterator[None]:
 
 
 def storm_event(
-    queues: Sequence[str], now: float, documents: int = 4, calm: Sequence[str] = ()
+    queues: Sequence[str],
+    now: float,
+    documents: int = 4,
+    calm: Sequence[str] = (),
+    first_sequence: int = 1,
 ) -> dict[str, Any]:
     """One Kinesis batch: per queue, one CloudWatch Logs record of ``documents`` EMF documents
     (ten calls each, four answered 429; none for the ``calm`` queues), the last second's
-    telemetry."""
+    telemetry; sequence numbers from ``first_sequence`` (a later batch's must be higher, or
+    the controller takes it for a redelivery)."""
     from controller.model import Sample
     from load.recording import (
         RecordedLine,
@@ -123,7 +128,9 @@ def storm_event(
             )
             events.append((at, emf_line(sample)))
         data = subscription_payload(events, log_group_of(queue), f"{queue}/[$LATEST]0")
-        lines.append(RecordedLine(now, "shardId-000000000000", str(index + 1), queue, data))
+        lines.append(
+            RecordedLine(now, "shardId-000000000000", str(first_sequence + index), queue, data)
+        )
     return kinesis_event(lines)
 
 

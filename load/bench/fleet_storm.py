@@ -103,6 +103,8 @@ def measure(
     invocations = []
     first_call_at = None
     batch: dict[str, Any] = event
+    # Each batch's sequence numbers above the last one's, as a shard's are.
+    sequence = 1
     with timed_planning(watch, lambda plan: planned.update(s.queue for s in plan.steps)):
         for number in range(max_invocations):
             started = clock.now
@@ -125,7 +127,8 @@ def measure(
             # The next batch a second after this invocation ends: the queues not cut yet go on
             # reporting their storm (their evidence would be stale by now), the others nothing.
             clock.now += 1.0
-            batch = storm_event(uncut, clock.now)
+            sequence += len(batch["Records"])
+            batch = storm_event(uncut, clock.now, first_sequence=sequence)
     last_cut_at = max((call.time for call in mappings.calls), default=clock.now)
     all_applied_s = last_cut_at - (first_call_at or last_cut_at)
     use = plane.use
@@ -134,7 +137,8 @@ def measure(
     quota_floor_s = use.requests / CONTROL_PLANE_QUOTA_PER_S
     decide_cpu_s = watch.get("decide_cpu")
     notify(0, MEMORY_BATCHES, "a warm controller over the fleet")
-    memory = _memory_over_batches(app, queues, clock, timeout_s, notify)
+    sequence += len(batch["Records"])
+    memory = _memory_over_batches(app, queues, clock, timeout_s, sequence, notify)
     return {
         "benchmark": "fleet",
         "queues": queue_count,
@@ -196,6 +200,7 @@ def _memory_over_batches(
     queues: list[str],
     clock: _VirtualClock,
     timeout_s: float,
+    first_sequence: int,
     notify: ProgressCallback,
 ) -> dict[str, Any]:
     """Bytes the controller's code holds every ``MEMORY_SAMPLES_EVERY`` batches, each batch
@@ -207,7 +212,9 @@ def _memory_over_batches(
             clock.now += 1.0
             start = (number * MEMORY_BATCH_QUEUES) % len(queues)
             names = (queues + queues)[start : start + MEMORY_BATCH_QUEUES]
-            app.process_kinesis(storm_event([], clock.now, calm=names), clock.now + timeout_s)
+            sequence = first_sequence + (number - 1) * MEMORY_BATCH_QUEUES
+            batch = storm_event([], clock.now, calm=names, first_sequence=sequence)
+            app.process_kinesis(batch, clock.now + timeout_s)
             if number % MEMORY_SAMPLES_EVERY == 0:
                 held.append(_controller_bytes())
                 notify(number, MEMORY_BATCHES, "a warm controller over the fleet")
