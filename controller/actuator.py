@@ -244,9 +244,13 @@ class InMemoryActuator:
     def read_many(self, uuids: Collection[str], deadline: float) -> dict[str, MappingView]:
         return pick_listed(self._pages(), uuids)
 
-    def _pages(self) -> Iterable[list[MappingView]]:
+    def listing(self) -> list[MappingView]:
+        """Every mapping, in the order added: the order a listing pages through them."""
         with self._lock:
-            listing = list(self._mappings.values())
+            return list(self._mappings.values())
+
+    def _pages(self) -> Iterable[list[MappingView]]:
+        listing = self.listing()
         for start in range(0, len(listing), self._page_size):
             with self._lock:
                 self._raise_fault()

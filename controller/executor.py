@@ -110,12 +110,19 @@ class AwsExecutor:
         execution = Execution()
         listed = self._list_mappings(plan, deadline, execution)
         effects = execution.effects
+        # A cut the control plane refused waits for the next batch: no raise after it (the
+        # plan puts cuts first) spends the calls it needs.
+        cut_waits = False
         for index, step in enumerate(plan.steps):
             try:
+                if cut_waits and step.actuates and not step.cuts:
+                    effects += [Counted(Count.STEPS_DEFERRED), _retry(step)]
+                    continue
                 if step.claim is not None and not self._fits(STEP_BUDGET_S, deadline):
                     raise _OutOfTime
                 try:
-                    self._run(step, plan.now, deadline, listed, execution)
+                    waits = self._run(step, plan.now, deadline, listed, execution)
+                    cut_waits = cut_waits or (waits and step.cuts)
                 except MappingNotFound:
                     self._set_aside(step, book, plan.now, execution)
             except _OutOfTime:
@@ -131,6 +138,7 @@ class AwsExecutor:
             except ActuationError:
                 # The mapping could not even be read: try again with the next batch.
                 effects += [Counted(Count.ACTUATION_FAILURES), _retry(step)]
+                cut_waits = cut_waits or step.cuts
         return execution
 
     def _fits(self, budget_s: float, deadline: float) -> bool:
@@ -158,7 +166,9 @@ class AwsExecutor:
         deadline: float,
         listed: dict[str, MappingView],
         execution: Execution,
-    ) -> None:
+    ) -> bool:
+        """Carry ``step`` out; ``True`` when its update failed and it waits for the next
+        batch (the ledger put back)."""
         decision, config, effects = step.decision, step.config, execution.effects
         if step.checks_mapping:
             view = listed.get(config.esm_uuid) or self.actuator.read(config.esm_uuid, deadline)
@@ -168,19 +178,19 @@ class AwsExecutor:
                 or view.enabled != decision.previous_enabled
             ):
                 self._commit(self._adopted(step, view, now, effects), execution)
-                return
+                return False
         if step.claim is None:
             effects.append(Learned(decision.new_state))
             execution.done.append(decision)
-            return
+            return False
         if step.actuates and not self._fits(CLAIM_BUDGET_S, deadline):
             raise _OutOfTime
         committed = self._commit(step.claim, execution)
         if committed is None:
-            return
+            return False
         if not step.actuates:
             execution.done.append(decision)
-            return
+            return False
         try:
             # Time for the revert's ledger write is kept back, should the update fail.
             apply_by = deadline - ATTEMPT_TIMEOUT_S
@@ -189,9 +199,10 @@ class AwsExecutor:
             self._revert(step, committed, now, error, execution)
             if isinstance(error, MappingNotFound):
                 raise
-            return
+            return True
         effects.append(Counted(Count.ESM_UPDATES))
         execution.done.append(decision)
+        return False
 
     def _adopted(
         self, step: Step, view: MappingView, now: float, effects: list[Effect]

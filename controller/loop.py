@@ -315,13 +315,21 @@ class ControlLoop:
         """
         configs = list(configs)
         book = self.book
-        missing = [c.queue for c in configs if book.state(c.queue) is None]
-        if missing:
-            for stored in self.ledger.get_states(missing).values():
-                book.learn(stored)
+        # With more queues than the book holds, learning some states forgets others: each
+        # state is taken as the book held it or as just read, never looked for on the
+        # mapping (a paced control-plane call each) because the book forgot it meanwhile.
+        held = {config.queue: book.state(config.queue) for config in configs}
+        missing = [queue for queue, state in held.items() if state is None]
+        stored = self.ledger.get_states(missing) if missing else {}
+        for read in stored.values():
+            book.learn(read)
         known: dict[str, QueueState] = {}
         for config in configs:
-            state = book.state(config.queue) or self._first_state(config, now, deadline)
+            state = (
+                held[config.queue]
+                or stored.get(config.queue)
+                or self._first_state(config, now, deadline)
+            )
             if state is not None:
                 known[config.queue] = state
         return known

@@ -3,6 +3,12 @@
 Planning is pure. It reads configs, states and windows handed to it and returns a ``Plan``;
 nothing is written, actuated or remembered. A batch's decisions therefore never depend on the
 order the AWS calls happen to take, and showing a plan (``describe``) is a dry run.
+
+A plan is also the order the control plane's budget is spent in (Lambda answers 15 calls a
+second per account; the executor carries steps out in plan order, paced, until its deadline):
+cuts first (a healthy queue's first cut before a further one; the most pressed, then the
+largest first), then raises (a probe is a raise), then the steps that move no mapping. One
+step per queue: never more than one change per batch.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from controller.model import AuditEvent, Decision, Mode, QueueConfig, QueueState
+from controller.model import AuditEvent, Decision, Mode, QueueConfig, QueueState, QueueStateName
 from controller.policy import LimitAlgorithm, decide
 from controller.settings import PolicyParams
 from controller.transitions import Transition
@@ -55,6 +61,26 @@ class Step:
     def actuates(self) -> bool:
         return self.kind is StepKind.UPDATE
 
+    @property
+    def cuts(self) -> bool:
+        """Whether the step lowers what the mapping lets run: a lower cap, or a pause."""
+        decision = self.decision
+        before = decision.previous if decision.previous_enabled else 0
+        after = decision.target if decision.enabled else 0
+        return self.actuates and after < before
+
+    @property
+    def urgency(self) -> tuple[int, float, int]:
+        """The step's place in its plan (smallest first): the first cuts of queues still
+        healthy (nothing was done yet for them, and they run at their full level), then further
+        cuts, each by pressure, then by size; then raises; then steps that move no mapping."""
+        decision = self.decision
+        if self.cuts:
+            after = decision.target if decision.enabled else 0
+            first = self.decided_from.state is QueueStateName.HEALTHY
+            return (0 if first else 1, -decision.pressure_rate, after - decision.previous)
+        return (2, 0.0, 0) if self.actuates else (3, 0.0, 0)
+
 
 @dataclass(frozen=True, slots=True)
 class Plan:
@@ -83,10 +109,11 @@ def plan(
     *,
     sharing: Mapping[str, int] | None = None,
 ) -> Plan:
-    """Decide ``queues`` (in that order) with their windows and, where known, their backlogs
-    (the messages waiting); a queue without a config is not managed, one without a state is
-    left undecided. ``sharing``: how many queues report each downstream with an announced
-    quota (``ControlLoop``)."""
+    """Decide ``queues`` with their windows and, where known, their backlogs (the messages
+    waiting), the steps in order of urgency (``Step.urgency``, then the order of ``queues``);
+    a queue without a config is not managed, one without a state is left undecided.
+    ``sharing``: how many queues report each downstream with an announced quota
+    (``ControlLoop``)."""
     backlogs = backlogs or {}
     steps = []
     undecided = []
@@ -111,6 +138,7 @@ def plan(
         steps.append(
             step_for(config, decision, state, window.newest_event_time, now, unsettled(queue))
         )
+    steps.sort(key=lambda step: step.urgency)
     return Plan(now, tuple(steps), tuple(undecided))
 
 
@@ -121,9 +149,11 @@ def probing(plan: Plan) -> list[str]:
 
 
 def revised(plan: Plan, revisions: Plan) -> Plan:
-    """``plan`` with the steps of the queues ``revisions`` decided again replaced by theirs."""
+    """``plan`` with the steps of the queues ``revisions`` decided again replaced by theirs,
+    in order of urgency again (a raise held for an empty queue moves no mapping)."""
     again = {step.queue: step for step in revisions.steps}
-    return Plan(plan.now, tuple(again.get(step.queue, step) for step in plan.steps), plan.undecided)
+    steps = sorted((again.get(step.queue, step) for step in plan.steps), key=lambda s: s.urgency)
+    return Plan(plan.now, tuple(steps), plan.undecided)
 
 
 def step_for(

@@ -91,9 +91,17 @@ def table_snapshots_by_index(enabled: bool = True) -> Iterator[None]:
         backend.copy = original
 
 
-def storm_event(queues: Sequence[str], now: float, documents: int = 4) -> dict[str, Any]:
+def storm_event(
+    queues: Sequence[str],
+    now: float,
+    documents: int = 4,
+    calm: Sequence[str] = (),
+    first_sequence: int = 1,
+) -> dict[str, Any]:
     """One Kinesis batch: per queue, one CloudWatch Logs record of ``documents`` EMF documents
-    (ten calls each, four answered 429), the last second's telemetry."""
+    (ten calls each, four answered 429; none for the ``calm`` queues), the last second's
+    telemetry; sequence numbers from ``first_sequence`` (a later batch's must be higher, or
+    the controller takes it for a redelivery)."""
     from controller.model import Sample
     from load.recording import (
         RecordedLine,
@@ -104,14 +112,25 @@ def storm_event(queues: Sequence[str], now: float, documents: int = 4) -> dict[s
     )
 
     lines = []
-    for index, queue in enumerate(queues):
+    storming = len(queues)
+    for index, queue in enumerate([*queues, *calm]):
+        throttled = 4 if index < storming else 0
         events = []
         for document in range(documents):
             at = now - 1.0 + document * 0.2
-            sample = Sample(queue, at, requests=10, ok=6, throttled=4, invocation_ms=150.0)
+            sample = Sample(
+                queue,
+                at,
+                requests=10,
+                ok=10 - throttled,
+                throttled=throttled,
+                invocation_ms=150.0,
+            )
             events.append((at, emf_line(sample)))
         data = subscription_payload(events, log_group_of(queue), f"{queue}/[$LATEST]0")
-        lines.append(RecordedLine(now, "shardId-000000000000", str(index + 1), queue, data))
+        lines.append(
+            RecordedLine(now, "shardId-000000000000", str(first_sequence + index), queue, data)
+        )
     return kinesis_event(lines)
 
 
@@ -183,7 +202,7 @@ def measure(
         loop = ControlLoop(ledger, actuator, PolicyParams())
         virtual_now = [time.time() + 2.0]
         app = ControllerApp(
-            loop, clock=lambda: virtual_now[0], emit=lambda _: None, logger=_quiet_logger()
+            loop, clock=lambda: virtual_now[0], emit=lambda _: None, logger=quiet_logger()
         )
 
         event = storm_event(queues, virtual_now[0])
@@ -291,19 +310,25 @@ def _ratio(value: float, floor: float) -> float | None:
 
 
 @contextmanager
-def timed_planning(watch: Stopwatch) -> Iterator[None]:
-    """Times the controller's deciding as ``decide``: its pure planner, which makes no call
-    (the reads that feed it are the ledger's and the actuator's time)."""
+def timed_planning(
+    watch: Stopwatch, on_plan: Callable[[Any], None] | None = None
+) -> Iterator[None]:
+    """Times the controller's deciding as ``decide`` (and its CPU time as ``decide_cpu``):
+    its pure planner, which makes no call (the reads that feed it are the ledger's and the
+    actuator's time); ``on_plan`` sees each plan."""
     import controller.loop
 
     pure = controller.loop.plan
 
     def timed(*args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return pure(*args, **kwargs)
-        finally:
-            watch.seconds["decide"] = watch.get("decide") + time.perf_counter() - started
+        started, cpu_started = time.perf_counter(), time.process_time()
+        plan = pure(*args, **kwargs)
+        watch.seconds["decide"] = watch.get("decide") + time.perf_counter() - started
+        cpu_s = time.process_time() - cpu_started
+        watch.seconds["decide_cpu"] = watch.get("decide_cpu") + cpu_s
+        if on_plan is not None:
+            on_plan(plan)
+        return plan
 
     controller.loop.plan = timed
     try:
@@ -312,7 +337,7 @@ def timed_planning(watch: Stopwatch) -> Iterator[None]:
         controller.loop.plan = pure
 
 
-def _quiet_logger() -> Any:
+def quiet_logger() -> Any:
     import logging
     import sys
 

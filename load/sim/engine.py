@@ -35,6 +35,9 @@ What is modelled (AWS's documented behaviour where there is one):
   window (no invocation when nothing arrived). The controller also runs on a schedule (an
   EventBridge rule: ``controller_schedule_s``, first at time 0) with no records, which wakes
   queues that asked for it (a paused mapping sends no telemetry).
+- The controller is one container: an invocation that takes virtual time (its control-plane
+  calls paced, load/sim/control_plane.py) holds the next batch or tick until it ends, and each
+  mapping change it makes takes effect at the time of its call.
 """
 
 from __future__ import annotations
@@ -42,11 +45,12 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.model import Sample
+from load.sim.control_plane import ControllerRun, ControlPlaneUse
 from load.sim.scenario import Scenario
 from load.sim.services import (
     ANNOUNCED_WINDOW_S,
@@ -64,7 +68,7 @@ ARRIVAL_STEP_S = 0.1
 # The status of a call the worker gave up on at its client timeout (no answer, no HTTP status).
 TIMED_OUT = 0
 
-_CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK = range(7)
+_CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK, _MAPPING = range(8)
 
 # A queue's visible messages now, by its name: what the controller's backlog read answers.
 VisibleBacklog = Callable[[str], int]
@@ -87,17 +91,22 @@ class SimPolicy(Protocol):
         """Attach to the scenario's mappings and queues (called once, before time 0)."""
         ...
 
-    def on_batch(self, samples: Sequence[Sample], now: float) -> None:
-        """One controller invocation by its Kinesis mapping at epoch time ``now``."""
+    def on_batch(self, samples: Sequence[Sample], now: float) -> ControllerRun | None:
+        """One controller invocation by its Kinesis mapping at epoch time ``now``; ``None``:
+        it took no time, every change at ``now``."""
         ...
 
-    def on_tick(self, now: float) -> None:
+    def on_tick(self, now: float) -> ControllerRun | None:
         """One scheduled controller invocation (no records) at epoch time ``now``."""
         ...
 
     def mappings(self) -> Mapping[str, MappingSetting]: ...
 
     def esm_updates(self) -> Mapping[str, int]: ...
+
+    def control_plane_use(self) -> ControlPlaneUse | None:
+        """What the run asked of the account's control plane; ``None``: not modelled."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +154,7 @@ class SimResult:
     queues: dict[str, QueueTrace]
     esm_updates: dict[str, int]
     telemetry: list[TelemetryDelivery]
+    control_plane: ControlPlaneUse | None = None
 
 
 class _Invocation:
@@ -215,6 +225,8 @@ class _Run:
         self.delay_rng = random.Random(f"{seed}:telemetry")
         self.events: list[tuple[float, int, int, object]] = []
         self.sequence = 0
+        # Until when (virtual seconds) the controller's last invocation runs.
+        self.busy_until = 0.0
         self.in_transit: list[tuple[float, int, Sample]] = []
         self.deliveries: list[TelemetryDelivery] = []
         self.arrivals_over = max(
@@ -257,8 +269,10 @@ class _Run:
                     break
             elif kind == _CONTROL:
                 self.control(now, payload)  # type: ignore[arg-type]
-            else:
+            elif kind == _TICK:
                 self.tick(now, payload)  # type: ignore[arg-type]
+            else:
+                self.remap(now, payload)  # type: ignore[arg-type]
         # Samples still on their way when the run ends complete the telemetry (a recording
         # holds every invocation); the controller never saw them.
         while self.in_transit:
@@ -275,12 +289,15 @@ class _Run:
             queues={queue.spec.name: queue.trace for queue in self.queues},
             esm_updates=dict(self.policy.esm_updates()),
             telemetry=self.deliveries,
+            control_plane=self.policy.control_plane_use(),
         )
 
-    def apply_mappings(self) -> None:
+    def apply_mappings(self, later: Collection[str] = ()) -> None:
+        """Every queue's mapping as the policy holds it, but those changed ``later``."""
         settings = self.policy.mappings()
         for queue in self.queues:
-            queue.set_mapping(settings[queue.spec.name])
+            if queue.spec.name not in later:
+                queue.set_mapping(settings[queue.spec.name])
 
     def dispatch(self, queue: SimQueue, now: float) -> None:
         while queue.in_flight < queue.limit and (queue.fresh or queue.retry):
@@ -413,6 +430,11 @@ class _Run:
         return False
 
     def control(self, now: float, tick: int) -> None:
+        window = self.scenario.kinesis_batch_window_s
+        if now < self.busy_until:
+            # The shard's records wait for the invocation still running.
+            self.push(self.busy_until, _CONTROL, tick)
+            return
         batch: list[Sample] = []
         in_transit = self.in_transit
         while in_transit and in_transit[0][0] <= now:
@@ -421,16 +443,34 @@ class _Run:
             self.deliveries.append(delivery)
             batch.append(sample)
         if batch:
-            self.policy.on_batch(batch, SIM_EPOCH + now)
-            self.after_controller(now)
-        self.push((tick + 1) * self.scenario.kinesis_batch_window_s, _CONTROL, tick + 1)
+            self.after_controller(now, self.policy.on_batch(batch, SIM_EPOCH + now))
+        following = tick + 1
+        while following * window <= now:  # windows that passed while an invocation ran
+            following += 1
+        self.push(following * window, _CONTROL, following)
 
     def tick(self, now: float, tick: int) -> None:
-        self.policy.on_tick(SIM_EPOCH + now)
-        self.after_controller(now)
+        if now < self.busy_until:
+            self.push(self.busy_until, _TICK, tick)
+            return
+        self.after_controller(now, self.policy.on_tick(SIM_EPOCH + now))
         self.push((tick + 1) * self.scenario.controller_schedule_s, _TICK, tick + 1)
 
-    def after_controller(self, now: float) -> None:
-        self.apply_mappings()
+    def after_controller(self, now: float, run: ControllerRun | None) -> None:
+        """The mappings as the invocation left them; a change made later than ``now`` (its
+        call waited for the control plane) at its own time."""
+        later: set[str] = set()
+        if run is not None:
+            self.busy_until = run.ended_at - SIM_EPOCH
+            by_name = {queue.spec.name: queue for queue in self.queues}
+            for at, name, setting in run.later_changes:
+                later.add(name)
+                self.push(at - SIM_EPOCH, _MAPPING, (by_name[name], setting))
+        self.apply_mappings(later)
         for queue in self.queues:
             self.dispatch(queue, now)
+
+    def remap(self, now: float, change: tuple[SimQueue, MappingSetting]) -> None:
+        queue, setting = change
+        queue.set_mapping(setting)
+        self.dispatch(queue, now)

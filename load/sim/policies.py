@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
-from controller.actuator import InMemoryActuator
+from controller.actuator import InMemoryActuator, LambdaActuator
 from controller.constants import MAX_CONCURRENCY
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
@@ -18,8 +19,13 @@ from controller.policy import DEFAULT_ALGORITHM, algorithm_named, evaluate_manua
 from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.oracle import invocation_pace
+from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
 from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy, VisibleBacklog
 from load.sim.scenario import QueueSpec, Scenario, value_at
+
+# The controller's invocation deadline: its Timeout in template.yaml (the simulated invocation
+# makes its calls from the batch's time on, until this much later at most).
+CONTROLLER_DEADLINE_S = 120.0
 
 
 def queue_params(base: PolicyParams, max_concurrency: int, min_concurrency: int) -> PolicyParams:
@@ -50,6 +56,9 @@ class StaticPolicy:
 
     def esm_updates(self) -> Mapping[str, int]:
         return dict.fromkeys(self._mappings, 0)
+
+    def control_plane_use(self) -> None:
+        """No controller, no call."""
 
 
 class SeedPolicy:
@@ -111,13 +120,21 @@ class SeedPolicy:
     def esm_updates(self) -> Mapping[str, int]:
         return self._updates
 
+    def control_plane_use(self) -> None:
+        """The original rule's updates are counted, not made (at most a few a second)."""
+
 
 class QueueMeshPolicy:
-    """The real controller core: ``ControlLoop`` with the in-memory ledger and actuator.
+    """The real controller core: ``ControlLoop`` with the in-memory ledger, and the real
+    ``LambdaActuator`` on the simulated control plane (``SimControlPlane``: the in-memory
+    mappings behind the account's quota).
 
-    The same windows, guards and algorithm the Lambda runs; each simulated Kinesis batch is one
-    ``run_batch``. The simulated poller follows the in-memory mappings. ``name`` is the
-    policy's name in the scorecard: ``queuemesh``, or a peer algorithm's own name.
+    The same windows, guards, algorithm and pacing the Lambda runs; each simulated Kinesis
+    batch is one ``run_batch``, with the Lambda's deadline. The controller's clock is the
+    simulator's: a paced or retried call sleeps virtual time, so an invocation that waits for
+    the control plane ends later than it started. The simulated poller follows the in-memory
+    mappings (read without a request; registration too). ``name`` is the policy's name in the
+    scorecard: ``queuemesh``, or a peer algorithm's own name.
     """
 
     name = "queuemesh"
@@ -132,8 +149,11 @@ class QueueMeshPolicy:
         self._params = params or PolicyParams()
         self._algorithm = algorithm
         self._uuids: dict[str, str] = {}
+        self._queues: dict[str, str] = {}
+        self._deadline = math.inf
         self._now = 0.0
-        self._actuator = InMemoryActuator(clock=lambda: self._now)
+        self._actuator = InMemoryActuator(clock=self._clock)
+        self._control_plane = SimControlPlane(self._actuator, self._clock)
         self._ledger = InMemoryLedger(suffix=_counter_suffix(), memory_types=memory_type)
         self._controller: ControlLoop | None = None
 
@@ -151,6 +171,7 @@ class QueueMeshPolicy:
         for spec in scenario.queues:
             uuid = f"esm-{spec.name}"
             self._uuids[spec.name] = uuid
+            self._queues[uuid] = spec.name
             self._actuator.add_mapping(
                 uuid,
                 spec.max_concurrency,
@@ -169,23 +190,49 @@ class QueueMeshPolicy:
                 deadline=lambda: math.inf,
             )
         algorithm = None if self._algorithm is None else algorithm_named(self._algorithm)
+        actuator = LambdaActuator(
+            self._control_plane,
+            clock=self._clock,
+            sleep=self._sleep,
+            rng=random.Random("control-plane"),
+        )
         self._controller = ControlLoop(
             self._ledger,
-            self._actuator,
+            actuator,
             self._params,
             algorithm=algorithm,
-            monotonic=lambda: 0.0,
+            monotonic=self._clock,
             backlog=SimulatedBacklog(backlog),
         )
 
-    def on_batch(self, samples: Sequence[Sample], now: float) -> None:
-        self._now = now
-        self.controller.run_batch(samples, now, math.inf)
+    def _clock(self) -> float:
+        return self._now
 
-    def on_tick(self, now: float) -> None:
+    def _sleep(self, seconds: float) -> None:
+        self._now += seconds
+
+    def on_batch(self, samples: Sequence[Sample], now: float) -> ControllerRun | None:
+        return self._invoke(now, lambda: self.controller.run_batch(samples, now, self._deadline))
+
+    def on_tick(self, now: float) -> ControllerRun | None:
         """The scheduled invocation, as ``ControllerApp.tick`` runs it: wake due queues."""
+        return self._invoke(now, lambda: self.controller.tick(now, self._deadline))
+
+    def _invoke(self, now: float, run: Callable[[], object]) -> ControllerRun | None:
+        """One invocation from ``now``, which the simulator never sets before the last one's
+        end; ``None`` when its calls took no time."""
         self._now = now
-        self.controller.tick(now, math.inf)
+        self._deadline = now + CONTROLLER_DEADLINE_S
+        done_before = len(self._actuator.calls)
+        run()
+        if self._now == now:
+            return None
+        later = tuple(
+            (call.time, self._queues[call.uuid], MappingSetting(call.value, call.enabled))
+            for call in self._actuator.calls[done_before:]
+            if call.time > now
+        )
+        return ControllerRun(self._now, later)
 
     def mappings(self) -> Mapping[str, MappingSetting]:
         settings = {}
@@ -198,6 +245,9 @@ class QueueMeshPolicy:
     def esm_updates(self) -> Mapping[str, int]:
         per_uuid = Counter(call.uuid for call in self._actuator.calls)
         return {queue: per_uuid[uuid] for queue, uuid in self._uuids.items()}
+
+    def control_plane_use(self) -> ControlPlaneUse:
+        return self._control_plane.use
 
 
 class SimulatedBacklog:
@@ -264,6 +314,14 @@ class HindsightPolicy(QueueMeshPolicy):
             if settings[queue] != last:
                 self._known[queue] = (updates + 1, settings[queue])
         return settings
+
+    def _invoke(self, now: float, run: Callable[[], object]) -> ControllerRun | None:
+        """The levels of queues past their first cut are the bound's, set at once."""
+        invocation = super()._invoke(now, run)
+        if invocation is None:
+            return None
+        later = tuple(c for c in invocation.later_changes if c[1] not in self._known)
+        return ControllerRun(invocation.ended_at, later)
 
     def esm_updates(self) -> Mapping[str, int]:
         return {

@@ -1,6 +1,6 @@
 """Simulator targets on the shipped scenarios (behaviour pins at each scenario's own seed,
-not timing): issue 7's storms, the demo, and the control law's do-no-harm and latency
-scenarios.
+not timing): issue 7's storms, the demo, the control law's do-no-harm and latency scenarios,
+and a fleet's storm against the control plane's quota.
 
 Each scenario runs once per session under ``seed`` and ``queuemesh`` (the healthy ones under
 ``static`` too); the assertions read the scorecards. The pins are what the law reaches
@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 
+from controller.constants import CONTROL_PLANE_QUOTA_PER_S
 from load.scorecard import scorecard
+from load.sim.control_plane import budget_check
 from load.sim.engine import simulate
 from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import load_scenario
@@ -186,3 +188,16 @@ def test_an_announced_quota_below_the_floor_is_found_back_at_once_and_tested_che
     # never pays. Each ends at the first quota it brings, so it wastes less than blind.
     assert mesh["wasted_ratio"] <= 0.15
     assert mesh["wasted_ratio"] < cards[(BELOW_FLOOR, "queuemesh")]["wasted_ratio"]
+
+
+def test_a_fleet_storm_spends_the_control_plane_on_cuts_first() -> None:
+    """Issue 31.3 on ``fleet-storm`` (its own seed): 100 of 300 queues in a storm at once,
+    against the account's 15 control-plane requests a second."""
+    result = simulate(load_scenario("fleet-storm"), QueueMeshPolicy())
+    check = budget_check(result)
+    assert len(check.cut_after_report_s) == 100 and check.uncut == ()
+    assert max(check.cut_after_report_s.values()) <= 10.0
+    assert check.raises_while_a_cut_waits == 0
+    assert check.control_plane is not None
+    assert check.control_plane.refused == 0
+    assert check.control_plane.most_in_one_second <= CONTROL_PLANE_QUOTA_PER_S

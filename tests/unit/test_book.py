@@ -7,7 +7,7 @@ from controller.actuator import InMemoryActuator
 from controller.book import Count, Learned, MappingGone, Mark, Marked, QueueBook
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
-from controller.model import Action
+from controller.model import Action, AuditEntry, AuditEvent
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -94,3 +94,43 @@ def test_effects_are_what_the_book_remembers() -> None:
     assert book.pending() == set()
     assert book.counters[Count.MAPPINGS_MISSING] == 1
     assert len(book.take_notices()) == 1
+
+
+def test_a_batch_naming_more_queues_than_the_book_holds_reads_no_mapping_for_a_stored_state() -> (
+    None
+):
+    """Issue 31.4: states read from the ledger and forgotten by the book before their turn are
+    used as read; a read of the mapping is a control-plane call, paced at 12 a second."""
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
+    for queue in QUEUES:
+        ledger.put_config(config(queue))
+        ledger.commit(
+            state(queue=queue),
+            AuditEntry(queue, 90.0, AuditEvent.OPERATOR, 100, 100, "X", "x"),
+        )
+        actuator.add_mapping(f"esm-{queue}", 100)
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd(), capacity=3)
+
+    done = loop.run_batch(storms(100, *QUEUES), now=110.0).done
+
+    assert sorted((d.queue, d.target) for d in done) == [(queue, 50) for queue in QUEUES]
+    assert actuator.reads == 0 and actuator.list_pages == 1
+
+
+def test_states_the_book_held_are_used_though_learning_others_forgets_them() -> None:
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
+    for queue in QUEUES:
+        ledger.put_config(config(queue))
+        ledger.commit(
+            state(queue=queue),
+            AuditEntry(queue, 90.0, AuditEvent.OPERATOR, 100, 100, "X", "x"),
+        )
+        actuator.add_mapping(f"esm-{queue}", 100)
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd(), capacity=3)
+    loop.run_batch([sample(queue, at=99.0) for queue in QUEUES[:3]], now=100.0)
+
+    # The book holds q0-q2; learning q3 and q4 from the ledger forgets two of them.
+    done = loop.run_batch(storms(100, *QUEUES), now=110.0).done
+
+    assert sorted((d.queue, d.target) for d in done) == [(queue, 50) for queue in QUEUES]
+    assert actuator.reads == 0

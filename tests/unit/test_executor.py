@@ -11,7 +11,7 @@ import pytest
 from botocore.config import Config
 from botocore.stub import Stubber
 
-from controller.actuator import InMemoryActuator, LambdaActuator
+from controller.actuator import ActuationGaveUp, InMemoryActuator, LambdaActuator
 from controller.book import Count
 from controller.constants import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 from controller.executor import DisplayExecutor
@@ -134,3 +134,106 @@ def test_the_display_executor_shows_the_plan_and_carries_nothing_out() -> None:
     # The book remembers the step as done: the storm's lagging tail is judged from 50.
     [held] = loop.run_batch(storm(111)[:3], 114.0).done
     assert held.previous == 50
+
+
+def too_many_requests() -> dict[str, Any]:
+    """What Lambda answers a call over the account's control-plane quota."""
+    return {
+        "service_error_code": "TooManyRequestsException",
+        "service_message": "Rate exceeded",
+        "http_status_code": 429,
+        "service_error_meta": {"Reason": "CallerRateLimitExceeded"},
+    }
+
+
+def test_a_cut_lambda_keeps_refusing_is_put_back_before_the_deadline() -> None:
+    """Issue 31.3, with the real boto3 client: TooManyRequestsException on every attempt.
+    The actuator retries within the deadline, gives up, the ledger is put back to the mapping's
+    value, the invocation returns in time and the next batch plans the cut again."""
+    time = FakeTime()
+    loop, ledger, stubber = controller_on_lambda(time)
+    stubber.add_response("get_event_source_mapping", mapping(100), {"UUID": UUID})
+    for _ in range(8):  # the actuator's attempts at most
+        stubber.add_client_error("update_event_source_mapping", **too_many_requests())
+    deadline = time.now + 20.0
+    with stubber:
+        result = loop.run_batch(storm(100), 110.0, deadline=deadline)
+
+    assert time.now < deadline
+    assert result.done == [] and [d.target for d in result.planned] == [50]
+    [stored] = ledger.get_states(["orders"]).values()
+    assert stored.concurrency == 100  # the mapping's value: ledger and mapping agree
+    events = [entry.event_type for entry in ledger.audit_trail("orders")]
+    assert events == [AuditEvent.OPERATOR, AuditEvent.TRANSITION, AuditEvent.ACTUATION_FAILED]
+    assert loop.counters[Count.ACTUATION_FAILURES] == 1
+    assert loop.counters[Count.ESM_UPDATES] == 0
+
+    stubber = Stubber(stubber.client)  # a fresh queue: the refusals left over are dropped
+    stubber.add_response("get_event_source_mapping", mapping(100), {"UUID": UUID})
+    update = {"UUID": UUID, "ScalingConfig": {"MaximumConcurrency": 50}, "Enabled": True}
+    stubber.add_response("update_event_source_mapping", mapping(50), update)
+    with stubber:
+        [cut] = loop.run_batch([], 111.0, deadline=time.now + 20.0).done
+    assert (cut.previous, cut.target) == (100, 50)
+    assert ledger.get_states(["orders"])["orders"].concurrency == 50
+    assert loop.counters[Count.ESM_UPDATES] == 1
+    assert loop.counters[Count.SAMPLES_WINDOWED] == 10
+
+
+class RefusingActuator(InMemoryActuator):
+    """The twin, refusing every update while ``refusing`` (as the actuator reports Lambda's
+    TooManyRequestsException once its retries are spent)."""
+
+    refusing = True
+
+    def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> Any:
+        if self.refusing:
+            raise ActuationGaveUp(
+                f"mapping {uuid}: TooManyRequestsException",
+                operation="update_event_source_mapping",
+                attempts=8,
+            )
+        return super().apply(uuid, max_concurrency, enabled, deadline)
+
+
+def test_while_a_cut_waits_no_raise_spends_the_control_plane_and_both_come_back() -> None:
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), RefusingActuator()
+    for queue, level in (("cut", 100), ("raise", 50)):
+        ledger.put_config(config(queue))
+        ledger.commit(
+            state(level, queue=queue),
+            AuditEntry(queue, 90.0, AuditEvent.OPERATOR, level, level, "X", "x"),
+        )
+        actuator.add_mapping(f"esm-{queue}", level)
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    samples = [
+        sample(queue, at=100.0 + s + 0.9, ok=10 - throttled, throttled=throttled)
+        for s in range(10)
+        for queue, throttled in (("cut", 3), ("raise", 0))
+    ]
+
+    first = loop.run_batch(samples, 110.0)
+
+    assert [d.queue for d in first.planned] == ["cut", "raise"]
+    assert first.done == [] and actuator.calls == []
+    assert loop.counters[Count.STEPS_DEFERRED] == 1  # the raise, never claimed
+    assert [e.event_type for e in ledger.audit_trail("raise")] == [AuditEvent.OPERATOR]
+    assert {q: s.concurrency for q, s in ledger.get_states(["cut", "raise"]).items()} == {
+        "cut": 100,
+        "raise": 50,
+    }
+
+    actuator.refusing = False
+    second = loop.run_batch([], 111.0)  # no new telemetry: the evidence is still windowed
+
+    assert [(d.queue, d.previous, d.target) for d in second.done] == [
+        ("cut", 100, 50),
+        ("raise", 50, 55),
+    ]
+    assert [(call.uuid, call.value) for call in actuator.calls] == [
+        ("esm-cut", 50),
+        ("esm-raise", 55),
+    ]
+    assert loop.counters[Count.ESM_UPDATES] == 2
+    assert loop.counters[Count.SAMPLES_WINDOWED] == 20
+    assert loop.counters[Count.STEPS_DEFERRED] == 1

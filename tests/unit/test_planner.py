@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.model import AuditEvent, Mode, QueueState
+from controller.model import Action, AuditEvent, Mode, QueueState, QueueStateName
 from controller.planner import Plan, StepKind, describe, plan
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -84,3 +84,84 @@ def test_describe_is_the_dry_run_of_a_plan() -> None:
         "update orders (esm-orders): 100 -> 50 [MULTIPLICATIVE_DECREASE] HTTP 429 breach: "
         "Error rate 20.0% >= T1 (5.0%). Applied factor Beta=0.5. Scaled from 100 -> 50."
     ]
+
+
+def window_at(throttled: int) -> QueueWindow:
+    window = QueueWindow()
+    for s in range(10):
+        window.add(sample(at=100.0 + s + 0.9, ok=10 - throttled, throttled=throttled))
+    return window
+
+
+def fleet_plan(queues: dict[str, tuple[int, int]]) -> Plan:
+    """``queues``: name -> (429s in each of ten calls a second, the level it is at)."""
+    return plan(
+        110.0,
+        sorted(queues),
+        {queue: config(queue) for queue in queues},
+        {queue: state(level, queue=queue) for queue, (_, level) in queues.items()},
+        {queue: window_at(throttled) for queue, (throttled, _) in queues.items()},
+        lambda queue: False,
+        Aimd(),
+        lambda _: PolicyParams(),
+    )
+
+
+def test_the_plan_spends_the_control_plane_on_cuts_first_by_pressure_then_size() -> None:
+    """Issue 31.3: the executor carries steps out in plan order until its pace and deadline
+    stop it, so the most urgent changes lead."""
+    steps = fleet_plan(
+        {"a-raise": (0, 50), "b-light": (2, 100), "c-heavy": (5, 100), "d-small": (2, 40)}
+        | {"e-steady": (0, 100)}
+    ).steps
+    assert [(step.queue, step.decision.action) for step in steps] == [
+        ("c-heavy", Action.MULTIPLICATIVE_DECREASE),
+        ("b-light", Action.MULTIPLICATIVE_DECREASE),
+        ("d-small", Action.MULTIPLICATIVE_DECREASE),
+        ("a-raise", Action.ADDITIVE_INCREASE),
+        ("e-steady", Action.HOLD),
+    ]
+    assert [step.cuts for step in steps] == [True, True, True, False, False]
+
+
+def test_a_healthy_queues_first_cut_goes_before_a_further_cut_of_one_cut_already() -> None:
+    """A queue still at its healthy level sends its whole rate into the overload and nothing
+    was done for it yet; one cut already sends less."""
+    steps = plan(
+        110.0,
+        ["cut-again", "first-cut"],
+        {queue: config(queue) for queue in ("cut-again", "first-cut")},
+        {
+            "cut-again": state(40, QueueStateName.THROTTLED, queue="cut-again"),
+            "first-cut": state(100, queue="first-cut"),
+        },
+        {"cut-again": window_at(6), "first-cut": window_at(2)},
+        lambda queue: False,
+        Aimd(),
+        lambda _: PolicyParams(),
+    ).steps
+    assert [(step.queue, step.cuts) for step in steps] == [
+        ("first-cut", True),
+        ("cut-again", True),
+    ]
+    assert steps[1].decision.pressure_rate > steps[0].decision.pressure_rate
+
+
+@given(
+    st.dictionaries(
+        st.text("abcdefgh", min_size=1, max_size=3),
+        st.tuples(st.integers(0, 10), st.sampled_from([10, 40, 100])),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_no_raise_is_planned_before_a_cut_and_a_queue_changes_once(
+    queues: dict[str, tuple[int, int]],
+) -> None:
+    steps = fleet_plan(queues).steps
+    assert sorted(step.queue for step in steps) == sorted(queues)
+    ranks = [step.urgency for step in steps]
+    assert ranks == sorted(ranks)
+    for rank in (0, 1):  # first cuts, further cuts: each by pressure
+        pressures = [step.decision.pressure_rate for step in steps if step.urgency[0] == rank]
+        assert pressures == sorted(pressures, reverse=True)
