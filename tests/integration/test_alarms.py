@@ -104,7 +104,10 @@ def test_alarms_count_over_five_minutes_and_treat_no_document_as_zero(
             assert parameter["Default"] >= parameter["MinValue"]
         else:
             assert threshold >= 1
-        topic = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+        operators_or_own = {
+            "Fn::If": ["HasAlarmTopicArn", {"Ref": "AlarmTopicArn"}, {"Ref": "AlertTopic"}]
+        }
+        topic = {"Fn::If": ["HasAlarmTopic", [operators_or_own], {"Ref": "AWS::NoValue"}]}
         assert alarm["AlarmActions"] == alarm["OKActions"] == topic
 
 

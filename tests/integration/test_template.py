@@ -114,6 +114,7 @@ def test_own_least_privilege_and_delivery_rules_pass(cfn: dict[str, Any]) -> Non
         ({**REQUIRED, "PolicyBeta": "half"}, "not a number"),
         ({**REQUIRED, "LogRetentionDays": "2"}, "is not one of"),
         ({"ExampleDownstreamUrl": "ftp://api.example.com/"}, "does not match"),
+        ({**REQUIRED, "AlertEmail": "on-call at example.com"}, "does not match"),
     ],
 )
 def test_parameters_are_checked_as_cloudformation_would(
@@ -929,7 +930,42 @@ def test_the_alarm_topic_hears_pauses_failures_and_drift_from_the_controllers_ev
             DetailType.DRIFT_ADOPTED,
         ],
     }
-    assert [target["Arn"] for target in properties["Targets"]] == [{"Ref": "AlarmTopicArn"}]
+    assert [target["Arn"] for target in properties["Targets"]] == [ALERT_TOPIC]
+
+
+# The operator's topic when given, else the one made for an email alone.
+ALERT_TOPIC = {"Fn::If": ["HasAlarmTopicArn", {"Ref": "AlarmTopicArn"}, {"Ref": "AlertTopic"}]}
+
+
+def test_an_email_alone_gets_a_topic_of_its_own_and_with_a_topic_is_subscribed_to_it(
+    cfn: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    conditions = cfn["Conditions"]
+    assert conditions["HasAlarmTopic"] == {
+        "Fn::Or": [{"Condition": "HasAlarmTopicArn"}, {"Condition": "HasAlertEmail"}]
+    }
+    assert conditions["MakesAlertTopic"] == {
+        "Fn::And": [
+            {"Condition": "HasAlertEmail"},
+            {"Fn::Not": [{"Condition": "HasAlarmTopicArn"}]},
+        ]
+    }
+    assert resources["AlertTopic"]["Condition"] == "MakesAlertTopic"
+    [statement] = resources["AlertTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    assert set(statement["Principal"]["Service"]) == {
+        "events.amazonaws.com",
+        "cloudwatch.amazonaws.com",
+    }
+    assert statement["Action"] == "sns:Publish"
+    subscription = resources["AlertEmailSubscription"]
+    assert subscription["Condition"] == "HasAlertEmail"
+    assert subscription["Properties"] == {
+        "Protocol": "email",
+        "Endpoint": {"Ref": "AlertEmail"},
+        "TopicArn": ALERT_TOPIC,
+    }
+    # An address CloudFormation takes; the pattern is checked as CloudFormation would.
+    transform_template(TEMPLATE, {**REQUIRED, "AlertEmail": "on-call@example.com"})
 
 
 def test_the_controller_may_put_events_on_the_default_bus_under_its_source_only(
