@@ -13,7 +13,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -390,22 +390,12 @@ class ControlLoop:
         configs = self.configs(queues, now)
         states = self.states(configs.values(), now, deadline)
         windows = {queue: book.window(queue) for queue in queues if queue in states}
-        planned = plan(
-            now,
-            queues,
-            configs,
-            states,
-            windows,
-            book.is_unsettled,
-            self.algorithm,
-            self.params_for,
-            sharing=book.announcing(now - QUOTA_SHARED_FOR_S),
-        )
-        backlogs = self._backlogs(probing(planned), deadline)
-        if backlogs:
-            again = plan(
+        sharing = book.announcing(now - QUOTA_SHARED_FOR_S)
+
+        def planned_for(names: list[str], backlogs: Mapping[str, int] | None = None) -> Plan:
+            return plan(
                 now,
-                sorted(backlogs),
+                names,
                 configs,
                 states,
                 windows,
@@ -413,7 +403,14 @@ class ControlLoop:
                 self.algorithm,
                 self.params_for,
                 backlogs,
+                sharing=sharing,
             )
+
+        planned = planned_for(queues)
+        # A raise is decided again once its queue's backlog is known (one SQS read each).
+        backlogs = self._backlogs(probing(planned), deadline)
+        if backlogs:
+            again = planned_for(sorted(backlogs), backlogs)
             planned = revised(planned, again)
         # Every queue that waited is done waiting (set aside, unregistered or planned) but
         # those whose state could not be learned in time.

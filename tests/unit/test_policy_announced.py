@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
+from controller.backlog import InMemoryBacklog
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.model import Action, Decision, QueueState, QueueStateName, Sample
@@ -252,6 +253,24 @@ def test_the_loop_shares_a_quota_among_the_queues_that_report_its_downstream() -
     assert actuator.read("esm-refunds", 0).max_concurrency == 4
     # The book counts the queues announcing per downstream.
     assert loop.book.announcing(NOW - 60) == {"api": 2}
+
+
+def test_a_raise_decided_again_with_the_backlog_still_shares_the_quota() -> None:
+    ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "refunds")
+    actuator = mapped(mapped(InMemoryActuator(), concurrency=2), "refunds", concurrency=2)
+    backlog = InMemoryBacklog(orders=500, refunds=500)
+    loop = ControlLoop(ledger, actuator, PARAMS, backlog=backlog)
+    documents = [
+        replace(announced(NOW - 10 + index / 4), queue=name)
+        for index in range(40)
+        for name in ("orders", "refunds")
+    ]
+    loop.run_batch(documents, now=NOW)
+    # Both raises were read against their backlogs and decided again: still 4 each, the
+    # quota's 100 calls/s shared by the two queues, not 8 each as if each had it alone.
+    assert sorted(backlog.reads) == ["orders", "refunds"]
+    assert actuator.read("esm-orders", 0).max_concurrency == 4
+    assert actuator.read("esm-refunds", 0).max_concurrency == 4
 
 
 class _BlindLaw(AdaptiveLimit):
