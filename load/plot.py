@@ -7,8 +7,8 @@ import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
-from load.sim.engine import SimResult
 from load.sim.scenario import value_at
+from load.sim.trace import SimResult
 
 ROLLING_S = 5
 _COLOURS = {"static": "#d62728", "seed": "#ff7f0e", "queuemesh": "#1f77b4"}

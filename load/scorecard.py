@@ -21,8 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from load.oracle import ideal_drain_times
-from load.sim.engine import QueueTrace, SimResult
 from load.sim.scenario import Schedule, value_at
+from load.sim.trace import QueueTrace, SimResult
 
 # The rejected share behind ``reaction_s`` is taken over the last few seconds of calls (those
 # since the drop only), so one clean second amid a storm does not end it.

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from load.progress import ProgressCallback
-    from load.sim.engine import SimPolicy, SimResult
+    from load.sim.engine import SimPolicy
     from load.sim.scenario import Scenario
+    from load.sim.trace import SimResult
 
 # The peers: each the real controller running that limit algorithm, named after it in the
 # scorecard (Netflix concurrency-limits' ports, docs/algorithms.md).

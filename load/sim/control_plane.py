@@ -24,7 +24,7 @@ from controller.constants import CONTROL_PLANE_QUOTA_PER_S
 from controller.ports import MappingNotFound, MappingView
 
 if TYPE_CHECKING:
-    from load.sim.engine import MappingSetting, QueueTrace, SimResult
+    from load.sim.trace import MappingSetting, QueueTrace, SimResult
 
 QUOTA_WINDOW_S = 1.0
 

@@ -46,7 +46,6 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.model import Sample
@@ -61,6 +60,7 @@ from load.sim.services import (
     arrived_by,
     smallest_announced,
 )
+from load.sim.trace import MappingSetting, QueueTrace, SimResult, TelemetryDelivery
 
 # 2026-01-01T00:00:00Z: virtual time 0, as epoch seconds, for the controller and recordings.
 SIM_EPOCH = 1_767_225_600.0
@@ -72,14 +72,6 @@ _CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK, _MAPPING = range(8)
 
 # A queue's visible messages now, by its name: what the controller's backlog read answers.
 VisibleBacklog = Callable[[str], int]
-
-
-@dataclass(frozen=True, slots=True)
-class MappingSetting:
-    """What the simulated poller reads from a queue's event source mapping."""
-
-    max_concurrency: int
-    enabled: bool = True
 
 
 class SimPolicy(Protocol):
@@ -107,54 +99,6 @@ class SimPolicy(Protocol):
     def control_plane_use(self) -> ControlPlaneUse | None:
         """What the run asked of the account's control plane; ``None``: not modelled."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class TelemetryDelivery:
-    """One sample as the controller's Kinesis stream receives it (virtual seconds)."""
-
-    arrival: float
-    sample: Sample
-
-
-@dataclass(slots=True)
-class QueueTrace:
-    """What happened to one queue; per-second series are indexed by whole virtual seconds."""
-
-    name: str
-    downstream: str
-    messages_total: int = 0
-    messages_done: int = 0
-    dlq_messages: int = 0
-    calls_total: int = 0
-    calls_rejected: int = 0
-    calls_timed_out: int = 0
-    calls_noise: int = 0
-    last_done_at: float | None = None
-    pending_at_end: int = 0
-    calls_per_s: list[int] = field(default_factory=list)
-    rejected_per_s: list[int] = field(default_factory=list)
-    ok_per_s: list[int] = field(default_factory=list)
-    cap_per_s: list[int] = field(default_factory=list)
-    running_per_s: list[int] = field(default_factory=list)
-    enabled_per_s: list[bool] = field(default_factory=list)
-    # Per whole second: messages left waiting at its end (visible, or invisible after a failed
-    # call), not counting those in flight; the goodput share's "work waiting".
-    waiting_end_per_s: list[int] = field(default_factory=list)
-    # Per message done: its age when done (arrival to the end of its invocation), in seconds.
-    ages_s: list[float] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class SimResult:
-    scenario: Scenario
-    policy: str
-    seed: int
-    ended_at: float
-    queues: dict[str, QueueTrace]
-    esm_updates: dict[str, int]
-    telemetry: list[TelemetryDelivery]
-    control_plane: ControlPlaneUse | None = None
 
 
 class _Invocation:

@@ -20,8 +20,9 @@ from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.oracle import invocation_pace
 from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
-from load.sim.engine import SIM_EPOCH, MappingSetting, SimPolicy, VisibleBacklog
+from load.sim.engine import SIM_EPOCH, SimPolicy, VisibleBacklog
 from load.sim.scenario import QueueSpec, Scenario, value_at
+from load.sim.trace import MappingSetting
 
 # The controller's invocation deadline: its Timeout in template.yaml (the simulated invocation
 # makes its calls from the batch's time on, until this much later at most).

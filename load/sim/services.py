@@ -14,7 +14,7 @@ from load.latency import pareto_factor, queueing_latency
 from load.sim.scenario import DownstreamSpec, QueueSpec, Schedule, value_at
 
 if TYPE_CHECKING:
-    from load.sim.engine import MappingSetting, QueueTrace
+    from load.sim.trace import MappingSetting, QueueTrace
 
 POLLER_START = 5
 POLLER_STEP_PER_S = 5

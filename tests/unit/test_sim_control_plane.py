@@ -13,8 +13,9 @@ from controller.actuator import InMemoryActuator, LambdaActuator
 from controller.constants import CONTROL_PLANE_QUOTA_PER_S
 from controller.model import Sample
 from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
-from load.sim.engine import SIM_EPOCH, MappingSetting, VisibleBacklog, simulate
+from load.sim.engine import SIM_EPOCH, VisibleBacklog, simulate
 from load.sim.scenario import Scenario
+from load.sim.trace import MappingSetting
 from tests.unit.test_sim import tiny
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 from controller.model import Sample
 from load.latency import MAX_QUEUEING_FACTOR
 from load.scorecard import scorecard
-from load.sim.engine import SimResult, simulate
+from load.sim.engine import simulate
 from load.sim.policies import StaticPolicy
 from load.sim.scenario import load_scenario
+from load.sim.trace import SimResult
 from tests.unit.test_sim import tiny
 
 

@@ -43,7 +43,7 @@ def demo_result(
     from controller.settings import PolicyParams
     from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
     from load.scorecard import drain_ratio, reaction_time
-    from load.sim.engine import QueueTrace
+    from load.sim.trace import QueueTrace
 
     spec = scenario.queues[0]
     counters = downstream.counters()
