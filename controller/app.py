@@ -21,13 +21,12 @@ from controller.book import Count
 from controller.constants import is_queue_name
 from controller.events import EventOutbox
 from controller.evidence import EvidenceReader, position
+from controller.health import health_document, skip_documents
 from controller.loop import ControlLoop
 from controller.model import Decision
 from controller.ports import ActuationError, LedgerError
 from controller.schema import (
     CONTROLLER_NAMESPACE,
-    CONTROLLER_REASON_DIMENSION,
-    CONTROLLER_SKIPPED,
     QUEUE_DIMENSION,
     DecisionMetric,
     HealthMetric,
@@ -321,20 +320,11 @@ class ControllerApp:
         self._batch_health.clear()
         self._skipped.clear()
         self._longest_pause_s = 0.0
-        for reason, count in sorted(skipped.items()):
-            metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
-            metrics.add_dimension(name=CONTROLLER_REASON_DIMENSION, value=reason)
-            metrics.add_metric(name=CONTROLLER_SKIPPED, unit=MetricUnit.Count, value=count)
-            self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))
+        for document in skip_documents(skipped):
+            self._emit(document)
         if not any(counts.values()) and not longest_pause_s:
             return
-        metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
-        for metric, count in counts.items():
-            metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
-        metrics.add_metric(
-            name=HealthMetric.LONGEST_PAUSE, unit=MetricUnit.Seconds, value=longest_pause_s
-        )
-        self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))
+        self._emit(health_document(counts, {HealthMetric.LONGEST_PAUSE: longest_pause_s}))
 
     def _log_notices(self) -> None:
         """One warning per thing the operator should hear of (a broken config version, a

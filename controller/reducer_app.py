@@ -12,15 +12,25 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger
 
+from controller.book import Count
 from controller.evidence import position
+from controller.health import health_document, skip_documents
 from controller.ports import ReducedSink
 from controller.reduce import Reducer
-from controller.telemetry import DEFAULT_NAMESPACE, SkipReason, TelemetryDecoder, reduced
+from controller.schema import HealthMetric
+from controller.telemetry import (
+    DEFAULT_NAMESPACE,
+    ORDINARY_SKIPS,
+    SkipReason,
+    TelemetryDecoder,
+    reduced,
+)
 
 # Kept back from the invocation's remaining time: returning the response and its logs.
 RESPONSE_MARGIN_S = 0.5
@@ -37,8 +47,10 @@ class ReducerApp:
         monotonic: Callable[[], float] = time.monotonic,
         namespace: str = DEFAULT_NAMESPACE,
         logger: Logger | None = None,
+        emit: Callable[[str], None] = print,
     ) -> None:
         self.sink = sink
+        self._emit = emit
         self.reducer = Reducer()
         self._decoder = TelemetryDecoder(namespace)
         self._clock = clock
@@ -57,6 +69,7 @@ class ReducerApp:
         records = event.get("Records") if isinstance(event, Mapping) else None
         if not isinstance(records, list):
             self._logger.info("telemetry skipped", extra={"skipped": {SkipReason.BAD_RECORD: 1}})
+            self._report_health(Counter({SkipReason.BAD_RECORD: 1}), Counter(), retried=False)
             return {"batchItemFailures": []}
         now = self._clock()
         decoded = self._decoder.decode_kinesis_event({"Records": records})
@@ -70,6 +83,7 @@ class ReducerApp:
                 "telemetry skipped",
                 extra={"skipped": dict(decoded.skipped), "dropped": dict(reduction.dropped)},
             )
+        self._report_health(decoded.skipped, reduction.dropped, retried=bool(unsent))
         if not unsent:
             return {"batchItemFailures": []}
         self._logger.error(
@@ -79,6 +93,25 @@ class ReducerApp:
         first = next((seq for _, seq in map(position, records) if seq is not None), None)
         failures = [] if first is None else [{"itemIdentifier": str(first)}]
         return {"batchItemFailures": failures}
+
+    def _report_health(
+        self, skipped: Counter[str], dropped: Counter[Count], *, retried: bool
+    ) -> None:
+        """This batch's share of the controller's health, from where telemetry is read now:
+        what could not be read or was too far from now to window, by reason, and the counts
+        the alarms watch (``TelemetryUnreadable``, ``SamplesNotWindowed``,
+        ``BatchesRetried``)."""
+        for document in skip_documents({**skipped, **{str(k): v for k, v in dropped.items()}}):
+            self._emit(document)
+        counts: dict[str, int] = {
+            HealthMetric.TELEMETRY_UNREADABLE: sum(
+                count for reason, count in skipped.items() if reason not in ORDINARY_SKIPS
+            ),
+            HealthMetric.SAMPLES_NOT_WINDOWED: sum(dropped.values()),
+            HealthMetric.BATCHES_RETRIED: int(retried),
+        }
+        if any(counts.values()):
+            self._emit(health_document(counts))
 
 
 def batch_source(records: list[Any]) -> str:

@@ -19,6 +19,12 @@ from controller.model import Sample
 from controller.policy import memory_type
 from controller.reduce import Reducer, reduce_samples
 from controller.reducer_app import ReducerApp
+from controller.schema import (
+    CONTROLLER_NAMESPACE,
+    CONTROLLER_REASON_DIMENSION,
+    CONTROLLER_SKIPPED,
+    HealthMetric,
+)
 from controller.settings import PolicyParams
 from controller.stream import InMemorySink
 from controller.telemetry import DecodeResult, reduced
@@ -203,6 +209,31 @@ def test_a_batch_whose_totals_were_not_all_put_is_retried_for_those_alone() -> N
     sink.refuse = set()
     assert app.handle(event, None) == {"batchItemFailures": []}
     assert [record.partition_key for record in sink.records] == ["orders", "invoices"]
+
+
+def test_the_reducer_reports_what_it_could_not_read_as_the_controllers_health() -> None:
+    """Telemetry is read in the reducer now: its skips feed the same metrics (and alarms) as
+    the controller's own."""
+    printed: list[str] = []
+    app = ReducerApp(InMemorySink(), clock=lambda: 1010.0, emit=printed.append)
+    event = kinesis_event([sample("orders", 1000.9), sample("orders", 5000.0)], first_sequence=5)
+    event["Records"].append({"kinesis": {"data": "not base64!", "sequenceNumber": "9"}})
+    app.handle(event, None)
+    documents = [json.loads(line) for line in printed]
+    skips = {
+        document[CONTROLLER_REASON_DIMENSION]: document[CONTROLLER_SKIPPED]
+        for document in documents
+        if CONTROLLER_SKIPPED in document
+    }
+    assert skips == {"bad_base64": [1.0], "samples_from_future": [1.0]}
+    [health] = [document for document in documents if CONTROLLER_SKIPPED not in document]
+    assert health["_aws"]["CloudWatchMetrics"][0]["Namespace"] == CONTROLLER_NAMESPACE
+    assert health[HealthMetric.TELEMETRY_UNREADABLE] == [1.0]
+    assert health[HealthMetric.SAMPLES_NOT_WINDOWED] == [1.0]
+    assert health[HealthMetric.BATCHES_RETRIED] == [0.0]
+    printed.clear()
+    app.handle(kinesis_event([sample("orders", 1001.9)], first_sequence=20), None)
+    assert printed == []  # a clean batch prints nothing
 
 
 # -- one queue's evidence over several shards ---------------------------------------------------
