@@ -93,7 +93,8 @@ def run_demo(
     """Deploy, run and tear down; every server, thread and process stops before it returns
     (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
     view); ``telemetry_shards`` and ``parallelization_factor`` shape the telemetry stream and
-    the reducer's reading of it; ``on_result`` gets the result while everything still runs;
+    the reducer's reading of it; ``on_result`` gets the result while the embedded AWS and
+    the page still run (the runtime has stopped: nothing more is polled or invoked);
     ``announce`` is the rate-limit headers the downstream sends (none by default)."""
     from controller.ledger import DynamoLedger
     from controller.policy import memory_type
