@@ -73,15 +73,20 @@ LEDGER_ROWS = """JSON.stringify({
       reason: r.children[2].textContent}))})"""
 
 
-def metric_data(endpoint: str, line: dict[str, Any], start: float, end: float) -> list[Any]:
-    """GetMetricData for one of the page's lines, asked directly."""
-    cloudwatch = boto3.client(
+def cloudwatch_at(endpoint: str) -> Any:
+    """A CloudWatch client of the embedded AWS."""
+    return boto3.client(
         "cloudwatch",
         endpoint_url=endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
     )
+
+
+def metric_data(endpoint: str, line: dict[str, Any], start: float, end: float) -> list[Any]:
+    """GetMetricData for one of the page's lines, asked directly."""
+    cloudwatch = cloudwatch_at(endpoint)
     answer = cloudwatch.get_metric_data(
         MetricDataQueries=[
             {
@@ -187,14 +192,7 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
         empty = [title for title, widget in widgets.items() if not drawn_values(widget)]
         # A clean run skips nothing: the skips widget alone may be empty, and only while no
         # skip was counted at all.
-        cloudwatch = boto3.client(
-            "cloudwatch",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
-        skips = cloudwatch.list_metrics(
+        skips = cloudwatch_at(endpoint).list_metrics(
             Namespace=CONTROLLER_NAMESPACE, MetricName=CONTROLLER_SKIPPED
         )["Metrics"]
         allowed_empty = [] if skips else [SKIPS_WIDGET]
