@@ -10,6 +10,15 @@ from typing import Final, TypeGuard
 MIN_CONCURRENCY: Final = 2
 MAX_CONCURRENCY: Final = 1000
 
+# A queue's standing among the queues that share one downstream (CONFIG ``Weight`` and
+# ``Priority``, docs/ledger.md): its weight in the group's max-min fair share, and its
+# priority when the group must time-share (the higher runs first).
+DEFAULT_WEIGHT: Final = 1.0
+MIN_WEIGHT: Final = 0.01
+MAX_WEIGHT: Final = 100.0
+DEFAULT_PRIORITY: Final = 0
+MAX_PRIORITY: Final = 9
+
 # An SQS queue name: 1..80 characters of [A-Za-z0-9_-], a FIFO queue's ending in ".fifo" (the
 # suffix counted in the 80). Telemetry naming anything else is not a queue: it never becomes a
 # ledger key (DynamoDB keys are bounded too, at 2,048 bytes).

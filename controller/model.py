@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from controller.constants import DEFAULT_PRIORITY, DEFAULT_WEIGHT
+
 
 @dataclass(slots=True)
 class Sample:
@@ -94,6 +96,13 @@ class QueueConfig:
     mode: Mode = Mode.ACTIVE
     pinned_concurrency: int | None = None
     overrides: dict[str, float] = field(default_factory=dict)
+    # The queues deciding one downstream together (issue 33): ``group`` names the queue's
+    # group (``None``: the ``Downstream`` its telemetry names); ``weight`` is its weight in the
+    # group's max-min fair share, ``priority`` its rank when the group must time-share (the
+    # higher runs first). Bounds: ``controller.constants``.
+    group: str | None = None
+    weight: float = DEFAULT_WEIGHT
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +167,30 @@ class Decision:
         """Whether it raises a mapping that polls and keeps polling: a probe for capacity,
         which only a queue with messages waiting can answer."""
         return self.target > self.previous and self.previous_enabled and self.enabled
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShare:
+    """One queue's part of its group's capacity: the calls a second it may send, the
+    ``MaximumConcurrency`` that share comes to, and whether it is paused so that the group's
+    running set fits the downstream (time-sharing below the group's floor)."""
+
+    queue: str
+    share_rps: float
+    level: int
+    paused: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReport:
+    """What one batch decided for a group of queues sharing one downstream: the calls a second
+    the pooled evidence says the downstream accepts (``None``: not known yet, nothing refused)
+    and each member's share. The dashboard and ``queuemesh status`` show it."""
+
+    group: str
+    at: float
+    capacity_rps: float | None
+    members: tuple[GroupShare, ...] = ()
 
 
 class AuditEvent(StrEnum):

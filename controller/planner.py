@@ -18,7 +18,15 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from controller.model import AuditEvent, Decision, Mode, QueueConfig, QueueState, QueueStateName
+from controller.model import (
+    AuditEvent,
+    Decision,
+    GroupReport,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+)
 from controller.policy import LimitAlgorithm, decide
 from controller.settings import PolicyParams
 from controller.transitions import Transition
@@ -85,11 +93,13 @@ class Step:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The steps of one batch, decided at ``now``; ``undecided`` queues had no state in time
-    and wait for the next batch."""
+    and wait for the next batch. ``groups``: what was decided for each group of queues sharing
+    a downstream."""
 
     now: float
     steps: tuple[Step, ...] = ()
     undecided: tuple[str, ...] = ()
+    groups: tuple[GroupReport, ...] = ()
 
     @property
     def decisions(self) -> list[Decision]:
@@ -153,7 +163,7 @@ def revised(plan: Plan, revisions: Plan) -> Plan:
     in order of urgency again (a raise held for an empty queue moves no mapping)."""
     again = {step.queue: step for step in revisions.steps}
     steps = sorted((again.get(step.queue, step) for step in plan.steps), key=lambda s: s.urgency)
-    return Plan(plan.now, tuple(steps), plan.undecided)
+    return Plan(plan.now, tuple(steps), plan.undecided, plan.groups)
 
 
 def step_for(

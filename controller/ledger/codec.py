@@ -16,6 +16,13 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from controller.constants import (
+    DEFAULT_PRIORITY,
+    DEFAULT_WEIGHT,
+    MAX_PRIORITY,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+)
 from controller.ledger.memory import (
     MemoryCodec,
     encode_memory,
@@ -248,6 +255,12 @@ def encode_config(config: QueueConfig) -> Item:
     }
     if config.pinned_concurrency is not None:
         item["PinnedConcurrency"] = Decimal(config.pinned_concurrency)
+    if config.group is not None:
+        item["Group"] = config.group
+    if config.weight != DEFAULT_WEIGHT:
+        item["Weight"] = to_number(config.weight)
+    if config.priority != DEFAULT_PRIORITY:
+        item["Priority"] = Decimal(config.priority)
     return item
 
 
@@ -262,7 +275,32 @@ def decode_config(item: Mapping[str, Any]) -> QueueConfig:
         mode=Mode(item.get("Mode", Mode.ACTIVE)),
         pinned_concurrency=None if pinned is None else int(pinned),
         overrides={name: _override(name, value) for name, value in overrides.items()},
+        group=_group(item.get("Group")),
+        weight=_bounded("Weight", item.get("Weight", DEFAULT_WEIGHT), MIN_WEIGHT, MAX_WEIGHT),
+        priority=_priority(item.get("Priority", DEFAULT_PRIORITY)),
     )
+
+
+def _group(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise TypeError(f"Group must be a non-empty string, got {value!r}")
+    return value
+
+
+def _priority(value: object) -> int:
+    priority = _bounded("Priority", value, 0, MAX_PRIORITY)
+    if not priority.is_integer():
+        raise ValueError(f"Priority must be an integer, got {priority:g}")
+    return int(priority)
+
+
+def _bounded(name: str, value: object, lower: float, upper: float) -> float:
+    number = _override(name, value)
+    if not lower <= number <= upper:
+        raise ValueError(f"{name} must be in [{lower:g}, {upper:g}], got {number:g}")
+    return number
 
 
 def _override(name: str, value: object) -> float:

@@ -4,6 +4,7 @@ that fit a capacity known in hindsight."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -179,8 +180,9 @@ class QueueMeshPolicy:
                 event_source_arn=f"arn:aws:sqs:us-east-1:000000000000:{spec.name}",
                 batch_size=spec.batch_size,
             )
-            # Registered as `queuemesh register` does: config and first state.
-            register_queue(
+            # Registered as `queuemesh register` does: config and first state; then the
+            # operator's standing in the downstream's group, as they would set it.
+            config, _ = register_queue(
                 self._ledger,
                 self._actuator,
                 spec.name,
@@ -190,6 +192,11 @@ class QueueMeshPolicy:
                 clock=lambda: SIM_EPOCH,
                 deadline=lambda: math.inf,
             )
+            standing = dataclasses.replace(
+                config, group=spec.group, weight=spec.weight, priority=spec.priority
+            )
+            if standing != config:
+                self._ledger.put_config(standing)
         algorithm = None if self._algorithm is None else algorithm_named(self._algorithm)
         actuator = LambdaActuator(
             self._control_plane,

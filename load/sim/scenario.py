@@ -14,7 +14,15 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
+from controller.constants import (
+    DEFAULT_PRIORITY,
+    DEFAULT_WEIGHT,
+    MAX_CONCURRENCY,
+    MAX_PRIORITY,
+    MAX_WEIGHT,
+    MIN_CONCURRENCY,
+    MIN_WEIGHT,
+)
 from load.announce import HeaderStyle
 from load.sim.json_reader import MISSING, CheckedReader, is_number
 
@@ -66,6 +74,10 @@ class QueueSpec:
     invocation_overhead_ms: float = DEFAULT_INVOCATION_OVERHEAD_MS
     # The worker's client timeout per downstream call; None: the client waits for the answer.
     timeout_ms: float | None = None
+    # The queue's CONFIG standing in its downstream's group (controller.model.QueueConfig).
+    group: str | None = None
+    weight: float = DEFAULT_WEIGHT
+    priority: int = DEFAULT_PRIORITY
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +175,9 @@ _QUEUE_KEYS = {
     "min_concurrency",
     "invocation_overhead_ms",
     "timeout_ms",
+    "group",
+    "weight",
+    "priority",
 }
 
 
@@ -315,6 +330,18 @@ class _Reader(CheckedReader):
             timeout_ms=None
             if item.get("timeout_ms") is None
             else self._number(item, "timeout_ms", path, lambda v: v > 0, "a number > 0"),
+            group=None if item.get("group") is None else self._text(item, "group", path),
+            weight=self._number(
+                item,
+                "weight",
+                path,
+                lambda v: MIN_WEIGHT <= v <= MAX_WEIGHT,
+                f"a number in [{MIN_WEIGHT:g}, {MAX_WEIGHT:g}]",
+                default=DEFAULT_WEIGHT,
+            ),
+            priority=self._integer(
+                item, "priority", path, 0, upper=MAX_PRIORITY, default=DEFAULT_PRIORITY
+            ),
         )
 
     def _delay(self, value: object) -> tuple[float, float]:

@@ -232,7 +232,14 @@ def test_audit_trail_pages_through_many_entries(ledger: DynamoLedger | InMemoryL
 def test_configs_round_trip_and_unregistered_queues_are_absent(
     ledger: DynamoLedger | InMemoryLedger,
 ) -> None:
-    active = QueueConfig(queue="orders", esm_uuid="esm-1", overrides={"t1": 0.1, "cmax": 50})
+    active = QueueConfig(
+        queue="orders",
+        esm_uuid="esm-1",
+        overrides={"t1": 0.1, "cmax": 50},
+        group="payments",
+        weight=2.5,
+        priority=9,
+    )
     pinned = QueueConfig(queue="refunds", esm_uuid="esm-2", mode=Mode.PINNED, pinned_concurrency=7)
     ledger.put_config(active)
     ledger.put_config(pinned)
@@ -265,6 +272,9 @@ def test_merge_config_moves_the_mapping_and_keeps_what_an_operator_set(
         mode=Mode.PINNED,
         pinned_concurrency=7,
         overrides={"t1": 0.1},
+        group="payments",
+        weight=0.5,
+        priority=3,
     )
     ledger.put_config(operated)
     ledger.merge_config(QueueConfig(queue="orders", esm_uuid="esm-2", mode=Mode.ACTIVE))

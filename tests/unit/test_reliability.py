@@ -57,6 +57,10 @@ BROKEN_CONFIGS = {
     "not a mapping id": {"EsmUuid": "arn:aws:lambda:../../x"},
     "empty mapping id": {"EsmUuid": ""},
     "no mapping id": {"EsmUuid": None},
+    "empty group": {"Group": ""},
+    "weight out of range": {"Weight": Decimal(0)},
+    "priority not an integer": {"Priority": Decimal("1.5")},
+    "priority out of range": {"Priority": Decimal(10)},
 }
 
 

@@ -102,6 +102,15 @@ def test_the_latency_keys_load() -> None:
     assert plain.queues[0].timeout_ms is None
 
 
+def test_a_queue_names_its_standing_in_its_downstreams_group() -> None:
+    document = copy.deepcopy(CONTRACT_EXAMPLE)
+    document["queues"][0].update(group="payments", weight=2.5, priority=9)
+    queue = parse_scenario(json.dumps(document), source="group.json").queues[0]
+    assert (queue.group, queue.weight, queue.priority) == ("payments", 2.5, 9)
+    plain = load_scenario("capacity-drop").queues[0]
+    assert (plain.group, plain.weight, plain.priority) == (None, 1.0, 0)
+
+
 def test_a_scenario_file_loads_by_path(tmp_path: Path) -> None:
     path = tmp_path / "mine.json"
     path.write_text(json.dumps(CONTRACT_EXAMPLE), encoding="utf-8")
@@ -200,6 +209,12 @@ def _delete(path: str) -> Callable[[dict[str, Any]], None]:
             "downstreams[0].latency_tail must be a Pareto shape > 1 (e.g. 2), got 1",
         ),
         (_set("queues.0.timeout_ms", 0), "queues[0].timeout_ms must be a number > 0, got 0"),
+        (_set("queues.0.weight", 0), "queues[0].weight must be a number in [0.01, 100], got 0"),
+        (
+            _set("queues.0.priority", 10),
+            "queues[0].priority must be an integer in [0, 9], got 10",
+        ),
+        (_set("queues.0.group", ""), 'queues[0].group must be a non-empty string, got ""'),
         (
             _set("downstreams.0.announce", "retry-after"),
             "downstreams[0].announce must be one of ietf, ietf-legacy, x-ratelimit, github, "
