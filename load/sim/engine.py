@@ -54,10 +54,10 @@ from load.sim.scenario import Scenario
 from load.sim.services import (
     ANNOUNCED_WINDOW_S,
     AnnouncedMinimum,
+    Arrivals,
     SimDownstream,
     SimQueue,
     arrivals_end,
-    arrived_by,
     smallest_announced,
 )
 from load.sim.trace import MappingSetting, QueueTrace, SimResult, TelemetryDelivery
@@ -173,10 +173,17 @@ class _Run:
         self.busy_until = 0.0
         self.in_transit: list[tuple[float, int, Sample]] = []
         self.deliveries: list[TelemetryDelivery] = []
-        self.arrivals_over = max(
-            (arrivals_end(spec.arrivals_rps, scenario.duration_s) for spec in scenario.queues),
-            default=0.0,
-        )
+        # The queues whose messages are still to enter, each with its arrivals and when they end
+        # (a queue leaves the list at the first step at or after its end: its count is final).
+        self.arriving = [
+            (
+                queue,
+                Arrivals(queue.spec.backlog, queue.spec.arrivals_rps),
+                arrivals_end(queue.spec.arrivals_rps, scenario.duration_s),
+            )
+            for queue in self.queues
+        ]
+        self.arrivals_over = max((end for _, _, end in self.arriving), default=0.0)
 
     def push(self, time: float, kind: int, payload: object) -> None:
         self.sequence += 1
@@ -342,14 +349,14 @@ class _Run:
         self.dispatch(queue, now)
 
     def arrive(self, now: float, step: int) -> None:
-        for queue in self.queues:
-            spec = queue.spec
-            total = arrived_by(spec.backlog, spec.arrivals_rps, now)
+        for queue, arrivals, _ in self.arriving:
+            total = arrivals.by(now)
             if total > queue.arrivals:
                 queue.arrive(total - queue.arrivals, now)
                 queue.trace.messages_total = total
                 queue.arrivals = total
                 self.dispatch(queue, now)
+        self.arriving = [entry for entry in self.arriving if entry[2] > now]
         if now < self.arrivals_over:
             next_step = step + 1
             self.push(next_step * ARRIVAL_STEP_S, _ARRIVALS, next_step)

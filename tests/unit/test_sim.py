@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controller.model import Action
 from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.plot import policy_colours
 from load.scorecard import scorecard
-from load.sim.engine import simulate
+from load.sim.engine import ARRIVAL_STEP_S, simulate
 from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
-from load.sim.services import POLLER_START, POLLER_STEP_PER_S, arrived_by
+from load.sim.services import POLLER_START, POLLER_STEP_PER_S, Arrivals, arrived_by
 from stack.cli import main
 
 
@@ -127,6 +130,37 @@ def test_arrivals_follow_the_schedule() -> None:
     assert arrived_by(7, schedule, 3.0) == 37
     assert arrived_by(7, schedule, 6.0) == 57
     assert arrived_by(7, schedule, 10.0) == 62
+
+
+def summed_from_the_start(backlog: int, schedule: Sequence[tuple[float, float]], t: float) -> int:
+    """The count each read of a schedule must give: every segment before ``t``, summed in
+    order from the start."""
+    total = 0.0
+    for index, (start, rate) in enumerate(schedule):
+        if start >= t:
+            break
+        end = schedule[index + 1][0] if index + 1 < len(schedule) else math.inf
+        total += rate * (min(t, end) - start)
+    return backlog + math.floor(total + 1e-9)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 600), st.floats(0, 500, allow_nan=False)), min_size=0, max_size=8
+    ),
+    st.floats(0, 500, allow_nan=False),
+    st.lists(st.integers(0, 12_000), min_size=1, max_size=40),
+)
+def test_arrivals_read_at_later_times_count_as_summing_from_the_start(
+    steps: list[tuple[int, float]], first_rate: float, tenths: list[int]
+) -> None:
+    starts = sorted({start for start, _ in steps})
+    rates = dict(steps)
+    schedule = ((0.0, first_rate), *((float(start), rates[start]) for start in starts))
+    arrivals = Arrivals(3, schedule)
+    for tenth in sorted(tenths):
+        t = tenth * ARRIVAL_STEP_S
+        assert arrivals.by(t) == summed_from_the_start(3, schedule, t)
 
 
 def test_one_sample_per_invocation_delivered_within_the_telemetry_delay() -> None:
