@@ -9,21 +9,39 @@ ordinary scenario document (the format of ``load/scenarios``), so ``--emit`` can
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import random
 from collections.abc import Callable
-from typing import Any
 
+from controller.constants import MAX_PRIORITY
 from load.announce import HeaderStyle
-from load.oracle import pace, pooled_drain_time
-from load.sim.scenario import DEFAULT_INVOCATION_OVERHEAD_MS, Scenario, parse_scenario
+from load.oracle import pooled_drain_time
+from load.sim.draw_parts import (
+    DURATION_S,
+    EVENTS_END_S,
+    LATENCY_MS,
+    MIN_CONCURRENCY,
+    TELEMETRY_DELAY_S,
+    Document,
+    Steps,
+    as_schedule,
+    calls_sent,
+    give_work,
+    log_uniform,
+    worker,
+)
+from load.sim.scenario import Scenario, parse_scenario
 
-Document = dict[str, Any]
-Steps = list[list[float]]
-
-FAMILIES = ("healthy", "throttling", "latency", "shared", "mixed", "throttling-announced")
+FAMILIES = (
+    "healthy",
+    "throttling",
+    "latency",
+    "shared",
+    "mixed",
+    "throttling-announced",
+    "fleet",
+)
 # Announced variants: each draw is the named family's same draw, its downstreams announcing
 # their quota in a header style drawn per draw. Stripe's style is left out: it announces no
 # quota, and the simulated limit is a rate, so its draws would be the blind family's.
@@ -33,22 +51,6 @@ QUOTA_STYLES = tuple(style for style in HeaderStyle if style is not HeaderStyle.
 REPORTING_SEEDS = 1001
 MAX_DRAWS = 1000
 
-DURATION_S = 1200
-# Capacity shapes, arrivals and pauses happen in the first half; the rest is for draining.
-EVENTS_END_S = DURATION_S / 2
-# Messages are capped so that a family of 200 draws runs in minutes; backlogs are scaled down
-# (with the arrivals) until the oracle drains them within the events' half of the run.
-MAX_MESSAGES = 40_000
-DRAIN_TARGET_S = (60.0, 300.0)
-
-# The worker and its queue, in every family.
-TELEMETRY_DELAY_S = (1.0, 40.0)
-BATCH_SIZE = (1, 10)
-VISIBILITY_TIMEOUT_S = (10, 120)
-MAX_RECEIVE_COUNT = (3, 10)
-MAX_CONCURRENCY = (10, 100)
-MIN_CONCURRENCY = 2
-LATENCY_MS = (20.0, 800.0)
 
 # healthy: capacity this many times what the cap sends at the no-load latency.
 HEADROOM = (3.0, 20.0)
@@ -78,6 +80,35 @@ DEGRADE_FACTOR = (1.5, 4.0)
 SHARED_QUEUES = (2, 5)
 # mixed: the client timeout over the no-load latency.
 MIXED_TIMEOUT_FACTOR = (2.0, 8.0)
+
+# fleet (issue 33): many queues in front of one API, two APIs on some draws.
+FLEET_QUEUES = (20, 100)
+# Each tenant's cap is smaller than a lone queue's: the fleet's floor (Cmin each) is what
+# matters, and a hundred caps of 100 would make every draw a storm of the same shape.
+FLEET_MAX_CONCURRENCY = (5, 50)
+FLEET_TWO_APIS = 0.25
+# The capacity at its lowest over what the API's queues send at Cmin: above 1 the fleet fits
+# at its floor; below 1 only pausing some of the queues helps.
+FLEET_LOWEST = {"fits": (1.2, 4.0), "below-floor": (0.1, 0.9)}
+# A fleet's work is sized by its API's lowest capacity (a drain of DRAIN_TARGET_S at it), so
+# that capacity is bounded, and the messages with it: where the drawn latency would make the
+# fleet's floor too fast for it, the API's calls are slower (a draw runs in seconds, and the
+# overload lasts long enough for telemetry 1-40 s late to tell).
+FLEET_LOWEST_MAX_RPS = 1200.0
+FLEET_MAX_MESSAGES = 120_000
+# steady: at the lowest throughout; drop: down to it from FLEET_DROP times it, and back 60-360 s
+# later; cliff: down for good. Drops come early: the work is sized by the lowest capacity, and
+# a fleet would have drained most of it at the first one before a later drop.
+FLEET_SHAPES = ("steady", "drop", "cliff")
+FLEET_DROP = (1.5, 5.0)
+FLEET_DROP_AT_S = (20.0, 120.0)
+FLEET_STANDINGS = ("equal", "weights", "priorities", "both")
+FLEET_WEIGHT = (0.1, 10.0)
+# At most this share of a fleet's queues get a priority above the default.
+FLEET_PRIORITIZED = 0.2
+# On this share of draws the queues name their group in CONFIG (else their telemetry's
+# Downstream groups them).
+FLEET_NAMED_GROUP = 0.5
 
 
 def draw_name(family: str, seed: int, draw: int) -> str:
@@ -140,77 +171,6 @@ def _drainable(document: Document) -> Document:
     return document
 
 
-# -- the parts every family draws ---------------------------------------------------------------
-
-
-def _log_uniform(rng: random.Random, low: float, high: float) -> float:
-    return math.exp(rng.uniform(math.log(low), math.log(high)))
-
-
-def _worker(rng: random.Random, name: str, downstream: str) -> Document:
-    """A queue's settings (no backlog or arrivals yet)."""
-    return {
-        "name": name,
-        "downstream": downstream,
-        "backlog": 0,
-        "arrivals_rps": [[0, 0]],
-        "batch_size": rng.randint(*BATCH_SIZE),
-        "visibility_timeout_s": rng.randint(*VISIBILITY_TIMEOUT_S),
-        "max_receive_count": rng.randint(*MAX_RECEIVE_COUNT),
-        "max_concurrency": rng.randint(*MAX_CONCURRENCY),
-        "min_concurrency": MIN_CONCURRENCY,
-    }
-
-
-def _sends(queue: Document, latency_ms: float, concurrency: int | None = None) -> float:
-    """The calls a second ``concurrency`` (default: the cap's) invocations send."""
-    level = queue["max_concurrency"] if concurrency is None else concurrency
-    per_invocation = pace(queue["batch_size"], latency_ms, DEFAULT_INVOCATION_OVERHEAD_MS)
-    return level * per_invocation
-
-
-def _load(rng: random.Random, queue: Document, rate: float, queues: int = 1) -> str:
-    """Gives ``queue`` a backlog and arrivals worth a drain of ``DRAIN_TARGET_S`` at ``rate``
-    calls a second: a backlog, a steady stream, or bursts; at most its share of
-    ``MAX_MESSAGES`` among ``queues``. Says which."""
-    work = rate * rng.uniform(*DRAIN_TARGET_S)
-    shape = rng.choice(("backlog", "stream", "bursts"))
-    end = rng.uniform(60, EVENTS_END_S)
-    if shape == "backlog":
-        arrivals: Steps = [[0, 0]]
-        backlog = work
-    elif shape == "stream":
-        stream = rng.uniform(0.1, 0.8) * rate
-        arrivals = [[0, round(stream, 2)], [int(end), 0]]
-        backlog = max(0.0, work - stream * int(end))
-    else:
-        arrivals, t = [[0, 0]], rng.uniform(0, 60)
-        while t < end - 10:
-            length = rng.uniform(5, 60)
-            burst_rate = round(rng.uniform(0.5, 3) * rate, 2)
-            arrivals += [[int(t), burst_rate], [int(min(t + length, EVENTS_END_S)), 0]]
-            t += length + rng.uniform(10, 120)
-        arrivals = _steps(arrivals)
-        backlog = rng.uniform(0, 0.5) * work
-    total = backlog + sum(
-        step_rate * (following[0] - start)
-        for (start, step_rate), following in itertools.pairwise(arrivals)
-    )
-    scale = min(1.0, MAX_MESSAGES / queues / total) if total > 0 else 1.0
-    queue["backlog"] = max(1, int(backlog * scale))
-    queue["arrivals_rps"] = [[t, round(step_rate * scale, 2)] for t, step_rate in arrivals]
-    return shape
-
-
-def _steps(steps: Steps) -> Steps:
-    """A schedule from ``[t, value]`` pairs: integral, increasing times (a later pair at the
-    same second replaces an earlier one), starting at 0."""
-    merged: dict[int, float] = {0: steps[0][1]}
-    for start, value in steps:
-        merged[int(start)] = value
-    return [[t, merged[t]] for t in sorted(merged)]
-
-
 def _capacity(rng: random.Random, first: float, floor: float, shape: str) -> Steps:
     """A 429 API's capacity schedule of ``shape`` from ``first`` calls a second; ``floor`` is
     what Cmin invocations send (``below-floor`` goes under it)."""
@@ -232,7 +192,7 @@ def _capacity(rng: random.Random, first: float, floor: float, shape: str) -> Ste
         steps += [[t1, first * rng.uniform(0.1, 0.7)], [t2, first * rng.uniform(0.3, 2.0)]]
     elif shape == "below-floor":
         steps += [[t1, floor * rng.uniform(0.1, 0.9)], [t2, first]]
-    return _steps([[t, round(max(1.0, rate), 1)] for t, rate in steps if t < EVENTS_END_S])
+    return as_schedule([[t, round(max(1.0, rate), 1)] for t, rate in steps if t < EVENTS_END_S])
 
 
 def _flash(shape: str) -> float:
@@ -250,9 +210,9 @@ Built = tuple[list[Document], list[Document], str]
 
 
 def _healthy(rng: random.Random) -> Built:
-    queue = _worker(rng, "work", "api")
-    latency = round(_log_uniform(rng, *LATENCY_MS), 1)
-    sends = _sends(queue, latency)
+    queue = worker(rng, "work", "api")
+    latency = round(log_uniform(rng, *LATENCY_MS), 1)
+    sends = calls_sent(queue, latency)
     capacity = round(sends * rng.uniform(*HEADROOM), 1)
     kind = rng.choice(HEALTHY_LATENCIES)
     downstream: Document = {"name": "api", "capacity_rps": [[0, capacity]], "latency_ms": latency}
@@ -263,7 +223,7 @@ def _healthy(rng: random.Random) -> Built:
     elif kind == "brownout":
         start = rng.uniform(30, 300)
         factor = rng.uniform(*BROWNOUT_FACTOR)
-        downstream["latency_ms"] = _steps(
+        downstream["latency_ms"] = as_schedule(
             [
                 [0, latency],
                 [start, round(latency * factor, 1)],
@@ -273,7 +233,7 @@ def _healthy(rng: random.Random) -> Built:
     elif kind == "queueing":
         downstream["latency_model"] = "queueing"
     queue["timeout_ms"] = rng.randint(*HEALTHY_TIMEOUT_MS)
-    load = _load(rng, queue, sends)
+    load = give_work(rng, queue, sends)
     return [downstream], [queue], f"healthy: {kind} latency ({latency} ms), {load}"
 
 
@@ -288,30 +248,30 @@ def _pauses(rng: random.Random, latency: float) -> Steps:
             steps.append([start + second, round(latency + (length - second) * 1000.0, 1)])
         steps.append([start + length, latency])
         start += every
-    return _steps(steps)
+    return as_schedule(steps)
 
 
 def _throttling(rng: random.Random) -> Built:
-    queue = _worker(rng, "work", "api")
-    latency = round(_log_uniform(rng, *LATENCY_MS), 1)
-    sends = _sends(queue, latency)
+    queue = worker(rng, "work", "api")
+    latency = round(log_uniform(rng, *LATENCY_MS), 1)
+    sends = calls_sent(queue, latency)
     shape = rng.choice(CAPACITY_SHAPES)
     first = sends * rng.uniform(*CAPACITY_SHARE)
-    capacity = _capacity(rng, first, _sends(queue, latency, MIN_CONCURRENCY), shape)
+    capacity = _capacity(rng, first, calls_sent(queue, latency, MIN_CONCURRENCY), shape)
     downstream = {
         "name": "api",
         "capacity_rps": capacity,
         "latency_ms": latency,
         "noise_5xx_rate": _noise(rng),
     }
-    load = _load(rng, queue, _flash(shape) * first)
+    load = give_work(rng, queue, _flash(shape) * first)
     return [downstream], [queue], f"throttling: {shape} capacity, {latency} ms, {load}"
 
 
 def _latency(rng: random.Random) -> Built:
     count = rng.randint(*LATENCY_QUEUES)
-    no_load = round(_log_uniform(rng, *LATENCY_NO_LOAD_MS), 1)
-    queues = [_worker(rng, f"work-{index + 1}", "db") for index in range(count)]
+    no_load = round(log_uniform(rng, *LATENCY_NO_LOAD_MS), 1)
+    queues = [worker(rng, f"work-{index + 1}", "db") for index in range(count)]
     for queue in queues:
         queue["timeout_ms"] = rng.randint(*LATENCY_TIMEOUT_MS)
     # Each caller has one call in flight, and a call waits behind the others (``no_load +
@@ -333,25 +293,25 @@ def _latency(rng: random.Random) -> Built:
         # Slower, but not past every client's timeout even without load.
         most = min(queue["timeout_ms"] for queue in queues) / 2 / no_load
         factor = max(1.0, min(most, rng.uniform(*DEGRADE_FACTOR)))
-        downstream["latency_ms"] = _steps([[0, no_load], [start, round(no_load * factor, 1)]])
+        downstream["latency_ms"] = as_schedule([[0, no_load], [start, round(no_load * factor, 1)]])
     elif degrading == "less-capacity":
         factor = rng.uniform(*DEGRADE_FACTOR)
-        downstream["capacity_rps"] = _steps(
+        downstream["capacity_rps"] = as_schedule(
             [[0, service], [start, round(max(1.0, service / factor), 1)]]
         )
     for queue in queues:
-        _load(rng, queue, service / count, count)
+        give_work(rng, queue, service / count, count)
     return [downstream], queues, f"latency: {count} queue(s), {degrading}, {no_load} ms no-load"
 
 
 def _shared(rng: random.Random) -> Built:
     count = rng.randint(*SHARED_QUEUES)
-    latency = round(_log_uniform(rng, *LATENCY_MS), 1)
-    queues = [_worker(rng, f"work-{index + 1}", "api") for index in range(count)]
-    sends = sum(_sends(queue, latency) for queue in queues)
+    latency = round(log_uniform(rng, *LATENCY_MS), 1)
+    queues = [worker(rng, f"work-{index + 1}", "api") for index in range(count)]
+    sends = sum(calls_sent(queue, latency) for queue in queues)
     shape = rng.choice(CAPACITY_SHAPES)
     first = sends * rng.uniform(*CAPACITY_SHARE)
-    floor = sum(_sends(queue, latency, MIN_CONCURRENCY) for queue in queues)
+    floor = sum(calls_sent(queue, latency, MIN_CONCURRENCY) for queue in queues)
     downstream = {
         "name": "api",
         "capacity_rps": _capacity(rng, first, floor, shape),
@@ -359,22 +319,22 @@ def _shared(rng: random.Random) -> Built:
         "noise_5xx_rate": _noise(rng),
     }
     for queue in queues:
-        _load(rng, queue, _flash(shape) * first / count * rng.uniform(0.2, 1.8), count)
+        give_work(rng, queue, _flash(shape) * first / count * rng.uniform(0.2, 1.8), count)
     return [downstream], queues, f"shared: {count} queues, {shape} capacity, {latency} ms"
 
 
 def _mixed(rng: random.Random) -> Built:
-    queue = _worker(rng, "work", "api")
-    latency = round(_log_uniform(rng, *LATENCY_MS), 1)
-    sends = _sends(queue, latency)
+    queue = worker(rng, "work", "api")
+    latency = round(log_uniform(rng, *LATENCY_MS), 1)
+    sends = calls_sent(queue, latency)
     shape = rng.choice(CAPACITY_SHAPES[1:])
     first = sends * rng.uniform(*CAPACITY_SHARE)
     start = rng.uniform(30, 300)
     slower = round(latency * rng.uniform(*BROWNOUT_FACTOR), 1)
     downstream = {
         "name": "api",
-        "capacity_rps": _capacity(rng, first, _sends(queue, latency, MIN_CONCURRENCY), shape),
-        "latency_ms": _steps(
+        "capacity_rps": _capacity(rng, first, calls_sent(queue, latency, MIN_CONCURRENCY), shape),
+        "latency_ms": as_schedule(
             [[0, latency], [start, slower], [start + rng.randint(*BROWNOUT_FOR_S), latency]]
         ),
         "latency_model": rng.choice(("constant", "queueing")),
@@ -383,8 +343,80 @@ def _mixed(rng: random.Random) -> Built:
     queue["timeout_ms"] = max(
         LATENCY_TIMEOUT_MS[0], int(latency * rng.uniform(*MIXED_TIMEOUT_FACTOR))
     )
-    load = _load(rng, queue, _flash(shape) * first)
+    load = give_work(rng, queue, _flash(shape) * first)
     return [downstream], [queue], f"mixed: {shape} capacity, {latency} -> {slower} ms, {load}"
+
+
+def _fleet(rng: random.Random) -> Built:
+    count = rng.randint(*FLEET_QUEUES)
+    apis = ["api-1", "api-2"] if rng.random() < FLEET_TWO_APIS else ["api"]
+    split = rng.randint(1, count - 1) if len(apis) == 2 else count
+    queues = [
+        worker(rng, f"tenant-{index + 1:03}", apis[index >= split], FLEET_MAX_CONCURRENCY)
+        for index in range(count)
+    ]
+    downstreams, parts = [], []
+    for api in apis:
+        tenants = [queue for queue in queues if queue["downstream"] == api]
+        regime, shape = rng.choice(tuple(FLEET_LOWEST)), rng.choice(FLEET_SHAPES)
+        over_floor = rng.uniform(*FLEET_LOWEST[regime])
+        latency = _slow_enough(
+            tenants, log_uniform(rng, *LATENCY_MS), FLEET_LOWEST_MAX_RPS / over_floor
+        )
+        floor = sum(calls_sent(queue, latency, MIN_CONCURRENCY) for queue in tenants)
+        lowest = floor * over_floor
+        first = lowest * rng.uniform(*FLEET_DROP)
+        capacity: Steps = [[0, first if shape != "steady" else lowest]]
+        if shape != "steady":
+            capacity.append([rng.uniform(*FLEET_DROP_AT_S), lowest])
+        if shape == "drop":
+            capacity.append([capacity[1][0] + rng.uniform(60, 360), first])
+        downstreams.append(
+            {
+                "name": api,
+                "capacity_rps": as_schedule(
+                    [[t, round(max(1.0, rate), 1)] for t, rate in capacity if t < EVENTS_END_S]
+                ),
+                "latency_ms": latency,
+            }
+        )
+        for queue in tenants:
+            rate = lowest / len(tenants) * rng.uniform(0.2, 1.8)
+            give_work(rng, queue, rate, count, FLEET_MAX_MESSAGES)
+        parts.append(f"{api} {regime} {shape} ({len(tenants)} queues, {latency} ms)")
+    standing = rng.choice(FLEET_STANDINGS)
+    if standing in ("weights", "both"):
+        for queue in queues:
+            queue["weight"] = round(log_uniform(rng, *FLEET_WEIGHT), 2)
+    if standing in ("priorities", "both"):
+        for queue in rng.sample(queues, rng.randint(1, int(count * FLEET_PRIORITIZED))):
+            queue["priority"] = rng.randint(1, MAX_PRIORITY)
+    grouping = "grouped by Downstream"
+    if rng.random() < FLEET_NAMED_GROUP:
+        grouping = "group named in CONFIG"
+        for queue in queues:
+            queue["group"] = queue["downstream"]
+    return (
+        downstreams,
+        queues,
+        f"fleet: {count} queues; {'; '.join(parts)}; {standing}; {grouping}",
+    )
+
+
+def _slow_enough(tenants: list[Document], latency_ms: float, floor_rps: float) -> float:
+    """``latency_ms`` (to 0.1 ms), or the latency at which the ``tenants``' Cmin invocations
+    send ``floor_rps`` where they would send more."""
+
+    def floor(ms: float) -> float:
+        return sum(calls_sent(queue, ms, MIN_CONCURRENCY) for queue in tenants)
+
+    low = high = latency_ms
+    while floor(high) > floor_rps:
+        low, high = high, high * 2
+    for _ in range(40):
+        middle = (low + high) / 2
+        low, high = (middle, high) if floor(middle) > floor_rps else (low, middle)
+    return math.ceil(high * 10) / 10
 
 
 _BUILDERS: dict[str, Callable[[random.Random], Built]] = {
@@ -393,4 +425,5 @@ _BUILDERS: dict[str, Callable[[random.Random], Built]] = {
     "latency": _latency,
     "shared": _shared,
     "mixed": _mixed,
+    "fleet": _fleet,
 }

@@ -11,8 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.constants import MAX_PRIORITY
 from load.oracle import pace, pooled_drain_time
 from load.scorecard import family_summary, spread
+from load.sim import draw_parts as parts
 from load.sim import families as fam
 from load.sim.families import FAMILIES, draw_document, draw_name, draw_scenario
 from load.sim.scenario import Scenario, load_scenario
@@ -46,31 +48,33 @@ def test_every_draw_is_a_valid_scenario_within_the_common_ranges(
 ) -> None:
     family, seed, number = draw
     scenario = draw_scenario(family, seed, number)
-    assert scenario.duration_s == fam.DURATION_S
-    assert all(within(bound, fam.TELEMETRY_DELAY_S) for bound in scenario.telemetry_delay_s)
+    fleet = family == "fleet"
+    assert scenario.duration_s == parts.DURATION_S
+    assert all(within(bound, parts.TELEMETRY_DELAY_S) for bound in scenario.telemetry_delay_s)
     messages = sum(
         arrived_by(queue.backlog, queue.arrivals_rps, scenario.duration_s)
         for queue in scenario.queues
     )
     # Rates are rounded to 0.01/s after scaling: a few messages over at the most.
-    assert 0 < messages <= fam.MAX_MESSAGES * 1.01
+    assert 0 < messages <= (fam.FLEET_MAX_MESSAGES if fleet else parts.MAX_MESSAGES) * 1.01
+    caps = fam.FLEET_MAX_CONCURRENCY if fleet else parts.MAX_CONCURRENCY
     for queue in scenario.queues:
-        assert within(queue.batch_size, fam.BATCH_SIZE)
-        assert within(queue.visibility_timeout_s, fam.VISIBILITY_TIMEOUT_S)
-        assert within(queue.max_receive_count, fam.MAX_RECEIVE_COUNT)
-        assert within(queue.max_concurrency, fam.MAX_CONCURRENCY)
-        assert queue.min_concurrency == fam.MIN_CONCURRENCY
+        assert within(queue.batch_size, parts.BATCH_SIZE)
+        assert within(queue.visibility_timeout_s, parts.VISIBILITY_TIMEOUT_S)
+        assert within(queue.max_receive_count, parts.MAX_RECEIVE_COUNT)
+        assert within(queue.max_concurrency, caps)
+        assert queue.min_concurrency == parts.MIN_CONCURRENCY
         assert queue.arrivals_rps[-1][1] == 0
-        assert queue.arrivals_rps[-1][0] <= fam.EVENTS_END_S
+        assert queue.arrivals_rps[-1][0] <= parts.EVENTS_END_S
     for downstream in scenario.downstreams:
-        assert all(start < fam.EVENTS_END_S for start, _ in downstream.capacity_rps)
-        assert all(start < fam.EVENTS_END_S for start, _ in downstream.latency_ms)
+        assert all(start < parts.EVENTS_END_S for start, _ in downstream.capacity_rps)
+        assert all(start < parts.EVENTS_END_S for start, _ in downstream.latency_ms)
         assert all(within(rate, (0, fam.NOISE_5XX[1])) for _, rate in downstream.noise_5xx_rate)
         # The oracle drains every draw within the events' half of the run (_drainable), but
         # for a backlog halved a dozen times.
         queues = [queue for queue in scenario.queues if queue.downstream == downstream.name]
         drain = pooled_drain_time(downstream.capacity_rps, queues, scenario.duration_s)
-        assert drain is not None and drain <= fam.DURATION_S
+        assert drain is not None and drain <= parts.DURATION_S
     CHECKS[family](scenario)
 
 
@@ -87,7 +91,7 @@ def check_healthy(scenario: Scenario) -> None:
     (downstream,) = scenario.downstreams
     (queue,) = scenario.queues
     base = no_load_ms(scenario)
-    assert within(base, fam.LATENCY_MS) and downstream.answers_429
+    assert within(base, parts.LATENCY_MS) and downstream.answers_429
     assert len(downstream.capacity_rps) == 1 and downstream.noise_5xx_rate == ((0.0, 0.0),)
     headroom = downstream.capacity_rps[0][1] / only_queue_sends(scenario, base)
     assert within(round(headroom, 2), (fam.HEADROOM[0] - 0.01, fam.HEADROOM[1] + 0.01))
@@ -103,7 +107,7 @@ def check_throttling(scenario: Scenario) -> None:
     (downstream,) = scenario.downstreams
     assert len(scenario.queues) == 1 and downstream.answers_429
     assert downstream.latency_model == "constant" and len(downstream.latency_ms) == 1
-    assert within(no_load_ms(scenario), fam.LATENCY_MS)
+    assert within(no_load_ms(scenario), parts.LATENCY_MS)
     first = downstream.capacity_rps[0][1] / only_queue_sends(scenario, no_load_ms(scenario))
     assert within(round(first, 2), (fam.CAPACITY_SHARE[0] - 0.01, fam.CAPACITY_SHARE[1] + 0.01))
 
@@ -124,13 +128,13 @@ def check_latency(scenario: Scenario) -> None:
 def check_shared(scenario: Scenario) -> None:
     (downstream,) = scenario.downstreams
     assert within(len(scenario.queues), fam.SHARED_QUEUES) and downstream.answers_429
-    assert within(no_load_ms(scenario), fam.LATENCY_MS)
+    assert within(no_load_ms(scenario), parts.LATENCY_MS)
 
 
 def check_mixed(scenario: Scenario) -> None:
     (downstream,) = scenario.downstreams
     (queue,) = scenario.queues
-    assert downstream.answers_429 and within(no_load_ms(scenario), fam.LATENCY_MS)
+    assert downstream.answers_429 and within(no_load_ms(scenario), parts.LATENCY_MS)
     # Throttling and slowing: the latency rises for a while, and the capacity changes (but for
     # a flash crowd, which has the work instead).
     assert max(latency for _, latency in downstream.latency_ms) > no_load_ms(scenario)
@@ -142,6 +146,38 @@ def check_throttling_announced(scenario: Scenario) -> None:
     assert all(downstream.announce in fam.QUOTA_STYLES for downstream in scenario.downstreams)
 
 
+def check_fleet(scenario: Scenario) -> None:
+    assert within(len(scenario.queues), fam.FLEET_QUEUES)
+    assert len(scenario.downstreams) in (1, 2)
+    regimes = dict(part.split()[:2] for part in scenario.description.split("; ")[1:-2])
+    for downstream in scenario.downstreams:
+        tenants = [queue for queue in scenario.queues if queue.downstream == downstream.name]
+        assert tenants and downstream.answers_429 and len(downstream.latency_ms) == 1
+        # At least the drawn latency; slower only to keep the lowest capacity in its bound.
+        assert no_load_ms(scenario) >= parts.LATENCY_MS[0]
+        floor = sum(
+            parts.MIN_CONCURRENCY
+            * pace(queue.batch_size, downstream.latency_ms[0][1], queue.invocation_overhead_ms)
+            for queue in tenants
+        )
+        rates = [rate for _, rate in downstream.capacity_rps]
+        lowest, first = min(rates), rates[0]
+        assert lowest <= fam.FLEET_LOWEST_MAX_RPS + 0.1
+        low, high = fam.FLEET_LOWEST[regimes[downstream.name]]
+        # Rounded to 0.1/s, and at least 1/s.
+        assert low * floor - 0.1 <= lowest <= max(1.0, high * floor + 0.1)
+        if len(rates) > 1:
+            drop = fam.FLEET_DROP
+            assert drop[0] * lowest - 0.5 <= first <= drop[1] * lowest + 0.5
+    for queue in scenario.queues:
+        assert within(queue.weight, (fam.FLEET_WEIGHT[0] - 0.01, fam.FLEET_WEIGHT[1] + 0.01))
+        assert 0 <= queue.priority <= MAX_PRIORITY
+        assert queue.group in (None, queue.downstream)
+    prioritized = sum(1 for queue in scenario.queues if queue.priority)
+    assert prioritized <= len(scenario.queues) * fam.FLEET_PRIORITIZED
+    assert len({queue.group for queue in scenario.queues}) <= len(scenario.downstreams)
+
+
 CHECKS = {
     "throttling-announced": check_throttling_announced,
     "healthy": check_healthy,
@@ -149,6 +185,7 @@ CHECKS = {
     "latency": check_latency,
     "shared": check_shared,
     "mixed": check_mixed,
+    "fleet": check_fleet,
 }
 
 
@@ -166,8 +203,36 @@ def test_a_family_draws_each_of_its_shapes(family: str) -> None:
         "shared": fam.CAPACITY_SHAPES,
         "mixed": fam.CAPACITY_SHAPES[1:],
         "throttling-announced": (*fam.CAPACITY_SHAPES, *fam.QUOTA_STYLES),
+        "fleet": (
+            *fam.FLEET_LOWEST,
+            *fam.FLEET_SHAPES,
+            *fam.FLEET_STANDINGS,
+            "api-2",
+            "group named in CONFIG",
+            "grouped by Downstream",
+        ),
     }[family]
     assert all(shape in descriptions for shape in shapes)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 10**6), st.integers(1, fam.MAX_DRAWS))
+def test_a_fleet_draw_is_deterministic_and_parses_with_its_standings(
+    seed: int, number: int
+) -> None:
+    document = draw_document("fleet", seed, number)
+    assert json.dumps(document) == json.dumps(draw_document("fleet", seed, number))
+    scenario = draw_scenario("fleet", seed, number)
+    by_name = {queue["name"]: queue for queue in document["queues"]}
+    assert len(by_name) == len(scenario.queues)
+    for queue in scenario.queues:
+        drawn = by_name[queue.name]
+        # What the document says is what the simulator passes to CONFIG.
+        assert (queue.group, queue.weight, queue.priority) == (
+            drawn.get("group"),
+            drawn.get("weight", 1.0),
+            drawn.get("priority", 0),
+        )
 
 
 @settings(max_examples=30, deadline=None)
