@@ -11,7 +11,10 @@ Message age and goodput share (docs/simulator.md, "The scorecard"):
   the demands of the queues on it (a queue alone gets ``min(capacity, demand)``). The share is
   the sum of 2xx calls over the sum of fair shares, at most 1; totals divide all 2xx calls by
   all fair shares, which is each downstream's pooled ``min(capacity, demand)``. ``None`` when
-  the downstream could have answered nothing.
+  the downstream could have answered nothing. ``goodput_share_min`` (totals only): the
+  lowest queue's share beside the pooled one, the queue a fleet served worst.
+- ``longest_pause_s``: the longest run of whole seconds the queue's mapping was disabled, as
+  the once-a-second sample sees it; totals: the longest of any queue.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ def scorecard(result: SimResult, t1: float = DEFAULT_T1) -> dict[str, Any]:
             fair[spec.name],
         )
     traces = list(result.queues.values())
+    shares = [queue["goodput_share"] for queue in queues.values()]
+    measured = [share for share in shares if share is not None]
     return {
         "scenario": scenario.name,
         "policy": result.policy,
@@ -59,8 +64,21 @@ def scorecard(result: SimResult, t1: float = DEFAULT_T1) -> dict[str, Any]:
                 sum(sum(trace.ok_per_s) for trace in traces),
                 sum(fair.values()),
             ),
+            "goodput_share_min": min(measured, default=None),
+            "longest_pause_s": max(
+                (queue["longest_pause_s"] for queue in queues.values()), default=0
+            ),
         },
     }
+
+
+def longest_pause(enabled_per_s: Sequence[bool]) -> int:
+    """The longest run of seconds with the mapping disabled (0: never paused)."""
+    longest = run = 0
+    for enabled in enabled_per_s:
+        run = 0 if enabled else run + 1
+        longest = max(longest, run)
+    return longest
 
 
 def fair_shares(result: SimResult) -> dict[str, float]:
@@ -109,7 +127,7 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 # Across seeds, the worst of a total is its lowest value for these keys and its highest for
 # every other (seed-independent facts such as messages_total and ideal_drain_s are the same in
 # every run, so their worst is their value).
-LOWER_IS_WORSE = frozenset({"goodput_share", "messages_done"})
+LOWER_IS_WORSE = frozenset({"goodput_share", "goodput_share_min", "messages_done"})
 
 
 def seed_summary(
@@ -200,6 +218,7 @@ def _queue_score(
         "reaction_s": _round(reaction, 2),
         "calls_timed_out": trace.calls_timed_out,
         **_age_and_goodput(trace.ages_s, sum(trace.ok_per_s), fair_share),
+        "longest_pause_s": longest_pause(trace.enabled_per_s),
     }
 
 

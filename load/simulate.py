@@ -109,11 +109,7 @@ def run_seeds(
         for policy in policies
         for seed in seeds
     ]
-    if len(jobs) > 1:
-        with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
-            totals = list(pool.map(_seed_totals, jobs))
-    else:
-        totals = [_seed_totals(job) for job in jobs]
+    totals = [card["totals"] for card in _seed_cards(jobs)]
     summaries = []
     for index in range(0, len(jobs), len(seeds)):
         scenario, policy, _, _ = jobs[index]
@@ -122,16 +118,86 @@ def run_seeds(
     return summaries
 
 
-def _seed_totals(job: tuple[Scenario, str, str, int | None]) -> dict[str, Any]:
-    """One run's totals (a top-level function, so the process pool can call it)."""
+def _seed_cards(jobs: Sequence[tuple[Scenario, str, str, int | None]]) -> list[dict[str, Any]]:
+    """Each job's scorecard, in order: in the process pool when there are several."""
+    if len(jobs) == 1:
+        return [_seed_card(jobs[0])]
+    with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
+        return list(pool.map(_seed_card, jobs))
+
+
+def _seed_card(job: tuple[Scenario, str, str, int | None]) -> dict[str, Any]:
+    """One run's scorecard (a top-level function, so the process pool can call it)."""
     from load.scorecard import scorecard
     from load.sim.engine import simulate
 
     scenario, policy, algorithm, seed = job
-    totals: dict[str, Any] = scorecard(
-        simulate(scenario, make_policy(policy, algorithm), seed=seed)
-    )["totals"]
-    return totals
+    return scorecard(simulate(scenario, make_policy(policy, algorithm), seed=seed))
+
+
+def compare_alone(
+    scenario: Scenario, queue: str, policies: Sequence[str], algorithm: str, seeds: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Issue 33's priority measure: ``queue``'s p99 message age in ``scenario`` and alone on
+    its downstream (``Scenario.alone``), per policy, ``{"scenario", "queue", "policy",
+    "seeds", "runs", "ratio"}``. Each run is ``{"seed", "fleet_age_p99_s", "alone_age_p99_s",
+    "ratio"}`` (the fleet's age over the lone queue's; ``None`` where either did nothing), and
+    ``ratio`` their ``mean`` and ``worst`` (the highest), ``None`` when any run's is."""
+    lone = scenario.alone(queue)
+    jobs = [
+        (run, policy, algorithm, seed)
+        for policy in policies
+        for seed in seeds
+        for run in (scenario, lone)
+    ]
+    ages = [card["queues"][queue]["age_p99_s"] for card in _seed_cards(jobs)]
+    summaries = []
+    for index, policy in enumerate(policies):
+        runs = []
+        for position, seed in enumerate(seeds):
+            fleet, alone = ages[2 * (index * len(seeds) + position) :][:2]
+            ratio = round(fleet / alone, 3) if fleet is not None and alone else None
+            runs.append(
+                {"seed": seed, "fleet_age_p99_s": fleet, "alone_age_p99_s": alone, "ratio": ratio}
+            )
+        ratios = [run["ratio"] for run in runs]
+        known = None not in ratios
+        summaries.append(
+            {
+                "scenario": scenario.name,
+                "queue": queue,
+                "policy": policy,
+                "seeds": list(seeds),
+                "runs": runs,
+                "ratio": {
+                    "mean": round(sum(ratios) / len(ratios), 3) if known else None,
+                    "worst": max(ratios) if known else None,
+                },
+            }
+        )
+    return summaries
+
+
+def render_alone_table(summaries: Sequence[dict[str, Any]]) -> str:
+    """A row per (policy, seed): the queue's p99 age in the fleet and alone, and their ratio;
+    then each policy's mean and worst ratio."""
+    first = summaries[0]
+    title = (
+        f"queue {first['queue']} of {first['scenario']}: p99 message age (s) in the fleet and "
+        "alone on its downstream"
+    )
+    rows = [["policy", "seed", "fleet", "alone", "ratio"]]
+    for summary in summaries:
+        rows += [
+            [summary["policy"], str(run["seed"])]
+            + [_cell(run[key]) for key in ("fleet_age_p99_s", "alone_age_p99_s", "ratio")]
+            for run in summary["runs"]
+        ]
+        rows += [
+            [summary["policy"], stat, "", "", _cell(summary["ratio"][stat])]
+            for stat in ("mean", "worst")
+        ]
+    return "\n".join([title, *_aligned(rows, ["<", ">", ">", ">", ">"])]) + "\n"
 
 
 _COLUMNS = (
@@ -148,6 +214,9 @@ _COLUMNS = (
     ("ratio", "drain_ratio", ">"),
     ("esm", "esm_updates", ">"),
     ("react_s", "reaction_s", ">"),
+    ("goodput", "goodput_share", ">"),
+    ("gp_min", "goodput_share_min", ">"),
+    ("pause_s", "longest_pause_s", ">"),
 )
 
 
@@ -166,7 +235,8 @@ def render_table(cards: Sequence[dict[str, Any]], timings: Sequence[float]) -> s
                 named.append(("(total)", card["totals"]))
             for queue, score in named:
                 row = [card["policy"], queue]
-                row += [_cell(score[key]) for _, key, _ in _COLUMNS[2:]]
+                # A queue's row leaves the fleet's keys (its lowest share) blank.
+                row += [_cell(score[key]) if key in score else "" for _, key, _ in _COLUMNS[2:]]
                 row.append(f"{wall:.2f}")
                 rows.append(row)
         headers = [title for title, _, _ in _COLUMNS] + ["wall_s"]
@@ -186,6 +256,8 @@ _SEED_COLUMNS = (
     ("age_p50", "age_p50_s"),
     ("age_p99", "age_p99_s"),
     ("goodput", "goodput_share"),
+    ("gp_min", "goodput_share_min"),
+    ("pause_s", "longest_pause_s"),
     ("esm", "esm_updates"),
 )
 
@@ -255,7 +327,10 @@ def _draw_totals(job: tuple[str, int, int, str, str]) -> dict[str, Any]:
     from load.sim.families import draw_scenario
 
     family, seed, draw, policy, algorithm = job
-    return _seed_totals((draw_scenario(family, seed, draw), policy, algorithm, None))
+    totals: dict[str, Any] = _seed_card(
+        (draw_scenario(family, seed, draw), policy, algorithm, None)
+    )["totals"]
+    return totals
 
 
 _FAMILY_COLUMNS = (

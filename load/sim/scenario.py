@@ -11,7 +11,7 @@ scenario-level ones); per downstream ``noise_5xx_rate``, ``latency_model``, ``la
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.constants import (
@@ -94,6 +94,22 @@ class Scenario:
 
     def downstream(self, name: str) -> DownstreamSpec:
         return next(spec for spec in self.downstreams if spec.name == name)
+
+    def alone(self, queue: str) -> Scenario:
+        """This scenario with ``queue`` its only queue, on its downstream as it was (capacity,
+        latency, noise); the other queues and downstreams gone. Raises ``ValueError`` naming
+        the queues there are when there is no such queue."""
+        spec = next((spec for spec in self.queues if spec.name == queue), None)
+        if spec is None:
+            names = [spec.name for spec in self.queues]
+            listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if names[5:] else "")
+            raise ValueError(f"scenario {self.name} has no queue {queue!r} (its queues: {listed})")
+        return replace(
+            self,
+            name=f"{self.name}-alone-{queue}",
+            downstreams=(self.downstream(spec.downstream),),
+            queues=(spec,),
+        )
 
 
 def value_at(schedule: Schedule, t: float) -> float:

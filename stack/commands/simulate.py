@@ -12,15 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from load.progress import Progress
 from load.sim.families import FAMILIES, MAX_DRAWS, REPORTING_SEEDS
 from load.simulate import (
     BOUND_POLICIES,
     POLICY_NAMES,
+    compare_alone,
     parse_seeds,
+    render_alone_table,
     render_family_table,
     render_seed_table,
     render_table,
@@ -29,6 +32,9 @@ from load.simulate import (
     run_seeds,
 )
 from stack.errors import CliError
+
+if TYPE_CHECKING:
+    from load.sim.scenario import Scenario
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -94,6 +100,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="run every seed of a range or list (1-10, 3,5,8) and print the totals' mean and worst",
     )
     parser.add_argument(
+        "--alone",
+        metavar="QUEUE",
+        help=(
+            "with one --scenario: compare QUEUE's p99 message age in the scenario with its age "
+            "alone on the same downstream (the other queues gone), per policy and seed"
+        ),
+    )
+    parser.add_argument(
         "--json", action="store_true", help="print the scorecard JSON instead of a table"
     )
     parser.add_argument(
@@ -112,7 +126,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     from load.plot import plot_runs
     from load.recording import record_deliveries, write_recording
     from load.sim.engine import SIM_EPOCH
-    from load.sim.scenario import Scenario, ScenarioError, load_scenario, shipped_scenarios
+    from load.sim.scenario import ScenarioError, load_scenario, shipped_scenarios
 
     stream = out or sys.stdout
     if (args.scenario is None) == (args.family is None):
@@ -126,8 +140,8 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         scenarios: list[Scenario] = [load_scenario(name) for name in names]
     except ScenarioError as error:
         raise CliError(str(error)) from error
-    if (args.plot or args.record) and len(scenarios) != 1:
-        raise CliError("--plot and --record take one scenario; name it instead of 'all'")
+    if (args.plot or args.record or args.alone is not None) and len(scenarios) != 1:
+        raise CliError("--plot, --record and --alone take one scenario; name it instead of 'all'")
     policies = POLICY_NAMES if args.policy == "all" else (args.policy,)
     if args.record and "queuemesh" not in policies:
         raise CliError(
@@ -135,17 +149,15 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         )
     algorithm = args.algorithm or DEFAULT_ALGORITHM
     _check_algorithm(algorithm)
+    if args.alone is not None:
+        return _run_alone(args, scenarios[0], policies, algorithm, stream)
     for flag, target in (("--plot", args.plot), ("--record", args.record)):
         if target is not None and Path(target).is_dir():
             raise CliError(f"{flag} {target} is a directory; name a file in it")
     if args.seeds is not None:
-        if args.seed is not None or args.plot or args.record:
+        if args.plot or args.record:
             raise CliError("--seeds runs many seeds: leave out --seed, --plot and --record")
-        try:
-            seeds = parse_seeds(args.seeds)
-        except ValueError as error:
-            raise CliError(f"--seeds {args.seeds!r}: {error}") from error
-        summaries = run_seeds(scenarios, policies, algorithm, seeds)
+        summaries = run_seeds(scenarios, policies, algorithm, _seeds(args))
         if args.json:
             stream.write(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
             stream.write("\n")
@@ -177,6 +189,42 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     return 0
 
 
+def _seeds(args: argparse.Namespace) -> list[int]:
+    """The seeds ``--seeds`` names (not with ``--seed``)."""
+    if args.seed is not None:
+        raise CliError("--seeds runs many seeds: leave out --seed, --plot and --record")
+    try:
+        return parse_seeds(args.seeds)
+    except ValueError as error:
+        raise CliError(f"--seeds {args.seeds!r}: {error}") from error
+
+
+def _run_alone(
+    args: argparse.Namespace,
+    scenario: Scenario,
+    policies: Sequence[str],
+    algorithm: str,
+    stream: IO[str],
+) -> int:
+    """``--alone QUEUE``: the queue's p99 message age in the scenario and alone, per policy."""
+    if args.plot or args.record:
+        raise CliError("--alone compares message ages: leave out --plot and --record")
+    try:
+        scenario.alone(args.alone)
+    except ValueError as error:
+        raise CliError(f"--alone: {error}") from error
+    seeds = [scenario.seed if args.seed is None else args.seed]
+    if args.seeds is not None:
+        seeds = _seeds(args)
+    summaries = compare_alone(scenario, args.alone, policies, algorithm, seeds)
+    if args.json:
+        stream.write(json.dumps(summaries[0] if len(summaries) == 1 else summaries, indent=2))
+        stream.write("\n")
+    else:
+        stream.write(render_alone_table(summaries))
+    return 0
+
+
 def _run_family(args: argparse.Namespace, stream: IO[str]) -> int:
     """``--family``: draw, run, and print each family's scorecard."""
     from controller.policy import DEFAULT_ALGORITHM
@@ -186,8 +234,10 @@ def _run_family(args: argparse.Namespace, stream: IO[str]) -> int:
         raise CliError(f"--family needs --draws N (1-{MAX_DRAWS})")
     if not 1 <= args.draws <= MAX_DRAWS:
         raise CliError(f"--draws {args.draws}: draw 1-{MAX_DRAWS} scenarios")
-    if args.seeds is not None or args.plot or args.record:
-        raise CliError("--family draws its scenarios: leave out --seeds, --plot and --record")
+    if args.seeds is not None or args.plot or args.record or args.alone is not None:
+        raise CliError(
+            "--family draws its scenarios: leave out --seeds, --plot, --record and --alone"
+        )
     seed = REPORTING_SEEDS if args.seed is None else args.seed
     if seed < 1:
         raise CliError(f"--seed {seed}: a family's seed is 1 or more")

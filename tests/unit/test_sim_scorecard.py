@@ -14,6 +14,7 @@ from load.scorecard import max_min_fair, percentile, scorecard, seed_summary
 from load.sim.engine import simulate
 from load.sim.policies import StaticPolicy
 from load.sim.scenario import parse_scenario
+from load.sim.trace import QueueTrace, SimResult
 from load.simulate import parse_seeds
 from stack.cli import main
 from tests.unit.test_sim import tiny
@@ -252,3 +253,213 @@ def test_seeds_refuses_a_single_seed_plot_or_recording(
 ) -> None:
     assert main(["simulate", "--scenario", str(tiny_file), "--seeds", "1-2", "--seed", "3"]) == 2
     assert "--seeds runs many seeds" in capsys.readouterr().err
+
+
+# --- the fleet's keys: the lowest goodput share, the longest pause -----------------------------
+
+
+def hand_built(
+    ok: dict[str, list[int]], waiting: dict[str, list[int]], enabled: dict[str, list[bool]]
+) -> dict[str, Any]:
+    """The scorecard of a hand-built run: queues a and b on one downstream of 10 calls a
+    second, each second's 2xx calls, messages left waiting and mapping state as given."""
+    document = {
+        "name": "hand",
+        "duration_s": 3,
+        "seed": 1,
+        "telemetry_delay_s": [1, 2],
+        "downstreams": [{"name": "api", "capacity_rps": [[0, 10]], "latency_ms": 100}],
+        "queues": [
+            {
+                "name": name,
+                "downstream": "api",
+                "backlog": sum(ok[name]),
+                "batch_size": 1,
+                "visibility_timeout_s": 10,
+                "max_receive_count": 3,
+                "max_concurrency": 5,
+            }
+            for name in ok
+        ],
+    }
+    scenario = parse_scenario(json.dumps(document), "hand.json")
+    traces = {
+        name: QueueTrace(
+            name=name,
+            downstream="api",
+            messages_total=sum(ok[name]),
+            messages_done=sum(ok[name]),
+            calls_total=sum(ok[name]),
+            last_done_at=3.0,
+            calls_per_s=ok[name],
+            rejected_per_s=[0] * 3,
+            ok_per_s=ok[name],
+            enabled_per_s=enabled[name],
+            waiting_end_per_s=waiting[name],
+            ages_s=[1.0] * sum(ok[name]),
+        )
+        for name in ok
+    }
+    return scorecard(SimResult(scenario, "hand", 1, 3.0, traces, {"a": 0, "b": 0}, []))
+
+
+def test_the_fleets_lowest_goodput_share_and_longest_pause() -> None:
+    # Demands (2xx + waiting): a 15, 15, 5; b 2, 2, 0. Max-min fair shares of 10 a second:
+    # b gets its 2 and a the other 8 in seconds 0 and 1; a gets its 5 in second 2.
+    card = hand_built(
+        ok={"a": [5, 5, 5], "b": [2, 2, 0]},
+        waiting={"a": [10, 10, 0], "b": [0, 0, 0]},
+        enabled={"a": [True, False, False], "b": [False, True, False]},
+    )
+    queues, totals = card["queues"], card["totals"]
+    assert queues["a"]["goodput_share"] == round(15 / 21, 4)
+    assert queues["b"]["goodput_share"] == 1.0
+    assert totals["goodput_share_min"] == round(15 / 21, 4)
+    # The pooled share beside it: 19 answered of the 25 the downstream could have answered.
+    assert totals["goodput_share"] == 0.76
+    assert (queues["a"]["longest_pause_s"], queues["b"]["longest_pause_s"]) == (2, 1)
+    assert totals["longest_pause_s"] == 2
+    assert "goodput_share_min" not in queues["a"]
+
+
+def test_a_queue_its_downstream_could_serve_nothing_has_no_share_in_the_minimum() -> None:
+    # b never had work: no fair share, no goodput share, so the minimum is a's alone.
+    card = hand_built(
+        ok={"a": [5, 5, 5], "b": [0, 0, 0]},
+        waiting={"a": [10, 10, 0], "b": [0, 0, 0]},
+        enabled={"a": [True] * 3, "b": [True] * 3},
+    )
+    assert card["queues"]["b"]["goodput_share"] is None
+    assert card["totals"]["goodput_share_min"] == card["queues"]["a"]["goodput_share"]
+    assert card["totals"]["longest_pause_s"] == 0
+
+
+def test_the_fleets_keys_are_in_the_table_and_their_worst_over_seeds() -> None:
+    summary = seed_summary(
+        "s",
+        "p",
+        [
+            (1, {"goodput_share_min": 0.4, "longest_pause_s": 30}),
+            (2, {"goodput_share_min": 0.6, "longest_pause_s": 10}),
+        ],
+    )
+    assert summary["worst"] == {"goodput_share_min": 0.4, "longest_pause_s": 30}
+    assert summary["mean"] == {"goodput_share_min": 0.5, "longest_pause_s": 20.0}
+
+
+def test_the_run_table_shows_the_lowest_share_on_the_total_row_only(
+    tiny_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(tiny_file.read_text(encoding="utf-8"))
+    document["queues"].append({**document["queues"][0], "name": "r"})
+    tiny_file.write_text(json.dumps(document), encoding="utf-8")
+    assert main(["simulate", "--scenario", str(tiny_file), "--policy", "static"]) == 0
+    header, *rows = capsys.readouterr().out.splitlines()[1:]
+    assert header.split()[-4:] == ["goodput", "gp_min", "pause_s", "wall_s"]
+    cells = {row.split()[1]: row.split() for row in rows}
+    # A queue's row has no gp_min cell: its goodput is third from the end, as the total's
+    # lowest share is; nothing paused.
+    assert len(cells["q"]) == len(cells["(total)"]) - 1
+    assert cells["(total)"][-3] == min(cells["q"][-3], cells["r"][-3])
+    assert cells["(total)"][-2] == cells["q"][-2] == "0"
+
+
+# --- the priority measure: a queue in its fleet and alone --------------------------------------
+
+
+def test_a_queue_alone_keeps_its_downstream_and_settings() -> None:
+    scenario = parse_scenario(
+        json.dumps(
+            {
+                "name": "pair",
+                "duration_s": 30,
+                "seed": 1,
+                "telemetry_delay_s": [1, 2],
+                "downstreams": [
+                    {"name": "api", "capacity_rps": [[0, 50]], "latency_ms": 50},
+                    {"name": "other", "capacity_rps": [[0, 20]], "latency_ms": 10},
+                ],
+                "queues": [
+                    {
+                        "name": name,
+                        "downstream": downstream,
+                        "backlog": 100,
+                        "batch_size": 5,
+                        "visibility_timeout_s": 10,
+                        "max_receive_count": 3,
+                        "max_concurrency": 4,
+                        "priority": 3,
+                    }
+                    for name, downstream in (("a", "api"), ("b", "api"), ("c", "other"))
+                ],
+            }
+        ),
+        "pair.json",
+    )
+    lone = scenario.alone("b")
+    assert lone.name == "pair-alone-b"
+    assert lone.queues == (scenario.queues[1],)
+    assert lone.downstreams == (scenario.downstream("api"),)
+    assert (lone.duration_s, lone.seed) == (scenario.duration_s, scenario.seed)
+    with pytest.raises(ValueError, match=r"no queue 'z' \(its queues: a, b, c\)"):
+        scenario.alone("z")
+
+
+def test_alone_prints_the_queues_age_in_the_fleet_alone_and_their_ratio(
+    tiny_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    document = json.loads(tiny_file.read_text(encoding="utf-8"))
+    document["queues"].append({**document["queues"][0], "name": "r"})
+    tiny_file.write_text(json.dumps(document), encoding="utf-8")
+    args = ["simulate", "--scenario", str(tiny_file), "--alone", "q", "--policy", "static"]
+    assert main([*args, "--seeds", "1-2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["scenario"], summary["queue"], summary["policy"]) == ("tiny", "q", "static")
+    assert [run["seed"] for run in summary["runs"]] == [1, 2]
+    for run in summary["runs"]:
+        # Two queues on the capacity one had alone: its messages wait longer in the fleet.
+        assert run["fleet_age_p99_s"] > run["alone_age_p99_s"] > 0
+        assert run["ratio"] == round(run["fleet_age_p99_s"] / run["alone_age_p99_s"], 3)
+    ratios = [run["ratio"] for run in summary["runs"]]
+    assert summary["ratio"] == {"mean": round(sum(ratios) / 2, 3), "worst": max(ratios)}
+    # The fleet's run is the scenario's own run of that seed.
+    assert main([*args[:3], "--seed", "2", "--policy", "static", "--json"]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert summary["runs"][1]["fleet_age_p99_s"] == card["queues"]["q"]["age_p99_s"]
+    assert main([*args, "--seed", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("queue q of tiny: p99 message age (s)")
+    assert out.splitlines()[2].split()[:2] == ["static", "2"]
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--alone", "nope"], "--alone: scenario tiny has no queue 'nope' (its queues: q)"),
+        (["--alone", "q", "--plot", "x.png"], "--alone compares message ages: leave out --plot"),
+        (["--alone", "q", "--seeds", "1-2", "--seed", "3"], "--seeds runs many seeds"),
+        (["--alone", "q", "--seeds", "2-1"], "--seeds '2-1': the range 2-1 runs backwards"),
+    ],
+)
+def test_alone_refuses_bad_arguments_in_one_line(
+    args: list[str], complaint: str, tiny_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--scenario", str(tiny_file), *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "Traceback" not in captured.err
+    assert complaint in captured.err and captured.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "complaint"),
+    [
+        (["--scenario", "all", "--alone", "q"], "--plot, --record and --alone take one scenario"),
+        (["--family", "fleet", "--draws", "1", "--alone", "q"], "leave out --seeds, --plot"),
+    ],
+)
+def test_alone_takes_one_named_scenario(
+    args: list[str], complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", *args]) == 2
+    err = capsys.readouterr().err
+    assert complaint in err and err.count("\n") == 1
