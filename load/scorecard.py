@@ -316,13 +316,22 @@ def family_summary(
         )
         if bounded
         else None,
+        "goodput_share_min": spread(
+            [totals["goodput_share_min"] for totals in runs], lower_is_worse=True
+        ),
+        "longest_pause_s": spread([totals["longest_pause_s"] for totals in runs]),
     }
 
 
-def spread(values: Sequence[float | None]) -> dict[str, float | None]:
-    """``{mean, p90, worst}`` of per-draw values where higher is worse; ``None`` ranks as
-    infinite: it is the worst (and the p90 when a tenth of the draws have it), and the mean is
-    over the numbers (``None`` when there are none)."""
+def spread(values: Sequence[float | None], lower_is_worse: bool = False) -> dict[str, float | None]:
+    """``{mean, p90, worst}`` of per-draw values where higher is worse (``lower_is_worse``: the
+    p90 is the value nine draws in ten are at or above, the worst the lowest); ``None`` ranks as
+    the worst of all: it is the worst (and the p90 when a tenth of the draws have it), and the
+    mean is over the numbers (``None`` when there are none)."""
+    if lower_is_worse:
+        flipped = spread([None if value is None else -value for value in values])
+        # Adding 0.0 turns a negated zero into 0.0.
+        return {key: None if value is None else -value + 0.0 for key, value in flipped.items()}
     numbers = [value for value in values if value is not None]
     ranked = [math.inf if value is None else value for value in values]
     p90 = percentile(ranked, 0.90)

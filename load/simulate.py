@@ -340,6 +340,8 @@ _FAMILY_COLUMNS = (
     ("drain_ratio", "drain_ratio"),
     ("timed_out", "timed_out_share"),
     ("in_bound", "draws_within_bound_rule"),
+    ("gp_min", "goodput_share_min"),
+    ("pause_s", "longest_pause_s"),
 )
 
 

@@ -263,6 +263,8 @@ def totals(
     dlq: int = 0,
     timed_out: int = 0,
     calls: int = 1000,
+    goodput_min: float | None = 0.8,
+    pause: int = 0,
 ) -> dict[str, Any]:
     return {
         "wasted_ratio": wasted,
@@ -272,6 +274,8 @@ def totals(
         "dlq_messages": dlq,
         "calls_timed_out": timed_out,
         "calls_total": calls,
+        "goodput_share_min": goodput_min,
+        "longest_pause_s": pause,
     }
 
 
@@ -281,6 +285,11 @@ def test_spread_is_mean_nearest_rank_p90_and_worst_with_none_as_infinite() -> No
     assert spread([1.0, None, 3.0]) == {"mean": 2.0, "p90": None, "worst": None}
     assert spread([*values[:9], None]) == {"mean": 5.0, "p90": 9.0, "worst": None}
     assert spread([]) == {"mean": None, "p90": None, "worst": None}
+    # Where lower is worse (a goodput share), the p90 is the value nine draws in ten reach.
+    shares = [value / 10 for value in values]
+    assert spread(shares, lower_is_worse=True) == {"mean": 0.55, "p90": 0.2, "worst": 0.1}
+    assert spread([0.0, None], lower_is_worse=True) == {"mean": 0.0, "p90": None, "worst": None}
+    assert str(spread([0.0], lower_is_worse=True)["worst"]) == "0.0"
 
 
 def test_harm_needs_a_clean_static_run_and_a_slower_drain_or_older_messages() -> None:
@@ -308,8 +317,12 @@ def test_family_summary_keys_counts_and_bound_rule() -> None:
         # Outside: wastes too much; then drains too slowly.
         {"static": totals(), "hindsight": bound, "q": totals(wasted=0.051, drain_ratio=1.0)},
         {"static": totals(), "hindsight": bound, "q": totals(drain_ratio=1.66)},
-        # No bound on this draw; it dead-letters and times out a fifth of its calls.
-        {"static": totals(), "q": totals(dlq=3, timed_out=200, drain_ratio=None)},
+        # No bound on this draw; it dead-letters and times out a fifth of its calls, starves
+        # a queue and pauses one for 40 s.
+        {
+            "static": totals(),
+            "q": totals(dlq=3, timed_out=200, drain_ratio=None, goodput_min=0.2, pause=40),
+        },
     ]
     summary = family_summary("throttling", "q", 1001, draws)
     assert list(summary) == [
@@ -323,6 +336,8 @@ def test_family_summary_keys_counts_and_bound_rule() -> None:
         "drain_ratio",
         "timed_out_share",
         "draws_within_bound_rule",
+        "goodput_share_min",
+        "longest_pause_s",
     ]
     assert summary["draws"] == 4 and summary["seed"] == 1001
     assert summary["dead_letter_draws"] == 1
@@ -330,6 +345,8 @@ def test_family_summary_keys_counts_and_bound_rule() -> None:
     assert summary["wasted"] == {"mean": 0.0253, "p90": 0.051, "worst": 0.051}
     assert summary["timed_out_share"] == {"mean": 0.05, "p90": 0.2, "worst": 0.2}
     assert summary["drain_ratio"]["worst"] is None
+    assert summary["goodput_share_min"] == {"mean": 0.65, "p90": 0.2, "worst": 0.2}
+    assert summary["longest_pause_s"] == {"mean": 10.0, "p90": 40, "worst": 40}
     unbounded = [{key: run for key, run in draw.items() if key != "hindsight"} for draw in draws]
     assert family_summary("x", "q", 1, unbounded)["draws_within_bound_rule"] is None
 
