@@ -4,6 +4,7 @@ API (load/sim/engine.py runs them on virtual time; its docstring says what is mo
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 from collections import deque
@@ -243,6 +244,11 @@ class SimQueue:
         return self.fresh + len(self.retry) + self.pending_returns
 
 
+# Messages by which a quiet time falls short of the exact one: a float sum of a schedule is off
+# by far less (a millionth of a message), so a read skipped before it never missed one.
+QUIET_MARGIN = 1e-6
+
+
 def arrived_by(backlog: int, arrivals: Schedule, t: float) -> int:
     """Messages that have entered a queue by time ``t`` (the backlog is there at 0)."""
     return Arrivals(backlog, arrivals).by(t)
@@ -254,10 +260,12 @@ class Arrivals:
     Each read goes on from the segment of the schedule the last one fell in, where summing the
     schedule from its start cost a fleet's every queue a pass over its steps ten times a
     simulated second. The sum of the segments already passed is kept in the order a sum from
-    the start makes it, so each count is exactly the one such a sum gives.
+    the start makes it, so each count is exactly the one such a sum gives. ``quiet_until``:
+    no read before it can count a new message (at the fastest rate still to come, the next
+    message is not in before then), so the engine need not read.
     """
 
-    __slots__ = ("backlog", "before", "index", "schedule")
+    __slots__ = ("backlog", "before", "index", "peaks", "quiet_until", "schedule")
 
     def __init__(self, backlog: int, schedule: Schedule) -> None:
         self.backlog = backlog
@@ -265,6 +273,9 @@ class Arrivals:
         # The segment the last read fell in, and the messages of the segments before it.
         self.index = 0
         self.before = 0.0
+        # The fastest rate from each segment on.
+        self.peaks = list(itertools.accumulate((rate for _, rate in reversed(schedule)), max))[::-1]
+        self.quiet_until = 0.0
 
     def by(self, t: float) -> int:
         """Messages that have entered the queue by ``t`` (at or after the last read's time)."""
@@ -278,7 +289,13 @@ class Arrivals:
         if start < t:
             end = schedule[self.index + 1][0] if self.index + 1 < len(schedule) else math.inf
             total += rate * (min(t, end) - start)
-        return self.backlog + math.floor(total + 1e-9)
+        count = self.backlog + math.floor(total + 1e-9)
+        peak = self.peaks[self.index]
+        # The messages still to come before the count grows, less a margin far above the
+        # rounding of the sums, at the fastest rate still to come.
+        short = count + 1 - self.backlog - 1e-9 - total - QUIET_MARGIN
+        self.quiet_until = math.inf if peak <= 0 else t + max(0.0, short) / peak
+        return count
 
 
 def arrivals_end(arrivals: Schedule, duration_s: float) -> float:
