@@ -173,17 +173,14 @@ class _Run:
         self.busy_until = 0.0
         self.in_transit: list[tuple[float, int, Sample]] = []
         self.deliveries: list[TelemetryDelivery] = []
-        # The queues whose messages are still to enter, each with its arrivals and when they end
-        # (a queue leaves the list at the first step at or after its end: its count is final).
-        self.arriving = [
-            (
-                queue,
-                Arrivals(queue.spec.backlog, queue.spec.arrivals_rps),
-                arrivals_end(queue.spec.arrivals_rps, scenario.duration_s),
-            )
-            for queue in self.queues
+        # Each queue's arrivals (once they are over, quiet for ever).
+        self.arrivals = [
+            (queue, Arrivals(queue.spec.backlog, queue.spec.arrivals_rps)) for queue in self.queues
         ]
-        self.arrivals_over = max((end for _, _, end in self.arriving), default=0.0)
+        self.arrivals_over = max(
+            (arrivals_end(spec.arrivals_rps, scenario.duration_s) for spec in scenario.queues),
+            default=0.0,
+        )
 
     def push(self, time: float, kind: int, payload: object) -> None:
         self.sequence += 1
@@ -249,7 +246,7 @@ class _Run:
 
         A queue whose mapping is as it was is left alone: every event that could let it start
         an invocation has dispatched it already, so setting and dispatching it again changed
-        nothing, at a cost per queue and controller run that was a fleet's largest but one.
+        nothing, at a cost per queue and controller run (on a fleet, most queues at most runs).
         """
         settings = self.policy.mappings()
         for queue in self.queues:
@@ -363,7 +360,7 @@ class _Run:
         self.dispatch(queue, now)
 
     def arrive(self, now: float, step: int) -> None:
-        for queue, arrivals, _ in self.arriving:
+        for queue, arrivals in self.arrivals:
             if now < arrivals.quiet_until:
                 continue
             total = arrivals.by(now)
@@ -372,7 +369,6 @@ class _Run:
                 queue.trace.messages_total = total
                 queue.arrivals = total
                 self.dispatch(queue, now)
-        self.arriving = [entry for entry in self.arriving if entry[2] > now]
         if now < self.arrivals_over:
             next_step = step + 1
             self.push(next_step * ARRIVAL_STEP_S, _ARRIVALS, next_step)
