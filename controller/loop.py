@@ -28,6 +28,7 @@ from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.model import (
     AuditEvent,
     Decision,
+    GroupReport,
     QueueConfig,
     QueueState,
     QueueStateName,
@@ -51,6 +52,7 @@ from controller.ports import (
     QueueBacklog,
 )
 from controller.settings import PolicyParams, SettingsError
+from controller.shares import GroupReportWriter
 from controller.window import Evidence
 
 # How long after a complete sweep for paused queues without a wake-up (``ControlLoop.tick``)
@@ -81,6 +83,11 @@ class BatchResult:
     @property
     def planned(self) -> list[Decision]:
         return [] if self.plan is None else self.plan.decisions
+
+    @property
+    def groups(self) -> tuple[GroupReport, ...]:
+        """What the plan decided for each group of queues sharing a downstream."""
+        return () if self.plan is None else self.plan.groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,7 @@ class ControlLoop:
         self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
         self.book = QueueBook(capacity, retention_s)
         self.executor = executor or AwsExecutor(ledger, actuator, monotonic)
+        self.group_reports = GroupReportWriter(capacity)
         self._config_ttl_s = config_ttl_s
         self._monotonic = monotonic
         # The wake-up sweep (``tick``): when the next one starts (a cold container's first
@@ -421,3 +429,11 @@ class ControlLoop:
         result.done = execution.done
         if execution.fault is not None:
             raise execution.fault
+        self._write_group_reports(planned)
+
+    def _write_group_reports(self, planned: Plan) -> None:
+        """Each group's report into the ledger where it changed (``queuemesh status`` reads
+        it); a write that fails is counted, never the batch's failure."""
+        unwritten = self.group_reports.write(planned.groups, self.ledger)
+        if unwritten:
+            self.book.count(Count.GROUP_REPORTS_UNWRITTEN, unwritten)
