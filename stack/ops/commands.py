@@ -35,7 +35,7 @@ from controller.registration import (
 )
 from stack.aws import AwsTarget, add_target_arguments, aws_errors, explain, root_cause
 from stack.errors import CliError, quoted
-from stack.ops.fleet import FleetOps, Standing, StatusRow, iso_time
+from stack.ops.fleet import FleetOps, Standing, StatusRow, iso_time, reports_of
 
 MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
 POLICY_FLAGS = ("t1", "t2", "beta", "alpha", "cmin", "cmax")
@@ -123,9 +123,8 @@ def status_table(rows: Sequence[StatusRow]) -> str:
 def group_tables(rows: Sequence[StatusRow]) -> str:
     """Each group the queues are in, by name: its capacity estimate, then each member's
     share, level and whether it is paused to share (empty when no queue is in a group)."""
-    reports = {row.group.report.group: row.group.report for row in rows if row.group is not None}
     sections = []
-    for name, report in sorted(reports.items()):
+    for report in reports_of(rows):
         capacity = (
             "not known yet" if report.capacity_rps is None else f"{report.capacity_rps:.1f} calls/s"
         )
@@ -134,7 +133,7 @@ def group_tables(rows: Sequence[StatusRow]) -> str:
             (m.queue, f"{m.share_rps:.1f}", str(m.level), "yes" if m.paused else "no")
             for m in report.members
         ]
-        title = f"group {name}: capacity {capacity} (decided {iso_time(report.at)})"
+        title = f"group {report.group}: capacity {capacity} (decided {iso_time(report.at)})"
         sections.append(title + "\n" + _table(header, body))
     return "\n\n".join(sections)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -70,6 +70,12 @@ class GroupPart:
             "paused_to_share": self.share.paused,
             "decided_at": iso_time(self.report.at),
         }
+
+
+def reports_of(rows: Iterable[StatusRow]) -> list[GroupReport]:
+    """The reports of the groups the rows' queues are in, by group name."""
+    reports = {row.group.report.group: row.group.report for row in rows if row.group is not None}
+    return [reports[name] for name in sorted(reports)]
 
 
 def report_json(report: GroupReport) -> dict[str, Any]:
