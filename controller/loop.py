@@ -31,7 +31,6 @@ from controller.model import (
     GroupReport,
     QueueConfig,
     QueueState,
-    QueueStateName,
 )
 from controller.planner import Plan, plan, probing, revised, step_for
 from controller.policy import (
@@ -375,14 +374,8 @@ class ControlLoop:
             return None
         cmax = self.params_for(config).cmax
         concurrency = view.max_concurrency if view.max_concurrency is not None else cmax
-        state = QueueState(
-            queue=config.queue,
-            esm_uuid=config.esm_uuid,
-            state=QueueStateName.HEALTHY,
-            concurrency=concurrency,
-            previous_concurrency=concurrency,
-            last_evaluated_at=now,
-            enabled=view.enabled,
+        state = QueueState.first(
+            config.queue, config.esm_uuid, concurrency, enabled=view.enabled, at=now
         )
         self.book.first_state(state)
         return state

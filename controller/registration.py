@@ -26,7 +26,6 @@ from controller.model import (
     Mode,
     QueueConfig,
     QueueState,
-    QueueStateName,
 )
 from controller.ports import (
     ActuationError,
@@ -230,14 +229,7 @@ def record_operator_change(
         current = ledger.get_states([config.queue]).get(config.queue)
         value = concurrency if concurrency is not None else _fallback(current, view)
         if current is None:
-            current = QueueState(
-                queue=config.queue,
-                esm_uuid=config.esm_uuid,
-                state=QueueStateName.HEALTHY,
-                concurrency=value,
-                previous_concurrency=value,
-                enabled=view.enabled,
-            )
+            current = QueueState.first(config.queue, config.esm_uuid, value, enabled=view.enabled)
         previous_value = view.max_concurrency or current.concurrency
         enabled_now = view.enabled if enabled is None else enabled
         state = current.evolve(
