@@ -237,12 +237,7 @@ class DynamoLedger:
         return True
 
     def put_config(self, config: QueueConfig) -> None:
-        self._call(
-            f"put config of {config.queue}",
-            "put_item",
-            TableName=self.table_name,
-            Item=self._wire(codec.encode_config(config)),
-        )
+        self._put(f"put config of {config.queue}", codec.encode_config(config))
 
     def merge_config(self, config: QueueConfig) -> None:
         """Point the queue's CONFIG item at ``config``'s mapping and keep whatever else it
@@ -294,12 +289,7 @@ class DynamoLedger:
         return codec.entries_since([codec.decode_audit(item) for item in items], since)
 
     def put_group_report(self, report: GroupReport) -> None:
-        self._call(
-            f"put report of group {report.group}",
-            "put_item",
-            TableName=self.table_name,
-            Item=self._wire(codec.encode_group_report(report)),
-        )
+        self._put(f"put report of group {report.group}", codec.encode_group_report(report))
 
     def group_reports(self) -> list[GroupReport]:
         items = self._scan(codec.GROUP_SK)
@@ -364,6 +354,10 @@ class DynamoLedger:
             start = page.get("LastEvaluatedKey")
             if not start:
                 return items
+
+    def _put(self, what: str, item: codec.Item) -> None:
+        """One unconditional PutItem: ``item`` replaces whatever its key held."""
+        self._call(what, "put_item", TableName=self.table_name, Item=self._wire(item))
 
     def _call(self, what: str, operation: str, **params: Any) -> dict[str, Any]:
         try:

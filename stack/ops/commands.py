@@ -35,7 +35,7 @@ from controller.registration import (
 )
 from stack.aws import AwsTarget, add_target_arguments, aws_errors, explain, root_cause
 from stack.errors import CliError, quoted
-from stack.ops.fleet import FleetOps, Standing, StatusRow, iso_time, reports_of
+from stack.ops.fleet import FleetOps, StatusRow, iso_time, reports_of
 
 MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
 POLICY_FLAGS = ("t1", "t2", "beta", "alpha", "cmin", "cmax")
@@ -301,8 +301,9 @@ def adapter_errors(target: AwsTarget, table: str) -> Iterator[None]:
             ) from error
 
 
-def _standing(args: argparse.Namespace) -> Standing:
-    """``--group``, ``--weight``, ``--priority``, checked before any call."""
+def _standing(args: argparse.Namespace) -> dict[str, Any]:
+    """``--group``, ``--weight``, ``--priority`` as ``register_queue``'s keywords, checked
+    before any call."""
     weight = DEFAULT_WEIGHT if args.weight is None else _number("--weight", args.weight)
     priority = DEFAULT_PRIORITY
     if args.priority is not None:
@@ -316,7 +317,7 @@ def _standing(args: argparse.Namespace) -> Standing:
         check_standing(args.group, weight, priority)
     except OperatorError as error:
         raise CliError(f"--{error}") from error
-    return Standing(args.group, weight, priority)
+    return {"group": args.group, "weight": weight, "priority": priority}
 
 
 def _number(flag: str, raw: str) -> float:
@@ -335,7 +336,7 @@ def _register(args: argparse.Namespace) -> int:
         raise CliError(f"--esm: {error}") from error
     standing = _standing(args)
     with fleet(args) as ops:
-        config, view = ops.register(args.queue, esm_uuid, overrides, mode, standing)
+        config, view = ops.register(args.queue, esm_uuid, overrides, mode, **standing)
     print(
         f"registered {config.queue}: mapping {config.esm_uuid} ({view.state}, "
         f"MaximumConcurrency {concurrency_text(view)}), mode {config.mode.value}"

@@ -46,15 +46,6 @@ STATUS_THREADS = 8
 
 
 @dataclass(frozen=True, slots=True)
-class Standing:
-    """A queue's standing in its downstream's group, as registered (``QueueConfig``)."""
-
-    group: str | None = None
-    weight: float = DEFAULT_WEIGHT
-    priority: int = DEFAULT_PRIORITY
-
-
-@dataclass(frozen=True, slots=True)
 class GroupPart:
     """A queue's part in the last report of its group (the ledger's GROUP item)."""
 
@@ -212,9 +203,13 @@ class FleetOps:
         esm_uuid: str,
         overrides: Mapping[str, float],
         mode: Mode,
-        standing: Standing = Standing(),
+        *,
+        group: str | None = None,
+        weight: float = DEFAULT_WEIGHT,
+        priority: int = DEFAULT_PRIORITY,
     ) -> tuple[QueueConfig, MappingView]:
-        """See ``controller.registration.register_queue``: the one registration path."""
+        """See ``controller.registration.register_queue``: the one registration path (the
+        queue's standing in its downstream's group included)."""
         return register_queue(
             self.ledger,
             self.actuator,
@@ -224,9 +219,9 @@ class FleetOps:
             mode,
             clock=self._clock,
             deadline=self._deadline,
-            group=standing.group,
-            weight=standing.weight,
-            priority=standing.priority,
+            group=group,
+            weight=weight,
+            priority=priority,
         )
 
     def pin(self, queue: str, concurrency: int) -> tuple[int | None, int]:
