@@ -422,11 +422,16 @@ class ControlLoop:
         result.done = execution.done
         if execution.fault is not None:
             raise execution.fault
-        self._write_group_reports(planned)
+        self._write_group_reports(planned, deadline)
 
-    def _write_group_reports(self, planned: Plan) -> None:
+    def _write_group_reports(self, planned: Plan, deadline: float) -> None:
         """Each group's report into the ledger where it changed (``queuemesh status`` reads
-        it); a write that fails is counted, never the batch's failure."""
-        unwritten = self.group_reports.write(planned.groups, self.ledger)
+        it), each write started with a step's time in hand; a write that fails or is not
+        started is counted, never the batch's failure."""
+        unwritten = self.group_reports.write(
+            planned.groups,
+            self.ledger,
+            lambda: self._monotonic() + STEP_BUDGET_S <= deadline,
+        )
         if unwritten:
             self.book.count(Count.GROUP_REPORTS_UNWRITTEN, unwritten)

@@ -10,7 +10,7 @@ the decisions themselves are in the queues' own items.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from aws_lambda_powertools.metrics import EphemeralMetrics, MetricUnit
 
@@ -58,12 +58,22 @@ class GroupReportWriter:
     def __init__(self, capacity: int = CACHED_QUEUES) -> None:
         self._written: LruCache[str, GroupReport] = LruCache(capacity)
 
-    def write(self, reports: Iterable[GroupReport], ledger: Ledger) -> int:
-        """Put every changed report; how many could not be written (they are tried again
-        with the group's next report)."""
+    def write(
+        self,
+        reports: Iterable[GroupReport],
+        ledger: Ledger,
+        in_time: Callable[[], bool] = lambda: True,
+    ) -> int:
+        """Put every changed report while ``in_time()`` holds; how many changed reports were
+        not written (they are tried again with the group's next report). After a write
+        fails, the rest are not tried: the ledger's retries would only spend the time
+        left to the invocation's other work."""
         unwritten = 0
         for report in reports:
             if same_report(self._written.get(report.group), report):
+                continue
+            if unwritten or not in_time():
+                unwritten += 1
                 continue
             try:
                 ledger.put_group_report(report)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -50,11 +51,17 @@ def payments(plan: Plan, capacity: float = 80.0, paused: bool = False) -> tuple[
 
 
 class PutGroupDown(InMemoryLedger):
-    """The twin whose GROUP writes fail while ``down``; everything else works."""
+    """The twin whose GROUP writes fail while ``down`` (each one tried is in ``tried``);
+    everything else works."""
 
     down = True
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tried: list[str] = []
+
     def put_group_report(self, report: GroupReport) -> None:
+        self.tried.append(report.group)
         if self.down:
             raise LedgerError("injected: put report")
         super().put_group_report(report)
@@ -123,15 +130,40 @@ def test_capacity_and_shares_change_the_report_beyond_the_tolerance() -> None:
 
 
 def test_a_steady_group_is_written_once() -> None:
-    ledger = InMemoryLedger(memory_types=memory_type)
+    ledger = PutGroupDown(memory_types=memory_type)
+    ledger.down = False
     writer = GroupReportWriter()
-    writes = []
-    ledger.put_group_report = writes.append  # type: ignore[method-assign]
     for now in (100.0, 110.0, 120.0):
         assert writer.write(payments(Plan(now)), ledger) == 0
-    assert [report.at for report in writes] == [100.0]
+    assert ledger.tried == ["payments"]
+    assert [report.at for report in ledger.group_reports()] == [100.0]
     writer.write(payments(Plan(130.0), paused=True), ledger)
-    assert [report.at for report in writes] == [100.0, 130.0]
+    assert ledger.tried == ["payments"] * 2
+    assert [report.at for report in ledger.group_reports()] == [130.0]
+
+
+def two_groups(now: float) -> tuple[GroupReport, ...]:
+    [payments_report] = payments(Plan(now))
+    return payments_report, dataclasses.replace(payments_report, group="messaging")
+
+
+def test_after_a_failed_write_the_other_groups_wait_for_their_next_report() -> None:
+    ledger = PutGroupDown(memory_types=memory_type)
+    writer = GroupReportWriter()
+    assert writer.write(two_groups(100.0), ledger) == 2
+    assert ledger.tried == ["payments"]
+    ledger.down = False
+    assert writer.write(two_groups(110.0), ledger) == 0
+    assert [report.group for report in ledger.group_reports()] == ["messaging", "payments"]
+
+
+def test_no_write_starts_without_the_time_for_it() -> None:
+    ledger = InMemoryLedger(memory_types=memory_type)
+    writer = GroupReportWriter()
+    assert writer.write(two_groups(100.0), ledger, in_time=lambda: False) == 2
+    assert ledger.group_reports() == []
+    assert writer.write(two_groups(110.0), ledger) == 0
+    assert len(ledger.group_reports()) == 2
 
 
 # -- the control loop ------------------------------------------------------------------------
