@@ -6,7 +6,6 @@ the adapters they need.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections import Counter
@@ -21,9 +20,9 @@ from controller.book import Count
 from controller.constants import is_queue_name
 from controller.events import EventOutbox
 from controller.evidence import EvidenceReader, position
-from controller.health import health_document, skip_documents
+from controller.health import health_document, serialized, skip_documents
 from controller.loop import ControlLoop
-from controller.model import Decision
+from controller.model import Decision, GroupReport
 from controller.ports import ActuationError, LedgerError
 from controller.schema import (
     CONTROLLER_NAMESPACE,
@@ -31,6 +30,7 @@ from controller.schema import (
     DecisionMetric,
     HealthMetric,
 )
+from controller.shares import group_documents
 from controller.telemetry import (
     DEFAULT_NAMESPACE,
     ORDINARY_SKIPS,
@@ -50,6 +50,8 @@ HEALTH_COUNTERS: Final = {
     HealthMetric.DRIFT_ADOPTED: Count.DRIFT_DETECTED,
     HealthMetric.CLAIMS_RECONCILED: Count.ACTUATIONS_RECONCILED,
     HealthMetric.VERSION_CONFLICTS: Count.VERSION_CONFLICTS,
+    HealthMetric.BACKLOG_READ_FAILURES: Count.BACKLOG_READ_FAILURES,
+    HealthMetric.GROUP_REPORTS_UNWRITTEN: Count.GROUP_REPORTS_UNWRITTEN,
 }
 # The loop's counts of what it skipped, reported by reason (``CONTROLLER_SKIPPED``) with the
 # decoder's skips: samples not windowed, queues not decided this time.
@@ -154,7 +156,7 @@ class ControllerApp:
         if result.fault is not None:
             raise result.fault
         outcome = BatchOutcome(decisions=result.done, due=result.due)
-        self._report(outcome, result.planned)
+        self._report(outcome, result.planned, result.groups)
         return outcome
 
     def process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
@@ -198,7 +200,7 @@ class ControllerApp:
             # are skipped here as already windowed, re-read by a recycled container).
             return self._retry_batch(outcome, records, result.fault)
         outcome.decisions = result.done
-        self._report(outcome, result.planned)
+        self._report(outcome, result.planned, result.groups)
         return outcome
 
     def evaluate_manual(self, event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
@@ -247,8 +249,14 @@ class ControllerApp:
         outcome.skipped[BATCH_RETRIED] += 1
         return outcome
 
-    def _report(self, outcome: BatchOutcome, decided: Sequence[Decision]) -> None:
-        """Per-queue EMF for the dashboard (one document per queue), and a log line per change."""
+    def _report(
+        self,
+        outcome: BatchOutcome,
+        decided: Sequence[Decision],
+        groups: Sequence[GroupReport] = (),
+    ) -> None:
+        """Per-queue EMF for the dashboard (one document per queue), the group metrics (one
+        document per group and per member), and a log line per change."""
         now = self._clock()
         for decision in decided:
             paused_since = decision.new_state.paused_since
@@ -268,7 +276,9 @@ class ControllerApp:
             )
             metrics.add_metric(name=DecisionMetric.DECISIONS, unit=MetricUnit.Count, value=1)
             metrics.add_metadata(key="action", value=decision.action.value)
-            self._emit(json.dumps(metrics.serialize_metric_set(), separators=(",", ":")))
+            self._emit(serialized(metrics))
+        for document in group_documents(groups):
+            self._emit(document)
         for decision in outcome.decisions:
             if decision.target != decision.previous:
                 self._logger.info(

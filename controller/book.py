@@ -57,6 +57,8 @@ class Count(StrEnum):
     # Backlogs (SQS GetQueueAttributes) that could not be read before a raise: the raise was
     # decided as without one.
     BACKLOG_READ_FAILURES = "backlog_read_failures"
+    # Groups' reports (``Plan.groups``) the ledger did not take: tried again with the next.
+    GROUP_REPORTS_UNWRITTEN = "group_reports_unwritten"
 
 
 # -- effects: what executing a plan did, for the book to remember ----------------------------

@@ -27,7 +27,7 @@ def skip_documents(skipped: Mapping[str, int]) -> list[str]:
         metrics = EphemeralMetrics(namespace=CONTROLLER_NAMESPACE)
         metrics.add_dimension(name=CONTROLLER_REASON_DIMENSION, value=reason)
         metrics.add_metric(name=CONTROLLER_SKIPPED, unit=MetricUnit.Count, value=count)
-        documents.append(_serialized(metrics))
+        documents.append(serialized(metrics))
     return documents
 
 
@@ -40,8 +40,9 @@ def health_document(
         metrics.add_metric(name=metric, unit=MetricUnit.Count, value=count)
     for metric, seconds in (gauges or {}).items():
         metrics.add_metric(name=metric, unit=MetricUnit.Seconds, value=seconds)
-    return _serialized(metrics)
+    return serialized(metrics)
 
 
-def _serialized(metrics: EphemeralMetrics) -> str:
+def serialized(metrics: EphemeralMetrics) -> str:
+    """One EMF document as the line a Lambda prints (compact JSON)."""
     return json.dumps(metrics.serialize_metric_set(), separators=(",", ":"))

@@ -28,9 +28,9 @@ from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.model import (
     AuditEvent,
     Decision,
+    GroupReport,
     QueueConfig,
     QueueState,
-    QueueStateName,
 )
 from controller.planner import Plan, plan, probing, revised, step_for
 from controller.policy import (
@@ -51,6 +51,7 @@ from controller.ports import (
     QueueBacklog,
 )
 from controller.settings import PolicyParams, SettingsError
+from controller.shares import GroupReportWriter
 from controller.window import Evidence
 
 # How long after a complete sweep for paused queues without a wake-up (``ControlLoop.tick``)
@@ -81,6 +82,11 @@ class BatchResult:
     @property
     def planned(self) -> list[Decision]:
         return [] if self.plan is None else self.plan.decisions
+
+    @property
+    def groups(self) -> tuple[GroupReport, ...]:
+        """What the plan decided for each group of queues sharing a downstream."""
+        return () if self.plan is None else self.plan.groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +124,7 @@ class ControlLoop:
         self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
         self.book = QueueBook(capacity, retention_s)
         self.executor = executor or AwsExecutor(ledger, actuator, monotonic)
+        self.group_reports = GroupReportWriter(capacity)
         self._config_ttl_s = config_ttl_s
         self._monotonic = monotonic
         # The wake-up sweep (``tick``): when the next one starts (a cold container's first
@@ -367,14 +374,8 @@ class ControlLoop:
             return None
         cmax = self.params_for(config).cmax
         concurrency = view.max_concurrency if view.max_concurrency is not None else cmax
-        state = QueueState(
-            queue=config.queue,
-            esm_uuid=config.esm_uuid,
-            state=QueueStateName.HEALTHY,
-            concurrency=concurrency,
-            previous_concurrency=concurrency,
-            last_evaluated_at=now,
-            enabled=view.enabled,
+        state = QueueState.first(
+            config.queue, config.esm_uuid, concurrency, enabled=view.enabled, at=now
         )
         self.book.first_state(state)
         return state
@@ -421,3 +422,16 @@ class ControlLoop:
         result.done = execution.done
         if execution.fault is not None:
             raise execution.fault
+        self._write_group_reports(planned, deadline)
+
+    def _write_group_reports(self, planned: Plan, deadline: float) -> None:
+        """Each group's report into the ledger where it changed (``queuemesh status`` reads
+        it), each write started with a step's time in hand; a write that fails or is not
+        started is counted, never the batch's failure."""
+        unwritten = self.group_reports.write(
+            planned.groups,
+            self.ledger,
+            lambda: self._monotonic() + STEP_BUDGET_S <= deadline,
+        )
+        if unwritten:
+            self.book.count(Count.GROUP_REPORTS_UNWRITTEN, unwritten)

@@ -138,6 +138,22 @@ class QueueState:
     algorithm: str = ""
     memory: object = None
 
+    @classmethod
+    def first(
+        cls, queue: str, esm_uuid: str, concurrency: int, *, enabled: bool = True, at: float = 0.0
+    ) -> QueueState:
+        """A queue never decided before: healthy, at its mapping's ``concurrency`` (the
+        mapping ``enabled`` or not), evaluated ``at`` (epoch seconds; 0: never)."""
+        return cls(
+            queue=queue,
+            esm_uuid=esm_uuid,
+            state=QueueStateName.HEALTHY,
+            concurrency=concurrency,
+            previous_concurrency=concurrency,
+            last_evaluated_at=at,
+            enabled=enabled,
+        )
+
     def evolve(self, **changes: object) -> QueueState:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 

@@ -7,7 +7,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from controller.model import AuditEntry, QueueConfig, QueueState
+from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
 
 if TYPE_CHECKING:
     from controller.telemetry.reduced import ReducedRecord
@@ -116,6 +116,16 @@ class Ledger(Protocol):
 
     def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
         """The queue's audit entries, oldest first, from ``since`` (epoch seconds) on."""
+        ...
+
+    def put_group_report(self, report: GroupReport) -> None:
+        """Store ``report`` as its group's one GROUP item, replacing the one before (no
+        condition: the newest batch's word stands)."""
+        ...
+
+    def group_reports(self) -> list[GroupReport]:
+        """Every group's stored report, by group name: a Scan, for fleet operations
+        (``queuemesh status``), not for every evaluation."""
         ...
 
 

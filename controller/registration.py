@@ -12,14 +12,20 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 
-from controller.constants import is_queue_name
+from controller.constants import (
+    DEFAULT_PRIORITY,
+    DEFAULT_WEIGHT,
+    MAX_PRIORITY,
+    MAX_WEIGHT,
+    MIN_WEIGHT,
+    is_queue_name,
+)
 from controller.model import (
     Action,
     AuditEvent,
     Mode,
     QueueConfig,
     QueueState,
-    QueueStateName,
 )
 from controller.ports import (
     ActuationError,
@@ -34,6 +40,9 @@ from controller.settings import PolicyParams, SettingsError
 from controller.transitions import Transition
 
 COMMIT_ATTEMPTS = 5
+# A group's name becomes a ledger key (GROUP#<name>) and a metric's dimension value (at most
+# 1,024 characters): bounded well inside both.
+MAX_GROUP_NAME_LENGTH = 256
 # An event source mapping's id as Lambda issues it: a UUID, 8-4-4-4-12 hexadecimal digits.
 MAPPING_ID = re.compile(r"[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 
@@ -57,6 +66,24 @@ def check_mapping_id(esm_uuid: str) -> str:
     return esm_uuid
 
 
+def check_standing(group: str | None, weight: float, priority: int) -> None:
+    """A queue's standing in its downstream's group as the controller reads it back
+    (``QueueConfig.group``, ``weight``, ``priority``), else ``OperatorError`` naming the value:
+    a name of 1..256 characters without surrounding blanks, a weight in 0.01..100, a priority
+    that is a whole number 0..9."""
+    if group is not None and not (
+        0 < len(group) <= MAX_GROUP_NAME_LENGTH and group == group.strip() and group.isprintable()
+    ):
+        raise OperatorError(
+            f"group must be 1..{MAX_GROUP_NAME_LENGTH} printable characters without leading or "
+            f"trailing blanks, got {group[:40]!r}"
+        )
+    if not MIN_WEIGHT <= weight <= MAX_WEIGHT:
+        raise OperatorError(f"weight must be {MIN_WEIGHT:g}..{MAX_WEIGHT:g}, got {weight:g}")
+    if not 0 <= priority <= MAX_PRIORITY:
+        raise OperatorError(f"priority must be a whole number 0..{MAX_PRIORITY}, got {priority}")
+
+
 def register_queue(
     ledger: Ledger,
     actuator: Actuator,
@@ -67,8 +94,12 @@ def register_queue(
     *,
     clock: Callable[[], float],
     deadline: Callable[[], float],
+    group: str | None = None,
+    weight: float = DEFAULT_WEIGHT,
+    priority: int = DEFAULT_PRIORITY,
 ) -> tuple[QueueConfig, MappingView]:
-    """Put ``queue``'s mapping under control: its CONFIG item, a MaximumConcurrency on an
+    """Put ``queue``'s mapping under control: its CONFIG item (with its standing in its
+    downstream's group: ``group``, ``weight``, ``priority``), a MaximumConcurrency on an
     active queue's mapping, and a first state committed with the operator's audit item.
 
     ``clock`` gives epoch seconds for the ledger; ``deadline`` a fresh ``time.monotonic()``
@@ -78,6 +109,7 @@ def register_queue(
         params = PolicyParams.from_env().with_overrides(overrides)
     except SettingsError as error:
         raise OperatorError(f"bad policy for {queue}: {error}") from error
+    check_standing(group, weight, priority)
     view = read_mapping(actuator, esm_uuid, deadline())
     if not view.event_source_arn.endswith(f":{queue}"):
         raise OperatorError(
@@ -92,10 +124,27 @@ def register_queue(
             "allows no MaximumConcurrency; QueueMesh steers on-demand mappings only: remove "
             "the ProvisionedPollerConfig, then register"
         )
-    config = QueueConfig(queue=queue, esm_uuid=esm_uuid, mode=mode, overrides=dict(overrides))
+    config = QueueConfig(
+        queue=queue,
+        esm_uuid=esm_uuid,
+        mode=mode,
+        overrides=dict(overrides),
+        group=group,
+        weight=weight,
+        priority=priority,
+    )
     ledger.put_config(config)
     view, capped = ensure_cap(actuator, config, view, params.cmax, deadline())
     summary = ", ".join(f"{name}={value:g}" for name, value in sorted(overrides.items()))
+    standing = "".join(
+        f", {name} {value}"
+        for name, value, default in (
+            ("group", group, None),
+            ("weight", f"{weight:g}", f"{DEFAULT_WEIGHT:g}"),
+            ("priority", priority, DEFAULT_PRIORITY),
+        )
+        if value != default
+    )
     record_operator_change(
         ledger,
         config,
@@ -105,6 +154,7 @@ def register_queue(
         reason=(
             f"Registered by operator: mapping {esm_uuid}, mode {mode.value}"
             + (f", overrides {summary}" if summary else "")
+            + standing
             + f"; MaximumConcurrency {capped or 'is'} {concurrency_text(view)}."
         ),
         concurrency=view.max_concurrency,
@@ -179,14 +229,7 @@ def record_operator_change(
         current = ledger.get_states([config.queue]).get(config.queue)
         value = concurrency if concurrency is not None else _fallback(current, view)
         if current is None:
-            current = QueueState(
-                queue=config.queue,
-                esm_uuid=config.esm_uuid,
-                state=QueueStateName.HEALTHY,
-                concurrency=value,
-                previous_concurrency=value,
-                enabled=view.enabled,
-            )
+            current = QueueState.first(config.queue, config.esm_uuid, value, enabled=view.enabled)
         previous_value = view.max_concurrency or current.concurrency
         enabled_now = view.enabled if enabled is None else enabled
         state = current.evolve(

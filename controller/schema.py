@@ -106,9 +106,31 @@ class HealthMetric(StrEnum):
     CLAIMS_RECONCILED = "ClaimsReconciled"
     # Another writer moved a queue first: it is read again and decided afresh.
     VERSION_CONFLICTS = "VersionConflicts"
+    # Backlogs (SQS) that could not be read before a raise: the raise went on without one.
+    BACKLOG_READ_FAILURES = "BacklogReadFailures"
+    # Groups' reports (the ledger's GROUP items) that could not be written: ``queuemesh
+    # status`` shows the last one written until a later one is.
+    GROUP_REPORTS_UNWRITTEN = "GroupReportsUnwritten"
     # The longest any queue decided in the invocation had been paused (its mapping disabled by
     # the controller, test pulses included), in seconds; 0 when none was.
     LONGEST_PAUSE = "LongestPauseSeconds"
+
+
+# What a batch decided for each group of queues sharing one downstream (``GroupReport``): one
+# document per group, under the dimension ``Group`` alone, and one per member, under ``Group``
+# and ``QueueName``.
+CONTROLLER_GROUP_DIMENSION: Final = "Group"
+
+
+class GroupMetric(StrEnum):
+    """The group metrics: ``CAPACITY`` (calls a second the group's pooled evidence says its
+    downstream accepts; absent while not known) per group, ``SHARE`` (the calls a second a
+    member may send) and ``PAUSED_TO_SHARE`` (1 while the member is paused so that the
+    group's running set fits, else 0) per member."""
+
+    CAPACITY = "GroupCapacity"
+    SHARE = "GroupShare"
+    PAUSED_TO_SHARE = "PausedToShare"
 
 
 # What an invocation skipped, by why: one document per reason it skipped anything for, under

@@ -19,7 +19,6 @@ from controller.model import (
     Mode,
     QueueConfig,
     QueueState,
-    QueueStateName,
 )
 
 REGION = "us-east-1"
@@ -142,15 +141,8 @@ def seed_registrations(
     serializer = TypeSerializer()
     items = []
     for queue, uuid in mappings.items():
-        state = QueueState(
-            queue=queue,
-            esm_uuid=uuid,
-            state=QueueStateName.HEALTHY,
-            concurrency=concurrency,
-            previous_concurrency=concurrency,
-            last_evaluated_at=now,
-            version=1,
-        )
+        # As register's first commit leaves it.
+        state = QueueState.first(queue, uuid, concurrency, at=now).evolve(version=1)
         audit = AuditEntry(
             queue=queue,
             timestamp=now,

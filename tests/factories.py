@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from collections.abc import Callable
 from typing import Any, NamedTuple, TypeVar
 
+import pytest
+
+from controller import loop as control_loop
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.events import EventOutbox
 from controller.executor import AwsExecutor
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
-from controller.model import AuditEntry, Mode, QueueConfig, QueueState, QueueStateName, Sample
+from controller.model import (
+    AuditEntry,
+    GroupReport,
+    Mode,
+    QueueConfig,
+    QueueState,
+    QueueStateName,
+    Sample,
+)
+from controller.planner import Plan
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.aimd import Aimd
 from controller.ports import EventPublisher, MappingView
@@ -157,3 +171,17 @@ def storm_with_events(publisher: EventPublisher | None, now: float = 992.0) -> S
 def health_count(documents: list[dict[str, Any]], metric: str) -> float:
     """What the health documents (those without a queue) counted of ``metric``."""
     return sum(sum(d.get(metric, [])) for d in documents if "QueueName" not in d)
+
+
+def planning_groups(
+    monkeypatch: pytest.MonkeyPatch, groups: Callable[[Plan], tuple[GroupReport, ...]]
+) -> None:
+    """Every plan the control loop makes carries ``groups(plan)``: group reports built by hand,
+    what the group law decides (``Plan.groups``) left aside."""
+    planner = control_loop.plan
+
+    def grouped(*args: Any, **kwargs: Any) -> Plan:
+        made = planner(*args, **kwargs)
+        return dataclasses.replace(made, groups=groups(made))
+
+    monkeypatch.setattr(control_loop, "plan", grouped)

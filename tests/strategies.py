@@ -6,6 +6,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from controller.model import GroupReport, GroupShare
+
 # Any JSON-shaped value, NaN and infinities included (what a hostile or broken producer sends).
 json_values = st.recursive(
     st.none()
@@ -34,3 +36,21 @@ def announced_fields(draw: st.DrawFn, throttled: int) -> dict[str, Any]:
     fields["throttled_concurrency"] = concurrency
     fields["throttled_rate"] = draw(st.integers(0, throttled - concurrency))
     return fields
+
+
+rates = st.floats(0, 1e6, allow_nan=False, allow_infinity=False)
+group_shares = st.builds(
+    GroupShare,
+    queue=st.from_regex(r"[A-Za-z0-9_-]{1,80}", fullmatch=True),
+    share_rps=rates,
+    level=st.integers(0, 1000),
+    paused=st.booleans(),
+)
+# What a batch may decide for a group: any name, a capacity known or not, any members.
+group_reports = st.builds(
+    GroupReport,
+    group=st.text(min_size=1, max_size=40).filter(str.strip),
+    at=st.floats(0, 4e9, allow_nan=False),
+    capacity_rps=st.none() | rates,
+    members=st.lists(group_shares, max_size=6).map(tuple),
+)

@@ -33,12 +33,14 @@ from controller.model import (
     Action,
     AuditEntry,
     AuditEvent,
+    GroupReport,
+    GroupShare,
     Mode,
     QueueConfig,
     QueueState,
     QueueStateName,
 )
-from controller.ports import ConfigRead, InvalidConfig
+from controller.ports import ConfigRead, InvalidConfig, LedgerError
 
 # An item as both ledgers hold it: attribute name -> plain value (numbers as ``Decimal``).
 Item = dict[str, Any]
@@ -332,6 +334,72 @@ def config_registration(config: QueueConfig) -> tuple[Item, Item, Item]:
     key = {name: item.pop(name) for name in ("PK", "SK")}
     always = {ESM_UUID_ATTRIBUTE: item.pop(ESM_UUID_ATTRIBUTE)}
     return key, always, item
+
+
+# --- GROUP#<name> / CURRENT -----------------------------------------------------------------
+
+GROUP_PREFIX = "GROUP#"
+GROUP_SK = "CURRENT"
+
+
+def group_key(group: str) -> Item:
+    return {"PK": GROUP_PREFIX + group, "SK": GROUP_SK}
+
+
+def is_group_item(item: Mapping[str, Any]) -> bool:
+    return str(item.get("PK", "")).startswith(GROUP_PREFIX) and item.get("SK") == GROUP_SK
+
+
+def encode_group_report(report: GroupReport) -> Item:
+    """A group's last report: ``CapacityRps`` absent while the capacity is not known."""
+    item: Item = {
+        **group_key(report.group),
+        "At": to_number(report.at),
+        "Members": [
+            {
+                "Queue": member.queue,
+                "ShareRps": to_number(member.share_rps),
+                "Level": Decimal(member.level),
+                "Paused": member.paused,
+            }
+            for member in report.members
+        ],
+    }
+    if report.capacity_rps is not None:
+        item["CapacityRps"] = to_number(report.capacity_rps)
+    return item
+
+
+def decode_group_report(item: Mapping[str, Any]) -> GroupReport:
+    capacity = item.get("CapacityRps")
+    return GroupReport(
+        group=str(item["PK"]).removeprefix(GROUP_PREFIX),
+        at=float(item["At"]),
+        capacity_rps=None if capacity is None else float(capacity),
+        members=tuple(
+            GroupShare(
+                queue=str(member["Queue"]),
+                share_rps=float(member["ShareRps"]),
+                level=int(member["Level"]),
+                paused=bool(member.get("Paused", False)),
+            )
+            for member in item.get("Members") or []
+        ),
+    )
+
+
+def read_group_items(items: Iterable[Mapping[str, Any]]) -> list[GroupReport]:
+    """The reports the GROUP items hold, by group name; one that does not decode (a hand
+    edit) is a ``LedgerError`` naming it."""
+    reports = []
+    for item in items:
+        try:
+            reports.append(decode_group_report(item))
+        except (KeyError, TypeError, ValueError, ArithmeticError) as error:
+            raise LedgerError(
+                f"item {item.get('PK')!r} does not decode: {type(error).__name__}: {error}"
+            ) from error
+    return sorted(reports, key=lambda report: report.group)
 
 
 # --- the rules of a write, the same in both ledgers -----------------------------------------

@@ -20,7 +20,7 @@ from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, er
 from controller.aws import client as aws_client
 from controller.ledger import codec
 from controller.ledger.memory import MemoryCodec, MemoryTypes, to_number
-from controller.model import AuditEntry, QueueConfig, QueueState
+from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
 from controller.ports import ConfigRead, LedgerError, VersionConflict, WakeUpSweep
 
 BATCH_GET_LIMIT = 100
@@ -237,12 +237,7 @@ class DynamoLedger:
         return True
 
     def put_config(self, config: QueueConfig) -> None:
-        self._call(
-            f"put config of {config.queue}",
-            "put_item",
-            TableName=self.table_name,
-            Item=self._wire(codec.encode_config(config)),
-        )
+        self._put(f"put config of {config.queue}", codec.encode_config(config))
 
     def merge_config(self, config: QueueConfig) -> None:
         """Point the queue's CONFIG item at ``config``'s mapping and keep whatever else it
@@ -292,6 +287,13 @@ class DynamoLedger:
             },
         )
         return codec.entries_since([codec.decode_audit(item) for item in items], since)
+
+    def put_group_report(self, report: GroupReport) -> None:
+        self._put(f"put report of group {report.group}", codec.encode_group_report(report))
+
+    def group_reports(self) -> list[GroupReport]:
+        items = self._scan(codec.GROUP_SK)
+        return codec.read_group_items(item for item in items if codec.is_group_item(item))
 
     def audit_items(self, queue: str) -> list[codec.Item]:
         """The raw audit items of a queue in sort-key order (tests and tooling)."""
@@ -352,6 +354,10 @@ class DynamoLedger:
             start = page.get("LastEvaluatedKey")
             if not start:
                 return items
+
+    def _put(self, what: str, item: codec.Item) -> None:
+        """One unconditional PutItem: ``item`` replaces whatever its key held."""
+        self._call(what, "put_item", TableName=self.table_name, Item=self._wire(item))
 
     def _call(self, what: str, operation: str, **params: Any) -> dict[str, Any]:
         try:

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterable
 
 from controller.ledger import codec
 from controller.ledger.memory import MemoryCodec, MemoryTypes
-from controller.model import AuditEntry, QueueConfig, QueueState
+from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
 from controller.ports import ConfigRead, LedgerError, VersionConflict, WakeUpSweep
 
 
@@ -134,6 +134,16 @@ class InMemoryLedger:
                 if item_pk == pk and low <= sk <= codec.AUDIT_END
             )
         return codec.entries_since([codec.decode_audit(item) for _, item in items], since)
+
+    def put_group_report(self, report: GroupReport) -> None:
+        item = codec.encode_group_report(report)
+        with self._lock:
+            self._items[(item["PK"], item["SK"])] = item
+
+    def group_reports(self) -> list[GroupReport]:
+        with self._lock:
+            items = [item for item in self._items.values() if codec.is_group_item(item)]
+        return codec.read_group_items(items)
 
     def audit_items(self, queue: str) -> list[codec.Item]:
         """The raw audit items of a queue in sort-key order (tests and tooling)."""

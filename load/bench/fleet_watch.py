@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from controller.model import AuditEntry, QueueConfig, QueueState
+from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
 from controller.ports import ConfigRead, MappingView, WakeUpSweep
 
 
@@ -89,6 +89,14 @@ class TimedLedger:
     def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
         with self._watch.timing("ledger"):
             return list(self._inner.audit_trail(queue, since))
+
+    def put_group_report(self, report: GroupReport) -> None:
+        with self._watch.timing("ledger"):
+            self._inner.put_group_report(report)
+
+    def group_reports(self) -> list[GroupReport]:
+        with self._watch.timing("ledger"):
+            return list(self._inner.group_reports())
 
 
 class TimedActuator:

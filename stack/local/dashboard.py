@@ -2,9 +2,9 @@
 
 The page (``dashboard.html``: plain HTML, CSS and JavaScript, charts drawn as inline SVG, no
 network access beyond this server) polls ``/api/dashboard``, which ``DashboardSource``
-answers from CloudWatch (the template's own widgets, evaluated by ``stack.local.widgets``) and from
-the DynamoDB ledger (each queue's state and its recent transitions). The server listens on
-127.0.0.1 only. See docs/dashboard.md.
+answers from CloudWatch (the template's own widgets, evaluated by ``stack.local.widgets``) and
+from the DynamoDB ledger (each queue's state and its recent transitions, each group's last
+report). The server listens on 127.0.0.1 only. See docs/dashboard.md.
 """
 
 from __future__ import annotations
@@ -136,6 +136,7 @@ class DashboardSource:
 
     def _evaluate(self, now: float) -> dict[str, Any]:
         from stack.ops.commands import audit_json
+        from stack.ops.fleet import report_json, reports_of
 
         start, end, period = self.time_range(now)
         errors: list[str] = []
@@ -146,8 +147,11 @@ class DashboardSource:
             series = [[] for _ in self.widgets]
         queues: list[dict[str, Any]] = []
         transitions: list[dict[str, Any]] = []
+        groups: list[dict[str, Any]] = []
         try:
-            for row in self._ops.status():
+            rows = self._ops.status()
+            groups = [report_json(report) for report in reports_of(rows)]
+            for row in rows:
                 queues.append(row.to_json())
                 trail = self._ops.ledger.audit_trail(row.queue, since=start)
                 transitions.extend(
@@ -173,6 +177,7 @@ class DashboardSource:
             "ledger": {
                 "table": self.table,
                 "queues": queues,
+                "groups": groups,
                 "transitions": transitions,
             },
             "errors": errors,

@@ -16,13 +16,26 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
+from controller.constants import (
+    DEFAULT_PRIORITY,
+    DEFAULT_WEIGHT,
+    MAX_CONCURRENCY,
+    MAX_PRIORITY,
+    MAX_WEIGHT,
+    MIN_CONCURRENCY,
+    MIN_WEIGHT,
+)
 from controller.model import AuditEntry, Mode
 from controller.ports import ActuationError, LedgerError
-from controller.registration import OperatorError, check_mapping_id, concurrency_text
+from controller.registration import (
+    OperatorError,
+    check_mapping_id,
+    check_standing,
+    concurrency_text,
+)
 from stack.aws import AwsTarget, add_target_arguments, aws_errors, explain, root_cause
 from stack.errors import CliError, quoted
-from stack.ops.fleet import FleetOps, StatusRow, iso_time
+from stack.ops.fleet import FleetOps, StatusRow, iso_time, reports_of
 
 MODE_NAMES = {"active": Mode.ACTIVE, "dry-run": Mode.DRY_RUN}
 POLICY_FLAGS = ("t1", "t2", "beta", "alpha", "cmin", "cmax")
@@ -107,6 +120,24 @@ def status_table(rows: Sequence[StatusRow]) -> str:
     return _table(header, body)
 
 
+def group_tables(rows: Sequence[StatusRow]) -> str:
+    """Each group the queues are in, by name: its capacity estimate, then each member's
+    share, level and whether it is paused to share (empty when no queue is in a group)."""
+    sections = []
+    for report in reports_of(rows):
+        capacity = (
+            "not known yet" if report.capacity_rps is None else f"{report.capacity_rps:.1f} calls/s"
+        )
+        header = ("queue", "share (calls/s)", "level", "paused to share")
+        body = [
+            (m.queue, f"{m.share_rps:.1f}", str(m.level), "yes" if m.paused else "no")
+            for m in report.members
+        ]
+        title = f"group {report.group}: capacity {capacity} (decided {iso_time(report.at)})"
+        sections.append(title + "\n" + _table(header, body))
+    return "\n\n".join(sections)
+
+
 def audit_json(entry: AuditEntry) -> dict[str, Any]:
     return {
         "time": iso_time(entry.timestamp),
@@ -159,8 +190,25 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for flag in POLICY_FLAGS:
         parser.add_argument(f"--{flag}", type=_finite, help=f"policy override {flag.upper()}")
     parser.add_argument("--mode", default="active", help="active (default) or dry-run")
+    parser.add_argument(
+        "--group",
+        help="the group of queues decided together as one downstream (default: the "
+        "Downstream its telemetry names)",
+    )
+    parser.add_argument(
+        "--weight",
+        help=f"its weight in its group's fair share, {MIN_WEIGHT:g}..{MAX_WEIGHT:g} "
+        f"(default {DEFAULT_WEIGHT:g})",
+    )
+    parser.add_argument(
+        "--priority",
+        help=f"who runs first when its group must time-share, 0..{MAX_PRIORITY} "
+        f"(default {DEFAULT_PRIORITY})",
+    )
 
-    parser = command("status", "every managed queue: state, concurrency, pressure", _status)
+    parser = command(
+        "status", "every managed queue: state, concurrency, pressure; each group's shares", _status
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
 
     parser = command("audit", "a queue's audit trail, oldest first", _audit)
@@ -253,6 +301,32 @@ def adapter_errors(target: AwsTarget, table: str) -> Iterator[None]:
             ) from error
 
 
+def _standing(args: argparse.Namespace) -> dict[str, Any]:
+    """``--group``, ``--weight``, ``--priority`` as ``register_queue``'s keywords, checked
+    before any call."""
+    weight = DEFAULT_WEIGHT if args.weight is None else _number("--weight", args.weight)
+    priority = DEFAULT_PRIORITY
+    if args.priority is not None:
+        try:
+            priority = int(args.priority)
+        except ValueError as error:
+            raise CliError(
+                f"--priority must be a whole number 0..{MAX_PRIORITY}, got {quoted(args.priority)}"
+            ) from error
+    try:
+        check_standing(args.group, weight, priority)
+    except OperatorError as error:
+        raise CliError(f"--{error}") from error
+    return {"group": args.group, "weight": weight, "priority": priority}
+
+
+def _number(flag: str, raw: str) -> float:
+    try:
+        return _finite(raw)
+    except argparse.ArgumentTypeError as error:
+        raise CliError(f"{flag}: {error}") from error
+
+
 def _register(args: argparse.Namespace) -> int:
     overrides = {flag: value for flag in POLICY_FLAGS if (value := getattr(args, flag)) is not None}
     mode = _mode_named(args.mode)
@@ -260,11 +334,13 @@ def _register(args: argparse.Namespace) -> int:
         esm_uuid = check_mapping_id(args.esm)
     except OperatorError as error:
         raise CliError(f"--esm: {error}") from error
+    standing = _standing(args)
     with fleet(args) as ops:
-        config, view = ops.register(args.queue, esm_uuid, overrides, mode)
+        config, view = ops.register(args.queue, esm_uuid, overrides, mode, **standing)
     print(
         f"registered {config.queue}: mapping {config.esm_uuid} ({view.state}, "
         f"MaximumConcurrency {concurrency_text(view)}), mode {config.mode.value}"
+        + ("" if config.group is None else f", group {config.group}")
     )
     return 0
 
@@ -276,6 +352,9 @@ def _status(args: argparse.Namespace) -> int:
         print(json.dumps([row.to_json() for row in rows], indent=2))
     elif rows:
         print(status_table(rows))
+        groups = group_tables(rows)
+        if groups:
+            print(f"\n{groups}")
     else:
         print(f"no registered queues in {args.table}", file=sys.stderr)
     return 0

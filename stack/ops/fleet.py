@@ -14,15 +14,21 @@ own, committed together with the state it changes. Failures the operator can act
 
 from __future__ import annotations
 
+import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
-from controller.model import AuditEntry, Mode, QueueConfig, QueueState
+from controller.constants import (
+    DEFAULT_PRIORITY,
+    DEFAULT_WEIGHT,
+    MAX_CONCURRENCY,
+    MIN_CONCURRENCY,
+)
+from controller.model import AuditEntry, GroupReport, GroupShare, Mode, QueueConfig, QueueState
 from controller.ports import ActuationError, Actuator, Ledger, MappingView
 from controller.registration import (
     OperatorError,
@@ -40,6 +46,48 @@ STATUS_THREADS = 8
 
 
 @dataclass(frozen=True, slots=True)
+class GroupPart:
+    """A queue's part in the last report of its group (the ledger's GROUP item)."""
+
+    report: GroupReport
+    share: GroupShare
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.report.group,
+            "capacity_rps": self.report.capacity_rps,
+            "share_rps": self.share.share_rps,
+            "level": self.share.level,
+            "paused_to_share": self.share.paused,
+            "decided_at": iso_time(self.report.at),
+        }
+
+
+def reports_of(rows: Iterable[StatusRow]) -> list[GroupReport]:
+    """The reports of the groups the rows' queues are in, by group name."""
+    reports = {row.group.report.group: row.group.report for row in rows if row.group is not None}
+    return [reports[name] for name in sorted(reports)]
+
+
+def report_json(report: GroupReport) -> dict[str, Any]:
+    """A group's report as ``queuemesh dashboard``'s ledger panel reads it."""
+    return {
+        "group": report.group,
+        "capacity_rps": report.capacity_rps,
+        "decided_at": iso_time(report.at),
+        "members": [
+            {
+                "queue": member.queue,
+                "share_rps": member.share_rps,
+                "level": member.level,
+                "paused_to_share": member.paused,
+            }
+            for member in report.members
+        ],
+    }
+
+
+@dataclass(frozen=True, slots=True)
 class StatusRow:
     queue: str
     esm_uuid: str
@@ -52,6 +100,8 @@ class StatusRow:
     last_reason: str
     last_change: float | None
     last_evaluated: float | None
+    # Its part in its group's last report (None: in no group's report).
+    group: GroupPart | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -66,6 +116,7 @@ class StatusRow:
             "last_reason": self.last_reason,
             "last_change": iso_time(self.last_change),
             "last_evaluated": iso_time(self.last_evaluated),
+            "group": None if self.group is None else self.group.to_json(),
         }
 
 
@@ -96,11 +147,18 @@ class FleetOps:
         return config
 
     def status(self) -> list[StatusRow]:
+        """Every registered queue, by name, with its part in its group's last report."""
         configs = sorted(self.ledger.list_configs(), key=lambda c: c.queue)
         states = {state.queue: state for state in self.ledger.list_states()}
+        parts = {
+            share.queue: GroupPart(report, share)
+            for report in self.ledger.group_reports()
+            for share in report.members
+        }
         # One small query per queue for its last pressure: in parallel, as a fleet is large.
         with ThreadPoolExecutor(STATUS_THREADS) as pool:
-            return list(pool.map(lambda c: self._status_row(c, states.get(c.queue)), configs))
+            rows = pool.map(lambda c: self._status_row(c, states.get(c.queue)), configs)
+            return [dataclasses.replace(row, group=parts.get(row.queue)) for row in rows]
 
     def _status_row(self, config: QueueConfig, state: QueueState | None) -> StatusRow:
         if state is None:
@@ -140,9 +198,18 @@ class FleetOps:
 
     # -- changing -----------------------------------------------------------------------
     def register(
-        self, queue: str, esm_uuid: str, overrides: Mapping[str, float], mode: Mode
+        self,
+        queue: str,
+        esm_uuid: str,
+        overrides: Mapping[str, float],
+        mode: Mode,
+        *,
+        group: str | None = None,
+        weight: float = DEFAULT_WEIGHT,
+        priority: int = DEFAULT_PRIORITY,
     ) -> tuple[QueueConfig, MappingView]:
-        """See ``controller.registration.register_queue``: the one registration path."""
+        """See ``controller.registration.register_queue``: the one registration path (the
+        queue's standing in its downstream's group included)."""
         return register_queue(
             self.ledger,
             self.actuator,
@@ -152,6 +219,9 @@ class FleetOps:
             mode,
             clock=self._clock,
             deadline=self._deadline,
+            group=group,
+            weight=weight,
+            priority=priority,
         )
 
     def pin(self, queue: str, concurrency: int) -> tuple[int | None, int]:
@@ -159,13 +229,8 @@ class FleetOps:
         _check_concurrency(concurrency)
         before = self.config(queue)
         view = read_mapping(self.actuator, before.esm_uuid, self._deadline())
-        pinned = QueueConfig(
-            queue=queue,
-            esm_uuid=before.esm_uuid,
-            mode=Mode.PINNED,
-            pinned_concurrency=concurrency,
-            overrides=dict(before.overrides),
-        )
+        # Everything else the operator set (overrides, group standing) stays.
+        pinned = dataclasses.replace(before, mode=Mode.PINNED, pinned_concurrency=concurrency)
         # Pinned first, so the controller stops deciding before the mapping moves.
         self.ledger.put_config(pinned)
         try:
@@ -189,13 +254,7 @@ class FleetOps:
     def set_mode(self, queue: str, mode: Mode) -> tuple[Mode, Mode]:
         """``ACTIVE`` on a pinned queue unpins it: the controller resumes from where it is."""
         before = self.config(queue)
-        after = QueueConfig(
-            queue=queue,
-            esm_uuid=before.esm_uuid,
-            mode=mode,
-            pinned_concurrency=None,
-            overrides=dict(before.overrides),
-        )
+        after = dataclasses.replace(before, mode=mode, pinned_concurrency=None)
         self.ledger.put_config(after)
         view = read_mapping(self.actuator, before.esm_uuid, self._deadline())
         if mode is Mode.ACTIVE:

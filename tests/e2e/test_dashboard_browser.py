@@ -13,11 +13,13 @@ from typing import Any
 import boto3
 import pytest
 
-from controller.schema import CONTROLLER_NAMESPACE, CONTROLLER_SKIPPED
+from controller.ledger import DynamoLedger
+from controller.policy import memory_type
+from controller.schema import CONTROLLER_NAMESPACE, GroupMetric
 from load.sim.scenario import load_scenario
 from stack.local.demo.run import run_demo
 from stack.local.demo.view import LiveView
-from stack.local.emulator import DEFAULT_TEMPLATE
+from stack.local.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
 from stack.local.template import load_template
 from stack.local.widgets import StackFacts, dashboard_body
 from tests.chromium import Chromium
@@ -28,6 +30,15 @@ REPO_ROOT = ROOT
 SCREENSHOT = REPO_ROOT / "out" / "dashboard-browser-test.png"
 CONCURRENCY_WIDGET = "MaximumConcurrency per managed queue"
 SKIPS_WIDGET = "Controller skips by reason (telemetry, samples, queues not decided in time)"
+# What the run puts on the telemetry stream besides the workers' documents: a record that is
+# not CloudWatch Logs' gzip, which the reducer skips (bad_gzip) and reports by reason.
+POISON = b"not a CloudWatch Logs subscription payload"
+# The demo's one queue is its downstream's only one: these widgets have data only where the
+# controller reports such a group (GroupMetric); until then they alone may be empty.
+GROUP_WIDGETS = (
+    "Groups: each downstream's capacity estimate and each queue's share (calls/s)",
+    "Queues paused to share their group's downstream (1: paused)",
+)
 # Beside it, SQS's own metrics of the queue (the local runtime publishes them as AWS does).
 BACKLOG_WIDGETS = (
     "Backlog (messages visible) per queue",
@@ -68,15 +79,17 @@ PAGE_LINES = """JSON.stringify([...document.querySelectorAll('.widget')].map(w =
 LEDGER_ROWS = """JSON.stringify({
   queues: [...document.querySelectorAll('#queues tbody tr')].map(r =>
     [...r.children].map(c => c.textContent)),
+  groups: [...document.querySelectorAll('#groups table')].map(t => ({group: t.dataset.group,
+    members: [...t.querySelectorAll('tbody tr')].map(r => r.dataset.queue)})),
   transitions: [...document.querySelectorAll('#transitions tbody tr[data-queue]')].map(r =>
     ({queue: r.dataset.queue, change: r.children[1].textContent,
       reason: r.children[2].textContent}))})"""
 
 
-def cloudwatch_at(endpoint: str) -> Any:
-    """A CloudWatch client of the embedded AWS."""
+def client_at(service: str, endpoint: str) -> Any:
+    """A client of the embedded AWS."""
     return boto3.client(
-        "cloudwatch",
+        service,
         endpoint_url=endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
@@ -86,7 +99,7 @@ def cloudwatch_at(endpoint: str) -> Any:
 
 def metric_data(endpoint: str, line: dict[str, Any], start: float, end: float) -> list[Any]:
     """GetMetricData for one of the page's lines, asked directly."""
-    cloudwatch = cloudwatch_at(endpoint)
+    cloudwatch = client_at("cloudwatch", endpoint)
     answer = cloudwatch.get_metric_data(
         MetricDataQueries=[
             {
@@ -134,6 +147,14 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
         finished.set()
         release.wait(timeout=120)
 
+    poisoned: list[str] = []
+
+    def poison(aws: EmbeddedAws, deployment: Deployment) -> None:
+        answer = aws.client("kinesis").put_record(
+            StreamName=deployment.stream_name, Data=POISON, PartitionKey="poison"
+        )
+        poisoned.append(answer["SequenceNumber"])
+
     def demo() -> None:
         try:
             run_demo(
@@ -143,6 +164,7 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
                 view=view,
                 dashboard=True,
                 on_result=hold,
+                on_running=poison,
             )
         except BaseException as error:
             failures.append(error)
@@ -172,13 +194,7 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
         browser.wait_for(f"Number(document.body.dataset.generated) > {time.time()}", 30)
 
         endpoint = result["aws"]
-        cloudformation = boto3.client(
-            "cloudformation",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-        )
+        cloudformation = client_at("cloudformation", endpoint)
         [stack] = cloudformation.describe_stacks()["Stacks"]
         body = dashboard_body(
             load_template(DEFAULT_TEMPLATE), StackFacts.read(cloudformation, stack["StackName"])
@@ -190,13 +206,16 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
         assert [line["label"] for line in concurrency] == [queue]
         assert concurrency[0]["values"], "no MaximumConcurrency drawn"
         empty = [title for title, widget in widgets.items() if not drawn_values(widget)]
-        # A clean run skips nothing: the skips widget alone may be empty, and only while no
-        # skip was counted at all.
-        skips = cloudwatch_at(endpoint).list_metrics(
-            Namespace=CONTROLLER_NAMESPACE, MetricName=CONTROLLER_SKIPPED
+        # The poison record put on the telemetry stream during the run is skipped: the skips
+        # widget draws it. The group widgets alone may be empty, and only while the
+        # controller reported no group at all.
+        assert poisoned, "no poison record was put during the run"
+        skipped = {line["dimensions"]["Reason"] for line in widgets[SKIPS_WIDGET]["lines"]}
+        assert "bad_gzip" in skipped, skipped
+        groups = client_at("cloudwatch", endpoint).list_metrics(
+            Namespace=CONTROLLER_NAMESPACE, MetricName=GroupMetric.SHARE
         )["Metrics"]
-        allowed_empty = [] if skips else [SKIPS_WIDGET]
-        assert empty in ([], allowed_empty), "widgets without data"
+        assert empty == ([] if groups else list(GROUP_WIDGETS)), "widgets without data"
         backlog, oldest = (
             next(line for line in widgets[title]["lines"] if line["label"] == queue)
             for title in BACKLOG_WIDGETS
@@ -215,6 +234,17 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
         ledger = json.loads(browser.evaluate(LEDGER_ROWS))
         assert [row[:3] for row in ledger["queues"]] == [
             [queue, "ACTIVE", result["ledger"]["orders"]["state"]]
+        ]
+        # Each group's last report, as the ledger holds it (none while no group is reported).
+        [table] = [
+            o["OutputValue"] for o in stack["Outputs"] if o["OutputKey"] == "LedgerTableName"
+        ]
+        stored = DynamoLedger(
+            table, client_at("dynamodb", endpoint), memory_types=memory_type
+        ).group_reports()
+        assert ledger["groups"] == [
+            {"group": report.group, "members": [m.queue for m in report.members]}
+            for report in stored
         ]
         transitions = result["transitions"]
         assert transitions, "the demo made no transition"

@@ -78,9 +78,9 @@ def test_each_paged_health_metric_has_one_alarm(template: dict[str, Any]) -> Non
 
 
 def test_every_alarm_watches_a_metric_the_controller_emits_with_its_dimensions(
-    template: dict[str, Any],
+    template: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    emitted = emitted_metrics(controller_output())
+    emitted = emitted_metrics(controller_output(monkeypatch))
     for logical, alarm in controller_alarms(template).items():
         dimensions = frozenset(d["Name"] for d in alarm["Dimensions"])
         watched = (alarm["Namespace"], alarm["MetricName"], dimensions)

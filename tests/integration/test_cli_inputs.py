@@ -86,6 +86,34 @@ BAD_INPUTS: list[Case] = [
         lambda i: ["register", "orders", "--esm", i.esm, "--table", "t", "--endpoint-url", "x"],
         "not an http(s) URL",
     ),
+    # register: the queue's standing in its group, bounded as the controller reads it back
+    *(
+        (
+            "register",
+            lambda i, flag=flag, value=value: [
+                "register",
+                "orders",
+                "--esm",
+                i.esm,
+                flag,
+                value,
+                *i.target,
+            ],
+            expected,
+        )
+        for flag, value, expected in [
+            ("--weight", "500", "--weight must be 0.01..100, got 500"),
+            ("--weight", "0", "--weight must be 0.01..100"),
+            ("--weight", "nan", "--weight: must be a finite number"),
+            ("--weight", "heavy", "--weight: not a number"),
+            ("--priority", "10", "--priority must be a whole number 0..9, got 10"),
+            ("--priority", "-1", "--priority must be a whole number 0..9"),
+            ("--priority", "1.5", "--priority must be a whole number 0..9, got '1.5'"),
+            ("--group", "", "--group must be 1..256 printable characters"),
+            ("--group", " payments", "--group must be 1..256 printable characters"),
+            ("--group", "x" * 300, "--group must be 1..256 printable characters"),
+        ]
+    ),
     # audit --since: bounded, between 1970 and now
     ("audit", lambda i: ["audit", "orders", "--since", "99999999999d", *i.target], "before 1970"),
     ("audit", lambda i: ["audit", "orders", "--since", "9" * 400, *i.target], "neither ISO"),

@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+from controller.ledger import DynamoLedger
+from controller.model import GroupReport, GroupShare
+from controller.policy import memory_type
 from stack.cli import main
 from stack.local.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher
@@ -222,7 +225,11 @@ def test_bad_input_is_one_line_and_status_2(
 def test_the_url_comes_first_and_the_page_shows_the_stack(
     aws: EmbeddedAws, deployment: Deployment
 ) -> None:
-    aws.register_queue(deployment, deployment.queues[0].name)
+    queue = deployment.queues[0].name
+    aws.register_queue(deployment, queue)
+    ledger = DynamoLedger(deployment.table_name, aws.client("dynamodb"), memory_types=memory_type)
+    members = (GroupShare(queue, 12.5, 3), GroupShare("elsewhere", 0.0, 2, paused=True))
+    ledger.put_group_report(GroupReport("payments", 1_790_000_000.0, None, members))
     EmfMetricsPublisher(aws.client("cloudwatch")).publish(
         [
             emf(
@@ -255,7 +262,19 @@ def test_the_url_comes_first_and_the_page_shows_the_stack(
         assert process.wait(timeout=15) == 0
     assert data["name"] == f"{deployment.stack_name}-queuemesh"
     assert data["ledger"]["table"] == deployment.table_name  # the stack's output
-    assert [q["queue"] for q in data["ledger"]["queues"]] == [deployment.queues[0].name]
+    assert [q["queue"] for q in data["ledger"]["queues"]] == [queue]
+    # The group the queue is in, as its last report has it.
+    assert data["ledger"]["groups"] == [
+        {
+            "group": "payments",
+            "capacity_rps": None,
+            "decided_at": "2026-09-21T14:13:20Z",
+            "members": [
+                {"queue": queue, "share_rps": 12.5, "level": 3, "paused_to_share": False},
+                {"queue": "elsewhere", "share_rps": 0.0, "level": 2, "paused_to_share": True},
+            ],
+        }
+    ]
     [concurrency] = [w for w in data["widgets"] if w["title"].startswith("MaximumConcurrency")]
     [line] = concurrency["series"]
     assert (line["label"], line["values"]) == (deployment.queues[0].name, [40.0])

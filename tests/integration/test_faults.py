@@ -26,13 +26,14 @@ from controller.backlog import SqsBacklog
 from controller.constants import READ_TIMEOUT_S
 from controller.ledger import DynamoLedger
 from controller.loop import ControlLoop
-from controller.model import AuditEvent
+from controller.model import AuditEvent, GroupReport, GroupShare
+from controller.planner import Plan
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.local.emulator import EmbeddedAws
 from tests.e2e.test_end_to_end import REGION, TABLE, deploy_pipeline
-from tests.factories import kinesis_event, sample
+from tests.factories import kinesis_event, planning_groups, sample
 
 CALL_COST_S = 0.02  # virtual time one answered call takes
 
@@ -396,3 +397,37 @@ def test_a_failed_backlog_read_is_counted_and_the_probe_goes_on(
     assert rig.calls["GetQueueAttributes"] >= 1
     assert rig.mapping_value() == rig.ledger_value() > 50
     assert rig.app.loop.counters["backlog_read_failures"] == 1
+
+
+def test_group_reports_reach_dynamodb_and_a_failed_write_never_fails_the_batch(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch's group report is the GROUP item ``queuemesh status`` reads; DynamoDB refusing
+    it (a 500 on every retry) is counted, and the batch, its cut and its claim stand."""
+    capacity = [80.0]
+
+    def payments(plan: Plan) -> tuple[GroupReport, ...]:
+        share = GroupShare("orders", capacity[0], 20)
+        return (GroupReport("payments", plan.now, capacity[0], (share,)),)
+
+    planning_groups(monkeypatch, payments)
+    rig.inject("PutItem", *[service_error("InternalServerError", 500)] * 1000)
+    response, _took = rig.storm()
+    assert response == {"batchItemFailures": []}
+    assert rig.mapping_value() == rig.ledger_value() == 50
+    assert rig.app.loop.counters["group_reports_unwritten"] == 1
+    ledger = DynamoLedger(TABLE, memory_types=memory_type)
+    assert ledger.group_reports() == []
+
+    rig.faults.clear()
+    capacity[0] = 40.0
+    rig.calm_after_the_cut()
+    [report] = ledger.group_reports()
+    assert (report.group, report.capacity_rps, report.members[0].share_rps) == (
+        "payments",
+        40.0,
+        40.0,
+    )
+    writes = rig.calls["PutItem"]
+    rig.calm_after_the_cut()  # the same report again: no write
+    assert rig.calls["PutItem"] == writes

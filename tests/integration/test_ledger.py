@@ -32,6 +32,8 @@ from controller.model import (
     Action,
     AuditEntry,
     AuditEvent,
+    GroupReport,
+    GroupShare,
     Mode,
     QueueConfig,
     QueueState,
@@ -227,6 +229,22 @@ def test_audit_trail_pages_through_many_entries(ledger: DynamoLedger | InMemoryL
 
     assert [e.timestamp for e in trail] == [T0 + i for i in range(12)]
     assert all(e.reason == reason for e in trail)
+
+
+def test_group_reports_replace_each_other_and_stay_apart_from_the_queues(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    shares = (GroupShare("orders", 60.5, 12), GroupShare("billing", 0.0, 2, paused=True))
+    first = GroupReport("payments", T0, None, shares)
+    ledger.put_group_report(first)
+    ledger.put_group_report(GroupReport("api.example.com", T0 + 1, 12.25))
+    ledger.put_config(QueueConfig(queue="orders", esm_uuid="esm-1", group="payments"))
+    now = dataclasses.replace(first, at=T0 + 10, capacity_rps=80.125)
+    ledger.put_group_report(now)
+    assert ledger.group_reports() == [GroupReport("api.example.com", T0 + 1, 12.25), now]
+    assert [config.queue for config in ledger.list_configs()] == ["orders"]
+    assert ledger.list_states() == [] and ledger.due_states(T0 + 100) == []
+    assert ledger.sweep_wake_ups(T0 + 100).woken == []
 
 
 def test_configs_round_trip_and_unregistered_queues_are_absent(

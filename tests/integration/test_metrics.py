@@ -20,13 +20,16 @@ from controller.events import EventOutbox, InMemoryEventBus
 from controller.executor import AwsExecutor
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
+from controller.model import GroupReport, GroupShare
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.schema import (
+    CONTROLLER_GROUP_DIMENSION,
     CONTROLLER_NAMESPACE,
     CONTROLLER_REASON_DIMENSION,
     CONTROLLER_SKIPPED,
     NAMESPACE,
+    GroupMetric,
     HealthMetric,
 )
 from controller.settings import PolicyParams
@@ -39,7 +42,7 @@ from stack.local.runtime.service_metrics import (
 )
 from stack.local.template import load_template
 from stack.local.widgets import MetricLine, Search, StackFacts, dashboard_body, parse_widgets
-from tests.factories import config, kinesis_event, sample
+from tests.factories import config, kinesis_event, planning_groups, sample
 from tests.paths import EVENTS
 from tests.worker_support import (  # noqa: F401 (fixtures)
     downstream,
@@ -227,8 +230,13 @@ def emitted_metrics(lines: list[str]) -> set[tuple[str, str, frozenset[str]]]:
     }
 
 
-def controller_output() -> list[str]:
+def controller_output(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     emitted: list[str] = []
+    # A group the batch decided (built by hand: the group law's own reports aside).
+    planning_groups(
+        monkeypatch,
+        lambda plan: (GroupReport("payments", plan.now, 80.0, (GroupShare("orders", 80.0, 20),)),),
+    )
     actuator = InMemoryActuator()
     actuator.add_mapping("esm-orders", 100)
     ledger = InMemoryLedger(memory_types=memory_type)
@@ -275,20 +283,22 @@ def test_every_dashboard_metric_is_what_the_controller_and_worker_emit(
     # The template's environment: no service dimension from powertools on the controller.
     monkeypatch.delenv("POWERTOOLS_SERVICE_NAME", raising=False)
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", CONTROLLER_NAMESPACE)
-    emitted = emitted_metrics(controller_output()) | emitted_metrics(
+    emitted = emitted_metrics(controller_output(monkeypatch)) | emitted_metrics(
         worker_output(monkeypatch, capsys, downstream)
     )
     graphed = dashboard_metrics()
     assert {namespace for namespace, _, _ in graphed} == {NAMESPACE, CONTROLLER_NAMESPACE}
     assert graphed <= emitted, graphed - emitted
     # One line per queue: every graphed metric is split by QueueName, but the controller's
-    # own health, which is the controller's alone, and its skips, one line per reason.
+    # own health, which is the controller's alone, its skips, one line per reason, and each
+    # group's capacity, one line per group.
     health = {(CONTROLLER_NAMESPACE, metric, frozenset()) for metric in HealthMetric}
     skipped = (CONTROLLER_NAMESPACE, CONTROLLER_SKIPPED, frozenset({CONTROLLER_REASON_DIMENSION}))
+    capacity = (CONTROLLER_NAMESPACE, GroupMetric.CAPACITY, frozenset({CONTROLLER_GROUP_DIMENSION}))
     assert graphed - health
     assert graphed & health
-    assert skipped in graphed
-    assert all("QueueName" in names for _, _, names in graphed - health - {skipped})
+    assert {skipped, capacity} <= graphed
+    assert all("QueueName" in names for _, _, names in graphed - health - {skipped, capacity})
 
 
 # -- AWS's own metrics of the local stack's services -----------------------------------------

@@ -15,7 +15,7 @@ from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.ledger import DynamoLedger
 from controller.loop import ControlLoop
-from controller.model import Mode
+from controller.model import GroupReport, GroupShare, Mode
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -157,6 +157,62 @@ def test_status_lists_every_managed_queue(cli: Cli, fleet: LocalFleet) -> None:
     table = cli.ok("status").splitlines()
     assert table[0].split()[:5] == ["queue", "mode", "state", "concurrency", "pressure"]
     assert len(table) == 3
+
+
+def test_register_puts_the_queue_in_its_group_and_pin_and_mode_keep_it(
+    cli: Cli, fleet: LocalFleet
+) -> None:
+    out = cli.ok(
+        "register", "orders", "--esm", fleet.mappings["orders"], "--group", "payments",
+        "--weight", "2.5", "--priority", "7",
+    )  # fmt: skip
+    assert "group payments" in out
+    ledger = _ledger(fleet)
+
+    def standing() -> tuple[str | None, float, int]:
+        config = ledger.get_configs(["orders"])["orders"]
+        return config.group, config.weight, config.priority
+
+    assert standing() == ("payments", 2.5, 7)
+    assert "group payments, weight 2.5, priority 7" in ledger.audit_trail("orders")[-1].reason
+    cli.ok("pin", "orders", "10")
+    assert standing() == ("payments", 2.5, 7)
+    cli.ok("mode", "orders", "dry-run")
+    assert standing() == ("payments", 2.5, 7)
+
+
+def test_status_shows_each_groups_capacity_shares_and_pauses(cli: Cli, fleet: LocalFleet) -> None:
+    cli.ok("register", "orders", "--esm", fleet.mappings["orders"], "--group", "payments")
+    cli.ok("register", "billing", "--esm", fleet.mappings["billing"], "--group", "payments")
+    members = (GroupShare("orders", 60.0, 12), GroupShare("billing", 20.0, 4, paused=True))
+    _ledger(fleet).put_group_report(GroupReport("payments", 1_790_000_000.0, 80.0, members))
+    rows = {row["queue"]: row["group"] for row in json.loads(cli.ok("status", "--json"))}
+    assert rows == {
+        "orders": {
+            "name": "payments",
+            "capacity_rps": 80.0,
+            "share_rps": 60.0,
+            "level": 12,
+            "paused_to_share": False,
+            "decided_at": "2026-09-21T14:13:20Z",
+        },
+        "billing": {
+            "name": "payments",
+            "capacity_rps": 80.0,
+            "share_rps": 20.0,
+            "level": 4,
+            "paused_to_share": True,
+            "decided_at": "2026-09-21T14:13:20Z",
+        },
+    }
+    text = cli.ok("status").split("\n\n")
+    assert len(text) == 2
+    group = text[1].splitlines()
+    assert group[0] == "group payments: capacity 80.0 calls/s (decided 2026-09-21T14:13:20Z)"
+    assert [line.split() for line in group[2:]] == [
+        ["orders", "60.0", "12", "no"],
+        ["billing", "20.0", "4", "yes"],
+    ]
 
 
 def test_pin_moves_the_mapping_and_the_controller_holds_it(cli: Cli, fleet: LocalFleet) -> None:

@@ -30,10 +30,12 @@ from controller.events import SOURCE, DetailType
 from controller.ledger import create_ledger_table
 from controller.policy import memory_type
 from controller.schema import (
+    CONTROLLER_GROUP_DIMENSION,
     CONTROLLER_NAMESPACE,
     CONTROLLER_REASON_DIMENSION,
     CONTROLLER_SKIPPED,
     DecisionMetric,
+    GroupMetric,
     HealthMetric,
 )
 from stack.local.template import (
@@ -707,11 +709,18 @@ def test_the_dashboard_searches_every_queue_for_schema_metrics(resources: dict[s
             assert namespace == CONTROLLER_NAMESPACE, expression
             assert dimensions == (CONTROLLER_REASON_DIMENSION,), expression
             searched[metric] = match["stat"]
+        elif metric in set(GroupMetric):
+            # One line per group (its capacity), or per group and member.
+            group = CONTROLLER_GROUP_DIMENSION
+            per_group = metric == GroupMetric.CAPACITY
+            assert namespace == CONTROLLER_NAMESPACE, expression
+            assert dimensions == ((group,) if per_group else (group, queue)), expression
+            searched[metric] = match["stat"]
         else:
             assert (namespace, dimensions) == (CONTROLLER_NAMESPACE, (queue,)), expression
             assert metric in set(DecisionMetric), expression
             searched[metric] = match["stat"]
-    assert set(searched) == {*DecisionMetric, *SQS_BACKLOG, CONTROLLER_SKIPPED}
+    assert set(searched) == {*DecisionMetric, *GroupMetric, *SQS_BACKLOG, CONTROLLER_SKIPPED}
     assert searched[CONTROLLER_SKIPPED] == "Sum"
     assert searched[DecisionMetric.MAXIMUM_CONCURRENCY] in ("Maximum", "Average")
     assert searched[DecisionMetric.PRESSURE_RATE] == "Average"
@@ -757,7 +766,7 @@ def test_the_dashboard_and_alarms_name_only_metrics_that_are_emitted(
     assert all(line[0].startswith("AWS/") for line in lines if line not in health)
     emitted = {
         worker_schema.NAMESPACE: {metric.name for metric in worker_schema.METRICS},
-        CONTROLLER_NAMESPACE: {*DecisionMetric, *HealthMetric},
+        CONTROLLER_NAMESPACE: {*DecisionMetric, *HealthMetric, *GroupMetric},
     }
     for alarm in of_type(resources, "AWS::CloudWatch::Alarm").values():
         namespace, metric = alarm["Properties"]["Namespace"], alarm["Properties"]["MetricName"]

@@ -12,6 +12,7 @@ import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
+from controller.backlog import InMemoryBacklog
 from controller.ledger import InMemoryLedger, encode_state
 from controller.loop import ControlLoop
 from controller.model import (
@@ -24,7 +25,7 @@ from controller.model import (
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.adaptive import AdaptiveMemory
 from controller.policy.aimd import Aimd
-from controller.ports import ConfigRead, LedgerError, VersionConflict
+from controller.ports import BacklogUnavailable, ConfigRead, LedgerError, VersionConflict
 from controller.settings import PolicyParams
 from load.recording import emf_line
 from tests.factories import config, kinesis_event, mapped, registered, sample, state
@@ -276,6 +277,26 @@ def test_a_version_conflict_is_in_the_health_document(
     [document] = health(emitted)
     assert document["VersionConflicts"] == 1
     assert document["MappingUpdates"] == 0
+
+
+def test_a_failed_backlog_read_is_in_the_health_document(
+    ledger: FlakyLedger, emitted: list[str]
+) -> None:
+    # A calm queue at 50: the raise reads its backlog first, and SQS does not answer.
+    backlog = InMemoryBacklog(orders=0)
+    backlog.fail_next(BacklogUnavailable("throttled"))
+    loop = ControlLoop(
+        ledger,
+        mapped(InMemoryActuator(), concurrency=50),
+        PolicyParams(),
+        algorithm=Aimd(),
+        backlog=backlog,
+    )
+    app = ControllerApp(loop, clock=Clock(110.0), emit=emitted.append)
+    calm = [sample(at=100.0 + s + 0.9, ok=10, invocation_ms=500) for s in range(10)]
+    app.handle(kinesis_event(calm), None)
+    [document] = health(emitted)
+    assert document["BacklogReadFailures"] == 1
 
 
 def test_a_retried_batch_is_in_the_health_counts(

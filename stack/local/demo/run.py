@@ -17,6 +17,7 @@ from stack.local.demo.view import VIEW_REFRESH_S, LiveView
 
 if TYPE_CHECKING:
     from load.announce import HeaderStyle
+    from stack.local.emulator import Deployment, EmbeddedAws
 
 # The demo lasts two minutes: the dashboard shows it from its start, in 5 s periods (moto keeps
 # every data point, so periods under a minute work here; see docs/dashboard.md).
@@ -89,13 +90,17 @@ def run_demo(
     parallelization_factor: int = 1,
     on_result: Callable[[dict[str, Any]], None] | None = None,
     announce: HeaderStyle | None = None,
+    on_running: Callable[[EmbeddedAws, Deployment], None] | None = None,
 ) -> dict[str, Any]:
     """Deploy, run and tear down; every server, thread and process stops before it returns
     (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
     view); ``telemetry_shards`` and ``parallelization_factor`` shape the telemetry stream and
     the reducer's reading of it; ``on_result`` gets the result while the embedded AWS and
     the page still run (the runtime has stopped: nothing more is polled or invoked);
-    ``announce`` is the rate-limit headers the downstream sends (none by default)."""
+    ``announce`` is the rate-limit headers the downstream sends (none by default);
+    ``on_running`` is called once, as the load starts, with the runtime up (the workers
+    polling, the streams read, the functions invoked): traffic of the caller's own sent then
+    is handled as the stack handles the demo's."""
     from controller.ledger import DynamoLedger
     from controller.policy import memory_type
     from load.downstream import Downstream
@@ -195,6 +200,8 @@ def run_demo(
         # The scenario's clock starts with the workers warm, as a busy function's are.
         origin = time.monotonic()
         producer.start(clock)
+        if on_running is not None:
+            on_running(aws, deployment)
         poller = runtime.queues[binding.name]
         timeline = Timeline()
         drained_at: float | None = None
