@@ -94,7 +94,9 @@ def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
     ok: dict[int, int] = {}
     refused: dict[int, int] = {}
     for window in windows:
-        for second, stats in window.seconds(complete_from, now + 1.0):
+        for second, stats in window.buckets:
+            if second < complete_from:
+                continue
             calls[second] = calls.get(second, 0) + stats.requests
             ok[second] = ok.get(second, 0) + stats.ok
             refused[second] = refused.get(second, 0) + stats.pressure

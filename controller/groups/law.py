@@ -19,7 +19,6 @@ Pure: the members' decisions, windows and the group's memory in, decisions and m
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,7 +27,6 @@ from controller.groups.estimate import LAG_S, SPAN_S, GroupMemory, Pooled, estim
 from controller.groups.shares import FORCE_AHEAD_S, Claim, fair_shares, levels, running_set
 from controller.model import Decision, GroupReport, GroupShare, QueueConfig, QueueState
 from controller.model import QueueStateName as Name
-from controller.policy.adaptive.announced import invocation_pace
 from controller.policy.base import Verdict
 from controller.policy.guards import decision_from
 from controller.settings import PolicyParams
@@ -106,10 +104,20 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
 def _paces(members: Sequence[Member], now: float) -> dict[str, float]:
     """Each member's calls per invocation-second, measured over ``PACE_SPAN_S`` (a member
     that reported none: the group's median, or one call a second)."""
-    measured = {
-        member.config.queue: invocation_pace(member.window.stats(now - PACE_SPAN_S, now + 1.0))
-        for member in members
-    }
+    measured = {}
+    for member in members:
+        since = now - PACE_SPAN_S
+        calls = samples = timed = 0
+        busy_ms = 0.0
+        # One pass over the buckets (a span's stats would sort and copy them).
+        for second, stats in member.window.buckets:
+            if second >= since:
+                calls += stats.requests
+                samples += stats.samples
+                timed += stats.timed_samples
+                busy_ms += stats.busy_ms
+        mean_s = busy_ms / timed / 1000.0 if timed else 0.0
+        measured[member.config.queue] = calls / samples / mean_s if calls and mean_s > 0 else None
     known = [pace for pace in measured.values() if pace]
     fallback = statistics.median(known) if known else 1.0
     return {queue: pace or fallback for queue, pace in measured.items()}
@@ -157,7 +165,7 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
 
 def _started_since(member: Member, since: float) -> bool:
     """Whether any of ``member``'s invocations that started since ``since`` has reported."""
-    return bool(member.window.seconds(since, math.inf))
+    return any(second >= since for second, _ in member.window.buckets)
 
 
 def _decided(
