@@ -134,15 +134,15 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
     since = memory.running_since.get(queue, 0.0) if running else memory.paused_since.get(queue, now)
     judged_from = max(since, now - LAG_S - SPAN_S)
     judged_s = now - LAG_S - judged_from
-    span = member.window.stats(judged_from, now - LAG_S)
-    sent = span.requests / judged_s if judged_s > 0 else 0.0
-    in_use = span.busy_ms / 1000.0 / judged_s if judged_s > 0 else 0.0
+    calls, busy_ms, started = _since(member.window, judged_from, now - LAG_S)
+    sent = calls / judged_s if judged_s > 0 else 0.0
+    in_use = busy_ms / 1000.0 / judged_s if judged_s > 0 else 0.0
     # The level the span ran at: a change within it ran partly at the level before.
     during = state.concurrency
     if state.last_change_at > judged_from:
         during = min(during, state.previous_concurrency)
     unjudged = not running or judged_s < JUDGED_AFTER_S
-    idle = running and now - since >= LAG_S and not _started_since(member, now - LAG_S)
+    idle = running and now - since >= LAG_S and not started
     saturated = member.backlog != 0 and not idle and (unjudged or in_use >= SATURATED * during)
     if idle:
         sent = 0.0
@@ -163,9 +163,18 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
     )
 
 
-def _started_since(member: Member, since: float) -> bool:
-    """Whether any of ``member``'s invocations that started since ``since`` has reported."""
-    return any(second >= since for second, _ in member.window.buckets)
+def _since(window: WindowSnapshot, since: float, until: float) -> tuple[int, float, bool]:
+    """The calls and busy milliseconds of the invocations that started in ``[since,
+    until)``, and whether any started at ``until`` or later: one pass over the buckets (a
+    span's stats would add up every field)."""
+    calls, busy_ms, started = 0, 0.0, False
+    for second, stats in window.buckets:
+        if second >= until:
+            started = True
+        elif second >= since:
+            calls += stats.requests
+            busy_ms += stats.busy_ms
+    return calls, busy_ms, started
 
 
 def _decided(
