@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
 
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES, WINDOW_RETENTION_S
+from controller.groups import GroupMemory
 from controller.model import Action, QueueConfig, QueueState
 from controller.ports import InvalidConfig, Notice
 from controller.window import Evidence, QueueWindow
@@ -139,6 +140,8 @@ class QueueBook:
         # their next step reads the mapping, even a HOLD, and reconciles the ledger to it.
         self._unsettled: LruCache[str, bool] = LruCache(capacity)
         self._forgetting_reported = False
+        # What the container learned of each group of queues sharing a downstream.
+        self._groups: LruCache[str, GroupMemory] = LruCache(capacity)
 
     # -- counting and telling -------------------------------------------------------------
     def count(self, count: Count, times: int = 1) -> None:
@@ -168,6 +171,22 @@ class QueueBook:
             if quota is not None and quota.downstream is not None and quota.event_time >= since:
                 queues[quota.downstream] += 1
         return queues
+
+    def downstreams(self) -> dict[str, str | None]:
+        """The downstream each queue with a window kept last named (``None``: none named)."""
+        return {
+            queue: window.downstream
+            for queue, window in itertools.chain(self._held.items(), self._windows.items())
+        }
+
+    # -- groups ---------------------------------------------------------------------------
+    def group_memory(self) -> dict[str, GroupMemory]:
+        """What the container remembers of each group (``controller.groups``)."""
+        return dict(self._groups.items())
+
+    def remember_groups(self, memory: Mapping[str, GroupMemory]) -> None:
+        for group, remembered in memory.items():
+            self._groups[group] = remembered
 
     def window(self, queue: str) -> QueueWindow:
         """The queue's evidence (an empty window when none is kept); read, never changed."""

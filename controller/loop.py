@@ -32,7 +32,7 @@ from controller.model import (
     QueueConfig,
     QueueState,
 )
-from controller.planner import Plan, plan, probing, revised, step_for
+from controller.planner import Plan, governed, groups_of, plan, probing, revised, step_for
 from controller.policy import (
     DEFAULT_ALGORITHM,
     LimitAlgorithm,
@@ -388,6 +388,13 @@ class ControlLoop:
         book = self.book
         waiting = book.pending() | book.due(now)
         queues = sorted(q for q in waiting if not book.is_set_aside(q, now))
+        # The queues sharing a downstream with a waiting one are decided with it, as a group.
+        downstreams = book.downstreams()
+        groups = groups_of(self.configs(set(downstreams) | set(queues), now), downstreams)
+        touched = {groups[queue] for queue in queues if queue in groups}
+        if touched:
+            members = [q for q, group in groups.items() if group in touched]
+            queues = sorted(set(queues).union(q for q in members if not book.is_set_aside(q, now)))
         configs = self.configs(queues, now)
         states = self.states(configs.values(), now, deadline)
         windows = {queue: book.window(queue) for queue in queues if queue in states}
@@ -413,6 +420,17 @@ class ControlLoop:
         if backlogs:
             again = planned_for(sorted(backlogs), backlogs)
             planned = revised(planned, again)
+        if touched:
+            planned = governed(
+                planned,
+                groups,
+                windows,
+                self.params_for,
+                book.is_unsettled,
+                book.group_memory(),
+                backlogs,
+            )
+            book.remember_groups(planned.group_memory)
         # Every queue that waited is done waiting (set aside, unregistered or planned) but
         # those whose state could not be learned in time.
         book.planned(sorted(waiting.difference(planned.undecided)))

@@ -13,11 +13,13 @@ step per queue: never more than one change per batch.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from controller.groups import GroupMemory, Member, govern
 from controller.model import (
     AuditEvent,
     Decision,
@@ -94,12 +96,14 @@ class Step:
 class Plan:
     """The steps of one batch, decided at ``now``; ``undecided`` queues had no state in time
     and wait for the next batch. ``groups``: what was decided for each group of queues sharing
-    a downstream."""
+    a downstream; ``group_memory``: what the container keeps of each group for the next batch
+    (``governed``)."""
 
     now: float
     steps: tuple[Step, ...] = ()
     undecided: tuple[str, ...] = ()
     groups: tuple[GroupReport, ...] = ()
+    group_memory: Mapping[str, GroupMemory] = field(default_factory=dict)
 
     @property
     def decisions(self) -> list[Decision]:
@@ -163,7 +167,80 @@ def revised(plan: Plan, revisions: Plan) -> Plan:
     in order of urgency again (a raise held for an empty queue moves no mapping)."""
     again = {step.queue: step for step in revisions.steps}
     steps = sorted((again.get(step.queue, step) for step in plan.steps), key=lambda s: s.urgency)
-    return Plan(plan.now, tuple(steps), plan.undecided, plan.groups)
+    return Plan(plan.now, tuple(steps), plan.undecided, plan.groups, plan.group_memory)
+
+
+def groups_of(
+    configs: Mapping[str, QueueConfig], downstreams: Mapping[str, str | None]
+) -> dict[str, str]:
+    """The group of each queue that shares one (``docs/algorithms.md``, "Groups"): its CONFIG
+    ``Group``, else the ``Downstream`` its telemetry names; a group of one queue, a pinned
+    queue and a queue naming neither are decided alone, and left out."""
+    named = {}
+    for queue, config in configs.items():
+        group = config.group or downstreams.get(queue)
+        if group is not None and config.mode is not Mode.PINNED:
+            named[queue] = group
+    sizes = Counter(named.values())
+    return {queue: group for queue, group in named.items() if sizes[group] > 1}
+
+
+def governed(
+    plan: Plan,
+    groups: Mapping[str, str],
+    windows: Mapping[str, QueueWindow],
+    params_for: Callable[[QueueConfig], PolicyParams],
+    unsettled: Callable[[str], bool],
+    memory: Mapping[str, GroupMemory],
+    backlogs: Mapping[str, int] | None = None,
+) -> Plan:
+    """``plan`` with the steps of the queues in ``groups`` (queue -> group, ``groups_of``)
+    decided by their group's law (``controller.groups``) around each one's own decision, and
+    what each group decided and remembers; in order of urgency again. A queue the operator
+    disabled (paused, but not by the controller) stays out of its group."""
+    backlogs = backlogs or {}
+    members: dict[str, list[Member]] = {}
+    for step in plan.steps:
+        group = groups.get(step.queue)
+        state = step.decided_from
+        if group is None or (not state.enabled and state.paused_since == 0):
+            continue
+        window = windows[step.queue].snapshot()
+        member = Member(
+            step.config,
+            state,
+            step.decision,
+            params_for(step.config),
+            window,
+            backlogs.get(step.queue),
+        )
+        members.setdefault(group, []).append(member)
+    changed: dict[str, Decision] = {}
+    reports = []
+    memories = dict(memory)
+    for group, sharing in sorted(members.items()):
+        if len(sharing) < 2:
+            continue
+        decided = govern(group, sharing, memory.get(group, GroupMemory()), plan.now)
+        changed.update(decided.decisions)
+        reports.append(decided.report)
+        memories[group] = decided.memory
+    steps = []
+    for step in plan.steps:
+        decision = changed.get(step.queue)
+        if decision is not None:
+            evidence_time = windows[step.queue].newest_event_time
+            step = step_for(
+                step.config,
+                decision,
+                step.decided_from,
+                evidence_time,
+                plan.now,
+                unsettled(step.queue),
+            )
+        steps.append(step)
+    steps.sort(key=lambda step: step.urgency)
+    return Plan(plan.now, tuple(steps), plan.undecided, tuple(reports), memories)
 
 
 def step_for(

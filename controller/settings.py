@@ -65,6 +65,11 @@ BOUNDS: Final[Mapping[str, Bound]] = MappingProxyType(
         "settle_margin_s": Bound(0.0, 60.0, " s"),
         # As the window: shorter than telemetry takes to arrive, every sample would be stale.
         "stale_after_s": Bound(10.0, WINDOW_RETENTION_S, " s"),
+        # The longest a queue waits paused while its group time-shares a downstream below the
+        # group's floor (docs/algorithms.md, "Groups"): at least a few rotations' worth (each
+        # queue runs long enough for its telemetry to be judged), at most half the evidence a
+        # warm controller keeps, so a paused queue's window still names its downstream.
+        "group_pause_max_s": Bound(30.0, WINDOW_RETENTION_S / 2, " s"),
     }
 )
 
@@ -81,6 +86,7 @@ class PolicyParams:
     min_samples: int = 20
     settle_margin_s: float = 2.0
     stale_after_s: float = 60.0
+    group_pause_max_s: float = 120.0
 
     def __post_init__(self) -> None:
         for name in BOUNDS:

@@ -283,6 +283,7 @@ class QueueWindow:
         self._stale: dict[int, None] = {}
         self._newest_event_time: float | None = None
         self._quota: Quota | None = None
+        self._downstream: str | None = None
         self.dropped_too_old = 0
 
     @property
@@ -293,6 +294,12 @@ class QueueWindow:
     def quota(self) -> Quota | None:
         """The newest quota (by event time) the queue's downstream announced."""
         return self._quota
+
+    @property
+    def downstream(self) -> str | None:
+        """The downstream the queue's newest telemetry named (``None``: none named): the
+        queues naming one downstream are decided together (``controller.group``)."""
+        return self._downstream
 
     def __len__(self) -> int:
         """Buckets held: what retention bounds."""
@@ -310,15 +317,19 @@ class QueueWindow:
             key = evidence.second
             self._buckets.setdefault(key, Totals()).add(evidence.totals)
             quota = evidence.quota
+            named = None if quota is None else quota.downstream
         else:
             key = math.floor(evidence.started_at)
             self._buckets.setdefault(key, Totals()).count(evidence)
             # Checked here: most documents announce nothing and pay no call for it.
             announces = evidence.quota_limit is not None or evidence.quota_remaining is not None
             quota = Quota.announced_by(evidence) if announces else None
+            named = evidence.downstream
         self._stale[key] = None
         if quota is not None:
             self._note_quota(quota)
+        if named is not None and (newest is None or event_time >= newest):
+            self._downstream = named
         if newest is None or event_time > newest:
             self._newest_event_time = event_time
             self._prune(event_time - self._retention_s)

@@ -1,0 +1,189 @@
+"""One estimate per downstream: what the queues sharing it learn together (docs/algorithms.md,
+"Groups: queues sharing one downstream").
+
+The members' evidence is pooled second by second (invocation starts). A second in which the
+group's calls were refused (at least ``REFUSED_SHARE`` of them) says what the downstream
+accepted: its 2xx calls. The estimate is their mean over the complete seconds of the span (a
+second is complete once every invocation that started in it has reported: ``LAG_S`` later).
+While no second is refused the estimate is held; the group raises it (a probe of the whole
+downstream, not of each queue) only when its members want more than it allows, the span is
+clean, and no probe is being judged; a probe that meets refusals doubles the wait before the
+next one (``PROBE_INTERVAL_S``), one judged clean resets it. Near the rate that last broke
+(``ceiling_rps``) a probe grows the estimate gently, far below it fast.
+
+Pure: the memory is a frozen record the caller keeps (``QueueBook``, a warm container's); a
+cold container learns the estimate again from the next refusals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from controller.window import WindowSnapshot
+
+# Invocations that started this recently may not all have reported (their run, then the
+# telemetry's delay): their seconds are judged for pressure only, never counted as complete.
+LAG_S = 10.0
+# The complete seconds an estimate, and each member's use, is measured on.
+SPAN_S = 8.0
+# A second is refused when this share of the group's calls in it were refused; two of them
+# make the span unclean (one second's calls bunching is not a capacity).
+REFUSED_SHARE = 0.02
+REFUSED_SECONDS = 2
+# A second refused this much says what the downstream accepts (one refused less may be the
+# group cutting into the capacity, its 2xx calls fewer than the downstream takes).
+MEASURED_SHARE = 0.10
+# The wait between the group's probes: the first, and the longest after failed ones.
+PROBE_INTERVAL_S = (10.0, 20.0)
+# A probe's growth of the estimate: with no rate known to break, below the one that last
+# broke (up to just under it), and near it.
+FREE_GROWTH = 0.5
+FAST_GROWTH = 0.25
+GENTLE_GROWTH = 0.05
+UNDER_CEILING = 0.97
+# The group probes only while it sends this share of its estimate (else the estimate does not
+# bind: growing it would learn nothing).
+USED_SHARE = 0.75
+# A probe is judged once its level has run this long in complete seconds.
+PROBE_JUDGED_AFTER_S = 3.0
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMemory:
+    """What a warm container remembers of one group between batches.
+
+    ``capacity_rps``: the estimate (``None``: nothing refused yet, so no estimate: each member
+    is decided alone); ``ceiling_rps``: the group's calls a second when it was last refused
+    (0: none, or a probe passed above it); the probe's pacing; and, per member, since when it
+    runs or waits paused while the group time-shares (``controller.groups.shares``).
+    """
+
+    capacity_rps: float | None = None
+    ceiling_rps: float = 0.0
+    probe_interval_s: float = PROBE_INTERVAL_S[0]
+    next_probe_at: float = 0.0
+    # When the probe being judged raised the estimate (0: none), and from what.
+    probed_at: float = 0.0
+    probed_from: float = 0.0
+    running_since: Mapping[str, float] = field(default_factory=dict)
+    paused_since: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Pooled:
+    """The group's evidence, all members' seconds added up.
+
+    ``accepted_rps``: the mean 2xx calls of the refused complete seconds (``None``: fewer than
+    ``REFUSED_SECONDS``); ``refused_sent_rps``: the calls sent in those seconds; ``sent_rps``:
+    the calls a second over the complete span; ``clean``: no second of the complete span was
+    refused; ``pressed``: the seconds too recent to be complete already show refusals.
+    """
+
+    accepted_rps: float | None
+    refused_sent_rps: float
+    sent_rps: float
+    clean: bool
+    pressed: bool
+
+
+def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
+    """The members' ``windows`` added up second by second, as of ``now``."""
+    complete_from, recent_from = now - LAG_S - SPAN_S, now - LAG_S
+    calls: dict[int, int] = {}
+    ok: dict[int, int] = {}
+    refused: dict[int, int] = {}
+    for window in windows:
+        for second, stats in window.buckets:
+            if second < complete_from:
+                continue
+            calls[second] = calls.get(second, 0) + stats.requests
+            ok[second] = ok.get(second, 0) + stats.ok
+            refused[second] = refused.get(second, 0) + stats.pressure
+    complete = [second for second in calls if second < recent_from]
+    refused_seconds = [s for s in complete if refused[s] >= REFUSED_SHARE * calls[s] > 0]
+    measured = [s for s in refused_seconds if refused[s] >= MEASURED_SHARE * calls[s]]
+    recent_calls = sum(calls[s] for s in calls if s >= recent_from)
+    recent_refused = sum(refused[s] for s in calls if s >= recent_from)
+    accepted = None
+    refused_sent = 0.0
+    if len(measured) >= REFUSED_SECONDS:
+        # The upper half: seconds of starts straddle the downstream's seconds, and one that
+        # met a refused second late has fewer 2xx calls than the downstream takes.
+        upper = sorted(measured, key=lambda s: ok[s])[len(measured) // 2 :]
+        accepted = sum(ok[s] for s in upper) / len(upper)
+        refused_sent = sum(calls[s] for s in upper) / len(upper)
+    return Pooled(
+        accepted_rps=accepted,
+        refused_sent_rps=refused_sent,
+        sent_rps=sum(calls[s] for s in complete) / SPAN_S,
+        clean=len(refused_seconds) < REFUSED_SECONDS,
+        pressed=recent_refused >= REFUSED_SHARE * recent_calls > 0,
+    )
+
+
+def estimated(
+    memory: GroupMemory, pool: Pooled, wanting: bool, step_rps: float, now: float
+) -> GroupMemory:
+    """The group's memory after this batch's evidence: the estimate measured where the
+    downstream refused, a probe judged where it did not, and grown where the members want
+    more than it (``wanting``), use it, and it is time to probe; a probe grows it by
+    ``step_rps`` at least (what one more member at its floor, or one more invocation, sends:
+    less would change nothing)."""
+    low, high = PROBE_INTERVAL_S
+    probing = memory.probed_at > 0
+    failed = replace(
+        memory,
+        probe_interval_s=min(high, 2 * memory.probe_interval_s),
+        next_probe_at=now + min(high, 2 * memory.probe_interval_s),
+        probed_at=0.0,
+    )
+    if pool.accepted_rps is not None:
+        after = failed if probing else replace(memory, next_probe_at=now + memory.probe_interval_s)
+        return replace(
+            after,
+            capacity_rps=pool.accepted_rps,
+            ceiling_rps=max(pool.refused_sent_rps, pool.accepted_rps),
+        )
+    estimate = memory.capacity_rps
+    if estimate is None:
+        return memory
+    if not pool.clean:
+        # Refused, but too little to measure: a probe that did this failed; else hold.
+        if probing:
+            return replace(failed, capacity_rps=memory.probed_from, ceiling_rps=estimate)
+        return replace(memory, next_probe_at=max(memory.next_probe_at, now + low))
+    if pool.pressed:
+        return memory
+    if probing:
+        if now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
+            return memory
+        # The probe's seconds are complete and none was refused: the raised estimate holds,
+        # and the next probe may follow at once.
+        passed = memory.ceiling_rps and estimate > memory.ceiling_rps
+        return replace(
+            memory,
+            probed_at=0.0,
+            probe_interval_s=low,
+            next_probe_at=now,
+            ceiling_rps=0.0 if passed else memory.ceiling_rps,
+        )
+    used = pool.sent_rps >= USED_SHARE * estimate
+    if not wanting or not used or now < memory.next_probe_at:
+        return memory
+    return replace(
+        memory,
+        capacity_rps=max(grown(estimate, memory.ceiling_rps), estimate + step_rps),
+        probed_at=now,
+        probed_from=estimate,
+        next_probe_at=now + memory.probe_interval_s,
+    )
+
+
+def grown(estimate: float, ceiling: float) -> float:
+    """A probe's estimate: half as much again with no rate known to break; a quarter more,
+    but no further than just under the rate that last broke; past that, gently."""
+    if ceiling <= 0:
+        return estimate * (1.0 + FREE_GROWTH)
+    gentle = estimate * (1.0 + GENTLE_GROWTH)
+    return max(gentle, min(estimate * (1.0 + FAST_GROWTH), ceiling * UNDER_CEILING))

@@ -1,0 +1,284 @@
+"""The group law: the queues sharing one downstream decided as one, around whatever limit
+algorithm decided each of them alone (docs/algorithms.md, "Groups: queues sharing one
+downstream").
+
+Each member is first decided alone (the algorithm, through the shared guards); the group then
+adjusts the members' decisions, as Netflix's ``WindowedLimit`` wraps a limit:
+
+- With no estimate yet (nothing refused), every decision stands.
+- With one (``controller.groups.estimate``), each member's level is its share
+  (``controller.groups.shares``). A member whose allowance is in use goes to its level, up or
+  down; any other keeps its own decision, capped at its level. A cut the algorithm makes on
+  its own evidence goes through at once (the group's estimate learns a fall only once its
+  seconds are complete), and while the newest seconds show refusals the group raises nobody.
+- Below the group's floor the members the group does not run are paused, the others resumed
+  at their level; a pause or resume the algorithm asks for gives way to the group's.
+
+Pure: the members' decisions, windows and the group's memory in, decisions and memory out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from controller.groups.estimate import LAG_S, SPAN_S, GroupMemory, Pooled, estimated, pooled
+from controller.groups.shares import FORCE_AHEAD_S, Claim, fair_shares, levels, running_set
+from controller.model import Decision, GroupReport, GroupShare, QueueConfig, QueueState
+from controller.model import QueueStateName as Name
+from controller.policy.base import Verdict
+from controller.policy.guards import decision_from
+from controller.settings import PolicyParams
+from controller.window import WindowSnapshot
+
+# Calls a second of the estimate the members are given: the rest absorbs calls bunching
+# within a second (the downstream counts its capacity per second).
+UTILISATION = 0.95
+# A member whose invocations in use reach this share of its level wants more than it has.
+SATURATED = 0.75
+# An allowance not in use is given this much headroom over what the member sends.
+HEADROOM = 1.2
+# The complete seconds at its level a member's use is judged on.
+JUDGED_AFTER_S = 2.0
+# The seconds a member's pace (its calls per invocation-second) is measured on.
+PACE_SPAN_S = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One queue of a group as this batch decided it alone."""
+
+    config: QueueConfig
+    state: QueueState
+    decision: Decision
+    params: PolicyParams
+    window: WindowSnapshot
+    backlog: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Governed:
+    """What the group decided: the members' decisions it changed, what it reports, and the
+    memory to keep."""
+
+    decisions: Mapping[str, Decision]
+    report: GroupReport
+    memory: GroupMemory
+
+
+def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: float) -> Governed:
+    """Decide ``members`` (queues sharing the downstream ``group``) together."""
+    pool = pooled((member.window for member in members), now)
+    paces = _paces(members, now)
+    claims = [_claim(member, paces[member.config.queue], memory, pool, now) for member in members]
+    estimate = memory.capacity_rps
+    wanting = estimate is not None and sum(c.demand_rps for c in claims) > UTILISATION * estimate
+    # A probe smaller than one invocation's calls would move no level.
+    memory = estimated(memory, pool, wanting, min(claim.pace for claim in claims), now)
+    estimate = memory.capacity_rps
+    if estimate is None:
+        report = GroupReport(group, now, None, tuple(_measured(member, now) for member in members))
+        return Governed({}, report, memory)
+    budget = UTILISATION * estimate
+    bounds = {member.config.queue: member.params.group_pause_max_s for member in members}
+    running = running_set(budget, claims, now, bounds)
+    shares = fair_shares(budget, [claim for claim in claims if claim.queue in running])
+    current = {member.config.queue: member.state.concurrency for member in members}
+    levels_of = levels(shares, [claim for claim in claims if claim.queue in running], current)
+    decisions: dict[str, Decision] = {}
+    reported = []
+    for member, claim in zip(members, claims, strict=True):
+        queue = member.config.queue
+        share = shares.get(queue, 0.0)
+        level = levels_of.get(queue, member.state.concurrency)
+        decision = _decided(member, claim, level, share, queue in running, estimate, pool, now)
+        if decision is not member.decision:
+            decisions[queue] = decision
+        reported.append(GroupShare(queue, round(share, 3), level, queue not in running))
+    runs, waits = _standing(claims, running, now)
+    memory = replace(memory, running_since=runs, paused_since=waits)
+    return Governed(decisions, GroupReport(group, now, round(estimate, 3), tuple(reported)), memory)
+
+
+def _paces(members: Sequence[Member], now: float) -> dict[str, float]:
+    """Each member's calls per invocation-second, measured over ``PACE_SPAN_S`` (a member
+    that reported none: the group's median, or one call a second)."""
+    measured = {}
+    for member in members:
+        since = now - PACE_SPAN_S
+        calls = samples = timed = 0
+        busy_ms = 0.0
+        # One pass over the buckets (a span's stats would sort and copy them).
+        for second, stats in member.window.buckets:
+            if second >= since:
+                calls += stats.requests
+                samples += stats.samples
+                timed += stats.timed_samples
+                busy_ms += stats.busy_ms
+        mean_s = busy_ms / timed / 1000.0 if timed else 0.0
+        measured[member.config.queue] = calls / samples / mean_s if calls and mean_s > 0 else None
+    known = [pace for pace in measured.values() if pace]
+    fallback = statistics.median(known) if known else 1.0
+    return {queue: pace or fallback for queue, pace in measured.items()}
+
+
+def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: float) -> Claim:
+    """What ``member`` claims of the downstream, from its evidence over the complete span
+    since it began to run. A member paused, or resumed too recently for that to hold
+    ``JUDGED_AFTER_S``, wants to run (its pause was the controller's: a queue the operator
+    disabled is no member, ``planner.governed``); one that has run ``LAG_S`` and started
+    nothing since has no work."""
+    state, params, queue = member.state, member.params, member.config.queue
+    running = state.enabled
+    since = memory.running_since.get(queue, 0.0) if running else memory.paused_since.get(queue, now)
+    judged_from = max(since, now - LAG_S - SPAN_S)
+    judged_s = now - LAG_S - judged_from
+    calls, busy_ms, started = _since(member.window, judged_from, now - LAG_S)
+    sent = calls / judged_s if judged_s > 0 else 0.0
+    in_use = busy_ms / 1000.0 / judged_s if judged_s > 0 else 0.0
+    # The level the span ran at: a change within it ran partly at the level before.
+    during = state.concurrency
+    if state.last_change_at > judged_from:
+        during = min(during, state.previous_concurrency)
+    unjudged = not running or judged_s < JUDGED_AFTER_S
+    idle = running and now - since >= LAG_S and not started
+    saturated = member.backlog != 0 and not idle and (unjudged or in_use >= SATURATED * during)
+    if idle:
+        sent = 0.0
+    demand = params.cmax * pace if saturated else HEADROOM * sent
+    floor = params.cmin * pace
+    return Claim(
+        queue=queue,
+        priority=member.config.priority,
+        weight=member.config.weight,
+        floor_rps=floor if saturated else min(floor, demand),
+        demand_rps=max(demand, floor if saturated else 0.0),
+        pace=pace,
+        cmin=params.cmin,
+        cmax=params.cmax,
+        running=running,
+        since=since,
+        paused_since=state.paused_since or since,
+    )
+
+
+def _since(window: WindowSnapshot, since: float, until: float) -> tuple[int, float, bool]:
+    """The calls and busy milliseconds of the invocations that started in ``[since,
+    until)``, and whether any started at ``until`` or later: one pass over the buckets (a
+    span's stats would add up every field)."""
+    calls, busy_ms, started = 0, 0.0, False
+    for second, stats in window.buckets:
+        if second >= until:
+            started = True
+        elif second >= since:
+            calls += stats.requests
+            busy_ms += stats.busy_ms
+    return calls, busy_ms, started
+
+
+def _decided(
+    member: Member,
+    claim: Claim,
+    level: int,
+    share: float,
+    runs: bool,
+    estimate: float,
+    pool: Pooled,
+    now: float,
+) -> Decision:
+    """``member``'s decision under the group's: the algorithm's where it stands, else one
+    that carries out the group's level, pause or resume."""
+    state, alone = member.state, member.decision
+    current = state.concurrency
+    why = f"Group {member.config.group or 'downstream'}: ~{estimate:.0f} calls/s accepted"
+    if not runs:
+        if not state.enabled and not alone.enabled:
+            return alone
+        waited = now - claim.paused_since if not state.enabled else 0.0
+        reason = (
+            f"{why}, below the floor of the queues with work: paused while others run "
+            f"(waited {waited:.0f}s of {member.params.group_pause_max_s:.0f}s)."
+        )
+        bound_at = (claim.paused_since if not state.enabled else now) + (
+            member.params.group_pause_max_s
+        )
+        return _carried(
+            member, current, False, Name.THROTTLED, reason, bound_at - FORCE_AHEAD_S, now
+        )
+    share_text = f"share {share:.1f} calls/s fits {level}"
+    if not state.enabled:
+        target = min(level, current) if now < state.hold_until else level
+        reason = f"{why}; {share_text}: resuming at {target} (its turn to run)."
+        return _carried(member, target, True, Name.RECOVERING, reason, 0.0, now)
+    wanted = alone.target if alone.enabled else current
+    if wanted < current:
+        target = min(wanted, level)
+    elif claim.demand_rps >= claim.cmax * claim.pace and not pool.pressed:
+        target = level
+    else:
+        target = min(wanted, level)
+    if target > current and (pool.pressed or now < state.hold_until):
+        target = current
+    if target == alone.target and alone.enabled:
+        return alone
+    if target == current:
+        reason = f"{why}; {share_text}: holding at {current}. ({alone.reason})"
+        return _carried(member, current, True, alone.state, reason, None, now)
+    direction = "raising" if target > current else "cutting"
+    reason = f"{why}; {share_text}: {direction} {current} -> {target}."
+    name = Name.THROTTLED if target < current else Name.RECOVERING
+    return _carried(member, target, True, name, reason, None, now)
+
+
+def _carried(
+    member: Member,
+    target: int,
+    enabled: bool,
+    name: Name,
+    reason: str,
+    wake_at: float | None,
+    now: float,
+) -> Decision:
+    """The decision that sets ``member``'s mapping as the group wants, keeping the memory the
+    algorithm left (the algorithm decides on from where the group put the mapping)."""
+    alone = member.decision
+    after = alone.new_state
+    verdict: Verdict[object] = Verdict(
+        target,
+        name,
+        reason,
+        after.memory,
+        enabled=enabled,
+        consecutive_breaches=after.consecutive_breaches,
+        wake_at=after.wake_at if wake_at is None else wake_at,
+        pressure_rate=alone.pressure_rate,
+        success_rate=alone.success_rate,
+    )
+    return decision_from(
+        member.state, verdict, now, after.algorithm or None, hold_until=after.hold_until
+    )
+
+
+def _measured(member: Member, now: float) -> GroupShare:
+    """A member's line in a report with no estimate: the calls a second it sends, at the level
+    it was decided alone."""
+    span = member.window.stats(now - LAG_S - SPAN_S, now - LAG_S)
+    decision = member.decision
+    sent = round(span.requests / SPAN_S, 3)
+    return GroupShare(member.config.queue, sent, decision.target, not decision.enabled)
+
+
+def _standing(
+    claims: Sequence[Claim], running: set[str], now: float
+) -> tuple[dict[str, float], dict[str, float]]:
+    """Since when each member runs or waits paused, after this batch."""
+    runs: dict[str, float] = {}
+    waits: dict[str, float] = {}
+    for claim in claims:
+        if claim.queue in running:
+            # Running since before the group knew it (0): long enough to be judged.
+            runs[claim.queue] = claim.since if claim.running else now
+        else:
+            waits[claim.queue] = claim.since if not claim.running else now
+    return runs, waits

@@ -1,0 +1,420 @@
+"""The group law (controller/groups): queues sharing one downstream decided as one, around
+whatever algorithm decided each of them alone. One class per rule of docs/algorithms.md,
+"Groups: queues sharing one downstream"."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from controller.groups import GroupMemory, Member, govern
+from controller.groups.estimate import LAG_S, SPAN_S, Pooled, estimated, pooled
+from controller.groups.shares import (
+    FORCE_AHEAD_S,
+    MIN_SLICE_S,
+    Claim,
+    fair_shares,
+    levels,
+    running_set,
+)
+from controller.model import Mode, QueueConfig, Sample
+from controller.planner import Plan, governed, groups_of, plan
+from controller.policy.aimd import Aimd
+from controller.settings import BOUNDS, PolicyParams, SettingsError
+from controller.window import QueueWindow
+from tests.factories import state
+
+NOW = 1000.0
+
+
+def window(
+    queue: str,
+    ok: int,
+    refused: int = 0,
+    *,
+    seconds: range | None = None,
+    downstream: str = "api",
+    invocations: int = 1,
+) -> QueueWindow:
+    """A queue's window: ``invocations`` of ``ok + refused`` calls starting each second of
+    ``seconds`` (the last 30 s by default), each taking one second (a pace of ``ok +
+    refused``)."""
+    kept = QueueWindow()
+    for second in seconds or range(int(NOW) - 30, int(NOW)):
+        for _ in range(invocations):
+            kept.add(
+                Sample(
+                    queue=queue,
+                    event_time=second + 1.0,
+                    requests=ok + refused,
+                    ok=ok,
+                    throttled=refused,
+                    invocation_ms=1000.0,
+                    downstream=downstream,
+                )
+            )
+    return kept
+
+
+def member(
+    queue: str,
+    ok: int = 10,
+    refused: int = 0,
+    concurrency: int = 1,
+    *,
+    weight: float = 1.0,
+    priority: int = 0,
+    enabled: bool = True,
+    paused_since: float = 0.0,
+    cmax: int = 10,
+    seconds: range | None = None,
+) -> Member:
+    """A member decided alone to hold at ``concurrency``, every invocation of it in use."""
+    params = PolicyParams(cmin=2, cmax=cmax)
+    config = QueueConfig(queue, f"esm-{queue}", weight=weight, priority=priority)
+    held = dataclasses.replace(
+        state(concurrency, queue=queue), enabled=enabled, paused_since=paused_since
+    )
+    [step] = plan(
+        NOW,
+        [queue],
+        {queue: config},
+        {queue: held},
+        {queue: QueueWindow()},
+        lambda _: False,
+        Aimd(),
+        lambda _: params,
+    ).steps
+    snapshot = window(queue, ok, refused, seconds=seconds, invocations=concurrency).snapshot()
+    return Member(config, held, step.decision, params, snapshot)
+
+
+def claim(queue: str, floor: float, demand: float, **fields: object) -> Claim:
+    defaults: dict[str, object] = dict(
+        priority=0, weight=1.0, pace=10.0, cmin=2, cmax=10, running=True, since=0.0
+    )
+    defaults.update(fields)
+    return Claim(queue, floor_rps=floor, demand_rps=demand, **defaults)  # type: ignore[arg-type]
+
+
+class TestOneGroupPerDownstream:
+    """Rule 1: a group is the queues whose CONFIG ``Group`` matches, else that report one
+    ``Downstream``; a queue alone, pinned or naming neither is decided alone."""
+
+    def test_config_group_first_then_downstream(self) -> None:
+        configs = {
+            "a": QueueConfig("a", "esm-a", group="tenants"),
+            "b": QueueConfig("b", "esm-b"),
+            "c": QueueConfig("c", "esm-c"),
+            "d": QueueConfig("d", "esm-d"),
+            "e": QueueConfig("e", "esm-e", mode=Mode.PINNED),
+        }
+        downstreams = {"b": "tenants", "c": "crm", "d": None, "e": "tenants"}
+        assert groups_of(configs, downstreams) == {"a": "tenants", "b": "tenants"}
+
+    def test_a_window_remembers_the_downstream_its_newest_telemetry_named(self) -> None:
+        kept = window("a", 10, downstream="crm")
+        assert kept.downstream == "crm"
+
+
+class TestEstimate:
+    """Rule 1: the pooled evidence's refused seconds say what the downstream accepts."""
+
+    def test_refused_seconds_measure_the_2xx_the_downstream_took(self) -> None:
+        pool = pooled([window("a", 40, 60).snapshot(), window("b", 40, 60).snapshot()], NOW)
+        assert pool.accepted_rps == pytest.approx(80.0)
+        assert not pool.clean and pool.pressed
+        learned = estimated(GroupMemory(), pool, wanting=True, step_rps=10.0, now=NOW)
+        assert learned.capacity_rps == pytest.approx(80.0)
+
+    def test_nothing_refused_no_estimate(self) -> None:
+        pool = pooled([window("a", 40).snapshot()], NOW)
+        assert pool.accepted_rps is None and pool.clean
+        assert estimated(GroupMemory(), pool, True, 10.0, NOW).capacity_rps is None
+
+    def test_no_estimate_leaves_every_decision_as_it_was(self) -> None:
+        members = [member("a", 10), member("b", 10)]
+        decided = govern("api", members, GroupMemory(), NOW)
+        assert decided.decisions == {}
+        assert decided.report.capacity_rps is None
+
+
+class TestShares:
+    """Rule 1: max-min fair by demand, by priority then weight; levels within Cmin..Cmax."""
+
+    def test_a_small_demand_is_met_and_the_rest_split_by_weight(self) -> None:
+        claims = [
+            claim("small", 20, 30),
+            claim("heavy", 20, 100, weight=3.0),
+            claim("light", 20, 100),
+        ]
+        shares = fair_shares(150.0, claims)
+        assert shares["small"] == pytest.approx(30.0)
+        # Floors first (60), the small demand met (10), the 80 left split 3:1.
+        assert shares["heavy"] == pytest.approx(20 + 0.75 * 80)
+        assert shares["light"] == pytest.approx(20 + 0.25 * 80)
+
+    def test_a_higher_priority_is_served_first(self) -> None:
+        shares = fair_shares(100.0, [claim("orders", 20, 70, priority=9), claim("bulk", 20, 100)])
+        assert shares == {"orders": pytest.approx(70.0), "bulk": pytest.approx(30.0)}
+
+    def test_levels_stay_within_the_shares_and_keep_who_holds_the_extra_invocation(
+        self,
+    ) -> None:
+        claims = [claim("a", 20, 100), claim("b", 20, 100), claim("c", 20, 100)]
+        shares = {"a": 25.0, "b": 25.0, "c": 25.0}
+        chosen = levels(shares, claims, {"c": 3})
+        assert chosen == {"a": 2, "b": 2, "c": 3}
+        assert sum(chosen.values()) * 10 <= sum(shares.values())
+
+    def test_members_whose_allowance_is_in_use_go_to_their_levels(self) -> None:
+        # Two members at 5 invocations each, refused 40% of their calls: 60 calls/s accepted.
+        members = [member("a", 6, 4, concurrency=5), member("b", 6, 4, concurrency=5)]
+        decided = govern("api", members, GroupMemory(), NOW)
+        assert decided.report.capacity_rps == pytest.approx(60.0)
+        # 0.95 x 60 = 57 calls/s: floors 2 x 20, one more invocation fits (10 <= 17).
+        assert sorted(share.level for share in decided.report.members) == [2, 3]
+        assert sum(share.share_rps for share in decided.report.members) <= 57.0 + 1e-9
+        assert sorted(d.target for d in decided.decisions.values()) == [2, 3]
+
+
+class TestTimeSharing:
+    """Rule 2: below the group's floor a rotating subset runs, the priority and the longest
+    wait first, and nobody waits paused past its bound."""
+
+    def test_the_running_set_fits_and_the_highest_priority_runs(self) -> None:
+        claims = [claim(f"q{i}", 20, 100, running=False, paused_since=NOW - 10) for i in range(6)]
+        claims.append(claim("orders", 20, 100, running=False, paused_since=NOW, priority=9))
+        running = running_set(45.0, claims, NOW, dict.fromkeys([c.queue for c in claims], 120))
+        assert "orders" in running and len(running) == 2
+
+    def test_a_member_about_to_pass_its_bound_runs_first(self) -> None:
+        bound = 120.0
+        claims = [
+            claim("fresh", 20, 100, running=True, since=NOW - 1, priority=9),
+            claim("waited", 20, 100, running=False, paused_since=NOW - bound + FORCE_AHEAD_S),
+        ]
+        assert running_set(25.0, claims, NOW, {"fresh": bound, "waited": bound}) == {"waited"}
+
+    def test_paused_members_are_paused_with_a_wake_up_and_the_others_resumed(self) -> None:
+        # Each sends 40 calls/s at Cmin (2 invocations of 20 calls a second): two fit 0.95 x 90.
+        members = [member(f"q{i}", 20, 0, concurrency=2) for i in range(4)]
+        memory = GroupMemory(capacity_rps=90.0, next_probe_at=NOW + 60)
+        decided = govern("api", members, memory, NOW)
+        paused = [share.queue for share in decided.report.members if share.paused]
+        assert len(paused) == 2
+        for queue in paused:
+            decision = decided.decisions[queue]
+            assert not decision.enabled and decision.new_state.wake_at > NOW
+
+    @settings(max_examples=30, deadline=None)
+    @given(
+        members=st.integers(3, 30),
+        capacity=st.floats(20.0, 200.0),
+        bound=st.floats(BOUNDS["group_pause_max_s"].low, BOUNDS["group_pause_max_s"].high),
+    )
+    def test_over_a_long_run_nobody_waits_past_the_bound_and_the_running_set_fits(
+        self, members: int, capacity: float, bound: float
+    ) -> None:
+        # The bound holds where the members that fit at once can take turns of a slice each
+        # within it (docs/algorithms.md); with fewer places the group rotates as fast as it can.
+        assume(math.floor(capacity / 20) * bound >= members * MIN_SLICE_S)
+        names = [f"q{i}" for i in range(members)]
+        since = dict.fromkeys(names, 0.0)
+        runs = set(names)
+        longest = 0.0
+        for tick in range(0, 1200, 2):
+            now = float(tick)
+            claims = [
+                claim(
+                    name,
+                    20,
+                    100,
+                    running=name in runs,
+                    since=since[name],
+                    paused_since=since[name],
+                )
+                for name in names
+            ]
+            chosen = running_set(capacity, claims, now, dict.fromkeys(names, bound))
+            assert len(chosen) == 1 or 20 * len(chosen) <= capacity
+            for name in names:
+                if (name in chosen) != (name in runs):
+                    since[name] = now
+                if name not in chosen:
+                    longest = max(longest, now - since[name])
+            runs = chosen
+        assert longest <= bound
+
+
+class TestOneProbe:
+    """Rule 3: the group probes the downstream once, not each queue: it grows the estimate
+    while its members want more and use it, and a probe that meets refusals backs off."""
+
+    clean = Pooled(None, 0.0, sent_rps=95.0, clean=True, pressed=False)
+
+    def test_a_clean_used_estimate_is_probed_once_then_judged(self) -> None:
+        memory = GroupMemory(capacity_rps=100.0)
+        probed = estimated(memory, self.clean, wanting=True, step_rps=10.0, now=NOW)
+        assert probed.capacity_rps == pytest.approx(150.0) and probed.probed_at == NOW
+        again = estimated(probed, self.clean, wanting=True, step_rps=10.0, now=NOW + 1)
+        assert again == probed
+
+    def test_no_probe_while_nobody_wants_more(self) -> None:
+        memory = GroupMemory(capacity_rps=100.0)
+        assert estimated(memory, self.clean, False, 10.0, NOW) == memory
+
+    def test_a_probe_refused_a_little_goes_back_and_waits_longer(self) -> None:
+        memory = GroupMemory(capacity_rps=110.0, probed_at=NOW - 5, probed_from=100.0)
+        refused = dataclasses.replace(self.clean, clean=False)
+        failed = estimated(memory, refused, True, 10.0, NOW)
+        assert failed.capacity_rps == 100.0 and failed.probed_at == 0.0
+        assert failed.probe_interval_s > memory.probe_interval_s
+
+    def test_near_the_rate_that_broke_a_probe_is_gentle(self) -> None:
+        memory = GroupMemory(capacity_rps=100.0, ceiling_rps=104.0)
+        probed = estimated(memory, self.clean, True, 1.0, NOW)
+        assert probed.capacity_rps == pytest.approx(105.0)
+
+
+class TestQuotaOrder:
+    """Rule 4: the group's changes are steps like any other: one per queue, the most urgent
+    (cuts) first."""
+
+    def test_the_group_cut_comes_before_the_group_raise_one_step_each(self) -> None:
+        # "big" runs 8 invocations, "small" 2 and wants more: the group takes from one and
+        # gives to the other.
+        windows = {
+            "big": window("big", 10, 0, downstream="api"),
+            "small": window("small", 10, 0, downstream="api"),
+        }
+        configs = {q: QueueConfig(q, f"esm-{q}") for q in windows}
+        states = {
+            "big": dataclasses.replace(state(8, queue="big")),
+            "small": dataclasses.replace(state(2, queue="small")),
+        }
+        params = PolicyParams(cmin=2, cmax=10)
+        alone = plan(
+            NOW,
+            sorted(windows),
+            configs,
+            states,
+            windows,
+            lambda _: False,
+            Aimd(),
+            lambda _: params,
+        )
+        # Both use their allowance (one invocation a second of one second each: in use 1 of 8
+        # is not in use; make the span busy instead).
+        memory = {"api": GroupMemory(capacity_rps=100.0, next_probe_at=NOW + 100)}
+        together = governed(
+            alone,
+            {"big": "api", "small": "api"},
+            windows,
+            lambda _: params,
+            lambda _: False,
+            memory,
+        )
+        assert len(together.steps) == len({step.queue for step in together.steps}) == 2
+        urgencies = [step.urgency for step in together.steps]
+        assert urgencies == sorted(urgencies)
+
+
+class TestReports:
+    """Rule 5: a plan says what each group decided: its estimate and each member's share,
+    level and whether it is paused."""
+
+    def test_a_governed_plan_reports_each_group(self) -> None:
+        members = [member("a", 6, 4, concurrency=5), member("b", 6, 4, concurrency=5)]
+        steps = []
+        windows = {}
+        for one in members:
+            [step] = plan(
+                NOW,
+                [one.config.queue],
+                {one.config.queue: one.config},
+                {one.config.queue: one.state},
+                {one.config.queue: QueueWindow()},
+                lambda _: False,
+                Aimd(),
+                lambda _: PolicyParams(cmin=2, cmax=10),
+            ).steps
+            steps.append(step)
+            windows[one.config.queue] = window(one.config.queue, 6, 4)
+        together = governed(
+            Plan(NOW, tuple(steps)),
+            {"a": "api", "b": "api"},
+            windows,
+            lambda _: PolicyParams(cmin=2, cmax=10),
+            lambda _: False,
+            {},
+        )
+        [report] = together.groups
+        assert report.group == "api" and report.capacity_rps == pytest.approx(12.0)
+        assert [share.queue for share in report.members] == ["a", "b"]
+        assert together.group_memory["api"].capacity_rps == pytest.approx(12.0)
+
+
+class TestAlone:
+    """Rule 6: a queue alone on its downstream is decided exactly as without groups."""
+
+    def test_a_group_of_one_is_not_governed(self) -> None:
+        [one] = [member("a", 6, 4, concurrency=5)]
+        alone = Plan(NOW)
+        assert governed(alone, {}, {}, lambda _: one.params, lambda _: False, {}) == alone
+
+    def test_the_pause_bound_is_a_checked_setting(self) -> None:
+        with pytest.raises(SettingsError, match=r"group_pause_max_s must be in 30\.\.300 s"):
+            PolicyParams(group_pause_max_s=5.0)
+
+
+class TestShareInvariants:
+    """Invariants of the division, for any claims: shares are never negative, add up to the
+    estimate at most (the floors fitting), and follow the weights between equal demands."""
+
+    @given(
+        capacity=st.floats(0.0, 5000.0),
+        claims=st.lists(
+            st.tuples(
+                st.floats(0.0, 50.0),
+                st.floats(0.0, 500.0),
+                st.floats(0.01, 100.0),
+                st.integers(0, 9),
+            ),
+            min_size=1,
+            max_size=20,
+        ),
+    )
+    def test_shares_are_fair_and_within_the_estimate(
+        self, capacity: float, claims: list[tuple[float, float, float, int]]
+    ) -> None:
+        made = [
+            claim(f"q{i}", floor, floor + demand, weight=weight, priority=priority)
+            for i, (floor, demand, weight, priority) in enumerate(claims)
+        ]
+        floors = sum(c.floor_rps for c in made)
+        shares = fair_shares(capacity, made)
+        assert all(share >= 0 for share in shares.values())
+        assert sum(shares.values()) <= max(capacity, floors) * (1 + 1e-9) + 1e-6
+
+    @given(
+        capacity=st.floats(10.0, 1000.0),
+        weights=st.lists(st.floats(0.1, 10.0), min_size=2, max_size=8),
+    )
+    def test_equal_demands_share_by_weight(self, capacity: float, weights: list[float]) -> None:
+        made = [claim(f"q{i}", 0.0, 1e6, weight=w, cmax=1000) for i, w in enumerate(weights)]
+        shares = fair_shares(capacity, made)
+        for i, weight in enumerate(weights):
+            assert shares[f"q{i}"] == pytest.approx(capacity * weight / sum(weights))
+
+
+def test_the_complete_span_is_the_lagged_one() -> None:
+    # Refusals only in the newest seconds are pressure, not yet a measurement.
+    recent = range(int(NOW - LAG_S) + 1, int(NOW))
+    pool = pooled([window("a", 5, 5, seconds=recent).snapshot()], NOW)
+    assert pool.pressed and pool.accepted_rps is None and pool.clean
+    assert SPAN_S > 0
