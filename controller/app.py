@@ -20,6 +20,7 @@ from controller.book import Count
 from controller.constants import is_queue_name
 from controller.events import EventOutbox
 from controller.evidence import EvidenceReader, position
+from controller.group_reports import group_documents
 from controller.health import health_document, serialized, skip_documents
 from controller.loop import ControlLoop
 from controller.model import Decision, GroupReport
@@ -30,7 +31,6 @@ from controller.schema import (
     DecisionMetric,
     HealthMetric,
 )
-from controller.shares import group_documents
 from controller.telemetry import (
     DEFAULT_NAMESPACE,
     ORDINARY_SKIPS,

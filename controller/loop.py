@@ -25,6 +25,7 @@ from controller.constants import (
     WINDOW_RETENTION_S,
 )
 from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
+from controller.group_reports import GroupReportWriter
 from controller.model import (
     AuditEvent,
     Decision,
@@ -51,7 +52,6 @@ from controller.ports import (
     QueueBacklog,
 )
 from controller.settings import PolicyParams, SettingsError
-from controller.shares import GroupReportWriter
 from controller.window import Evidence
 
 # How long after a complete sweep for paused queues without a wake-up (``ControlLoop.tick``)

@@ -13,6 +13,12 @@ from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
+from controller.group_reports import (
+    REPORT_TOLERANCE,
+    GroupReportWriter,
+    group_documents,
+    same_report,
+)
 from controller.ledger import InMemoryLedger, decode_group_report, encode_group_report
 from controller.loop import ControlLoop
 from controller.model import GroupReport, GroupShare
@@ -27,7 +33,6 @@ from controller.schema import (
     HealthMetric,
 )
 from controller.settings import PolicyParams
-from controller.shares import REPORT_TOLERANCE, GroupReportWriter, group_documents, same_report
 from tests.factories import (
     health_count,
     kinesis_event,
