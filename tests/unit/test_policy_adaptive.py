@@ -339,8 +339,14 @@ def test_a_cut_on_a_storm_s_first_reports_is_corrected_on_the_rest() -> None:
     _, corrected = run(current, window, 1003.0)
     assert corrected.action is Action.MULTIPLICATIVE_DECREASE
     assert corrected.target <= 4 and corrected.reason.startswith("Correcting the cut")
-    # Too late for a correction: the reports are older than the cut's correction period.
-    _, late = run(current, window, 1002.0 + ALGORITHM.correction_s + 1.0)
+    # Past the correction period, but with no report newer than the storm's: the telemetry
+    # trails by 9 s, so these are still the cut's own reports arriving, and they correct it.
+    _, trailing = run(current, window, 1002.0 + ALGORITHM.correction_s + 1.0)
+    assert trailing.reason.startswith("Correcting the cut")
+    # Too late for a correction: reports from after the cut have come in (the telemetry
+    # trails by a second), and the correction period past that lag is over.
+    window.add(sample(at=1010.9, ok=1, invocation_ms=800))
+    _, late = run(current, window, 1002.0 + ALGORITHM.correction_s + 2.0)
     assert late.action is Action.HOLD
 
 
@@ -763,3 +769,45 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
             assert decision.target >= 40, decision.reason
         elif decision.target < 40:
             assert decision.target >= math.floor(PARAMS.beta * min(levels)) - 1
+
+
+class TestTelemetryThatTrails:
+    """Waits that follow the telemetry's lag (the families draw delays of 1-40 s)."""
+
+    def test_a_few_reports_in_the_window_do_not_leave_a_lagging_queue_unjudged(self) -> None:
+        # Invocations of 3 s, 40% refused, reporting 25 s late: the last 30 s of starts hold
+        # one report of 5 calls, under min_samples. The span up to it is judged: a cut.
+        window = window_of(
+            *[
+                sample(at=start + 3.0, ok=3, throttled=2, invocation_ms=3000)
+                for start in [*range(940, 970), *range(940, 970), 975]
+            ]
+        )
+        _, decision = run(attached(12, at=0.0), window, 1000.0)
+        assert decision.action is Action.MULTIPLICATIVE_DECREASE, decision.reason
+        assert decision.target < 12
+
+    def test_a_pulse_is_not_judged_before_its_last_second_has_reported(self) -> None:
+        # Only the pulse's earliest invocations have reported (short ones, ended before its last
+        # second): clean, and enough calls, but not yet what the raised level ran.
+        current, window = pulsed_from_8_to_9()
+        for _ in range(3):
+            window.add(sample(at=992.09, ok=10, invocation_ms=50))
+        current, early = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
+        assert early.action is Action.HOLD
+        assert early.reason.startswith("Waiting for the probe's telemetry"), early.reason
+        # Once the telemetry has caught up with the pulse's last second, it is judged.
+        for document in steady(992, 1, 9, ok=10):
+            window.add(document)
+        _, judged = run(current, window, PULSE_END + ALGORITHM.judge_after_s + 1.0)
+        assert judged.reason.startswith("Probe passed"), judged.reason
+
+    def test_a_pulse_with_too_little_telemetry_moves_no_ceiling(self) -> None:
+        # Nothing of the pulse reported, while the base level kept reporting: it failed on no
+        # evidence, so what is known to break (15, above the ceiling of 9) stays.
+        current, window = pulsed_from_8_to_9(broke_at=15)
+        for document in steady(995, 30, 1, ok=10):
+            window.add(document)
+        current, verdict = run(current, window, 1025.0)
+        assert "too little telemetry" in verdict.reason, verdict.reason
+        assert (memory_of(current).ceiling, memory_of(current).broke_at) == (9, 15)

@@ -105,6 +105,12 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         state, memory, params = situation.state, situation.memory, situation.params
         pulse = pulse_stats(memory, situation.window)
         if self.awaiting_telemetry(situation, pulse):
+            # The base level's own evidence may show an overload meanwhile: cut it now, the
+            # probe given up, rather than once the pulse's reports have all come in.
+            given_up = replace(memory, judge_at=0.0, probe_step=0)
+            verdict = self._evaluate(replace(situation, memory=given_up))
+            if verdict.target < state.concurrency or verdict.enabled is False:
+                return verdict
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
         running = running_stats(memory, pulse, situation.window)
@@ -206,13 +212,14 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
 
 
 def lagging_evidence(situation: AdaptiveSituation) -> AdaptiveSituation:
-    """The guards' evidence, or, when it holds no report only because the telemetry lags more
-    than the window behind the invocations' starts (a delay of 40 s on invocations of 30 s:
-    every report starts before ``now - window_s``), the window's span up to the newest start
-    reported since the last change settled. Without it such a queue is never judged: a static
-    cap that times out every call stays one."""
+    """The guards' evidence, or, when it is refused only because the telemetry lags behind
+    the invocations' starts, the window's span up to the newest start reported since the last
+    change settled. A delay of 40 s on invocations of 30 s leaves no report in the last
+    ``window_s`` of starts, and a delay of 30 s on invocations of 3 s leaves a few, always too
+    few to judge: such a queue is never judged (a static cap that times out every call stays
+    one; a level 40% refused was held for 160 s)."""
     state, window, params = situation.state, situation.window, situation.params
-    if situation.stats.newest_event_time is not None:
+    if situation.refusal is None:
         return situation
     settled = evidence_since(state, state.last_change_at, params)
     reported = [second for second, _ in window.seconds(settled, situation.now + 1.0)]
@@ -221,5 +228,7 @@ def lagging_evidence(situation: AdaptiveSituation) -> AdaptiveSituation:
     newest = window.stats(settled, situation.now + 1.0).newest_event_time
     if newest is None or situation.now - newest > params.stale_after_s:
         return situation
-    stats, refusal = vetted_evidence(state, window, reported[-1] + 1.0, params)
+    stats, refusal = vetted_evidence(state, window, min(reported[-1] + 1.0, situation.now), params)
+    if refusal is not None and situation.stats.newest_event_time is not None:
+        return situation
     return replace(situation, stats=stats, refusal=refusal)

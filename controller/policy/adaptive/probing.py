@@ -134,9 +134,27 @@ class Probing(Tuning):
         )
 
     def awaiting_telemetry(self, situation: AdaptiveSituation, pulse: WindowStats) -> bool:
-        """Too few of the pulse's calls reported yet, and still worth waiting for."""
-        overdue = situation.now >= situation.memory.judge_at + self.judge_patience_s
-        return pulse.requests < situation.params.min_samples and not overdue
+        """The pulse's reports are still to come: the telemetry has not caught up with the
+        pulse's last second (no report of an invocation that ended in it), or too few of its calls
+        have reported, ``judge_patience_s`` past the time reports take to arrive
+        (``reporting_lag``); never longer than ``stale_after_s``.
+
+        Reports can take longer than any fixed wait (up to 40 s in the families): judged on
+        the reports of its first second alone, a pulse that overloads from its second second
+        passes (chained doubling into a storm a telemetry round trip long); judged before any
+        report, it fails on no evidence, and so does the next, and a level that fits more is
+        held for good."""
+        memory, params = situation.memory, situation.params
+        waited = situation.now - memory.judge_at
+        failed = pulse.requests >= params.min_samples and pulse.pressure_rate >= self.trim_above
+        if failed or waited >= params.stale_after_s:
+            # More reports could not make a failed pulse pass.
+            return False
+        newest = newest_report(situation.window)
+        if newest is not None and newest < memory.probe_ended_at - self.pulse_s:
+            return True
+        patience = self.judge_patience_s + reporting_lag(situation)
+        return pulse.requests < params.min_samples and waited < patience
 
     def passed(
         self, pulse: WindowStats, running: WindowStats, base: WindowStats, params: PolicyParams
@@ -240,19 +258,22 @@ class Probing(Tuning):
                 wait = max(wait, 2 * memory.probe_backoff_s)
             backoff = min(high, max(low, wait))
             next_probe_at = now + self.spread(situation, backoff)
+        judged = pulse.requests >= params.min_samples
         verdict = (
-            f"pressure {pulse.pressure_rate:.1%} at {probed}"
-            if pulse.requests >= params.min_samples
-            else "too little telemetry"
+            f"pressure {pulse.pressure_rate:.1%} at {probed}" if judged else "too little telemetry"
         )
+        # A pulse too little reported says nothing of its level: what is known to break stays.
+        ceiling, broke_at = memory.ceiling, memory.broke_at
+        if judged:
+            ceiling, broke_at = (min(ceiling, probed) if ceiling else probed), probed
         return hold(
             state,
             f"Probe failed ({verdict}); next probe in {next_probe_at - now:.0f}s. Holding at "
             f"{state.concurrency}.",
             replace(
                 memory,
-                ceiling=probed if memory.ceiling == 0 else min(memory.ceiling, probed),
-                broke_at=probed,
+                ceiling=ceiling,
+                broke_at=broke_at,
                 ceiling_refused=pulse.pressure_rate >= self.trim_above and refused(pulse),
                 probe_backoff_s=backoff,
                 probe_streak=0,
@@ -285,6 +306,18 @@ class Probing(Tuning):
         digest = zlib.crc32(f"{situation.state.queue}:{situation.now:.3f}".encode())
         unit = digest / 0xFFFFFFFF * 2.0 - 1.0
         return base * (1.0 + self.probe_jitter * unit)
+
+
+def newest_report(window: WindowSnapshot) -> float | None:
+    """The event time of the newest report the window holds (``None``: none)."""
+    return window.stats(-math.inf, math.inf).newest_event_time
+
+
+def reporting_lag(situation: AdaptiveSituation) -> float:
+    """How far the telemetry trails the decision: now less the newest report's event time
+    (0: nothing reported). About the shortest telemetry delay while the queue runs."""
+    newest = newest_report(situation.window)
+    return 0.0 if newest is None else max(0.0, situation.now - newest)
 
 
 def pulse_stats(memory: AdaptiveMemory, window: WindowSnapshot) -> WindowStats:

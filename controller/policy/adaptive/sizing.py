@@ -16,7 +16,7 @@ from controller.policy.adaptive.memory import (
     move,
 )
 from controller.policy.adaptive.pausing import Pausing, floor_pressure
-from controller.policy.adaptive.probing import refused
+from controller.policy.adaptive.probing import refused, reporting_lag
 from controller.policy.base import clamp
 from controller.settings import PolicyParams
 from controller.window import Second, WindowSnapshot, WindowStats
@@ -239,7 +239,7 @@ class Sizing(Pausing):
         if not (
             memory.cut_at > 0
             and state.last_change_at == memory.cut_at
-            and now - memory.cut_at <= self.correction_s
+            and now - memory.cut_at <= self.correction_s + reporting_lag(situation)
         ):
             return None
         before = window.stats(memory.cut_evidence_since, memory.cut_at)
@@ -254,21 +254,24 @@ class Sizing(Pausing):
                 if bucket.requests >= 2 * params.min_samples
             ]
         )
-        paused = self._pause_far_below(situation, before, memory.cut_running)
+        # The reports that came since may show more invocations running than those the cut
+        # was sized from (a poller still climbing when the first reports left).
+        running = max(memory.cut_running, peak_concurrency(before, window) or 0.0)
+        paused = self._pause_far_below(situation, before, running)
         if paused is not None:
             return paused
-        target = clamp(self.fitting_level(memory.cut_running, pressure, before.requests), params)
+        target = clamp(self.fitting_level(running, pressure, before.requests), params)
         current = state.concurrency
         # A level the reports' own accepted share fits is kept: the margin ``fitting`` takes
         # is for a cut on a few dozen calls, and a level under what fits leaves capacity unused
         # until a probe finds it, a probe that then chains a step past it.
-        if target >= current or current <= memory.cut_running * (1.0 - pressure):
+        if target >= current or current <= running * (1.0 - pressure):
             return None
         return move(
             target,
             QueueStateName.CRITICAL_BACKOFF,
             f"Correcting the cut: the {before.requests} calls from before it show pressure "
-            f"{pressure:.1%} with about {memory.cut_running:.1f} invocations in use. Scaled "
+            f"{pressure:.1%} with about {running:.1f} invocations in use. Scaled "
             f"from {current} -> {target}.",
             replace(
                 memory, ceiling=ceiling_above(target), cut_at=now, cut_requests=before.requests

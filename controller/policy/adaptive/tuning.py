@@ -29,7 +29,8 @@ class Tuning:
     latest_s: int = 1
     # How far above T1 the newest second's pressure must be to show a storm beginning.
     storm_factor: float = 2.0
-    # A cut sized on the first reports of a storm is corrected, for this long after it, once
+    # A cut sized on the first reports of a storm is corrected, for this long after it (and as
+    # long again as the telemetry trails: its reports are still arriving), once
     # the invocations that started before it have reported this many times the calls.
     correction_s: float = 8.0
     correction_evidence: float = 2.0
