@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -388,3 +389,37 @@ def test_records_from_other_event_sources_are_not_queues(
         record["eventSourceARN"] = "arn:aws:kinesis:us-east-1:123456789012:stream/telemetry"
     assert wrapper.invoke(lambda event, context: "ok", event, None) == "ok"
     assert worker_output(capsys) == ""
+
+
+def test_sigterm_flushes_what_the_environment_holds_then_stops_the_process() -> None:
+    """Lambda sends SIGTERM before it shuts an execution environment down (with an extension):
+    the reports still held are printed, then the process ends as SIGTERM ends it."""
+    script = (
+        "import os, signal, time\n"
+        "from worker import wrapper\n"
+        "from worker.tally import Tally\n"
+        "wrapper._flush_on_sigterm()\n"
+        "tally = Tally()\n"
+        "tally.add(200, 12.0, None, 'api.example.com')\n"
+        # The first is written at once; the second, 100 ms after it, is held for its second.
+        "second = int(time.time())\n"
+        "wrapper._emit(wrapper._reports.ended({'orders': tally}, 100.0, second + 0.1))\n"
+        "wrapper._emit(wrapper._reports.ended({'orders': tally}, 100.0, second + 0.3))\n"
+        "print('held', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(5)\n"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == -signal.SIGTERM
+    before, after = finished.stdout.split("held\n")
+    assert len(decoded(before)) == 1
+    samples = decoded(before + after)
+    assert sum(sample.invocations for sample in samples) == 2
+    assert sum(sample.ok for sample in samples) == 2
