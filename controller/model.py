@@ -45,6 +45,11 @@ class Sample:
     # The 429s (among ``throttled``) that named a concurrency limit, or a rate limit.
     throttled_concurrency: int = 0
     throttled_rate: int = 0
+    # An aggregated document (docs/telemetry.md, "Aggregated documents") sums ``invocations``
+    # of one execution environment that all started in the second at ``started`` (epoch
+    # seconds); ``invocation_ms`` is then their durations' sum.
+    invocations: int = 1
+    started: float | None = None
 
     @property
     def pressure(self) -> int:
@@ -55,12 +60,16 @@ class Sample:
 
     @property
     def documents(self) -> int:
-        """Worker documents this evidence stands for: one."""
-        return 1
+        """Worker documents this evidence stands for, counted in invocations: an aggregated
+        document stands for each invocation it sums, as the documents it replaces did."""
+        return self.invocations
 
     @property
     def started_at(self) -> float:
-        """When the invocation began; the emission time when its duration is unknown."""
+        """When the invocation began (an aggregated document's: the second they all began in);
+        the emission time when its duration is unknown."""
+        if self.started is not None:
+            return self.started
         if self.invocation_ms is None:
             return self.event_time
         return self.event_time - self.invocation_ms / 1000.0

@@ -55,6 +55,16 @@ ANNOUNCED: Final = (
     THROTTLED_CONCURRENCY,
     THROTTLED_RATE,
 )
+# The aggregated form (issue 31; docs/telemetry.md "Aggregated documents"): one document for
+# several invocations of one execution environment, all started in one second, latency as a sum
+# and a count rather than one value per call. ``Invocations`` is how many (absent: one), and
+# ``InvocationStartSecond`` (epoch seconds, whole; a plain property, not a metric) the second
+# they all started in.
+LATENCY_SUM: Final = Metric("DownstreamLatencySum", "Milliseconds")
+LATENCY_COUNT: Final = Metric("DownstreamLatencyCount", "Count")
+INVOCATIONS: Final = Metric("Invocations", "Count")
+INVOCATION_START: Final = Metric("InvocationStartSecond", "Seconds")
+AGGREGATED: Final = (LATENCY_SUM, LATENCY_COUNT, INVOCATIONS, INVOCATION_START)
 
 METRICS: Final = (
     REQUESTS,
@@ -68,6 +78,7 @@ METRICS: Final = (
     RETRY_AFTER,
     INVOCATION_DURATION,
     *ANNOUNCED,
+    *AGGREGATED,
 )
 
 

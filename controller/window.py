@@ -80,6 +80,7 @@ class Totals:
     one, only the ``WindowStats`` it is frozen into.
     """
 
+    # Invocations reported: a per-invocation document is one, an aggregated one each it sums.
     samples: int = 0
     requests: int = 0
     ok: int = 0
@@ -99,7 +100,8 @@ class Totals:
 
     def count(self, sample: Sample) -> None:
         """Add one worker document."""
-        self.samples += 1
+        invocations = sample.invocations
+        self.samples += invocations
         self.requests += sample.requests
         self.ok += sample.ok
         self.pressure += sample.pressure
@@ -113,7 +115,7 @@ class Totals:
         self.latency_count += sample.latency_count
         if sample.invocation_ms is not None:
             self.busy_ms += sample.invocation_ms
-            self.timed_samples += 1
+            self.timed_samples += invocations
         self.retry_after_s = max(self.retry_after_s, sample.retry_after_s)
         self._saw(sample.event_time)
 

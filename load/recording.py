@@ -192,7 +192,9 @@ def read_recording(source: Path | IO[str], *, skip_bad: bool = False) -> Recordi
 
 # --- encoders ----------------------------------------------------------------------------
 def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str, Any]:
-    """The EMF document a worker emits for one invocation (the telemetry contract)."""
+    """The EMF document a worker emits for one invocation (the telemetry contract), or for
+    several that started in one second (``sample.invocations``, ``sample.started``: the
+    aggregated form, its latency a sum and a count)."""
     members: list[tuple[schema.Metric, Any]] = [
         (schema.REQUESTS, sample.requests),
         (schema.OK, sample.ok),
@@ -204,7 +206,11 @@ def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str,
         members.append((schema.OVERLOADED, sample.overloaded))
     if sample.timed_out:
         members.append((schema.TIMED_OUT, sample.timed_out))
-    if sample.latency_count:
+    aggregated = sample.invocations > 1 or sample.started is not None
+    if aggregated and sample.latency_count:
+        members.append((schema.LATENCY_SUM, sample.latency_ms_sum))
+        members.append((schema.LATENCY_COUNT, sample.latency_count))
+    elif sample.latency_count:
         # One value per call (EMF takes arrays): the mean, so the sum and count survive.
         mean = sample.latency_ms_sum / sample.latency_count
         members.append((schema.LATENCY, [mean] * sample.latency_count))
@@ -212,6 +218,10 @@ def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str,
         members.append((schema.RETRY_AFTER, sample.retry_after_s))
     if sample.invocation_ms is not None:
         members.append((schema.INVOCATION_DURATION, sample.invocation_ms))
+    if aggregated:
+        members.append((schema.INVOCATIONS, sample.invocations))
+        if sample.started is not None:
+            members.append((schema.INVOCATION_START, math.floor(sample.started)))
     members.extend(_announced_members(sample))
     return schema.emf_document(
         sample.queue,
@@ -221,7 +231,7 @@ def emf_document(sample: Sample, namespace: str = schema.NAMESPACE) -> dict[str,
         dimensions=(
             None if sample.downstream is None else {schema.DOWNSTREAM_DIMENSION: sample.downstream}
         ),
-        undeclared=(schema.RETRY_AFTER,),
+        undeclared=(schema.RETRY_AFTER, schema.INVOCATIONS, schema.INVOCATION_START),
     )
 
 

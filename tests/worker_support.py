@@ -21,7 +21,8 @@ import pytest
 from controller.model import Sample
 from controller.telemetry import samples_from_log_message
 from tests.paths import EVENTS
-from worker import instrument, schema
+from worker import instrument, schema, wrapper
+from worker.aggregate import Reports
 from worker.invocation import failures
 
 
@@ -80,10 +81,12 @@ def downstream() -> Iterator[str]:
 
 @pytest.fixture
 def instrumentation(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Hooks installed, no invocation left open, failure count reset, no AWS endpoint env."""
+    """Hooks installed, no invocation left open, failure count reset, no AWS endpoint env,
+    no reports held from another test."""
     for name in ("AWS_ENDPOINT_URL", "QUEUEMESH_NAMESPACE", "QUEUEMESH_RESPECT_RETRY_AFTER"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(failures, "count", 0)
+    monkeypatch.setattr(wrapper, "_reports", Reports())
     instrument.install()
     try:
         yield
@@ -95,6 +98,13 @@ def load_event(name: str) -> dict[str, Any]:
     """A fresh copy of tests/events/<name> (the wrapper annotates an event's Records)."""
     event: dict[str, Any] = json.loads((EVENTS / name).read_text())
     return copy.deepcopy(event)
+
+
+def worker_output(capsys: pytest.CaptureFixture[str]) -> str:
+    """What the worker printed, with the reports it still holds (those of invocations whose
+    second has not passed yet: ``worker.aggregate``) flushed as at shutdown."""
+    wrapper.flush()
+    return capsys.readouterr().out
 
 
 def decoded(printed: str, namespace: str = schema.NAMESPACE) -> list[Sample]:

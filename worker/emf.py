@@ -1,95 +1,100 @@
-"""One EMF document per queue per invocation, in the telemetry contract's vocabulary."""
+"""One EMF document per queue per second of invocation starts, in the telemetry contract's
+vocabulary (docs/telemetry.md; the aggregated form when it sums several invocations)."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
-import time
 from typing import Any
 
-from aws_lambda_powertools.metrics import EphemeralMetrics
-
 from worker import schema
-from worker.tally import Tally
+from worker.aggregate import Report
 
 NAMESPACE_ENV = "QUEUEMESH_NAMESPACE"
-# EMF allows 100 values per metric; powertools publishes a partial document when one reaches it.
-MAX_LATENCY_VALUES = 99
+# Plain properties rather than metrics: what the controller needs to place and weigh the
+# document's invocations and to wait for a downstream, no series worth graphing (a declaration
+# costs some 40 bytes a document).
+_UNDECLARED = (schema.INVOCATIONS, schema.INVOCATION_START, schema.RETRY_AFTER)
 
 
 def namespace_from_env() -> str:
     return os.environ.get(NAMESPACE_ENV) or schema.NAMESPACE
 
 
-def latency_values(tally: Tally, limit: int = MAX_LATENCY_VALUES) -> list[float]:
-    """The tally's latencies, or past ``limit`` one value per group of them, in the order the
-    calls came, that keeps the mean exact.
-
-    Past the limit the number of values no longer counts calls (``DownstreamRequests`` does):
-    each value is its group's sum over the average group's calls, so their mean is the calls'
-    mean. A tally past ``LATENCIES_HELD`` holds runs of calls, grouped the same way.
-    """
-    runs = list(tally.latency_runs())
-    if len(runs) <= limit and tally.latency_run == 1:
-        return [total for total, _ in runs]
-    groups = min(len(runs), limit)
-    size, extra = divmod(len(runs), groups)
-    average_calls = tally.latency_count / groups
-    values: list[float] = []
-    start = 0
-    for index in range(groups):
-        end = start + size + (1 if index < extra else 0)
-        values.append(sum(total for total, _ in runs[start:end]) / average_calls)
-        start = end
-    return values
-
-
 def document(
     queue: str,
-    tally: Tally,
-    invocation_ms: float,
+    report: Report,
     *,
     namespace: str,
     notes: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The EMF document for one queue's share of an invocation."""
-    # service="" keeps POWERTOOLS_SERVICE_NAME from adding a dimension to the control signal.
-    metrics = EphemeralMetrics(namespace=namespace, service="")
-    metrics.add_dimension(name=schema.QUEUE_DIMENSION, value=queue)
-    if len(tally.downstreams) == 1:
-        metrics.add_dimension(name=schema.DOWNSTREAM_DIMENSION, value=next(iter(tally.downstreams)))
-    counts = (
-        (schema.REQUESTS, tally.requests),
-        (schema.OK, tally.ok),
-        (schema.THROTTLED, tally.throttled),
-        (schema.SERVER_ERRORS, tally.server_errors),
-        (schema.OVERLOADED, tally.overloaded),
-        (schema.CLIENT_ERRORS, tally.client_errors),
-        (schema.TIMED_OUT, tally.timed_out),
+    """The EMF document for one queue's invocations that started in one second.
+
+    A count of zero is left out (the contract reads it as 0), but ``Downstream503`` beside
+    any 5xx: it tells the controller that this worker breaks them out; and
+    ``DownstreamRequests`` when it is the answers' sum (calls without an answer make it more).
+    A document for one invocation is the per-invocation form (its start is its timestamp
+    minus its duration); for several, it names how many and the second they started in (and
+    for one too, in the rare case rounding would move its start into another second).
+    """
+    calls = report.calls
+    answered = (
+        calls.ok + calls.throttled + calls.server_errors + calls.client_errors + calls.timed_out
     )
-    for metric, value in counts:
-        _add(metrics, metric, value)
-    for latency in latency_values(tally):
-        _add(metrics, schema.LATENCY, latency)
-    if tally.retry_after_s > 0:
-        _add(metrics, schema.RETRY_AFTER, tally.retry_after_s)
-    _add(metrics, schema.INVOCATION_DURATION, invocation_ms)
-    emitted_ms = int(time.time() * 1000)
-    metrics.set_timestamp(emitted_ms)
-    for metric, announced in _announced(tally, emitted_ms / 1000.0):
-        _add(metrics, metric, announced)
-    for key, value in (notes or {}).items():
-        metrics.add_metadata(key=key, value=value)
-    return dict(metrics.serialize_metric_set())
+    members: list[tuple[schema.Metric, Any]] = [
+        (metric, value)
+        for metric, value in (
+            (schema.REQUESTS, 0 if calls.requests == answered else calls.requests),
+            (schema.OK, calls.ok),
+            (schema.THROTTLED, calls.throttled),
+            (schema.SERVER_ERRORS, calls.server_errors),
+            (schema.CLIENT_ERRORS, calls.client_errors),
+            (schema.TIMED_OUT, calls.timed_out),
+        )
+        if value
+    ]
+    if calls.server_errors:
+        members.append((schema.OVERLOADED, calls.overloaded))
+    if calls.latency_count:
+        members.append((schema.LATENCY_SUM, round(calls.latency_ms_sum, 3)))
+        members.append((schema.LATENCY_COUNT, calls.latency_count))
+    if calls.retry_after_s > 0:
+        members.append((schema.RETRY_AFTER, calls.retry_after_s))
+    busy_ms = round(report.busy_ms, 3)
+    members.append((schema.INVOCATION_DURATION, busy_ms))
+    # Never before the end: the start it implies (minus the duration) is never too late.
+    timestamp_ms = math.ceil(report.ended_at * 1000)
+    # The start as the controller reads it from one invocation's document, rounded as sent:
+    # where it would fall in another second than the report's, the second is written too.
+    implied_start = timestamp_ms / 1000.0 - busy_ms / 1000.0
+    if report.invocations > 1 or math.floor(implied_start) != report.second:
+        members.append((schema.INVOCATIONS, report.invocations))
+        members.append((schema.INVOCATION_START, report.second))
+    members.extend(_announced(report, timestamp_ms / 1000.0))
+    document_ = schema.emf_document(
+        queue,
+        members,
+        timestamp_ms=timestamp_ms,
+        namespace=namespace,
+        dimensions=(
+            {schema.DOWNSTREAM_DIMENSION: next(iter(calls.downstreams))}
+            if len(calls.downstreams) == 1
+            else None
+        ),
+        undeclared=_UNDECLARED,
+    )
+    document_.update(notes or {})
+    return document_
 
 
-def _announced(tally: Tally, emitted_s: float) -> list[tuple[schema.Metric, float]]:
-    """The announced-limit members the tally has (docs/telemetry.md, "Announced limits"):
+def _announced(report: Report, stamped_s: float) -> list[tuple[schema.Metric, float]]:
+    """The announced-limit members the report has (docs/telemetry.md, "Announced limits"):
     none when no answer announced a limit or named the kind of a 429. The reset counts from
-    the document's timestamp, ``emitted_s``."""
+    the document's timestamp, ``stamped_s``."""
     members: list[tuple[schema.Metric, float]] = []
-    limit = tally.limit
+    limit = report.limit
     if limit is not None:
         members.append((schema.RATE_LIMIT_REMAINING, limit.remaining))
         if limit.quota is not None:
@@ -97,24 +102,21 @@ def _announced(tally: Tally, emitted_s: float) -> list[tuple[schema.Metric, floa
         if limit.window_s is not None:
             members.append((schema.RATE_LIMIT_WINDOW, limit.window_s))
         if limit.reset_at is not None:
-            members.append((schema.RATE_LIMIT_RESET, max(0.0, limit.reset_at - emitted_s)))
-    if tally.throttled_concurrency:
-        members.append((schema.THROTTLED_CONCURRENCY, tally.throttled_concurrency))
-    if tally.throttled_rate:
-        members.append((schema.THROTTLED_RATE, tally.throttled_rate))
+            members.append((schema.RATE_LIMIT_RESET, max(0.0, limit.reset_at - stamped_s)))
+    calls = report.calls
+    if calls.throttled_concurrency:
+        members.append((schema.THROTTLED_CONCURRENCY, calls.throttled_concurrency))
+    if calls.throttled_rate:
+        members.append((schema.THROTTLED_RATE, calls.throttled_rate))
     return members
-
-
-def _add(metrics: EphemeralMetrics, metric: schema.Metric, value: float) -> None:
-    metrics.add_metric(name=metric.name, unit=metric.unit, value=value)
 
 
 def emit(document_: dict[str, Any]) -> None:
     """Print the document as one log line.
 
-    Printed directly rather than through ``flush_metrics``: QueueMesh's telemetry is a control
-    signal, so POWERTOOLS_METRICS_DISABLED / POWERTOOLS_DEV (meant for the application's own
-    metrics) do not silence it.
+    Printed directly: QueueMesh's telemetry is a control signal, so POWERTOOLS_METRICS_DISABLED
+    / POWERTOOLS_DEV (meant for the application's own metrics) do not silence it, nor does
+    POWERTOOLS_SERVICE_NAME add a dimension to it.
     """
     sys.stdout.write(json.dumps(document_, separators=(",", ":")) + "\n")
     sys.stdout.flush()

@@ -260,45 +260,41 @@ class Invocation:
                 self._fold_lock.release()
 
     def _fold_held(self) -> None:
-        """The fold itself, with ``_fold_lock`` held."""
+        """The fold itself, with ``_fold_lock`` held: each call into its queue's tally, inline
+        (a method's call per call was a fifth of the fold's time)."""
         calls = self.calls
         end = len(calls)
+        tallies, default_queue, wall_offset = self._tallies, self.default_queue, self._wall_offset
+        glance = announced.glance
         for index in range(end):
             try:
-                self._add(*calls[index])
+                ref, status, latency_ms, retry_after_s, downstream, timed_out, headers, at = calls[
+                    index
+                ]
+                queue = ref.queue if ref is not None else default_queue
+                if queue is None:
+                    continue
+                tally = tallies.get(queue)
+                if tally is None:
+                    tally = tallies[queue] = Tally()
+                tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
+                if headers is not None and status is not None:
+                    glimpse = glance(headers, status)
+                    if glimpse is not None:
+                        tally.announce(headers, at + wall_offset, glimpse[0], glimpse[1])
+                if status == 429 and retry_after_s is not None:
+                    self._note_retry_after(ref, queue, retry_after_s)
             except Exception as error:
                 failures.swallow(error)
         # One operation under the GIL: calls appended meanwhile, past ``end``, stay.
         del calls[:end]
 
-    def _add(
-        self,
-        ref: RecordRef | None,
-        status: int | None,
-        latency_ms: float | None,
-        retry_after_s: float | None,
-        downstream: str | None,
-        timed_out: bool,
-        headers: Any,
-        answered_at: float,
-    ) -> None:
-        queue = ref.queue if ref is not None else self.default_queue
-        if queue is None:
-            return
-        try:
-            tally = self._tallies[queue]
-        except KeyError:
-            tally = self._tallies[queue] = Tally()
-        tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
-        if headers is not None and status is not None:
-            glimpse = announced.glance(headers, status)
-            if glimpse is not None:
-                tally.announce(headers, answered_at + self._wall_offset, *glimpse)
-        if status == 429 and retry_after_s is not None:
-            if ref is not None and ref.message_id is not None:
-                evidence = self._retry_after_by_message
-                key = ref.message_id
-            else:
-                evidence = self._unattributed_retry_after
-                key = queue
-            evidence[key] = max(evidence.get(key, 0.0), retry_after_s)
+    def _note_retry_after(self, ref: RecordRef | None, queue: str, retry_after_s: float) -> None:
+        """A 429's Retry-After, per message (or per queue, for calls attributed to none)."""
+        if ref is not None and ref.message_id is not None:
+            evidence = self._retry_after_by_message
+            key = ref.message_id
+        else:
+            evidence = self._unattributed_retry_after
+            key = queue
+        evidence[key] = max(evidence.get(key, 0.0), retry_after_s)

@@ -1,18 +1,13 @@
 """What one queue's share of an invocation's downstream calls answered: the counts the EMF
-document carries, and the latencies, held bounded however many calls an invocation makes."""
+document carries, and the latencies as their sum and count (the aggregated form: docs/telemetry.md),
+so a tally holds the same few numbers however many calls an invocation makes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from worker import announced
-
-# Latencies a tally holds: whenever that many have piled up, each pair becomes its mean (a value
-# then stands for twice as many calls in a row), so however many calls an invocation makes a
-# queue's tally holds at most this many; its EMF document sends at most 99.
-LATENCIES_HELD = 4096  # even: the values pair up
 
 
 @dataclass(slots=True)
@@ -26,12 +21,9 @@ class Tally:
     overloaded: int = 0
     client_errors: int = 0
     timed_out: int = 0
-    # In the order the calls came: each value the mean latency of ``latency_run`` calls in a row
-    # (one call each until ``LATENCIES_HELD`` have been held), then the next run's calls so far.
-    latencies_ms: list[float] = field(default_factory=list)
-    latency_run: int = 1
-    pending_latency_ms: float = 0.0  # their sum
-    pending_latencies: int = 0
+    # The calls with a latency (answered, or timed out after waiting): their sum and number.
+    latency_ms_sum: float = 0.0
+    latency_count: int = 0
     retry_after_s: float = 0.0
     downstreams: set[str] = field(default_factory=set)
     # The answer that announced the least remaining quota (``worker.announced``): that
@@ -78,7 +70,8 @@ class Tally:
         if downstream and downstream not in self.downstreams:
             self.downstreams.add(downstream)
         if latency_ms is not None:
-            self._add_latency(latency_ms)
+            self.latency_ms_sum += latency_ms
+            self.latency_count += 1
         if retry_after_s is not None and retry_after_s > self.retry_after_s:
             self.retry_after_s = retry_after_s
 
@@ -103,32 +96,19 @@ class Tally:
         """The announced limit with the least remaining quota, or None."""
         return None if self.announcing is None else announced.limit(*self.announcing)
 
-    def _add_latency(self, latency_ms: float) -> None:
-        if self.latency_run == 1:
-            self.latencies_ms.append(latency_ms)
-        else:
-            self.pending_latency_ms += latency_ms
-            self.pending_latencies += 1
-            if self.pending_latencies < self.latency_run:
-                return
-            self.latencies_ms.append(self.pending_latency_ms / self.latency_run)
-            self.pending_latency_ms, self.pending_latencies = 0.0, 0
-        if len(self.latencies_ms) >= LATENCIES_HELD:
-            held = self.latencies_ms
-            self.latencies_ms = [
-                (first + second) / 2 for first, second in zip(held[::2], held[1::2], strict=True)
-            ]
-            self.latency_run *= 2
-
-    @property
-    def latency_count(self) -> int:
-        """The calls with a latency."""
-        return self.latency_run * len(self.latencies_ms) + self.pending_latencies
-
-    def latency_runs(self) -> Iterator[tuple[float, int]]:
-        """The latencies in the order the calls came, as (sum in ms, calls) of runs of calls in
-        a row: one call each until ``LATENCIES_HELD`` have been held."""
-        for mean in self.latencies_ms:
-            yield mean * self.latency_run, self.latency_run
-        if self.pending_latencies:
-            yield self.pending_latency_ms, self.pending_latencies
+    def absorb(self, other: Tally) -> None:
+        """Add ``other``'s calls (another invocation's, for an aggregated document); the
+        announced limit is kept apart (``worker.aggregate``)."""
+        self.requests += other.requests
+        self.ok += other.ok
+        self.throttled += other.throttled
+        self.server_errors += other.server_errors
+        self.overloaded += other.overloaded
+        self.client_errors += other.client_errors
+        self.timed_out += other.timed_out
+        self.latency_ms_sum += other.latency_ms_sum
+        self.latency_count += other.latency_count
+        self.retry_after_s = max(self.retry_after_s, other.retry_after_s)
+        self.downstreams |= other.downstreams
+        self.throttled_concurrency += other.throttled_concurrency
+        self.throttled_rate += other.throttled_rate

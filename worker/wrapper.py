@@ -4,15 +4,20 @@ Set the function's handler to ``worker.wrapper.handler`` and ``QUEUEMESH_HANDLER
 application's own (``module.function``), the way observability layers wrap a handler. The
 application's handler is called unchanged: its return value (partial batch responses
 included) and its exceptions pass through untouched. Around each invocation the wrapper counts
-downstream HTTP calls per queue, prints one EMF document per queue, and (opt-in) keeps messages
+downstream HTTP calls per queue, prints the EMF documents of the invocations whose second of
+start is over (one per queue and second: ``worker.aggregate``), and (opt-in) keeps messages
 that failed on a 429 with Retry-After invisible until the downstream is ready.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import importlib
 import os
+import signal
+import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -20,6 +25,7 @@ from time import perf_counter
 from typing import Any
 
 from worker import emf, instrument
+from worker.aggregate import Report, Reports
 from worker.invocation import Invocation, TrackedRecords, failures, record_ref
 from worker.visibility import Postponement, VisibilityExtender, respect_retry_after_enabled
 
@@ -78,6 +84,8 @@ class _InvocationScope:
 
 
 _extender = VisibilityExtender()
+# This execution environment's telemetry, held until each second of invocation starts passes.
+_reports = Reports()
 
 
 def _begin(event: Any) -> _InvocationScope | None:
@@ -149,16 +157,49 @@ def _finish(scope: _InvocationScope, response: Any, *, raised: bool) -> None:
     invocation_ms = (perf_counter() - scope.started) * 1000.0
     instrument.end()  # before the SQS calls below, and whatever happens next
     try:
-        namespace = emf.namespace_from_env()
+        ended_at = time.time()
         tallies = scope.invocation.tallies  # first: classifying the calls may fail too
-        notes = {"QueueMeshInstrumentationErrors": failures.count} if failures.count else None
-        for queue, tally in tallies.items():
-            emf.emit(emf.document(queue, tally, invocation_ms, namespace=namespace, notes=notes))
+        _emit(_reports.ended(tallies, invocation_ms, ended_at))
         if respect_retry_after_enabled():
             failed_ids = _failed_message_ids(scope, response, raised)
             _extender.extend(_postponements(scope, failed_ids))
     except Exception as error:
         failures.swallow(error)
+
+
+def _emit(reports: list[tuple[str, Report]]) -> None:
+    """Print one document per report."""
+    namespace = emf.namespace_from_env()
+    notes = {"QueueMeshInstrumentationErrors": failures.count} if failures.count else None
+    for queue, report in reports:
+        emf.emit(emf.document(queue, report, namespace=namespace, notes=notes))
+
+
+def flush() -> None:
+    """Print every report held (at shutdown); never raises."""
+    try:
+        _emit(_reports.drain())
+    except Exception as error:
+        failures.swallow(error)
+
+
+def _flush_on_sigterm() -> None:
+    """Flush at shutdown where the runtime says so: at the interpreter's exit, and on SIGTERM,
+    which Lambda sends before it shuts an execution environment down when the function has an
+    extension (without one, the process is stopped unwarned, and the reports of its last
+    second are lost). An application's own SIGTERM handler is left alone."""
+    atexit.register(flush)
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        flush()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def invoke(app_handler: Handler, event: Any, context: Any) -> Any:
@@ -203,6 +244,7 @@ def handler(event: Any, context: Any) -> Any:
 
 instrument.install()
 if os.environ.get("AWS_LAMBDA_RUNTIME_API"):
+    _flush_on_sigterm()
     # In Lambda, load during init, like the runtime would: the application's import work gets
     # init's CPU, and a bad QUEUEMESH_HANDLER fails the init with its one-line message.
     _application_handler()

@@ -17,15 +17,13 @@ from controller import schema
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES, is_queue_name
 from controller.model import Sample
+from controller.telemetry.aggregated import aggregated_invocations, latency_sum_and_count
 from controller.telemetry.announced import announced_limit
 from controller.telemetry.results import SkipReason
+from controller.telemetry.values import MAX_VALUE, count_value
 
 DEFAULT_NAMESPACE: Final = schema.NAMESPACE
 
-# Upper bound for any one count, latency or duration value of a document (and for a count's
-# array sum). A worker invocation makes far fewer calls and Lambda runs at most 900,000 ms;
-# anything larger is a broken or hostile producer, not evidence.
-MAX_VALUE: Final = 1_000_000
 # Epoch milliseconds later than this (year 5138) are not a timestamp.
 MAX_TIMESTAMP_MS: Final = 1e14
 
@@ -68,6 +66,11 @@ _MEASURE_NAMES: Final = tuple(
 _REMAINING: Final = schema.RATE_LIMIT_REMAINING.name
 _THROTTLED_CONCURRENCY: Final = schema.THROTTLED_CONCURRENCY.name
 _THROTTLED_RATE: Final = schema.THROTTLED_RATE.name
+# The aggregated form (docs/telemetry.md, "Aggregated documents"), optional: a per-invocation
+# document pays two lookups for it (the latency sum, the invocations).
+_LATENCY_SUM: Final = schema.LATENCY_SUM.name
+_LATENCY_COUNT: Final = schema.LATENCY_COUNT.name
+_INVOCATIONS: Final = schema.INVOCATIONS.name
 
 
 def parse_json(text: str) -> Any:
@@ -235,13 +238,20 @@ class EmfReader:
                 return None
         ok, throttled, server_errors, client_errors, overloaded, requests = counts
         latency, retry_after, duration = map(get, _MEASURE_NAMES)
+        latency_total = get(_LATENCY_SUM)
         timed_out = get(_TIMED_OUT)
         if timed_out is not None:
-            timed_out = _count(timed_out)
+            timed_out = count_value(timed_out)
             if timed_out < 0:
                 skipped[SkipReason.BAD_VALUE] += 1
                 return None
-        elif latency is None and retry_after is None and duration is None and counts == _ABSENT:
+        elif (
+            latency is None
+            and latency_total is None
+            and retry_after is None
+            and duration is None
+            and counts == _ABSENT
+        ):
             skipped[SkipReason.NO_TELEMETRY] += 1
             return None
 
@@ -262,6 +272,13 @@ class EmfReader:
             if latency_count < 0:
                 skipped[SkipReason.BAD_VALUE] += 1
                 return None
+        if latency_total is not None or get(_LATENCY_COUNT) is not None:
+            summed = latency_sum_and_count(latency_total, get(_LATENCY_COUNT))
+            if summed is None:
+                skipped[SkipReason.BAD_VALUE] += 1
+                return None
+            latency_sum += summed[0]
+            latency_count += summed[1]
         retry_after_s = 0.0
         if retry_after is not None:
             retry_after_s = _largest(retry_after)
@@ -281,6 +298,13 @@ class EmfReader:
                 invocation_ms, duration_count = _sum_and_count(duration)
             if duration_count < 0 or invocation_ms > MAX_VALUE:
                 skipped[SkipReason.BAD_VALUE] += 1
+                return None
+
+        aggregated = get(_INVOCATIONS)
+        if aggregated is not None:
+            invocations_and_start = aggregated_invocations(get, aggregated, emitted_ms / 1000.0)
+            if isinstance(invocations_and_start, SkipReason):
+                skipped[invocations_and_start] += 1
                 return None
 
         ok = ok or 0
@@ -333,6 +357,8 @@ class EmfReader:
             ) = limit
             sample.throttled_concurrency = kinds[0] or 0
             sample.throttled_rate = kinds[1] or 0
+        if aggregated is not None and not isinstance(invocations_and_start, SkipReason):
+            sample.invocations, sample.started = invocations_and_start
         return sample
 
 
@@ -343,40 +369,11 @@ def _counts(values: list[Any]) -> list[int | None] | None:
         if value is None:
             counts.append(None)
             continue
-        count = _count(value)
+        count = count_value(value)
         if count < 0:
             return None
         counts.append(count)
     return counts
-
-
-def _count(value: Any) -> int:
-    """A count member (a number or an array of numbers, summed); -1 when it is not one."""
-    kind = type(value)
-    if kind is list:
-        # Powertools writes every metric as an array, mostly of one value: keep that path short.
-        if len(value) != 1:
-            return _count_array(value)
-        value = value[0]
-        kind = type(value)
-    if kind is float:
-        return int(value) if 0.0 <= value <= MAX_VALUE and value.is_integer() else -1
-    if kind is int:
-        return value if 0 <= value <= MAX_VALUE else -1
-    return -1
-
-
-def _count_array(values: list[Any]) -> int:
-    total = 0
-    for item in values:
-        kind = type(item)
-        if kind is float and 0.0 <= item <= MAX_VALUE and item.is_integer():
-            total += int(item)
-        elif kind is int and 0 <= item <= MAX_VALUE:
-            total += item
-        else:
-            return -1
-    return total if total <= MAX_VALUE else -1
 
 
 def _sum_and_count(value: Any) -> tuple[float, int]:

@@ -30,11 +30,13 @@ What is modelled (AWS's documented behaviour where there is one):
   per fixed window of ``ANNOUNCED_WINDOW_S``, what is left of it, and when the window ends),
   and the invocation reports the smallest remaining with its quota, window and reset, as the
   worker does; Stripe's style announces no quota and names every 429 a rate limit's.
-- Telemetry: each sample reaches Kinesis after a uniform random delay in
-  ``telemetry_delay_s``; the controller's Kinesis mapping delivers what arrived in each batching
-  window (no invocation when nothing arrived). The controller also runs on a schedule (an
-  EventBridge rule: ``controller_schedule_s``, first at time 0) with no records, which wakes
-  queues that asked for it (a paused mapping sends no telemetry).
+- Telemetry: each sample (or, with ``aggregated_telemetry``, each document of an execution
+  environment's invocations that started in one second: load/sim/environments.py) reaches
+  Kinesis after a uniform random delay in ``telemetry_delay_s``; the controller's Kinesis
+  mapping delivers what arrived in each batching window (no invocation when nothing
+  arrived). The controller also runs on a schedule (an EventBridge rule:
+  ``controller_schedule_s``, first at time 0) with no records, which wakes queues that asked
+  for it (a paused mapping sends no telemetry).
 - The controller is one container: an invocation that takes virtual time (its control-plane
   calls paced, load/sim/control_plane.py) holds the next batch or tick until it ends, and each
   mapping change it makes takes effect at the time of its call.
@@ -50,6 +52,7 @@ from typing import Protocol
 
 from controller.model import Sample
 from load.sim.control_plane import ControllerRun, ControlPlaneUse
+from load.sim.environments import Environments
 from load.sim.scenario import Scenario
 from load.sim.services import (
     ANNOUNCED_WINDOW_S,
@@ -106,6 +109,7 @@ class _Invocation:
         "announced",
         "busy_ms",
         "done_arrivals",
+        "environment",
         "failed",
         "messages",
         "next_call",
@@ -130,6 +134,7 @@ class _Invocation:
         self.failed: list[tuple[int, float]] = []
         self.done_arrivals: list[float] = []
         self.announced: AnnouncedMinimum | None = None
+        self.environment = 0
 
 
 def simulate(
@@ -137,14 +142,22 @@ def simulate(
     policy: SimPolicy,
     *,
     seed: int | None = None,
+    aggregated_telemetry: bool = False,
 ) -> SimResult:
-    """Run ``scenario`` under ``policy``; ``seed`` overrides the scenario's."""
-    return _Run(scenario, policy, scenario.seed if seed is None else seed).run()
+    """Run ``scenario`` under ``policy``; ``seed`` overrides the scenario's. With
+    ``aggregated_telemetry`` the workers write one document per execution environment, queue
+    and second of invocation starts, as the worker does (load/sim/environments.py), rather
+    than one per invocation."""
+    run = _Run(scenario, policy, scenario.seed if seed is None else seed)
+    if aggregated_telemetry:
+        run.environments = Environments()
+    return run.run()
 
 
 class _Run:
     def __init__(self, scenario: Scenario, policy: SimPolicy, seed: int) -> None:
         self.scenario = scenario
+        self.environments: Environments | None = None
         self.policy = policy
         self.seed = seed
         seconds = math.ceil(scenario.duration_s) + 1
@@ -221,8 +234,10 @@ class _Run:
                 self.tick(now, payload)  # type: ignore[arg-type]
             else:
                 self.remap(now, payload)  # type: ignore[arg-type]
-        # Samples still on their way when the run ends complete the telemetry (a recording
-        # holds every invocation); the controller never saw them.
+        # Samples still on their way (or held) when the run ends complete the telemetry (a
+        # recording holds every invocation); the controller never saw them.
+        for sample in [] if self.environments is None else self.environments.drain():
+            self.deliveries.append(TelemetryDelivery(now, sample))
         while self.in_transit:
             arrival, _, sample = heapq.heappop(self.in_transit)
             self.deliveries.append(TelemetryDelivery(arrival, sample))
@@ -269,6 +284,8 @@ class _Run:
             queue.in_flight += 1
             queue.in_flight_messages += len(messages)
             invocation = _Invocation(queue, messages, now)
+            if self.environments is not None:
+                invocation.environment = self.environments.take(queue.spec.name)
             self.push(now + queue.spec.invocation_overhead_ms / 1000.0, _CALL, invocation)
 
     def call(self, now: float, invocation: _Invocation) -> None:
@@ -322,10 +339,17 @@ class _Run:
             queue.pending_returns += len(invocation.failed)
             returns_at = max(now, invocation.started + queue.spec.visibility_timeout_s)
             self.push(returns_at, _RETURN, (queue, invocation.failed))
-        low, high = self.scenario.telemetry_delay_s
-        arrival = now + self.delay_rng.uniform(low, high)
-        self.sequence += 1
-        heapq.heappush(self.in_transit, (arrival, self.sequence, self.sample(invocation, now)))
+        sample = self.sample(invocation, now)
+        environments = self.environments
+        for document in (
+            [sample]
+            if environments is None
+            else environments.ended(invocation.environment, sample, SIM_EPOCH + now)
+        ):
+            low, high = self.scenario.telemetry_delay_s
+            arrival = now + self.delay_rng.uniform(low, high)
+            self.sequence += 1
+            heapq.heappush(self.in_transit, (arrival, self.sequence, document))
         self.dispatch(queue, now)
 
     def sample(self, invocation: _Invocation, now: float) -> Sample:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from load.bench import BenchError, decode, fleet, worker
+from load.bench import BenchError, decode, fleet, telemetry, worker
 from stack.errors import CliError
 
 
@@ -23,7 +23,12 @@ def register(subparsers: Any) -> None:
     bench_subparsers = parser.add_subparsers(
         dest="benchmark", metavar="BENCHMARK", parser_class=type(parser)
     )
-    for register_benchmark in (_register_decode, _register_fleet, _register_worker):
+    for register_benchmark in (
+        _register_decode,
+        _register_fleet,
+        _register_telemetry,
+        _register_worker,
+    ):
         register_benchmark(bench_subparsers)
     parser.set_defaults(func=lambda _args: _missing_benchmark(parser))
 
@@ -243,6 +248,84 @@ def _run_fleet(args: argparse.Namespace) -> int:
         f"mappings match the ledger, {report['readback']['cut_below_start']} cut"
     )
     return 0
+
+
+# --- telemetry ------------------------------------------------------------------------------
+
+
+def _register_telemetry(bench_subparsers: Any) -> None:
+    parser = bench_subparsers.add_parser(
+        "telemetry",
+        help="telemetry bytes per worker invocation before and after aggregation, and the "
+        "decisions the simulator makes with either",
+        description=_first_line(telemetry.__doc__),
+    )
+    parser.add_argument(
+        "--rate",
+        type=float,
+        action="append",
+        help="invocations a second per execution environment (repeatable; default 1, 2, 5, 10)",
+    )
+    parser.add_argument(
+        "--seconds", type=int, default=120, help="virtual seconds of invocations (default 120)"
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        help="scenario to simulate both ways (repeatable; default "
+        f"{', '.join(telemetry.DEFAULT_SCENARIOS)})",
+    )
+    parser.add_argument("--seeds", default="1-3", help="seeds of each scenario (default 1-3)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--check", action="store_true", help="exit 1 when the target is missed")
+    parser.set_defaults(func=_one_line(_run_telemetry))
+
+
+def _run_telemetry(args: argparse.Namespace) -> int:
+    from load.sim.scenario import load_scenario
+    from load.simulate import parse_seeds
+
+    rates = args.rate or [1.0, 2.0, 5.0, 10.0]
+    if not all(0.1 <= rate <= 1000 for rate in rates):
+        raise CliError(f"--rate must be 0.1..1000 invocations a second; got {rates}")
+    if not 10 <= args.seconds <= 3600:
+        raise CliError(f"--seconds must be 10..3600; got {args.seconds}")
+    scenarios = args.scenario or list(telemetry.DEFAULT_SCENARIOS)
+    try:
+        seeds = parse_seeds(args.seeds)
+        for name in scenarios:
+            load_scenario(name)
+    except ValueError as error:  # a ScenarioError too
+        raise CliError(str(error)) from error
+    report = telemetry.measure(
+        rates=sorted(rates), seconds=args.seconds, scenarios=scenarios, seeds=seeds
+    )
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        lines = [f"telemetry bytes per invocation ({report['calls_per_invocation']} calls each):"]
+        for row in report["rates"]:
+            lines.append(
+                f"  {row['rate']:6.1f}/s per environment: before {row['before']:7.1f}  after "
+                f"{row['after']:7.1f}  ratio {row['ratio']:.3f}  ({row['documents_before']} -> "
+                f"{row['documents_after']} documents; evidence equal: {row['evidence_equal']})"
+            )
+        for run in report["decisions"]:
+            card = run["scorecard"]
+            lines.append(
+                f"  {run['scenario']} seed {run['seed']}: {run['changes']} -> "
+                f"{run['changes_aggregated']} changes, first difference at "
+                f"{run['first_difference_s']} s; "
+                + ", ".join(f"{key} {before} -> {after}" for key, (before, after) in card.items())
+            )
+        lines.append(
+            f"  at {telemetry.TARGET_RATE:.0f}/s: {report['bytes_per_invocation']} bytes per "
+            f"invocation (target <= {telemetry.TARGET_BYTES_PER_INVOCATION}): "
+            f"{'met' if report['meets_target'] else 'MISSED'}; decisions equal: "
+            f"{report['decisions_equal']}; recording equal: {report['recording_equal']}"
+        )
+        print("\n".join(lines))
+    return 1 if args.check and not report["meets_target"] else 0
 
 
 # --- worker ---------------------------------------------------------------------------------

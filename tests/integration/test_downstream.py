@@ -21,6 +21,7 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     decoded,
     instrumentation,
     load_event,
+    worker_output,
 )
 from worker import wrapper
 
@@ -259,7 +260,7 @@ def test_the_example_worker_times_out_at_its_timeout_and_reports_a_downstream_ti
 
         _wait_for(lambda: server.counters().total == 1)
         counters = server.counters()
-    (sample,) = decoded(capsys.readouterr().out)
+    (sample,) = decoded(worker_output(capsys))
     assert (sample.requests, sample.ok, sample.timed_out) == (1, 0, 1)
     assert counters.timed_out == 1
 
@@ -268,7 +269,7 @@ def _sample_of_calls(url: str, calls: int, capsys: pytest.CaptureFixture[str]) -
     """The decoded sample of an invocation of the worker making ``calls`` calls to ``url``."""
     event = load_event("sqs_mixed_answers.json")
     wrapper.invoke(lambda e, c: [call(url) for _ in range(calls)], event, None)
-    (sample,) = decoded(capsys.readouterr().out)
+    (sample,) = decoded(worker_output(capsys))
     return sample
 
 

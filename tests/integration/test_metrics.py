@@ -50,6 +50,7 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     load_event,
 )
 from worker import emf, wrapper
+from worker.aggregate import Reports
 from worker.tally import Tally
 
 STAMP_MS = 1_764_428_400_123
@@ -267,10 +268,13 @@ def worker_output(
     monkeypatch.setenv("DOWNSTREAM_URL", f"{downstream}/orders")
     monkeypatch.setattr(wrapper, "_app_handler", None)
     wrapper.handler(load_event("sqs_mixed_answers.json"), None)
+    wrapper.flush()
     tally = Tally()
     tally.add(200, 5.0, None, "payments.example")
     tally.add(429, 5.0, 3.0, "ledger.example")
-    emf.emit(emf.document("orders", tally, 12.0, namespace=emf.namespace_from_env()))
+    tally.add(503, 5.0, None, "ledger.example")  # zero counts are left out: one of each
+    [(queue, report)] = Reports().ended({"orders": tally}, 12.0, ended_at=time.time())
+    emf.emit(emf.document(queue, report, namespace=emf.namespace_from_env()))
     return capsys.readouterr().out.splitlines()
 
 

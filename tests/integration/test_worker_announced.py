@@ -14,6 +14,7 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     downstream,
     instrumentation,
     load_event,
+    worker_output,
 )
 from worker import schema, wrapper
 
@@ -133,6 +134,6 @@ def test_without_rate_limit_headers_no_announced_member_is_written(
     event = load_event("sqs_mixed_answers.json")
     wrapper.invoke(lambda e, c: CLIENTS["httpx"](downstream, _path(429)), event, None)
 
-    (document,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert document[schema.THROTTLED.name] == [1.0]
+    (document,) = [json.loads(line) for line in worker_output(capsys).splitlines()]
+    assert document[schema.THROTTLED.name] == 1
     assert not {metric.name for metric in schema.ANNOUNCED} & set(document)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     downstream,
     instrumentation,
     load_event,
+    worker_output,
 )
 from worker import instrument, wrapper
 from worker.example import app
@@ -63,7 +65,7 @@ def test_the_document_decodes_to_exactly_the_answers_the_downstream_gave(
     response = wrapper.handler(event, None)
 
     assert sorted(item["itemIdentifier"] for item in response["batchItemFailures"]) == failed
-    (sample,) = decoded(capsys.readouterr().out)
+    (sample,) = decoded(worker_output(capsys))
     assert sample.queue == "orders"
     port = wrapped_example.rsplit(":", 1)[1]
     assert sample.downstream == f"127.0.0.1:{port}"
@@ -83,7 +85,7 @@ def test_the_wrapped_application_answers_as_it_does_unwrapped(
     wrapped = wrapper.handler(load_event("sqs_mixed_answers.json"), None)
 
     assert wrapped == unwrapped
-    assert len(decoded(capsys.readouterr().out)) == 1
+    assert len(decoded(worker_output(capsys))) == 1
 
 
 def test_return_value_passes_through_as_the_same_object(
@@ -104,7 +106,7 @@ def test_return_value_passes_through_as_the_same_object(
         "batchItemFailures": [{"itemIdentifier": "not-in-this-batch"}],
         "extra": [1, 2],
     }
-    (sample,) = decoded(capsys.readouterr().out)
+    (sample,) = decoded(worker_output(capsys))
     assert sample.requests == 0
 
 
@@ -123,7 +125,7 @@ def test_exceptions_pass_through_unchanged_and_the_invocation_is_still_reported(
         wrapper.invoke(application, load_event("sqs_mixed_answers.json"), None)
 
     assert raised.value is failure
-    (sample,) = decoded(capsys.readouterr().out)
+    (sample,) = decoded(worker_output(capsys))
     assert (sample.requests, sample.server_errors, sample.overloaded) == (1, 1, 1)
     assert instrument.active() is None
 
@@ -139,7 +141,7 @@ def test_events_without_sqs_records_are_passed_through_and_not_reported(
 
     assert wrapper.invoke(application, {"detail-type": "Scheduled Event"}, None) == 200
     assert wrapper.invoke(application, [1, 2], None) == 200
-    assert capsys.readouterr().out == ""
+    assert worker_output(capsys) == ""
 
 
 def test_calls_follow_the_record_being_processed_across_queues(
@@ -191,7 +193,7 @@ def decoded_after(
     application: Any, event_name: str, capsys: pytest.CaptureFixture[str]
 ) -> list[Any]:
     wrapper.invoke(application, load_event(event_name), None)
-    return decoded(capsys.readouterr().out)
+    return decoded(worker_output(capsys))
 
 
 def test_namespace_follows_the_environment(
@@ -199,7 +201,7 @@ def test_namespace_follows_the_environment(
 ) -> None:
     monkeypatch.setenv("QUEUEMESH_NAMESPACE", "Payments")
     wrapper.invoke(lambda event, context: None, load_event("sqs_mixed_answers.json"), None)
-    printed = capsys.readouterr().out
+    printed = worker_output(capsys)
     (sample,) = decoded(printed, namespace="Payments")
     assert sample.queue == "orders"
     assert samples_from_log_message(printed.strip(), None) == []  # not in the default namespace
@@ -211,7 +213,7 @@ def test_powertools_switches_for_application_metrics_do_not_silence_the_control_
     monkeypatch.setenv("POWERTOOLS_METRICS_DISABLED", "true")
     monkeypatch.setenv("POWERTOOLS_SERVICE_NAME", "orders-worker")
     wrapper.invoke(lambda event, context: None, load_event("sqs_mixed_answers.json"), None)
-    printed = capsys.readouterr().out
+    printed = worker_output(capsys)
     (sample,) = decoded(printed)
     assert sample.queue == "orders"
     directives = json.loads(printed)["_aws"]["CloudWatchMetrics"]
@@ -233,13 +235,18 @@ def test_instrumentation_failures_are_swallowed_counted_and_logged_once(
     def application(event: Any, context: Any) -> Any:
         return [pool.request("GET", f"{downstream}/status/{code}").status for code in (200, 429)]
 
+    printed = []
     with caplog.at_level(logging.WARNING, logger="queuemesh"):
-        assert wrapper.invoke(application, load_event("sqs_mixed_answers.json"), None) == [200, 429]
-        assert wrapper.invoke(application, load_event("sqs_mixed_answers.json"), None) == [200, 429]
+        for _ in range(2):
+            assert wrapper.invoke(application, load_event("sqs_mixed_answers.json"), None) == [
+                200,
+                429,
+            ]
+            printed.append(worker_output(capsys))
 
     assert failures.count == 4
     assert len([r for r in caplog.records if "instrumentation failed" in r.getMessage()]) == 1
-    documents = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    documents = [json.loads(line) for line in "".join(printed).splitlines()]
     assert [document["QueueMeshInstrumentationErrors"] for document in documents] == [2, 4]
 
 
@@ -353,7 +360,7 @@ def test_powertools_readers_see_the_same_records_and_attribution_follows_them(
     first_id = event["Records"][0]["messageId"]
     assert wrapper.invoke(application, event, None) == first_id
     assert parsed == [5]
-    samples = by_queue(decoded(capsys.readouterr().out))
+    samples = by_queue(decoded(worker_output(capsys)))
     assert (samples["orders"].requests, samples["refunds"].requests) == (3, 2)
     assert samples["refunds"].throttled == 1
 
@@ -381,4 +388,38 @@ def test_records_from_other_event_sources_are_not_queues(
         record["eventSource"] = "aws:kinesis"
         record["eventSourceARN"] = "arn:aws:kinesis:us-east-1:123456789012:stream/telemetry"
     assert wrapper.invoke(lambda event, context: "ok", event, None) == "ok"
-    assert capsys.readouterr().out == ""
+    assert worker_output(capsys) == ""
+
+
+def test_sigterm_flushes_what_the_environment_holds_then_stops_the_process() -> None:
+    """Lambda sends SIGTERM before it shuts an execution environment down (with an extension):
+    the reports still held are printed, then the process ends as SIGTERM ends it."""
+    script = (
+        "import os, signal, time\n"
+        "from worker import wrapper\n"
+        "from worker.tally import Tally\n"
+        "wrapper._flush_on_sigterm()\n"
+        "tally = Tally()\n"
+        "tally.add(200, 12.0, None, 'api.example.com')\n"
+        # The first is written at once; the second, 100 ms after it, is held for its second.
+        "second = int(time.time())\n"
+        "wrapper._emit(wrapper._reports.ended({'orders': tally}, 100.0, second + 0.1))\n"
+        "wrapper._emit(wrapper._reports.ended({'orders': tally}, 100.0, second + 0.3))\n"
+        "print('held', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGTERM)\n"
+        "time.sleep(5)\n"
+    )
+    finished = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert finished.returncode == -signal.SIGTERM
+    before, after = finished.stdout.split("held\n")
+    assert len(decoded(before)) == 1
+    samples = decoded(before + after)
+    assert sum(sample.invocations for sample in samples) == 2
+    assert sum(sample.ok for sample in samples) == 2

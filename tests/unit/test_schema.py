@@ -20,6 +20,7 @@ from stack.local.template import load_template
 from tests.paths import ROOT
 from worker import emf
 from worker import schema as worker_schema
+from worker.aggregate import Reports
 from worker.tally import Tally
 
 TEMPLATE = ROOT / "template.yaml"
@@ -49,17 +50,37 @@ def test_every_metric_is_listed_once_with_a_cloudwatch_unit() -> None:
 
 def test_the_worker_declares_every_member_with_the_schema_unit() -> None:
     tally = Tally()
-    tally.add(200, 10.0, None, "api.example.com")
-    tally.add(429, 20.0, 4.0, "api.example.com")
-    document = emf.document("orders", tally, 120.0, namespace=worker_schema.NAMESPACE)
+    for status in (200, 429, 503, 404):
+        tally.add(status, 10.0, 4.0, "api.example.com")
+    tally.add(None, 20.0, None, "api.example.com", timed_out=True)
+    tally.add(None, None, None, "api.example.com")  # no answer: only DownstreamRequests has it
+    reports = Reports()
+    # The first after an idle environment is written at once; the next two, back to back,
+    # are held together until their second is over.
+    for ended_at in (1_767_225_599.9, 1_767_225_600.3, 1_767_225_600.5):
+        reports.ended({"orders": tally}, 120.0, ended_at=ended_at)
+    [(queue, report)] = reports.drain()
+    document = emf.document(queue, report, namespace=worker_schema.NAMESPACE)
     [directive] = document["_aws"]["CloudWatchMetrics"]
     assert directive["Namespace"] == worker_schema.NAMESPACE
     assert directive["Dimensions"] == [
         [worker_schema.QUEUE_DIMENSION, worker_schema.DOWNSTREAM_DIMENSION]
     ]
-    # The announced members are written only when an answer carried rate-limit headers.
-    expected = set(worker_schema.METRICS) - set(worker_schema.ANNOUNCED)
+    # The announced members are written only when an answer carried rate-limit headers; the
+    # aggregated form's invocations and start, and Retry-After, are plain properties.
+    undeclared = {
+        worker_schema.INVOCATIONS,
+        worker_schema.INVOCATION_START,
+        worker_schema.RETRY_AFTER,
+    }
+    expected = (
+        set(worker_schema.METRICS)
+        - set(worker_schema.ANNOUNCED)
+        - undeclared
+        - {worker_schema.LATENCY}
+    )
     assert {(m["Name"], m["Unit"]) for m in directive["Metrics"]} == expected
+    assert {metric.name for metric in undeclared} <= set(document)
 
 
 @given(

@@ -96,13 +96,19 @@ NOT_ANNOUNCED = {
 }
 
 
+# The aggregated form's fields when a document is one invocation's.
+NOT_AGGREGATED = {"invocations": 1, "started": None}
+
+
 def sample_fields(sample: Sample) -> dict[str, Any]:
-    """The sample's fields; the announced-limit ones only where one differs from
-    ``NOT_ANNOUNCED`` (the expectations written before them name none)."""
+    """The sample's fields; the announced-limit and the aggregated form's ones only where one
+    differs from ``NOT_ANNOUNCED`` or ``NOT_AGGREGATED`` (the expectations written before them
+    name none)."""
     fields = dataclasses.asdict(sample)
-    if all(fields[name] == value for name, value in NOT_ANNOUNCED.items()):
-        for name in NOT_ANNOUNCED:
-            del fields[name]
+    for defaults in (NOT_ANNOUNCED, NOT_AGGREGATED):
+        if all(fields[name] == value for name, value in defaults.items()):
+            for name in defaults:
+                del fields[name]
     return fields
 
 

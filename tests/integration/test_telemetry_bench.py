@@ -1,0 +1,48 @@
+"""`queuemesh bench telemetry`: bytes per invocation before and after aggregation, the evidence
+both give the controller, and the simulator's decisions with either."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stack.cli import main
+from tests.unit.test_sim import tiny_file  # noqa: F401 (fixture)
+
+
+def test_the_report_measures_both_forms_in_one_run(
+    tiny_file: Path,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "telemetry", "--json", "--rate", "5", "--rate", "1", "--seconds", "30"]
+    assert main([*argv, "--scenario", str(tiny_file), "--seeds", "1"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [row["rate"] for row in report["rates"]] == [1, 5]
+    at_five = report["rates"][1]
+    assert report["bytes_per_invocation"] == at_five["after"] <= 150
+    assert at_five["ratio"] == pytest.approx(at_five["after"] / at_five["before"], abs=1e-3)
+    assert report["evidence_equal"] and report["recording_equal"]
+    [run] = report["decisions"]
+    assert run["documents_aggregated"] < run["documents"]
+    assert report["decisions_equal"] == (run["first_difference_s"] is None)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error"),
+    [
+        (["--rate", "0"], "--rate must be 0.1..1000 invocations a second; got [0.0]"),
+        (["--seconds", "5"], "--seconds must be 10..3600; got 5"),
+        (["--scenario", "no-such-scenario"], None),
+        (["--seeds", "x"], None),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    arguments: list[str], error: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "telemetry", *arguments]) == 2
+    printed = capsys.readouterr().err.strip()
+    assert printed.startswith("queuemesh bench: error: ") and "\n" not in printed
+    if error is not None:
+        assert printed == f"queuemesh bench: error: {error}"
