@@ -42,12 +42,18 @@ def reduce_samples(samples: Iterable[Sample]) -> list[QueueSecond]:
     second."""
     totals: dict[tuple[str, int], Totals] = {}
     quotas: dict[tuple[str, int], Quota] = {}
+    # The downstream named by each second's newest document naming one, and that time.
+    named: dict[tuple[str, int], tuple[float, str]] = {}
     for sample in samples:
         key = (sample.queue, math.floor(sample.started_at))
         bucket = totals.get(key)
         if bucket is None:
             bucket = totals[key] = Totals()
         bucket.count(sample)
+        if sample.downstream is not None:
+            known_name = named.get(key)
+            if known_name is None or sample.event_time >= known_name[0]:
+                named[key] = (sample.event_time, sample.downstream)
         quota = Quota.announced_by(sample)
         if quota is not None:
             known = quotas.get(key)
@@ -60,6 +66,7 @@ def reduce_samples(samples: Iterable[Sample]) -> list[QueueSecond]:
             second,
             totals[queue, second].frozen(second, second + 1, second),
             quotas.get((queue, second)),
+            named[queue, second][1] if (queue, second) in named else None,
         )
         for queue, second in sorted(totals)
     ]

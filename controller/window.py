@@ -216,13 +216,15 @@ class QueueSecond:
     A window adds it as it adds the samples it sums (to the bit, for counts), so a queue's
     evidence reduced on several shards is windowed whole by the one controller that reads the
     queue's partition. ``quota`` is the newest quota its downstream announced in that second,
-    if it did (the one the window would have kept from the second's documents).
+    if it did (the one the window would have kept from the second's documents), and
+    ``downstream`` the downstream the second's newest document naming one named.
     """
 
     queue: str
     second: int
     totals: WindowStats
     quota: Quota | None = None
+    downstream: str | None = None
 
     @property
     def event_time(self) -> float:
@@ -286,6 +288,7 @@ class QueueWindow:
         self._newest_event_time: float | None = None
         self._quota: Quota | None = None
         self._downstream: str | None = None
+        self._downstream_named_at = -math.inf
         self.dropped_too_old = 0
 
     @property
@@ -299,8 +302,8 @@ class QueueWindow:
 
     @property
     def downstream(self) -> str | None:
-        """The downstream the queue's newest telemetry named (``None``: none named): the
-        queues naming one downstream are decided together (``controller.group``)."""
+        """The downstream the queue's newest telemetry naming one named (``None``: none
+        did): the queues naming one downstream are decided together (``controller.groups``)."""
         return self._downstream
 
     def __len__(self) -> int:
@@ -319,7 +322,7 @@ class QueueWindow:
             key = evidence.second
             self._buckets.setdefault(key, Totals()).add(evidence.totals)
             quota = evidence.quota
-            named = None if quota is None else quota.downstream
+            named = evidence.downstream
         else:
             key = math.floor(evidence.started_at)
             self._buckets.setdefault(key, Totals()).count(evidence)
@@ -330,8 +333,8 @@ class QueueWindow:
         self._stale[key] = None
         if quota is not None:
             self._note_quota(quota)
-        if named is not None and (newest is None or event_time >= newest):
-            self._downstream = named
+        if named is not None and event_time >= self._downstream_named_at:
+            self._downstream, self._downstream_named_at = named, event_time
         if newest is None or event_time > newest:
             self._newest_event_time = event_time
             self._prune(event_time - self._retention_s)

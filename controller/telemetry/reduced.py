@@ -46,6 +46,8 @@ _QUOTA_PREFIX: Final = "quota_"
 _QUOTA_DOWNSTREAM: Final = "downstream"
 _QUOTA_NUMBERS: Final = tuple(f.name for f in fields(Quota) if f.name != _QUOTA_DOWNSTREAM)
 _MAX_DOWNSTREAM_LENGTH: Final = 1024
+# The downstream the second's newest document named (what groups queues sharing one).
+_DOWNSTREAM: Final = "downstream"
 
 
 class ReducedRecord(NamedTuple):
@@ -88,6 +90,8 @@ def _second_members(queue_second: QueueSecond) -> dict[str, Any]:
     totals = queue_second.totals
     members: dict[str, Any] = {"second": queue_second.second}
     members.update((name, getattr(totals, name)) for name in (*_COUNTS, *_SUMS, _NEWEST))
+    if queue_second.downstream is not None:
+        members[_DOWNSTREAM] = queue_second.downstream
     quota = queue_second.quota
     if quota is not None:
         for field in fields(Quota):
@@ -165,6 +169,9 @@ def _queue_second(queue: str, members: Any) -> QueueSecond | SkipReason:
     quota = _quota(members)
     if isinstance(quota, SkipReason):
         return quota
+    downstream = members.get(_DOWNSTREAM)
+    if not _is_downstream(downstream):
+        return SkipReason.BAD_DIMENSION
     stats = WindowStats(
         **totals,
         newest_event_time=float(newest),
@@ -172,7 +179,7 @@ def _queue_second(queue: str, members: Any) -> QueueSecond | SkipReason:
         until=second + 1,
         first_second=second,
     )
-    return QueueSecond(queue, second, stats, quota)
+    return QueueSecond(queue, second, stats, quota, downstream)
 
 
 def _quota(members: dict[str, Any]) -> Quota | SkipReason | None:
@@ -188,9 +195,7 @@ def _quota(members: dict[str, Any]) -> Quota | SkipReason | None:
     if "event_time" not in values:
         return SkipReason.BAD_TIMESTAMP
     downstream = members.get(_QUOTA_PREFIX + _QUOTA_DOWNSTREAM)
-    if downstream is not None and (
-        type(downstream) is not str or len(downstream) > _MAX_DOWNSTREAM_LENGTH
-    ):
+    if not _is_downstream(downstream):
         return SkipReason.BAD_DIMENSION
     return Quota(
         downstream,
@@ -200,6 +205,11 @@ def _quota(members: dict[str, Any]) -> Quota | SkipReason | None:
         values.get("window_s"),
         values.get("reset_at"),
     )
+
+
+def _is_downstream(value: object) -> TypeGuard[str | None]:
+    """Absent, or a downstream's name as the telemetry's dimension bounds it."""
+    return value is None or (type(value) is str and len(value) <= _MAX_DOWNSTREAM_LENGTH)
 
 
 def _is_number(value: object, largest: float) -> TypeGuard[float]:

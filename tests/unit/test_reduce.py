@@ -82,6 +82,9 @@ def test_a_window_of_reduced_seconds_holds_what_a_window_of_the_samples_holds(
     announcing = [one.event_time for one in samples if one.queue == "orders"]
     if len(set(announcing)) == len(announcing):  # a tie's winner is the order of arrival
         assert by_second.quota == by_sample.quota
+    if len({one.downstream for one in samples if one.queue == "orders"} - {None}) <= 1:
+        # The group law reads the queue's downstream: the same behind the reducing stage.
+        assert by_second.downstream == by_sample.downstream
 
 
 @given(samples_strategy)
@@ -149,6 +152,7 @@ def test_a_record_with_anything_wrong_is_skipped_whole_and_counted() -> None:
         _record(busy_ms=float("inf")): "bad_value",
         _record(samples=0): "bad_value",
         _record(quota_remaining="3"): "bad_value",
+        _record(downstream=7): "bad_dimension",
         _record(second=1.5): "bad_timestamp",
         _record(newest_event_time=10.0): "bad_timestamp",
     }
