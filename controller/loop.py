@@ -141,16 +141,27 @@ class ControlLoop:
 
     # -- the entry points -----------------------------------------------------------------
     def run_batch(
-        self, evidence: Iterable[Evidence], now: float, deadline: float = math.inf
+        self,
+        evidence: Iterable[Evidence],
+        now: float,
+        deadline: float = math.inf,
+        *,
+        history: Iterable[Evidence] = (),
+        restarted: Iterable[str] = (),
     ) -> BatchResult:
         """Window ``evidence`` (worker documents, or the reducer's per-second totals of them)
         and decide every queue with new evidence (or due, or left from
         an earlier batch), then carry the plan out before ``deadline`` (``time.monotonic()``).
 
+        Caught up first (``controller.evidence``): ``restarted`` queues start afresh, and
+        ``history`` (what other containers were handed) is windowed, not decided nor counted.
+
         A ledger fault does not raise: it ends the batch and is in the result, the queues not
         yet done kept waiting, so a retried batch decides them again."""
         result = BatchResult()
         try:
+            self.book.restart(restarted)
+            self._window_history(history, now)
             result.dropped = self._ingest(evidence, now)
             result.windowed = True
             self._decide(now, deadline, result)
@@ -259,6 +270,18 @@ class ControlLoop:
                     dropped[Count.SAMPLES_TOO_OLD] += item.documents
         book.counters.update(dropped)
         return dropped
+
+    def _window_history(self, history: Iterable[Evidence], now: float) -> None:
+        """Window the evidence of registered queues that other containers were handed (its
+        skips were theirs to count)."""
+        earliest, latest = now - self.book.retention_s, now + MAX_CLOCK_SKEW_S
+        kept = [item for item in history if earliest <= item.event_time <= latest]
+        if not kept:
+            return
+        configs = self.configs({item.queue for item in kept}, now)
+        for item in kept:
+            if item.queue in configs:
+                self.book.add_history(item)
 
     # -- what the plan needs --------------------------------------------------------------
     def configs(self, queues: Iterable[str], now: float) -> dict[str, QueueConfig]:
