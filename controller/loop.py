@@ -153,16 +153,15 @@ class ControlLoop:
         and decide every queue with new evidence (or due, or left from
         an earlier batch), then carry the plan out before ``deadline`` (``time.monotonic()``).
 
-        Caught up first (``controller.evidence``): ``restarted`` queues start afresh, and
-        ``history`` (what other containers were handed) is windowed, not decided nor counted.
+        First caught up (``controller.evidence``): ``history``, what other containers were
+        handed, is windowed, not decided; ``restarted`` queues start afresh.
 
         A ledger fault does not raise: it ends the batch and is in the result, the queues not
         yet done kept waiting, so a retried batch decides them again."""
         result = BatchResult()
         try:
             self.book.restart(restarted)
-            self._window_history(history, now)
-            result.dropped = self._ingest(evidence, now)
+            result.dropped = self._ingest(evidence, now, history)
             result.windowed = True
             self._decide(now, deadline, result)
         except LedgerError as fault:
@@ -235,9 +234,13 @@ class ControlLoop:
         return ManualResult(execution.done[0] if done else decision, config, done and step.actuates)
 
     # -- telemetry ------------------------------------------------------------------------
-    def _ingest(self, evidence: Iterable[Evidence], now: float) -> Counter[Count]:
+    def _ingest(
+        self, evidence: Iterable[Evidence], now: float, history: Iterable[Evidence] = ()
+    ) -> Counter[Count]:
         """Window the evidence of registered queues; returns how many worker documents of the
-        rest were dropped, by reason (also counted).
+        rest were dropped, by reason (also counted). ``history`` is windowed without either
+        (counted where it was handed), its configs read with the batch's: no ledger fault
+        stops the batch once it is windowed (a retry would window it again).
 
         Only event times from one retention before ``now`` to ``MAX_CLOCK_SKEW_S`` after it
         are evidence: one document stamped in the future would otherwise become its window's
@@ -253,8 +256,12 @@ class ControlLoop:
                 dropped[Count.SAMPLES_TOO_OLD] += item.documents
             else:
                 by_queue.setdefault(item.queue, []).append(item)
-        configs = self.configs(by_queue, now)
+        kept = [item for item in history if earliest <= item.event_time <= latest]
+        configs = self.configs({*by_queue, *(item.queue for item in kept)}, now)
         book = self.book
+        for item in kept:
+            if item.queue in configs:
+                book.add_history(item)
         for queue, items in by_queue.items():
             documents = sum(item.documents for item in items)
             if queue not in configs:
@@ -270,18 +277,6 @@ class ControlLoop:
                     dropped[Count.SAMPLES_TOO_OLD] += item.documents
         book.counters.update(dropped)
         return dropped
-
-    def _window_history(self, history: Iterable[Evidence], now: float) -> None:
-        """Window the evidence of registered queues that other containers were handed (its
-        skips were theirs to count)."""
-        earliest, latest = now - self.book.retention_s, now + MAX_CLOCK_SKEW_S
-        kept = [item for item in history if earliest <= item.event_time <= latest]
-        if not kept:
-            return
-        configs = self.configs({item.queue for item in kept}, now)
-        for item in kept:
-            if item.queue in configs:
-                self.book.add_history(item)
 
     # -- what the plan needs --------------------------------------------------------------
     def configs(self, queues: Iterable[str], now: float) -> dict[str, QueueConfig]:
