@@ -24,7 +24,7 @@ from controller.group_reports import group_documents
 from controller.health import health_document, serialized, skip_documents
 from controller.loop import ControlLoop
 from controller.model import Decision, GroupReport
-from controller.ports import ActuationError, LedgerError
+from controller.ports import ActuationError, LedgerError, StreamHistory
 from controller.schema import (
     CONTROLLER_NAMESPACE,
     QUEUE_DIMENSION,
@@ -105,7 +105,10 @@ class ControllerApp:
         emit: Callable[[str], None] = print,
         logger: Logger | None = None,
         events: EventOutbox | None = None,
+        history: StreamHistory | None = None,
     ) -> None:
+        """``history``: the reduced stream read back, where several containers share its
+        shards (``controller.evidence``); without it one container reads every batch."""
         self.loop = loop
         # The transitions to publish after each invocation's work (none: no events); the
         # loop's executor records into it.
@@ -114,7 +117,7 @@ class ControllerApp:
         self._monotonic = monotonic
         # Learns as it decodes (declarations, valid queue names) and remembers what it read
         # (a retried batch, a re-sent log event must not count twice): kept for the container.
-        self._evidence = EvidenceReader(TelemetryDecoder(namespace), loop.retention_s)
+        self._evidence = EvidenceReader(TelemetryDecoder(namespace), loop.retention_s, history)
         self._emit = emit
         self._logger = logger or Logger(service="queuemesh-controller")
         # The health counts not yet emitted: the loop's counters as last emitted, and the
@@ -182,7 +185,7 @@ class ControllerApp:
             self._report(unreadable, [])
             return unreadable
         now = self._clock()
-        reading = self._evidence.read(records, now)
+        reading = self._evidence.read(records, now, deadline)
         outcome = BatchOutcome(
             records=len(records),
             redelivered=reading.redelivered,
@@ -190,7 +193,9 @@ class ControllerApp:
             samples=reading.documents,
         )
         self.loop.counters.update(reading.dropped)
-        result = self.loop.run_batch(reading.evidence, now, deadline)
+        result = self.loop.run_batch(
+            reading.evidence, now, deadline, history=reading.history, restarted=reading.restarted
+        )
         outcome.dropped = result.dropped + reading.dropped
         if result.windowed:
             self._evidence.windowed(reading, now)

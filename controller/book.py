@@ -52,6 +52,8 @@ class Count(StrEnum):
     VERSION_CONFLICTS = "version_conflicts"
     # Idle queues' windows forgotten because more queues had evidence than the book holds.
     WINDOWS_FORGOTTEN = "windows_forgotten"
+    # Queues started afresh because their shard could not be read back (the catch-up).
+    WINDOWS_RESTARTED = "windows_restarted"
     # Paused queues' STATE items given the WakeUp they lacked (``ControlLoop.tick``'s sweep).
     WAKE_UPS_REPAIRED = "wake_ups_repaired"
     WAKE_UP_SWEEP_FAILURES = "wake_up_sweep_failures"
@@ -161,6 +163,28 @@ class QueueBook:
         if window is None:
             window = self._held[evidence.queue] = QueueWindow(self.retention_s)
         return window.add(evidence)
+
+    def add_history(self, evidence: Evidence) -> None:
+        """Window ``evidence`` another container was handed (and decided): the queue does not
+        wait to be decided for it, and its cached state may be older than the ledger's, so it
+        is read again before the queue's next decision."""
+        queue = evidence.queue
+        window = self._held.get(queue)
+        if window is None:
+            window = self._windows.get(queue)
+        if window is None:
+            window = self._windows[queue] = QueueWindow(self.retention_s)
+        window.add(evidence)
+        self._states.pop(queue)
+
+    def restart(self, queues: Iterable[str]) -> None:
+        """Forget these queues' windows and states: this container may have missed part of
+        their evidence, so it starts them afresh, as a cold container would."""
+        for queue in queues:
+            self.count(Count.WINDOWS_RESTARTED)
+            self._windows.pop(queue)
+            self._held.pop(queue, None)
+            self._states.pop(queue)
 
     def announcing(self, since: float) -> Counter[str]:
         """How many queues report each downstream with an announced quota: those whose newest

@@ -62,6 +62,20 @@ CACHED_PARTITIONS: Final = 2000
 # retention are forgotten sooner (their evidence would be too old).
 CACHED_LOG_EVENTS: Final = 100_000
 CACHED_RECORD_IDS: Final = 100_000
+# Shards of the reduced stream whose reading a container remembers: below which sequence number
+# it has windowed every record of the shard (``controller.evidence``, the catch-up).
+CACHED_SHARDS: Final = 1000
+# A controller container handed a batch of a shard it has not read continuously first reads the
+# shard back (docs/architecture.md, "Scaling out the controller"): from where it left off, or,
+# when that is older than this or unknown, this long before now. It covers the spans the
+# default law reads (its window 30 s, load and staleness 60 s) with room to spare.
+CATCH_UP_SPAN_S: Final = 120.0
+# The bounds of one catch-up: GetRecords calls (a shard serves five a second, shared with the
+# event source mapping's own reads), records per call, and seconds of the invocation (no call
+# starts that could not end within them: an attempt's worst case is ATTEMPT_TIMEOUT_S).
+CATCH_UP_MAX_CALLS: Final = 4
+CATCH_UP_RECORDS_PER_CALL: Final = 10_000
+CATCH_UP_BUDGET_S: Final = 5.0
 
 # Lambda's control plane (Get/List/UpdateEventSourceMapping among others) answers 15 requests
 # a second per account, shared with everything else in the account, and the quota cannot be
@@ -69,6 +83,12 @@ CACHED_RECORD_IDS: Final = 100_000
 # deployments and people.
 CONTROL_PLANE_QUOTA_PER_S: Final = 15
 CONTROL_PLANE_CALLS_PER_S: Final = 12
+# Several controller invocations may run at once, each in its own container: one per lane of
+# the reduced stream (its shards times the mapping's parallelization factor), and the
+# scheduled tick beside them. Each paces its share, so that together they keep to
+# CONTROL_PLANE_CALLS_PER_S: the tick this many a second (it resumes paused queues), the lanes
+# the rest, split evenly (``controller.actuator.lane_pace``).
+TICK_CALLS_PER_S: Final = 2
 # The actuator's window is a second and this much: the time from a call's slot to its request
 # leaving (serialization, signing, a busy scheduler), so that the requests, not only the slots,
 # stay at 12 in any second.

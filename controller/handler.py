@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 
-from controller.actuator import LambdaActuator
+from controller.actuator import LambdaActuator, lane_pace
 from controller.app import ControllerApp
 from controller.backlog import SqsBacklog
+from controller.constants import TICK_CALLS_PER_S
 from controller.events import EventBridgePublisher, EventOutbox
 from controller.executor import AwsExecutor
 from controller.ledger import DynamoLedger
@@ -17,7 +19,11 @@ from controller.loop import ControlLoop
 from controller.policy import DEFAULT_ALGORITHM, algorithm_named, memory_type
 from controller.reducer_app import ReducerApp
 from controller.settings import PolicyParams
-from controller.stream import REDUCED_STREAM_VARIABLE, KinesisSink
+from controller.stream import REDUCED_STREAM_VARIABLE, KinesisHistory, KinesisSink
+
+# The controller's concurrent batch invocations (template.yaml sets both): the reduced
+# stream's shards and its mapping's parallelization factor.
+LANE_VARIABLES: Final = ("QUEUEMESH_REDUCED_SHARDS", "QUEUEMESH_CONTROLLER_PARALLELIZATION")
 
 logger = Logger(service="queuemesh-controller")
 reducer_logger = Logger(service="queuemesh-reducer")
@@ -26,6 +32,8 @@ _reducer: ReducerApp | None = None
 
 
 def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
+    """The controller as deployed: reading the reduced stream back when ``QUEUEMESH_REDUCED_STREAM``
+    names it (several containers share its shards)."""
     env = dict(os.environ) if environ is None else environ
     table = env.get("QUEUEMESH_TABLE")
     if not table:
@@ -35,6 +43,8 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
     except ValueError as error:
         raise RuntimeError(f"QUEUEMESH_ALGORITHM: {error}") from error
     ledger, actuator = DynamoLedger(table, memory_types=memory_type), LambdaActuator()
+    lanes(env)  # checked at the cold start; each invocation paces its share (handler)
+    stream = env.get(REDUCED_STREAM_VARIABLE)
     events = EventOutbox(EventBridgePublisher())
     loop = ControlLoop(
         ledger,
@@ -44,7 +54,20 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
         executor=AwsExecutor(ledger, actuator, on_commit=events.record),
         backlog=SqsBacklog(),
     )
-    return ControllerApp(loop, logger=logger, events=events)
+    return ControllerApp(
+        loop, logger=logger, events=events, history=KinesisHistory(stream) if stream else None
+    )
+
+
+def lanes(env: Mapping[str, str]) -> int:
+    """How many batch invocations may run at once: the product of ``LANE_VARIABLES``."""
+    count = 1
+    for variable in LANE_VARIABLES:
+        value = env.get(variable, "1")
+        if not value.isdecimal() or int(value) < 1:
+            raise RuntimeError(f"{variable}={value!r}: must be a whole number >= 1")
+        count *= int(value)
+    return count
 
 
 @logger.inject_lambda_context
@@ -52,7 +75,18 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     global _app
     if _app is None:
         _app = build_app()
+    actuator = _app.loop.actuator
+    if isinstance(actuator, LambdaActuator):
+        actuator.pace(*invocation_pace(event, os.environ))
     return _app.handle(event, context)
+
+
+def invocation_pace(event: object, env: Mapping[str, str]) -> tuple[int, float]:
+    """(calls, per seconds) of the control plane an invocation may spend: the scheduled
+    tick's share, or a batch lane's (docs/architecture.md, "Scaling out the controller")."""
+    if isinstance(event, Mapping) and event.get("detail-type") == "Scheduled Event":
+        return TICK_CALLS_PER_S, 1.0
+    return lane_pace(lanes(env))
 
 
 def build_reducer(environ: dict[str, str] | None = None) -> ReducerApp:

@@ -148,17 +148,27 @@ class ControlLoop:
 
     # -- the entry points -----------------------------------------------------------------
     def run_batch(
-        self, evidence: Iterable[Evidence], now: float, deadline: float = math.inf
+        self,
+        evidence: Iterable[Evidence],
+        now: float,
+        deadline: float = math.inf,
+        *,
+        history: Iterable[Evidence] = (),
+        restarted: Iterable[str] = (),
     ) -> BatchResult:
         """Window ``evidence`` (worker documents, or the reducer's per-second totals of them)
         and decide every queue with new evidence (or due, or left from
         an earlier batch), then carry the plan out before ``deadline`` (``time.monotonic()``).
 
+        First caught up (``controller.evidence``): ``history``, what other containers were
+        handed, is windowed, not decided; ``restarted`` queues start afresh.
+
         A ledger fault does not raise: it ends the batch and is in the result, the queues not
         yet done kept waiting, so a retried batch decides them again."""
         result = BatchResult()
         try:
-            result.dropped = self._ingest(evidence, now)
+            self.book.restart(restarted)
+            result.dropped = self._ingest(evidence, now, history)
             result.windowed = True
             self._decide(now, deadline, result)
         except LedgerError as fault:
@@ -231,9 +241,13 @@ class ControlLoop:
         return ManualResult(execution.done[0] if done else decision, config, done and step.actuates)
 
     # -- telemetry ------------------------------------------------------------------------
-    def _ingest(self, evidence: Iterable[Evidence], now: float) -> Counter[Count]:
+    def _ingest(
+        self, evidence: Iterable[Evidence], now: float, history: Iterable[Evidence] = ()
+    ) -> Counter[Count]:
         """Window the evidence of registered queues; returns how many worker documents of the
-        rest were dropped, by reason (also counted).
+        rest were dropped, by reason (also counted). ``history`` is windowed without either
+        (counted where it was handed), its configs read with the batch's: no ledger fault
+        stops the batch once it is windowed (a retry would window it again).
 
         Only event times from one retention before ``now`` to ``MAX_CLOCK_SKEW_S`` after it
         are evidence: one document stamped in the future would otherwise become its window's
@@ -249,8 +263,12 @@ class ControlLoop:
                 dropped[Count.SAMPLES_TOO_OLD] += item.documents
             else:
                 by_queue.setdefault(item.queue, []).append(item)
-        configs = self.configs(by_queue, now)
+        kept = [item for item in history if earliest <= item.event_time <= latest]
+        configs = self.configs({*by_queue, *(item.queue for item in kept)}, now)
         book = self.book
+        for item in kept:
+            if item.queue in configs:
+                book.add_history(item)
         for queue, items in by_queue.items():
             documents = sum(item.documents for item in items)
             if queue not in configs:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
 
@@ -215,4 +215,32 @@ class ReducedSink(Protocol):
     def put(self, records: Sequence[ReducedRecord], deadline: float) -> set[str]:
         """Put ``records`` by ``deadline`` (``time.monotonic()``); the partition keys (queues)
         of those that could not be put."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamStart:
+    """Where to read a shard back from: at a sequence number, else at an epoch time."""
+
+    sequence: int | None = None
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRead:
+    """A shard read back: its records below the asked sequence number, in the shard's order
+    and shaped as a Lambda event's; ``complete`` when every one of them was read."""
+
+    records: list[dict[str, Any]]
+    complete: bool
+
+
+class StreamHistory(Protocol):
+    """The reduced stream read back by a controller container, to window the records other
+    containers were handed (``controller.stream``; docs/architecture.md, "Scaling out the
+    controller")."""
+
+    def read(self, shard: str, start: StreamStart, below: int, deadline: float) -> HistoryRead:
+        """``shard``'s records from ``start`` up to (not including) sequence number ``below``,
+        as far as bounded calls get by ``deadline`` (``time.monotonic()``)."""
         ...

@@ -13,21 +13,17 @@ Measured: decode and decide throughput per core on the storm's first batch (ever
 reports, N of them 40% 429s); the invocations until every storm queue's mapping is cut, and
 that time against the floor of its control-plane calls at the controller's paced 12 a second
 and at the account's 15; whether every queue with evidence was decided; then a warm
-controller's memory (tracemalloc over the controller's own code) over ``MEMORY_BATCHES``
-batches rotating over the whole fleet.
+controller's memory over ``MEMORY_BATCHES`` batches rotating over the whole fleet: the bytes
+reachable from the controller, the twins left out, and the twins' own (``load.bench.held``).
 """
 
 from __future__ import annotations
 
-import gc
 import math
 import random
 import time
-import tracemalloc
-from pathlib import Path
 from typing import Any
 
-import controller
 from controller.actuator import InMemoryActuator, LambdaActuator
 from controller.app import ControllerApp
 from controller.constants import (
@@ -44,6 +40,7 @@ from controller.settings import PolicyParams
 from controller.telemetry import decode_kinesis_event
 from load.bench.fleet import DECODE_REPEATS, quiet_logger, storm_event, timed_planning
 from load.bench.fleet_watch import Stopwatch
+from load.bench.held import held_bytes
 from load.localfleet import START_CONCURRENCY
 from load.progress import ProgressCallback
 from load.sim.control_plane import SimControlPlane
@@ -55,9 +52,6 @@ MEMORY_SAMPLES_EVERY = 25
 # Seconds between the memory run's batches: 200 of them span several window retentions, so the
 # windows and the log-event ids reach the size their retention bounds.
 MEMORY_BATCH_EVERY_S = 10.0
-CONTROLLER_CODE = Path(controller.__file__).parent
-# The twins hold what AWS would (the ledger's items, the mappings): not the controller's memory.
-AWS_TWINS = ("ledger/twin.py", "actuator.py")
 
 
 class _VirtualClock:
@@ -145,7 +139,9 @@ def measure(
     decide_cpu_s = watch.get("decide_cpu")
     notify(0, MEMORY_BATCHES, "a warm controller over the fleet")
     sequence += len(batch["Records"])
-    memory = _memory_over_batches(app, queues, clock, timeout_s, sequence, notify)
+    # The twins hold what AWS would (the ledger's items, the mappings): not the controller's.
+    twins = (ledger, plane, mappings)
+    memory = _memory_over_batches(app, twins, queues, clock, timeout_s, sequence, notify)
     return {
         "benchmark": "fleet",
         "queues": queue_count,
@@ -193,46 +189,38 @@ def _cpu_best_of(repeats: int, work: Any) -> float:
     return best
 
 
-def _controller_bytes() -> int:
-    gc.collect()
-    snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(True, f"{CONTROLLER_CODE}/*")]
-        + [tracemalloc.Filter(False, f"{CONTROLLER_CODE}/{twin}") for twin in AWS_TWINS]
-    )
-    return sum(stat.size for stat in snapshot.statistics("filename"))
-
-
 def _memory_over_batches(
     app: ControllerApp,
+    twins: tuple[object, ...],
     queues: list[str],
     clock: _VirtualClock,
     timeout_s: float,
     first_sequence: int,
     notify: ProgressCallback,
 ) -> dict[str, Any]:
-    """Bytes the controller's code holds every ``MEMORY_SAMPLES_EVERY`` batches, each batch
-    ``MEMORY_BATCH_QUEUES`` queues reporting a calm second, rotating over the fleet."""
-    held = []
-    tracemalloc.start()
-    try:
-        for number in range(1, MEMORY_BATCHES + 1):
-            clock.now += MEMORY_BATCH_EVERY_S
-            start = (number * MEMORY_BATCH_QUEUES) % len(queues)
-            names = (queues + queues)[start : start + MEMORY_BATCH_QUEUES]
-            sequence = first_sequence + (number - 1) * MEMORY_BATCH_QUEUES
-            batch = storm_event([], clock.now, calm=names, first_sequence=sequence)
-            app.process_kinesis(batch, clock.now + timeout_s)
-            if number % MEMORY_SAMPLES_EVERY == 0:
-                held.append((number, _controller_bytes()))
-                notify(number, MEMORY_BATCHES, "a warm controller over the fleet")
-    finally:
-        tracemalloc.stop()
+    """Bytes the controller holds, and the twins beside it, every ``MEMORY_SAMPLES_EVERY``
+    batches, each batch ``MEMORY_BATCH_QUEUES`` queues reporting a calm second, rotating over
+    the fleet."""
+    held: list[tuple[int, int, int]] = []
+    for number in range(1, MEMORY_BATCHES + 1):
+        clock.now += MEMORY_BATCH_EVERY_S
+        start = (number * MEMORY_BATCH_QUEUES) % len(queues)
+        names = (queues + queues)[start : start + MEMORY_BATCH_QUEUES]
+        sequence = first_sequence + (number - 1) * MEMORY_BATCH_QUEUES
+        batch = storm_event([], clock.now, calm=names, first_sequence=sequence)
+        app.process_kinesis(batch, clock.now + timeout_s)
+        if number % MEMORY_SAMPLES_EVERY == 0:
+            twin_bytes = sum(held_bytes(twin) for twin in twins)
+            held.append((number, held_bytes(app, twins), twin_bytes))
+            notify(number, MEMORY_BATCHES, "a warm controller over the fleet")
     # Warm: the batches span a window retention, so every bounded memory has filled; growth
     # after that is what a warm container would keep gaining.
-    warm = [size for number, size in held if number * MEMORY_BATCH_EVERY_S > WINDOW_RETENTION_S]
+    warm = [sample for sample in held if sample[0] * MEMORY_BATCH_EVERY_S > WINDOW_RETENTION_S]
     return {
         "memory_batches": MEMORY_BATCHES,
         "memory_batch_queues": MEMORY_BATCH_QUEUES,
-        "memory_bytes_held": [size for _, size in held],
-        "memory_growth_bytes": warm[-1] - warm[0] if warm else 0,
+        "memory_bytes_held": [size for _, size, _ in held],
+        "memory_growth_bytes": warm[-1][1] - warm[0][1] if warm else 0,
+        "twin_bytes_held": [size for _, _, size in held],
+        "twin_growth_bytes": warm[-1][2] - warm[0][2] if warm else 0,
     }

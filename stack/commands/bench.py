@@ -149,8 +149,9 @@ def _run_fleet_storm(args: argparse.Namespace) -> int:
         f"{report['all_applied_quota_ratio']}x the {report['quota_per_s']}/s quota floor; at "
         f"most {report['max_calls_in_any_1s']} calls in any second, "
         f"{report['control_plane_refused']} refused\n"
-        f"  memory  {report['memory_growth_bytes']:,} bytes gained over "
-        f"{report['memory_batches']} warm batches (held: {report['memory_bytes_held']})"
+        f"  memory  the controller's {report['memory_growth_bytes']:,} bytes gained over "
+        f"{report['memory_batches']} warm batches (held: {report['memory_bytes_held']}); "
+        f"the twins' {report['twin_growth_bytes']:,} (held: {report['twin_bytes_held']})"
     )
     return 0
 

@@ -92,8 +92,10 @@ def arn_function_name(function_arn: str) -> str:
 def stream_mappings(
     lambda_client: Any, mappings: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """The Kinesis mappings of reducers (functions told where to put their totals) and of
-    controllers (the others), and each one's function's environment variables by UUID."""
+    """The Kinesis mappings of reducers (functions told of a reduced stream other than the one
+    they read: where to put their totals) and of controllers (the others: a controller reads
+    the reduced stream it is told of back), and each one's function's environment variables
+    by UUID."""
     streams = [m for m in mappings if ":kinesis:" in m["EventSourceArn"]]
     variables = {}
     for mapping in streams:
@@ -101,7 +103,12 @@ def stream_mappings(
             FunctionName=mapping["FunctionArn"]
         )
         variables[mapping["UUID"]] = dict(configuration.get("Environment", {}).get("Variables", {}))
-    reducers = [m for m in streams if REDUCED_STREAM_VARIABLE in variables[m["UUID"]]]
+
+    def reduces(mapping: dict[str, Any]) -> bool:
+        told = variables[mapping["UUID"]].get(REDUCED_STREAM_VARIABLE)
+        return told is not None and not str(mapping["EventSourceArn"]).endswith(f"/{told}")
+
+    reducers = [m for m in streams if reduces(m)]
     return reducers, [m for m in streams if m not in reducers], variables
 
 

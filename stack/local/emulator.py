@@ -235,7 +235,11 @@ class EmbeddedAws:
         for logical in custom:
             del transformed["Resources"][logical]
         self._upload_code()
-        cloudformation = self.client("cloudformation")
+        # moto creates every resource within CreateStack: on a loaded host that outlasts the
+        # usual read timeout, and a retry would only find its own stack already there.
+        cloudformation = self.client(
+            "cloudformation", read_timeout=300, retries={"total_max_attempts": 1}
+        )
         cloudformation.create_stack(
             StackName=name,
             TemplateBody=json.dumps(with_code_location(transformed)),

@@ -35,7 +35,8 @@ def test_a_storm_on_part_of_a_fleet_is_cut_whole_at_the_paced_rate(
     assert report["control_plane_refused"] == 0
     assert report["max_calls_in_any_1s"] <= 12
     assert report["all_applied_ceiling_ratio"] <= 1.1
-    assert len(report["memory_bytes_held"]) == 2
+    assert len(report["memory_bytes_held"]) == len(report["twin_bytes_held"]) == 2
+    assert min(report["memory_bytes_held"] + report["twin_bytes_held"]) > 0
 
 
 def test_cuts_left_at_the_deadline_are_made_by_the_next_invocation_once_each(

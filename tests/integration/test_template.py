@@ -306,6 +306,21 @@ def test_controller_function_runtime_handler_and_environment(resources: dict[str
     assert env["POWERTOOLS_METRICS_NAMESPACE"] == CONTROLLER_NAMESPACE
 
 
+def test_the_controller_reads_the_reduced_stream_back_and_paces_a_lanes_share(
+    cfn: dict[str, Any], resources: dict[str, Any]
+) -> None:
+    """Several reduced shards by default, each a lane of the controller: it reads the stream
+    back (``QUEUEMESH_REDUCED_STREAM``) and paces its share of the control plane among the
+    lanes its environment names (docs/architecture.md, "Scaling out the controller")."""
+    from controller.handler import LANE_VARIABLES
+
+    env = resources["ControllerFunction"]["Properties"]["Environment"]["Variables"]
+    assert env["QUEUEMESH_REDUCED_STREAM"] == {"Ref": "ReducedStream"}
+    lanes = ("ReducedShardCount", "ControllerParallelizationFactor")
+    assert [env[variable] for variable in LANE_VARIABLES] == [{"Ref": name} for name in lanes]
+    assert int(cfn["Parameters"]["ReducedShardCount"]["Default"]) >= 2
+
+
 def test_policy_parameter_defaults_are_the_contract_defaults(cfn: dict[str, Any]) -> None:
     from controller.settings import PolicyParams
 
@@ -328,11 +343,11 @@ def test_policy_parameter_defaults_are_the_contract_defaults(cfn: dict[str, Any]
 @pytest.mark.parametrize(
     ("function", "stream", "parallelization"),
     [
-        # The reducer reads the telemetry stream at any parallelization factor; the controller
-        # reads the reduced stream one batch per shard at a time (a queue's window lives in a
-        # warm container: docs/architecture.md, "Shards").
+        # Each stream is read at its own parallelization factor: the controller's containers
+        # read the reduced stream back where they missed a batch (docs/architecture.md,
+        # "Scaling out the controller").
         ("ReducerFunction", "TelemetryStream", {"Ref": "TelemetryParallelizationFactor"}),
-        ("ControllerFunction", "ReducedStream", 1),
+        ("ControllerFunction", "ReducedStream", {"Ref": "ControllerParallelizationFactor"}),
     ],
 )
 def test_kinesis_event_settings(

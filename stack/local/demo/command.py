@@ -88,8 +88,8 @@ def register(subparsers: Any) -> None:
         type=int,
         default=1,
         metavar="P",
-        help="concurrent reducer batches per telemetry shard (the template's "
-        "TelemetryParallelizationFactor, 1..10; default 1)",
+        help="concurrent batches per shard of each stream (the template's "
+        "TelemetryParallelizationFactor and ControllerParallelizationFactor, 1..10; default 1)",
     )
     parser.add_argument(
         "--record",

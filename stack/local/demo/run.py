@@ -94,13 +94,13 @@ def run_demo(
 ) -> dict[str, Any]:
     """Deploy, run and tear down; every server, thread and process stops before it returns
     (also on Ctrl-C). ``dashboard`` serves the dashboard page for the run (its URL goes to the
-    view); ``telemetry_shards`` and ``parallelization_factor`` shape the telemetry stream and
-    the reducer's reading of it; ``on_result`` gets the result while the embedded AWS and
-    the page still run (the runtime has stopped: nothing more is polled or invoked);
-    ``announce`` is the rate-limit headers the downstream sends (none by default);
-    ``on_running`` is called once, as the load starts, with the runtime up (the workers
-    polling, the streams read, the functions invoked): traffic of the caller's own sent then
-    is handled as the stack handles the demo's."""
+    view); ``telemetry_shards`` shapes the telemetry stream, ``parallelization_factor`` the
+    reading of both streams (the reducer's and the controller's); ``on_result`` gets the
+    result while the embedded AWS and the page still run (the runtime has stopped: nothing
+    more is polled or invoked); ``announce`` is the rate-limit headers the downstream sends
+    (none by default); ``on_running`` is called once, as the load starts, with the runtime up
+    (the workers polling, the streams read, the functions invoked): traffic of the caller's
+    own sent then is handled as the stack handles the demo's."""
     from controller.ledger import DynamoLedger
     from controller.policy import memory_type
     from load.downstream import Downstream
@@ -146,6 +146,7 @@ def run_demo(
                 "PolicyCmin": str(spec.min_concurrency),
                 "TelemetryShardCount": str(telemetry_shards),
                 "TelemetryParallelizationFactor": str(parallelization_factor),
+                "ControllerParallelizationFactor": str(parallelization_factor),
                 **(
                     {"ExampleDownstreamTimeoutMs": f"{spec.timeout_ms:g}"}
                     if spec.timeout_ms is not None

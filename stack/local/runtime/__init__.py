@@ -93,7 +93,12 @@ class LocalRuntime:
         metrics = EmfMetricsPublisher(aws.client("cloudwatch"))
 
         def poller(
-            stream: tuple[str, str, str], function: str, log_group: str, **hooks: Any
+            stream: tuple[str, str, str],
+            function: str,
+            log_group: str,
+            *,
+            rotate: bool = False,
+            **hooks: Any,
         ) -> StreamPoller:
             """A stream function's poller, its containers warm when workers are."""
             ensure_log_group(logs, log_group)
@@ -101,6 +106,7 @@ class LocalRuntime:
             containers = ContainerPool(
                 FunctionSpec.read(lambda_client, function, log_group, extra),
                 self.invocations.invoked,
+                rotate=rotate,
             )
             self._pools.append(containers)
             shipper = LogShipper(logs, log_group, metrics)
@@ -125,6 +131,10 @@ class LocalRuntime:
             ),
             deployment.controller_function,
             self._controller_log_group,
+            # Lambda pins no shard to a container: each batch goes to the controller container
+            # idle longest, so every batch here reads the reduced stream back as AWS may make
+            # it (docs/architecture.md, "Scaling out the controller").
+            rotate=True,
         ).start()
         self.telemetry = poller(
             (deployment.stream_name, deployment.stream_arn, deployment.reducer_esm_uuid),

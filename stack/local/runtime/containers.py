@@ -160,12 +160,16 @@ class Container:
 
 
 class ContainerPool:
-    """Warm containers of one function, reused most-recent first; new ones on demand.
-    ``on_invoked`` hears of each invocation of any of them."""
+    """Warm containers of one function, reused most-recent first (``rotate``: the one idle
+    longest first); new ones on demand. ``on_invoked`` hears of each invocation of any of
+    them."""
 
-    def __init__(self, spec: FunctionSpec, on_invoked: InvocationHook | None = None) -> None:
+    def __init__(
+        self, spec: FunctionSpec, on_invoked: InvocationHook | None = None, *, rotate: bool = False
+    ) -> None:
         self.spec = spec
         self._on_invoked = on_invoked
+        self._rotate = rotate
         self._idle: list[Container] = []
         self._all: list[Container] = []
         self._lock = threading.Lock()
@@ -178,7 +182,7 @@ class ContainerPool:
             if self._closed:
                 raise InvocationFailed("the runtime is stopping")
             if self._idle:
-                container = self._idle.pop()
+                container = self._idle.pop(0 if self._rotate else -1)
             else:
                 container = Container(self.spec, self._on_invoked)
                 self._all.append(container)
