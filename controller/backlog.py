@@ -20,12 +20,27 @@ from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep
 from controller.aws import client as aws_client
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES
-from controller.ports import BacklogUnavailable
+from controller.ports import BacklogUnavailable, QueueBacklog
 
 # The attribute GetQueueAttributes names it by (the CloudWatch metric's name differs).
 VISIBLE_ATTRIBUTE = "ApproximateNumberOfMessages"
 # SQS's answers worth one more try; any 5xx is retried too (controller.aws).
 RETRYABLE_CODES = frozenset({"RequestThrottled", "ThrottlingException", "ServiceUnavailable"})
+
+
+def read_backlogs(
+    backlog: QueueBacklog, queues: list[str], read_by: float
+) -> tuple[dict[str, int], int]:
+    """The messages waiting in each of ``queues`` (those about to raise), one read each, and
+    how many reads failed: a queue whose read fails is left out (its backlog unknown, decided
+    as without it)."""
+    known, failed = {}, 0
+    for queue in queues:
+        try:
+            known[queue] = backlog.visible(queue, read_by)
+        except BacklogUnavailable:
+            failed += 1
+    return known, failed
 
 
 class SqsBacklog:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.backlog import read_backlogs
 from controller.book import Count, QueueBook
 from controller.constants import (
     CACHED_QUEUES,
@@ -26,24 +27,12 @@ from controller.constants import (
 )
 from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.group_reports import GroupReportWriter
-from controller.model import (
-    AuditEvent,
-    Decision,
-    GroupReport,
-    QueueConfig,
-    QueueState,
-)
+from controller.model import AuditEvent, Decision, GroupReport, QueueConfig, QueueState
 from controller.planner import Plan, governed, groups_of, plan, probing, revised, step_for
-from controller.policy import (
-    DEFAULT_ALGORITHM,
-    LimitAlgorithm,
-    algorithm_named,
-    evaluate_manually,
-)
+from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, algorithm_named, evaluate_manually
 from controller.ports import (
     ActuationError,
     Actuator,
-    BacklogUnavailable,
     InvalidConfig,
     Ledger,
     LedgerError,
@@ -359,24 +348,6 @@ class ControlLoop:
                 known[config.queue] = state
         return known
 
-    def _backlogs(self, queues: list[str], deadline: float) -> dict[str, int]:
-        """The messages waiting in each of ``queues`` (those about to raise), one SQS read
-        each. A read that fails leaves the queue's backlog unknown (decided as without it)
-        and is counted; with less than a step's time left none is tried, as the plan's
-        execution comes first."""
-        if self.backlog is None or not queues:
-            return {}
-        read_by = deadline - STEP_BUDGET_S
-        if self._monotonic() >= read_by:
-            return {}
-        known = {}
-        for queue in queues:
-            try:
-                known[queue] = self.backlog.visible(queue, read_by)
-            except BacklogUnavailable:
-                self.book.count(Count.BACKLOG_READ_FAILURES)
-        return known
-
     def _first_state(self, config: QueueConfig, now: float, deadline: float) -> QueueState | None:
         """A queue never decided before starts from its mapping's actual setting."""
         if self._monotonic() + STEP_BUDGET_S > deadline:
@@ -434,7 +405,13 @@ class ControlLoop:
 
         planned = planned_for(queues)
         # A raise is decided again once its queue's backlog is known (one SQS read each).
-        backlogs = self._backlogs(probing(planned), deadline)
+        # With less than a step's time left none is read: the plan's execution comes first.
+        read_by = deadline - STEP_BUDGET_S
+        backlogs: dict[str, int] = {}
+        if self.backlog is not None and self._monotonic() < read_by:
+            backlogs, failed = read_backlogs(self.backlog, probing(planned), read_by)
+            if failed:
+                book.count(Count.BACKLOG_READ_FAILURES, failed)
         if backlogs:
             again = planned_for(sorted(backlogs), backlogs)
             planned = revised(planned, again)
