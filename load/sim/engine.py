@@ -5,41 +5,9 @@ event per downstream call, so calls from every invocation and queue meet each do
 per-second capacity in time order. Everything random draws from generators seeded by the
 scenario's seed, one per purpose, so the same scenario and seed give the same run.
 
-What is modelled (AWS's documented behaviour where there is one):
-- SQS standard queue: a receive takes visible messages in no particular order (uniformly at
-  random here); a received message is invisible for the visibility timeout; a message whose
-  receive count has reached ``max_receive_count`` moves to the dead-letter queue instead of
-  being delivered again.
-- The poller: starts at 5 concurrent batches, adds up to 5 per second while messages wait,
-  never above ``MaximumConcurrency``; when the cap drops, running invocations finish and no new
-  one starts above it; ``Enabled=false`` stops new polls (re-enabling starts again from 5);
-  with the queue empty it scales down to what is running.
-- A worker invocation: the poller's overhead, then one downstream call per message, in turn;
-  a call answered 429 or 5xx fails its message (a partial batch response), which returns after
-  the visibility timeout; one telemetry sample per invocation.
-- A downstream: answers 429 to the calls above its capacity in each second (unless it never
-  answers 429); optionally answers a share of the others with a 500 that is not overload
-  (noise); a 429 takes as long as a 200. Its latency is constant, or grows with load (the
-  queueing model: the no-load latency plus the calls already in progress at the downstream over
-  its capacity), optionally with a heavy (Pareto) tail. A call that takes longer than the
-  worker's client timeout ends for the worker at the timeout and fails its message like a 429;
-  the downstream still works on it until its latency has passed.
-- The controller's backlog read (SQS ``GetQueueAttributes``): a queue's visible messages at
-  the controller's run, never-received ones and those back from a failed receive.
-- Announced limits: a downstream with ``announce`` answers with its quota (``capacity`` calls
-  per fixed window of ``ANNOUNCED_WINDOW_S``, what is left of it, and when the window ends),
-  and the invocation reports the smallest remaining with its quota, window and reset, as the
-  worker does; Stripe's style announces no quota and names every 429 a rate limit's.
-- Telemetry: each sample (or, with ``aggregated_telemetry``, each document of an execution
-  environment's invocations that started in one second: load/sim/environments.py) reaches
-  Kinesis after a uniform random delay in ``telemetry_delay_s``; the controller's Kinesis
-  mapping delivers what arrived in each batching window (no invocation when nothing
-  arrived). The controller also runs on a schedule (an EventBridge rule:
-  ``controller_schedule_s``, first at time 0) with no records, which wakes queues that asked
-  for it (a paused mapping sends no telemetry).
-- The controller is one container: an invocation that takes virtual time (its control-plane
-  calls paced, load/sim/control_plane.py) holds the next batch or tick until it ends, and each
-  mapping change it makes takes effect at the time of its call.
+What is modelled, and how (AWS's documented behaviour where there is one: SQS, the poller,
+the workers, the downstreams, announced limits, telemetry and the controller's one container):
+docs/simulator.md, "What is simulated".
 """
 
 from __future__ import annotations
