@@ -250,3 +250,25 @@ def test_a_capacity_not_known_yet_is_no_data_point() -> None:
     ]
     assert not any(GroupMetric.CAPACITY in d for d in documents)
     assert len(documents) == 2
+
+
+def test_the_group_laws_own_report_reaches_the_ledger() -> None:
+    """No hand-built report: two queues whose telemetry names one downstream are decided as
+    one group, and what the group law decided is the group's stored report."""
+    ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "billing")
+    actuator = mapped(mapped(InMemoryActuator()), "billing")
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    for start in (100, 110, 120):
+        storm = [
+            dataclasses.replace(
+                sample(queue, at=start + s + 0.9, ok=8, throttled=2), downstream="payments"
+            )
+            for s in range(10)
+            for queue in ("orders", "billing")
+        ]
+        loop.run_batch(storm, now=start + 10.0)
+
+    [report] = ledger.group_reports()
+    assert report.group == "payments"
+    assert {member.queue for member in report.members} == {"orders", "billing"}
+    assert report.capacity_rps is not None and report.capacity_rps > 0
