@@ -68,6 +68,9 @@ class GroupMemory:
     probed_from: float = 0.0
     running_since: Mapping[str, float] = field(default_factory=dict)
     paused_since: Mapping[str, float] = field(default_factory=dict)
+    # Per member resumed within its first slice, since when it waited before (the wait counts
+    # on if the group takes the resume back).
+    resumed_from: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,7 +24,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from controller.groups.estimate import LAG_S, SPAN_S, GroupMemory, Pooled, estimated, pooled
-from controller.groups.shares import FORCE_AHEAD_S, Claim, fair_shares, levels, running_set
+from controller.groups.shares import (
+    FORCE_AHEAD_S,
+    SHORTEST_TURN_S,
+    Claim,
+    fair_shares,
+    levels,
+    running_set,
+)
 from controller.model import Decision, GroupReport, GroupShare, QueueConfig, QueueState
 from controller.model import QueueStateName as Name
 from controller.policy.base import Verdict
@@ -96,8 +103,8 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
         if decision is not member.decision:
             decisions[queue] = decision
         reported.append(GroupShare(queue, round(share, 3), level, queue not in running))
-    runs, waits = _standing(claims, running, now)
-    memory = replace(memory, running_since=runs, paused_since=waits)
+    runs, waits, resumed = _standing(claims, running, now)
+    memory = replace(memory, running_since=runs, paused_since=waits, resumed_from=resumed)
     return Governed(decisions, GroupReport(group, now, round(estimate, 3), tuple(reported)), memory)
 
 
@@ -132,6 +139,12 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
     state, params, queue = member.state, member.params, member.config.queue
     running = state.enabled
     since = memory.running_since.get(queue, 0.0) if running else memory.paused_since.get(queue, now)
+    # The wait counts from its first pause, whoever made it, through a resume the group took
+    # back before the member had a turn (``SHORTEST_TURN_S``).
+    if running:
+        paused_since = memory.resumed_from.get(queue, 0.0) if now - since < SHORTEST_TURN_S else 0.0
+    else:
+        paused_since = min(start for start in (state.paused_since, since) if start > 0)
     judged_from = max(since, now - LAG_S - SPAN_S)
     judged_s = now - LAG_S - judged_from
     calls, busy_ms, started = _since(member.window, judged_from, now - LAG_S)
@@ -159,7 +172,7 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
         cmax=params.cmax,
         running=running,
         since=since,
-        paused_since=state.paused_since or since,
+        paused_since=paused_since,
     )
 
 
@@ -195,14 +208,12 @@ def _decided(
     if not runs:
         if not state.enabled and not alone.enabled:
             return alone
-        waited = now - claim.paused_since if not state.enabled else 0.0
+        waiting_since = claim.paused_since or now
         reason = (
             f"{why}, below the floor of the queues with work: paused while others run "
-            f"(waited {waited:.0f}s of {member.params.group_pause_max_s:.0f}s)."
+            f"(waited {now - waiting_since:.0f}s of {member.params.group_pause_max_s:.0f}s)."
         )
-        bound_at = (claim.paused_since if not state.enabled else now) + (
-            member.params.group_pause_max_s
-        )
+        bound_at = waiting_since + member.params.group_pause_max_s
         return _carried(
             member, current, False, Name.THROTTLED, reason, bound_at - FORCE_AHEAD_S, now
         )
@@ -271,14 +282,19 @@ def _measured(member: Member, now: float) -> GroupShare:
 
 def _standing(
     claims: Sequence[Claim], running: set[str], now: float
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Since when each member runs or waits paused, after this batch."""
+) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Since when each member runs or waits paused after this batch, and, for a member in
+    its first turn (a running claim's ``paused_since``, ``_claim``), since when it waited
+    before (``GroupMemory.resumed_from``)."""
     runs: dict[str, float] = {}
     waits: dict[str, float] = {}
+    resumed: dict[str, float] = {}
     for claim in claims:
         if claim.queue in running:
             # Running since before the group knew it (0): long enough to be judged.
             runs[claim.queue] = claim.since if claim.running else now
+            if claim.paused_since > 0:
+                resumed[claim.queue] = claim.paused_since
         else:
-            waits[claim.queue] = claim.since if not claim.running else now
-    return runs, waits
+            waits[claim.queue] = claim.since if not claim.running else claim.paused_since or now
+    return runs, waits, resumed

@@ -4,8 +4,10 @@
 - **Who runs.** At Cmin every member with work sends its floor (``Claim.floor_rps``). When the
   floors of all of them do not fit the estimate, the group time-shares: it runs the members
   whose floors fit, in order (``running_set``): first any member about to wait paused longer
-  than its bound, then by priority (the higher first), then those still within their slice,
-  then the one that waited longest; a member that has run its slice yields to one waiting.
+  than its bound (a member resumed less than ``SHORTEST_TURN_S`` ago still counts the wait its
+  resume ended: a turn taken back before it ran is no turn), then by priority (the higher
+  first), then those still within their slice, then the one that waited longest; a member
+  that has run its slice yields to one waiting.
 - **Max-min fair shares.** The running members get their floors first, then what is left goes
   by priority class (the higher first) and, within a class, max-min fairly by weight up to
   each member's demand (water-filling); what no demand takes is spread by weight up to each
@@ -28,6 +30,10 @@ MIN_SLICE_S = 15.0
 # A paused member this close to its bound runs now, whatever else waits (the bound is judged
 # when its mapping resumes, a batch or two after it is decided).
 FORCE_AHEAD_S = 5.0
+# A member resumed and paused again within this long had no turn: its wait counts on from
+# when it began. Short: where few members fit at once and many reach their bound together,
+# each must still get its turn within the bound (fleet-below-floor: 5 s took it to 127 s).
+SHORTEST_TURN_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +43,9 @@ class Claim:
     ``floor_rps``: what it sends at Cmin (0 for a member with no work: it sends nothing);
     ``demand_rps``: what it would send (its Cmax's calls when its allowance is in use, else a
     little more than it sends); ``pace``: its calls per invocation-second; ``since``: when it
-    began to run, or to wait paused (``running``), by the group's time-sharing.
+    began to run, or to wait paused (``running``), by the group's time-sharing;
+    ``paused_since``: when its wait began, whoever paused it (for a running member, the wait
+    its last resume ended; 0: none).
     """
 
     queue: str
@@ -64,9 +72,11 @@ def running_set(
     slice_s = _slice_s(capacity, wanting, bound_s)
 
     def order(claim: Claim) -> tuple[int, int, int, float]:
-        if not claim.running:
-            waited = now - claim.paused_since
-            forced = waited + FORCE_AHEAD_S >= bound_s[claim.queue]
+        waiting = not claim.running or (
+            claim.paused_since > 0 and now - claim.since < SHORTEST_TURN_S
+        )
+        forced = waiting and now - claim.paused_since + FORCE_AHEAD_S >= bound_s[claim.queue]
+        if forced or not claim.running:
             return (0 if forced else 1, -claim.priority, 1, claim.paused_since)
         in_slice = now - claim.since < slice_s
         # Past its slice, the member that ran longest yields first.

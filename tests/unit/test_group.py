@@ -200,6 +200,47 @@ class TestTimeSharing:
         ]
         assert running_set(25.0, claims, NOW, {"fresh": bound, "waited": bound}) == {"waited"}
 
+    def test_a_resume_taken_back_within_its_first_slice_does_not_end_the_wait(self) -> None:
+        # fleet-below-floor seed 7: resumed at its bound, paused again a second later when the
+        # estimate fell, the queue waited twice its bound. The wait counts on through the resume.
+        bound = 120.0
+        bounds = {"resumed": bound, "waiting": bound}
+        claims = [
+            claim("resumed", 20, 100, running=True, since=NOW - 1, paused_since=NOW - bound - 1),
+            claim("waiting", 20, 100, running=False, paused_since=NOW - bound + FORCE_AHEAD_S),
+        ]
+        assert running_set(25.0, claims, NOW, bounds) == {"resumed"}
+        # Through the group law: resumed at its bound, it keeps its place in the next batch.
+        members = [member(f"q{i}", 20, 0, concurrency=2) for i in range(4)]
+        memory = GroupMemory(capacity_rps=90.0, next_probe_at=NOW + 600)
+        first = govern("api", members, memory, NOW)
+        paused = {share.queue for share in first.report.members if share.paused}
+        later = NOW + bound - FORCE_AHEAD_S
+        resumed_members = [
+            dataclasses.replace(m, state=first.decisions[m.config.queue].new_state)
+            if m.config.queue in paused
+            else m
+            for m in members
+        ]
+        second = govern("api", resumed_members, first.memory, later)
+        back = {s.queue for s in second.report.members if not s.paused} & paused
+        assert back
+        taken_back = [
+            dataclasses.replace(m, state=second.decisions[m.config.queue].new_state)
+            if m.config.queue in second.decisions
+            else m
+            for m in resumed_members
+        ]
+        # The estimate falls: one member fits; the other resumed one is paused again, its wait
+        # counted from its first pause, and woken before its bound.
+        fallen = dataclasses.replace(second.memory, capacity_rps=45.0)
+        third = govern("api", taken_back, fallen, later + 1)
+        again = [d for q, d in third.decisions.items() if q in back and not d.enabled]
+        assert again
+        for decision in again:
+            assert f"waited {bound - FORCE_AHEAD_S + 1:.0f}s" in decision.reason
+            assert decision.new_state.wake_at <= NOW + bound
+
     def test_paused_members_are_paused_with_a_wake_up_and_the_others_resumed(self) -> None:
         # Each sends 40 calls/s at Cmin (2 invocations of 20 calls a second): two fit 0.95 x 90.
         members = [member(f"q{i}", 20, 0, concurrency=2) for i in range(4)]
