@@ -14,11 +14,20 @@ are written twice, and the log lines' bytes (with their newline) counted per inv
 Both streams go through the controller's decoder, and the windows they fill are compared
 second by second (``evidence_equal``: every count equal, sums to rounding).
 
-Decisions: the same scenarios and seeds run through the simulator with per-invocation
-telemetry and with aggregated telemetry (``simulate(..., aggregated_telemetry=True)``); the
-changes each queue's mapping went through must be the same, in the same order, each within
-``DECISION_TOLERANCE_S`` (``decisions_equal``). The aggregated run's telemetry is then encoded
-as a recording's records and decoded again, and must give back the samples the simulated
+Decisions, closed loop: the same scenarios and seeds run through the simulator with
+per-invocation telemetry and with aggregated telemetry (``simulate(..., aggregated_telemetry=
+True)``; both draw one telemetry delay per invocation end); the changes each queue's mapping
+went through must be the same, in the same order, each within ``DECISION_TOLERANCE_S``
+(``decisions_equal``). Beside it, the per-invocation run once more with other draws of the
+telemetry delays (``simulate(..., delay_draws=...)``): how soon the same encoding parts from
+itself when only its arrival times change (``first_difference_other_delays_s``), the noise
+that any change to what arrives when is measured against.
+
+Decisions, open loop: the per-invocation run's telemetry as a recording, and the same
+invocations re-encoded as aggregating workers write them (``load.sim.environments.
+aggregated``), each replayed through the controller (``load.replay``); the changes must be
+the same alike (``replay_decisions_equal``). The aggregated run's telemetry is also encoded as
+a recording's records and decoded again, and must give back the samples the simulated
 controller read (``recording_equal``): a replay of it reads the same evidence.
 """
 
@@ -57,8 +66,12 @@ def measure(
 ) -> dict[str, Any]:
     """The report: bytes per invocation at each rate, and the decision comparison."""
     by_rate = [_bytes_at(rate, seconds) for rate in rates]
+    from load.sim.scenario import load_scenario
+
     decisions = [
-        _decisions(scenario, seed) for scenario in dict.fromkeys(scenarios) for seed in seeds
+        {"scenario": name, **compare_decisions(load_scenario(name), seed)}
+        for name in dict.fromkeys(scenarios)
+        for seed in seeds
     ]
     at_target = min(
         (row for row in by_rate if row["rate"] >= TARGET_RATE),
@@ -76,6 +89,7 @@ def measure(
         "evidence_equal": all(row["evidence_equal"] for row in by_rate),
         "decisions": decisions,
         "decisions_equal": all(run["decisions_equal"] for run in decisions),
+        "replay_decisions_equal": all(run["replay_decisions_equal"] for run in decisions),
         "recording_equal": all(run["recording_equal"] for run in decisions),
         "target_bytes_per_invocation": TARGET_BYTES_PER_INVOCATION,
         "target_rate": TARGET_RATE,
@@ -169,7 +183,7 @@ def _bytes_at(rate: float, seconds: int) -> dict[str, Any]:
         "before": round(before_bytes / len(invocations), 1),
         "after": round(after_bytes / len(invocations), 1),
         "ratio": round(after_bytes / before_bytes, 3),
-        "evidence_equal": _same(_windows(before), _windows(after)),
+        "evidence_equal": same_windows(_windows(before), _windows(after)),
     }
 
 
@@ -178,7 +192,7 @@ Held = tuple[str, int, tuple[int | float, ...], tuple[float, ...]]
 
 
 def _windows(lines: list[str]) -> list[Held]:
-    """What the controller's windows hold from these log lines (``_held``)."""
+    """What the controller's windows hold from these log lines (``held``)."""
     skipped: Counter[str] = Counter()
     samples = [
         sample
@@ -187,10 +201,10 @@ def _windows(lines: list[str]) -> list[Held]:
     ]
     if skipped:
         raise BenchError(f"the decoder skipped worker documents: {dict(skipped)}")
-    return _held(samples)
+    return held(samples)
 
 
-def _held(samples: Iterable[Sample]) -> list[Held]:
+def held(samples: Iterable[Sample]) -> list[Held]:
     """What the controller's windows hold from these samples, queue by queue and second by
     second."""
     windows: dict[str, QueueWindow] = {}
@@ -204,6 +218,10 @@ def _held(samples: Iterable[Sample]) -> list[Held]:
                 stats.samples,
                 stats.requests,
                 stats.ok,
+                stats.throttled,
+                stats.server_errors,
+                stats.client_errors,
+                stats.timed_out,
                 stats.pressure,
                 stats.timed_samples,
                 stats.latency_count,
@@ -216,7 +234,7 @@ def _held(samples: Iterable[Sample]) -> list[Held]:
     ]
 
 
-def _same(first: list[Held], second: list[Held]) -> bool:
+def same_windows(first: list[Held], second: list[Held]) -> bool:
     """The same seconds with the same counts, and sums within ``SUM_TOLERANCE_MS`` (the
     worker sends them rounded to the microsecond; a recording, latencies as means)."""
     return len(first) == len(second) and all(
@@ -232,30 +250,38 @@ def _same(first: list[Held], second: list[Held]) -> bool:
 # --- decisions --------------------------------------------------------------------------------
 
 
-def _decisions(scenario_name: str, seed: int) -> dict[str, Any]:
+def compare_decisions(scenario: Any, seed: int) -> dict[str, Any]:
+    """``scenario`` (a ``load.sim.scenario.Scenario``) at ``seed`` with either telemetry,
+    closed loop through the simulator and open loop through replay: the changes each made,
+    where they first differ, and the scorecards."""
     from load.recording import emf_line
     from load.scorecard import scorecard
     from load.sim.engine import simulate
-    from load.sim.scenario import load_scenario
+    from load.sim.environments import as_aggregated
     from load.simulate import make_policy
 
-    scenario = load_scenario(scenario_name)
-    runs = {
-        aggregated: simulate(
+    def run(aggregated: bool, delay_draw: int = 0) -> Any:
+        policy = make_policy("queuemesh", _algorithm())
+        return simulate(
             scenario,
-            make_policy("queuemesh", _algorithm()),
+            policy,
             seed=seed,
             aggregated_telemetry=aggregated,
+            delay_draw=delay_draw,
         )
-        for aggregated in (False, True)
-    }
+
+    runs = {aggregated: run(aggregated) for aggregated in (False, True)}
     before, after = (_changes(runs[aggregated]) for aggregated in (False, True))
-    differs_at = _first_difference(before, after)
+    differs_at = first_difference(before, after)
+    other_delays = first_difference(before, _changes(run(False, delay_draw=1)))
+    replayed = _replayed_changes(scenario, runs[False].telemetry)
+    reencoded = as_aggregated(runs[False].telemetry, runs[False].ended_at)
+    replayed_aggregated = _replayed_changes(scenario, reencoded)
+    replay_differs_at = first_difference(replayed, replayed_aggregated)
     delivered = [delivery.sample for delivery in runs[True].telemetry]
     recorded = [emf_line(sample) + "\n" for sample in delivered]
     cards = [scorecard(runs[aggregated])["totals"] for aggregated in (False, True)]
     return {
-        "scenario": scenario_name,
         "seed": seed,
         "changes": sum(len(changes) for changes in before.values()),
         "changes_aggregated": sum(len(changes) for changes in after.values()),
@@ -263,9 +289,42 @@ def _decisions(scenario_name: str, seed: int) -> dict[str, Any]:
         "documents_aggregated": len(delivered),
         "first_difference_s": differs_at,
         "decisions_equal": differs_at is None,
+        "first_difference_other_delays_s": other_delays,
+        "replay_changes": sum(len(changes) for changes in replayed.values()),
+        "replay_changes_aggregated": sum(len(changes) for changes in replayed_aggregated.values()),
+        "replay_first_difference_s": replay_differs_at,
+        "replay_decisions_equal": replay_differs_at is None,
         "scorecard": {key: [card[key] for card in cards] for key in SCORECARD_KEYS},
-        "recording_equal": _same(_windows(recorded), _held(delivered)),
+        "recording_equal": same_windows(_windows(recorded), held(delivered)),
     }
+
+
+def _replayed_changes(scenario: Any, deliveries: Iterable[Any]) -> dict[str, list[Change]]:
+    """Each queue's mapping changes when ``deliveries`` (a run's telemetry, virtual seconds),
+    recorded, are replayed through the controller, its queues registered as the simulator
+    registers them: (virtual second, (MaximumConcurrency, enabled))."""
+    from controller.model import Action
+    from load.recording import record_deliveries
+    from load.replay import QueueSetup, ReplayConfig, replay
+    from load.sim.engine import SIM_EPOCH
+
+    records = record_deliveries(
+        (SIM_EPOCH + delivery.arrival, delivery.sample) for delivery in deliveries
+    )
+    queues = {
+        spec.name: QueueSetup(
+            overrides={"cmax": spec.max_concurrency, "cmin": spec.min_concurrency},
+            concurrency=spec.max_concurrency,
+        )
+        for spec in scenario.queues
+    }
+    report = replay(records, ReplayConfig(queues=queues, algorithm=_algorithm()))
+    changes: dict[str, list[Change]] = {name: [] for name in queues}
+    for decision in report.decisions:
+        if decision.action != Action.HOLD:
+            second = math.floor(decision.time - SIM_EPOCH)
+            changes[decision.queue].append((second, (decision.target, decision.enabled)))
+    return changes
 
 
 def _algorithm() -> str:
@@ -290,9 +349,7 @@ def _changes(result: Any) -> dict[str, list[Change]]:
     return changes
 
 
-def _first_difference(
-    before: dict[str, list[Change]], after: dict[str, list[Change]]
-) -> int | None:
+def first_difference(before: dict[str, list[Change]], after: dict[str, list[Change]]) -> int | None:
     """The second of the first change one run made and the other did not make alike (the
     same setting within ``DECISION_TOLERANCE_S``); None when they made the same changes."""
     first: int | None = None

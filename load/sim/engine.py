@@ -111,14 +111,18 @@ def simulate(
     *,
     seed: int | None = None,
     aggregated_telemetry: bool = False,
+    delay_draw: int = 0,
 ) -> SimResult:
     """Run ``scenario`` under ``policy``; ``seed`` overrides the scenario's. With
     ``aggregated_telemetry`` the workers write one document per execution environment, queue
     and second of invocation starts, as the worker does (load/sim/environments.py), rather
-    than one per invocation."""
+    than one per invocation. ``delay_draw`` other than 0 draws the telemetry delays anew
+    (everything else as the seed draws it): how much a run owes to when its reports arrive."""
     run = _Run(scenario, policy, scenario.seed if seed is None else seed)
     if aggregated_telemetry:
         run.environments = Environments()
+    if delay_draw:
+        run.delay_rng = random.Random(f"{run.seed}:telemetry:{delay_draw}")
     return run.run()
 
 
@@ -308,14 +312,17 @@ class _Run:
             returns_at = max(now, invocation.started + queue.spec.visibility_timeout_s)
             self.push(returns_at, _RETURN, (queue, invocation.failed))
         sample = self.sample(invocation, now)
+        # One delay per invocation end, whatever it writes: what its worker writes now reaches
+        # Kinesis that long after, so aggregated telemetry (fewer documents) draws the same
+        # delays as per-invocation telemetry and the runs differ only in what is written.
+        low, high = self.scenario.telemetry_delay_s
+        arrival = now + self.delay_rng.uniform(low, high)
         environments = self.environments
         for document in (
             [sample]
             if environments is None
             else environments.ended(invocation.environment, sample, SIM_EPOCH + now)
         ):
-            low, high = self.scenario.telemetry_delay_s
-            arrival = now + self.delay_rng.uniform(low, high)
             self.sequence += 1
             heapq.heappush(self.in_transit, (arrival, self.sequence, document))
         self.dispatch(queue, now)

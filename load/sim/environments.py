@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable
 from typing import TypeVar
 
 from controller.model import Sample
+from load.sim.trace import TelemetryDelivery
 
 _Number = TypeVar("_Number", int, float)
 
@@ -66,6 +68,40 @@ class Environments:
         ]
         self._held.clear()
         return sorted(documents, key=lambda document: document.event_time)
+
+
+def as_aggregated(
+    deliveries: Iterable[TelemetryDelivery], ended_at: float
+) -> list[TelemetryDelivery]:
+    """Per-invocation telemetry of a run that ended at ``ended_at`` re-encoded as aggregating
+    workers write the same invocations: each queue's invocations take environments as the
+    simulator gives them (the lowest free one, from each invocation's start to its end), and a
+    document arrives when the document of the invocation whose end wrote it arrived (the delay
+    is the write's, as the simulator draws it); what is still held arrives at the end, as the
+    simulator completes its telemetry. Oldest first."""
+    given = list(deliveries)
+    environments = Environments()
+    taken: dict[int, int] = {}
+    # Each invocation's start and end, in time order; at one moment ends first (an
+    # environment freed then is free for a start then), but an invocation's own end after its
+    # start.
+    moments = sorted(
+        [(delivery.sample.started_at, 1, index) for index, delivery in enumerate(given)]
+        + [
+            (sample.event_time, 0 if sample.event_time > sample.started_at else 2, index)
+            for index, sample in enumerate(delivery.sample for delivery in given)
+        ]
+    )
+    written = []
+    for moment, kind, index in moments:
+        delivery = given[index]
+        if kind == 1:
+            taken[index] = environments.take(delivery.sample.queue)
+            continue
+        for document in environments.ended(taken.pop(index), delivery.sample, moment):
+            written.append(TelemetryDelivery(delivery.arrival, document))
+    written += [TelemetryDelivery(ended_at, document) for document in environments.drain()]
+    return sorted(written, key=lambda delivery: delivery.arrival)
 
 
 def summed(first: Sample, second: Sample) -> Sample:

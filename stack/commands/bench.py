@@ -316,14 +316,17 @@ def _run_telemetry(args: argparse.Namespace) -> int:
             lines.append(
                 f"  {run['scenario']} seed {run['seed']}: {run['changes']} -> "
                 f"{run['changes_aggregated']} changes, first difference at "
-                f"{run['first_difference_s']} s; "
+                f"{run['first_difference_s']} s (other delays: "
+                f"{run['first_difference_other_delays_s']} s; replay: "
+                f"{run['replay_first_difference_s']} s); "
                 + ", ".join(f"{key} {before} -> {after}" for key, (before, after) in card.items())
             )
         lines.append(
             f"  at {telemetry.TARGET_RATE:.0f}/s: {report['bytes_per_invocation']} bytes per "
             f"invocation (target <= {telemetry.TARGET_BYTES_PER_INVOCATION}): "
             f"{'met' if report['meets_target'] else 'MISSED'}; decisions equal: "
-            f"{report['decisions_equal']}; recording equal: {report['recording_equal']}"
+            f"{report['decisions_equal']}; replayed decisions equal: "
+            f"{report['replay_decisions_equal']}; recording equal: {report['recording_equal']}"
         )
         print("\n".join(lines))
     return 1 if args.check and not report["meets_target"] else 0

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from load.bench.telemetry import compare_decisions
 from stack.cli import main
-from tests.unit.test_sim import tiny_file  # noqa: F401 (fixture)
+from tests.unit.test_sim import tiny, tiny_file  # noqa: F401 (fixture)
 
 
 def test_the_report_measures_both_forms_in_one_run(
@@ -27,6 +28,18 @@ def test_the_report_measures_both_forms_in_one_run(
     [run] = report["decisions"]
     assert run["documents_aggregated"] < run["documents"]
     assert report["decisions_equal"] == (run["first_difference_s"] is None)
+    assert report["replay_decisions_equal"] == (run["replay_first_difference_s"] is None)
+    assert run["replay_changes"] > 0 and run["replay_changes_aggregated"] > 0
+
+
+def test_both_encodings_decide_alike_where_the_first_reports_say_the_same() -> None:
+    # A queue over its downstream's capacity from the start: cut on the first reports, then
+    # corrected and probed; either encoding's evidence leads to the same changes, in the
+    # simulator and through replay (open loop: the same invocations, re-encoded).
+    run = compare_decisions(tiny(duration_s=60, capacity_rps=[[0, 150]]), seed=1)
+    assert run["changes"] >= 3 and run["replay_changes"] >= 3
+    assert run["documents_aggregated"] < run["documents"]
+    assert run["decisions_equal"] and run["replay_decisions_equal"]
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 
 from controller.model import Sample
-from load.bench.telemetry import _first_difference
+from load.bench.telemetry import first_difference
 from load.sim.engine import SIM_EPOCH, simulate
-from load.sim.environments import Environments
-from load.sim.policies import QueueMeshPolicy
+from load.sim.environments import Environments, as_aggregated
+from load.sim.policies import QueueMeshPolicy, StaticPolicy
+from load.sim.trace import TelemetryDelivery
 from tests.unit.test_sim import tiny
 
 
@@ -69,9 +70,28 @@ def test_aggregated_telemetry_reports_every_call_once_in_fewer_documents() -> No
     )
 
 
+def _in_order(deliveries: list[TelemetryDelivery]) -> list[TelemetryDelivery]:
+    return sorted(deliveries, key=lambda d: (d.arrival, d.sample.started_at, d.sample.event_time))
+
+
+def test_an_aggregated_document_arrives_with_the_delay_drawn_where_it_was_written() -> None:
+    # The same traffic both ways (a static cap decides nothing): one delay is drawn per
+    # invocation end in either encoding, so the aggregated run's documents are the
+    # per-invocation run's invocations summed, each arriving when the report of the
+    # invocation that wrote it arrived, and the rest at the end.
+    scenario = tiny(duration_s=60, telemetry_delay_s=[1, 5])
+    per_invocation = simulate(scenario, StaticPolicy(), seed=1)
+    aggregated_run = simulate(scenario, StaticPolicy(), seed=1, aggregated_telemetry=True)
+    reencoded = as_aggregated(per_invocation.telemetry, per_invocation.ended_at)
+    assert _in_order(reencoded) == _in_order(aggregated_run.telemetry)
+    assert len(reencoded) < len(per_invocation.telemetry)
+    arrivals = {delivery.arrival for delivery in per_invocation.telemetry}
+    assert {d.arrival for d in reencoded} - arrivals == {per_invocation.ended_at}
+
+
 def test_changes_are_the_same_only_in_order_and_within_a_second() -> None:
     changes = {"q": [(4, (14, True)), (9, (7, True))]}
-    assert _first_difference(changes, {"q": [(5, (14, True)), (9, (7, True))]}) is None
-    assert _first_difference(changes, {"q": [(4, (14, True)), (11, (7, True))]}) == 9
-    assert _first_difference(changes, {"q": [(4, (14, True)), (9, (8, True))]}) == 9
-    assert _first_difference(changes, {"q": [(4, (14, True))]}) == 9
+    assert first_difference(changes, {"q": [(5, (14, True)), (9, (7, True))]}) is None
+    assert first_difference(changes, {"q": [(4, (14, True)), (11, (7, True))]}) == 9
+    assert first_difference(changes, {"q": [(4, (14, True)), (9, (8, True))]}) == 9
+    assert first_difference(changes, {"q": [(4, (14, True))]}) == 9
