@@ -15,20 +15,22 @@ Both streams go through the controller's decoder, and the windows they fill are 
 second by second (``evidence_equal``: every count equal, sums to rounding).
 
 Decisions, closed loop: the same scenarios and seeds run through the simulator with
-per-invocation telemetry and with aggregated telemetry (``simulate(..., aggregated_telemetry=
-True)``; both draw one telemetry delay per invocation end); the changes each queue's mapping
-went through must be the same, in the same order, each within ``DECISION_TOLERANCE_S``
-(``decisions_equal``). Beside it, the per-invocation run once more with other draws of the
-telemetry delays (``simulate(..., delay_draws=...)``): how soon the same encoding parts from
-itself when only its arrival times change (``first_difference_other_delays_s``), the noise
-that any change to what arrives when is measured against.
+per-invocation telemetry and with aggregated telemetry
+(``simulate(..., aggregated_telemetry=True)``; both draw one telemetry delay per invocation
+end); the changes each queue's mapping went through must be the same, in the same order, each
+within ``DECISION_TOLERANCE_S`` (``decisions_equal``). Beside it, the per-invocation run once
+more with other draws of the telemetry delays (``simulate(..., delay_draw=1)``): how soon the
+same encoding parts from itself when only its arrival times change
+(``first_difference_other_delays_s``), the noise any change to what arrives when is measured
+against.
 
 Decisions, open loop: the per-invocation run's telemetry as a recording, and the same
-invocations re-encoded as aggregating workers write them (``load.sim.environments.
-aggregated``), each replayed through the controller (``load.replay``); the changes must be
-the same alike (``replay_decisions_equal``). The aggregated run's telemetry is also encoded as
-a recording's records and decoded again, and must give back the samples the simulated
-controller read (``recording_equal``): a replay of it reads the same evidence.
+invocations re-encoded as aggregating workers write them
+(``load.sim.environments.as_aggregated``), each replayed through the controller
+(``load.replay``); the changes must be the same alike (``replay_decisions_equal``). The
+aggregated run's telemetry is also encoded as a recording's records and decoded again, and
+must give back the samples the simulated controller read (``recording_equal``): a replay of it
+reads the same evidence.
 """
 
 from __future__ import annotations
