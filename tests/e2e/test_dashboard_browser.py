@@ -20,7 +20,8 @@ from load.sim.scenario import load_scenario
 from stack.local.dashboard import NO_GROUP_NOTE
 from stack.local.demo.run import run_demo
 from stack.local.demo.view import LiveView
-from stack.local.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
+from stack.local.deployment import Deployment
+from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.template import load_template
 from stack.local.widgets import StackFacts, dashboard_body
 from tests.chromium import Chromium

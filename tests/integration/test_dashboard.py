@@ -21,7 +21,8 @@ from controller.policy import memory_type
 from controller.schema import CONTROLLER_SKIPPED, GroupMetric
 from stack.cli import main
 from stack.local.dashboard import NO_GROUP_NOTE, NOTHING_SKIPPED_NOTE, empty_note
-from stack.local.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
+from stack.local.deployment import Deployment
+from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher
 from stack.local.template import load_template
 from stack.local.widgets import (
