@@ -237,3 +237,32 @@ class PacedCaller:
         if error_code(error) in self.retryable or _status(error) >= 500:
             return True
         return self._retry_if is not None and self._retry_if(error)
+
+
+# The first backoff of a call that retries briefly (``brief_caller``).
+BRIEF_BACKOFF_BASE_S = 0.05
+
+
+def brief_caller(
+    service: str,
+    given: Any,
+    retryable: Collection[str],
+    *,
+    cap_s: float,
+    max_attempts: int,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = time.sleep,
+    rng: random.Random | None = None,
+) -> PacedCaller:
+    """A caller for a call whose failure the caller can live with (a put retried at the next
+    batch, a read that only informs): unpaced, at most ``max_attempts``, backing off from 50 ms
+    to ``cap_s``. ``given`` is the adapter's client, or ``None`` for a new one of ``service``."""
+    return PacedCaller(
+        given if given is not None else client(service),
+        retryable=retryable,
+        backoff=Backoff(base_s=BRIEF_BACKOFF_BASE_S, cap_s=cap_s),
+        max_attempts=max_attempts,
+        clock=clock,
+        sleep=sleep,
+        rng=rng,
+    )

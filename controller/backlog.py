@@ -16,8 +16,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError
 
-from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep
-from controller.aws import client as aws_client
+from controller.aws import CallAbandoned, Clock, Sleep, brief_caller
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES
 from controller.ports import BacklogUnavailable, QueueBacklog
@@ -60,14 +59,15 @@ class SqsBacklog:
         rng: random.Random | None = None,
         max_attempts: int = 2,
     ) -> None:
-        self._caller = PacedCaller(
-            client if client is not None else aws_client("sqs"),
-            retryable=RETRYABLE_CODES,
-            backoff=Backoff(base_s=0.05, cap_s=0.5),
+        self._caller = brief_caller(
+            "sqs",
+            client,
+            RETRYABLE_CODES,
+            cap_s=0.5,
             max_attempts=max_attempts,
             clock=clock,
             sleep=sleep,
-            rng=rng or random.Random(),
+            rng=rng,
         )
         self._urls: LruCache[str, str] = LruCache(CACHED_QUEUES)
 

@@ -17,8 +17,7 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError
 
-from controller.aws import Backoff, CallAbandoned, PacedCaller
-from controller.aws import client as aws_client
+from controller.aws import CallAbandoned, brief_caller
 from controller.constants import ATTEMPT_TIMEOUT_S
 from controller.ledger import encode_audit
 from controller.model import Action, AuditEntry, AuditEvent
@@ -121,13 +120,8 @@ class EventBridgePublisher:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._caller = PacedCaller(
-            client if client is not None else aws_client("events"),
-            retryable=_RETRYABLE_CODES,
-            backoff=Backoff(base_s=0.05, cap_s=0.5),
-            max_attempts=3,
-            clock=clock,
-            sleep=sleep,
+        self._caller = brief_caller(
+            "events", client, _RETRYABLE_CODES, cap_s=0.5, max_attempts=3, clock=clock, sleep=sleep
         )
 
     def publish(self, events: Sequence[BusEvent], deadline: float) -> Unpublished:

@@ -10,8 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from controller.aws import Backoff, CallAbandoned, PacedCaller
-from controller.aws import client as aws_client
+from controller.aws import CallAbandoned, brief_caller
 from controller.constants import (
     CATCH_UP_BUDGET_S,
     CATCH_UP_MAX_CALLS,
@@ -44,13 +43,8 @@ class KinesisSink:
         max_rounds: int = 5,
     ) -> None:
         self.stream_name = stream_name
-        self._caller = PacedCaller(
-            client if client is not None else aws_client("kinesis"),
-            retryable=_RETRYABLE_CODES,
-            backoff=Backoff(base_s=0.05, cap_s=1.0),
-            max_attempts=3,
-            clock=clock,
-            sleep=sleep,
+        self._caller = brief_caller(
+            "kinesis", client, _RETRYABLE_CODES, cap_s=1.0, max_attempts=3, clock=clock, sleep=sleep
         )
         self._max_rounds = max_rounds
 
@@ -113,13 +107,8 @@ class KinesisHistory:
         budget_s: float = CATCH_UP_BUDGET_S,
     ) -> None:
         self.stream_name = stream_name
-        self._caller = PacedCaller(
-            client if client is not None else aws_client("kinesis"),
-            retryable=_RETRYABLE_CODES,
-            backoff=Backoff(base_s=0.05, cap_s=0.5),
-            max_attempts=2,
-            clock=clock,
-            sleep=sleep,
+        self._caller = brief_caller(
+            "kinesis", client, _RETRYABLE_CODES, cap_s=0.5, max_attempts=2, clock=clock, sleep=sleep
         )
         self._clock = clock
         self._max_calls = max_calls

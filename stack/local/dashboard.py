@@ -19,9 +19,12 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stack.errors import CliError
+
+if TYPE_CHECKING:
+    from stack.local.widgets import Widget
 
 PAGE = Path(__file__).with_name("dashboard.html")
 LISTEN_ADDRESS = "127.0.0.1"
@@ -31,6 +34,15 @@ DEFAULT_REFRESH_S = 10.0
 # Several browser tabs polling at once share one evaluation at most this often.
 MIN_EVALUATION_INTERVAL_S = 1.0
 TRANSITIONS_SHOWN = 30  # per queue, the most recent
+# Where CloudWatch says "No data available", the page says what the emptiness means where it
+# means one thing (``empty_note``): the group widgets while the ledger holds no group's report
+# (a queue alone on its downstream, as the demo's one queue, forms no group), and the skips
+# widget, whose documents are written only for a reason counted.
+NO_GROUP_NOTE = (
+    "No group reported yet: queues that call one downstream (or share a CONFIG Group) are "
+    "decided together, and drawn here."
+)
+NOTHING_SKIPPED_NOTE = "Nothing skipped: a reason is drawn once something is skipped for it."
 STOP_JOIN_S = 5.0
 
 
@@ -171,7 +183,11 @@ class DashboardSource:
             "period": period,
             "refresh_s": self.settings.refresh_s,
             "widgets": [
-                {**widget.to_json(), "series": [line.to_json() for line in lines]}
+                {
+                    **widget.to_json(),
+                    "series": [line.to_json() for line in lines],
+                    "empty_note": empty_note(widget, groups_reported=bool(groups)),
+                }
                 for widget, lines in zip(self.widgets, series, strict=True)
             ],
             "ledger": {
@@ -182,6 +198,20 @@ class DashboardSource:
             },
             "errors": errors,
         }
+
+
+def empty_note(widget: Widget, *, groups_reported: bool) -> str:
+    """What the page says in place of the widget's chart when it has nothing to draw, where
+    that has one meaning (else "", and the page says "No data available." as CloudWatch does)."""
+    from controller.schema import CONTROLLER_NAMESPACE, CONTROLLER_SKIPPED, GroupMetric
+
+    drawn = {(query.namespace, query.metric) for query in widget.queries}
+    if drawn == {(CONTROLLER_NAMESPACE, CONTROLLER_SKIPPED)}:
+        return NOTHING_SKIPPED_NOTE
+    group_metrics = {(CONTROLLER_NAMESPACE, metric) for metric in GroupMetric}
+    if drawn and drawn <= group_metrics and not groups_reported:
+        return NO_GROUP_NOTE
+    return ""
 
 
 class DashboardServer:

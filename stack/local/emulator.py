@@ -18,7 +18,6 @@ import urllib.request
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from stack.local.cloudformation import (
     stream_mappings,
     with_code_location,
 )
+from stack.local.deployment import Deployment, queue_binding
 from stack.local.moto_events import patch_moto_events
 from stack.local.moto_sqs import patch_moto_sqs
 from stack.local.template import (
@@ -58,51 +58,6 @@ PACKAGES_ROOT = Path(__file__).resolve().parents[2]
 # moto warns, each time its CloudFormation reads the stack's resources, of every type it skips;
 # deploy() creates what it can of them through the APIs and lists the rest in the Deployment.
 SKIPPED_TYPE_WARNING = r"Tried to parse \S+ but it's not supported by moto's CloudFormation"
-
-
-@dataclass(frozen=True, slots=True)
-class QueueBinding:
-    """One SQS queue consumed by a worker function through an event source mapping."""
-
-    name: str
-    url: str
-    arn: str
-    esm_uuid: str
-    function_name: str
-    dlq_url: str | None
-    dlq_arn: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Deployment:
-    """What the stack holds, by physical name, as the local runtime needs it."""
-
-    stack_name: str
-    queues: tuple[QueueBinding, ...]
-    controller_function: str
-    controller_esm_uuid: str
-    # The telemetry stream (the reducer reads it) and the reduced one (the controller reads it).
-    stream_name: str
-    stream_arn: str
-    table_name: str
-    worker_log_group: str
-    controller_log_group: str
-    reducer_function: str
-    reducer_esm_uuid: str
-    reducer_log_group: str
-    reduced_stream_name: str
-    reduced_stream_arn: str
-    created_through_api: tuple[str, ...] = ()
-    not_created: tuple[str, ...] = ()
-    resources: Mapping[str, str] = field(default_factory=dict)
-    # Function name -> its CodeUri folder in this checkout (Lambda's task root, locally).
-    code_dirs: Mapping[str, str] = field(default_factory=dict)
-
-    def queue(self, name: str) -> QueueBinding:
-        for binding in self.queues:
-            if binding.name == name:
-                return binding
-        raise KeyError(name)
 
 
 class EmbeddedAws:
@@ -343,7 +298,7 @@ class EmbeddedAws:
                 f"found {len(queue_mappings)} queue, {len(reducers)} reducer and "
                 f"{len(controllers)} controller stream mappings"
             )
-        queues = tuple(_queue_binding(sqs, mapping) for mapping in queue_mappings)
+        queues = tuple(queue_binding(sqs, mapping) for mapping in queue_mappings)
         controller_esm, reducer_esm = controllers[0], reducers[0]
         controller = arn_function_name(controller_esm["FunctionArn"])
         reducer = arn_function_name(reducer_esm["FunctionArn"])
@@ -430,24 +385,3 @@ class EmbeddedAws:
             deployment.table_name, client=self.client("dynamodb"), memory_types=memory_type
         )
         ledger.put_config(QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid))
-
-
-def _queue_binding(sqs: Any, mapping: Mapping[str, Any]) -> QueueBinding:
-    arn = str(mapping["EventSourceArn"])
-    name = arn.rsplit(":", 1)[1]
-    url = sqs.get_queue_url(QueueName=name)["QueueUrl"]
-    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
-    dlq_arn: str | None = None
-    dlq_url: str | None = None
-    if "RedrivePolicy" in attributes:
-        dlq_arn = str(json.loads(attributes["RedrivePolicy"])["deadLetterTargetArn"])
-        dlq_url = sqs.get_queue_url(QueueName=dlq_arn.rsplit(":", 1)[1])["QueueUrl"]
-    return QueueBinding(
-        name=name,
-        url=url,
-        arn=arn,
-        esm_uuid=str(mapping["UUID"]),
-        function_name=arn_function_name(str(mapping["FunctionArn"])),
-        dlq_url=dlq_url,
-        dlq_arn=dlq_arn,
-    )

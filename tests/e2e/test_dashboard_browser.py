@@ -17,9 +17,11 @@ from controller.ledger import DynamoLedger
 from controller.policy import memory_type
 from controller.schema import CONTROLLER_NAMESPACE, GroupMetric
 from load.sim.scenario import load_scenario
+from stack.local.dashboard import NO_GROUP_NOTE
 from stack.local.demo.run import run_demo
 from stack.local.demo.view import LiveView
-from stack.local.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
+from stack.local.deployment import Deployment
+from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.template import load_template
 from stack.local.widgets import StackFacts, dashboard_body
 from tests.chromium import Chromium
@@ -34,7 +36,8 @@ SKIPS_WIDGET = "Controller skips by reason (telemetry, samples, queues not decid
 # not CloudWatch Logs' gzip, which the reducer skips (bad_gzip) and reports by reason.
 POISON = b"not a CloudWatch Logs subscription payload"
 # The demo's one queue is its downstream's only one: these widgets have data only where the
-# controller reports such a group (GroupMetric); until then they alone may be empty.
+# controller reports such a group (GroupMetric); until then they alone may be empty, and say
+# why (the page's NO_GROUP_NOTE where CloudWatch says "No data available").
 GROUP_WIDGETS = (
     "Groups: each downstream's capacity estimate and each queue's share (calls/s)",
     "Queues paused to share their group's downstream (1: paused)",
@@ -76,6 +79,9 @@ PAGE_LINES = """JSON.stringify([...document.querySelectorAll('.widget')].map(w =
     values: p.dataset.values ? p.dataset.values.split(',').map(Number) : []})),
   start: Number((w.querySelector('svg') || {dataset: {}}).dataset.start || 0),
   end: Number((w.querySelector('svg') || {dataset: {}}).dataset.end || 0)})))"""
+# What each widget says in place of a chart (empty where it draws one).
+EMPTY_TEXTS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll('.widget')].map(
+  w => [w.dataset.title, (w.querySelector('.empty') || {}).textContent || ""])))"""
 LEDGER_ROWS = """JSON.stringify({
   queues: [...document.querySelectorAll('#queues tbody tr')].map(r =>
     [...r.children].map(c => c.textContent)),
@@ -216,6 +222,8 @@ def test_the_demo_dashboard_in_headless_chromium(tmp_path: Path) -> None:
             Namespace=CONTROLLER_NAMESPACE, MetricName=GroupMetric.SHARE
         )["Metrics"]
         assert empty == ([] if groups else list(GROUP_WIDGETS)), "widgets without data"
+        said = json.loads(browser.evaluate(EMPTY_TEXTS))
+        assert {title: said[title] for title in empty} == dict.fromkeys(empty, NO_GROUP_NOTE)
         backlog, oldest = (
             next(line for line in widgets[title]["lines"] if line["label"] == queue)
             for title in BACKLOG_WIDGETS

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from stack.local.emulator import EmbeddedAws, QueueBinding
+from stack.local.deployment import QueueBinding
+from stack.local.emulator import EmbeddedAws
 from stack.local.runtime import (
     ContainerPool,
     FunctionSpec,

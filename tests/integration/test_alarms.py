@@ -37,12 +37,15 @@ def metric_of(counter: Count) -> str:
 
 # What an on-call engineer is paged for: telemetry the controller could not read, mapping
 # updates it gave up on, CONFIG items it cannot use, transitions that did not reach the event
-# bus, and a queue paused longer than a threshold.
+# bus, backlogs it cannot read, groups' reports the ledger does not take, and a queue paused
+# longer than a threshold.
 PAGED = {
     HealthMetric.TELEMETRY_UNREADABLE,
     metric_of(Count.ACTUATION_FAILURES),
     metric_of(Count.CONFIGS_INVALID),
     HealthMetric.EVENTS_UNPUBLISHED,
+    metric_of(Count.BACKLOG_READ_FAILURES),
+    metric_of(Count.GROUP_REPORTS_UNWRITTEN),
     HealthMetric.LONGEST_PAUSE,
 }
 # The alarm on a gauge, not a count: the longest pause reported in five minutes.
@@ -113,7 +116,7 @@ def test_alarms_count_over_five_minutes_and_treat_no_document_as_zero(
 
 def test_every_alarm_has_a_runbook_entry(template: dict[str, Any]) -> None:
     runbook = RUNBOOK.read_text(encoding="utf-8").split("## Alarms: the runbook", 1)[1]
-    assert len(alarms(template)) == 9
+    assert len(alarms(template)) == 11
     for logical in alarms(template):
         assert f"| `{logical}` |" in runbook, logical
     for metric in PAGED:

@@ -18,8 +18,11 @@ import pytest
 from controller.ledger import DynamoLedger
 from controller.model import GroupReport, GroupShare
 from controller.policy import memory_type
+from controller.schema import CONTROLLER_SKIPPED, GroupMetric
 from stack.cli import main
-from stack.local.emulator import DEFAULT_TEMPLATE, Deployment, EmbeddedAws
+from stack.local.dashboard import NO_GROUP_NOTE, NOTHING_SKIPPED_NOTE, empty_note
+from stack.local.deployment import Deployment
+from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher
 from stack.local.template import load_template
 from stack.local.widgets import (
@@ -71,6 +74,23 @@ def test_the_body_is_the_templates_with_the_stacks_names() -> None:
     assert concurrency.queries == (
         Search("QueueMeshController", ("QueueName",), "MaximumConcurrency", "Maximum", 60),
     )
+
+
+def test_empty_widgets_say_why_where_emptiness_has_one_meaning() -> None:
+    widgets = parse_widgets(dashboard_body(load_template(DEFAULT_TEMPLATE), STACK))
+    alone = {w.title: empty_note(w, groups_reported=False) for w in widgets}
+    grouped = {w.title: empty_note(w, groups_reported=True) for w in widgets}
+    # The group widgets (every group metric among them, no other metric) while no group is
+    # reported, and the skips widget; every other widget says "No data available." instead.
+    explained = [w for w in widgets if alone[w.title] == NO_GROUP_NOTE]
+    assert len(explained) == 2
+    assert {query.metric for w in explained for query in w.queries} == set(GroupMetric)
+    [skips] = [w for w in widgets if alone[w.title] == NOTHING_SKIPPED_NOTE]
+    assert {query.metric for query in skips.queries} == {CONTROLLER_SKIPPED}
+    assert sorted(note for note in alone.values() if note) == sorted(
+        [NO_GROUP_NOTE, NO_GROUP_NOTE, NOTHING_SKIPPED_NOTE]
+    )
+    assert [note for note in grouped.values() if note] == [NOTHING_SKIPPED_NOTE]
 
 
 def test_sub_variables_the_stack_lacks_are_named() -> None:
@@ -275,6 +295,9 @@ def test_the_url_comes_first_and_the_page_shows_the_stack(
             ],
         }
     ]
+    # A group is reported: its widgets are no longer explained away; nothing was skipped.
+    notes = {widget["title"]: widget["empty_note"] for widget in data["widgets"]}
+    assert [note for note in notes.values() if note] == [NOTHING_SKIPPED_NOTE]
     [concurrency] = [w for w in data["widgets"] if w["title"].startswith("MaximumConcurrency")]
     [line] = concurrency["series"]
     assert (line["label"], line["values"]) == (deployment.queues[0].name, [40.0])

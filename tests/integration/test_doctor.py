@@ -15,7 +15,8 @@ from controller.ledger import DynamoLedger, encode_state
 from controller.model import QueueConfig, QueueState, QueueStateName
 from controller.policy import memory_type
 from stack.cli import main
-from stack.local.emulator import Deployment, EmbeddedAws
+from stack.local.deployment import Deployment
+from stack.local.emulator import EmbeddedAws
 
 PARAMETERS = {"ExampleDownstreamUrl": "http://127.0.0.1:9/downstream"}
 MISSING_UUID = "14e0db71-2b8c-4d2a-9e7f-0123456789ab"

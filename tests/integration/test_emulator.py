@@ -14,7 +14,8 @@ import pytest
 from controller.ledger import WAKE_UP_INDEX, DynamoLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
 from controller.policy import memory_type
-from stack.local.emulator import Deployment, EmbeddedAws
+from stack.local.deployment import Deployment
+from stack.local.emulator import EmbeddedAws
 from tests.paths import ROOT
 
 DOWNSTREAM = "http://127.0.0.1:9/"

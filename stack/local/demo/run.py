@@ -17,7 +17,8 @@ from stack.local.demo.view import VIEW_REFRESH_S, LiveView
 
 if TYPE_CHECKING:
     from load.announce import HeaderStyle
-    from stack.local.emulator import Deployment, EmbeddedAws
+    from stack.local.deployment import Deployment
+    from stack.local.emulator import EmbeddedAws
 
 # The demo lasts two minutes: the dashboard shows it from its start, in 5 s periods (moto keeps
 # every data point, so periods under a minute work here; see docs/dashboard.md).

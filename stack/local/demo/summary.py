@@ -11,6 +11,11 @@ from typing import Any, TextIO
 SIMULATED_POLICIES = ("static", "seed", "queuemesh")
 
 
+# The ledger's transitions the summary lists: the first and the last.
+FIRST_SHOWN = 3
+LAST_SHOWN = 5
+
+
 def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
     from load.simulate import BOUND_POLICIES
 
@@ -35,7 +40,15 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
             f"  ledger: {ledger['state']} at {ledger['concurrency']} "
             f"(version {ledger['version']}): {ledger['last_reason']}"
         )
-    for transition in result["transitions"][-8:]:
+    transitions = result["transitions"]
+    # The first (the storm's cuts: the cure) and the last (where it settled); probes between.
+    hidden = len(transitions) - FIRST_SHOWN - LAST_SHOWN
+    if hidden > 0:
+        transitions = [*transitions[:FIRST_SHOWN], None, *transitions[-LAST_SHOWN:]]
+    for transition in transitions:
+        if transition is None:
+            lines.append(f"    ... {hidden} more (--json lists every one)")
+            continue
         lines.append(
             f"    t={transition['t']:6.1f}s {transition['action']:<24} "
             f"{transition['previous']:>4} -> {transition['target']:<4} {transition['reason'][:70]}"

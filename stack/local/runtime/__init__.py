@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from stack.local.emulator import Deployment, EmbeddedAws
+from stack.local.deployment import Deployment
+from stack.local.emulator import EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher
 from stack.local.runtime.containers import ContainerPool, FunctionSpec, InvocationFailed
 from stack.local.runtime.kinesis_poller import StreamPoller, first_failure

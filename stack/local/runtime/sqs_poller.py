@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from stack.local.emulator import EmbeddedAws, QueueBinding
+from stack.local.deployment import QueueBinding
+from stack.local.emulator import EmbeddedAws
 from stack.local.runtime.containers import (
     STOP_JOIN_S,
     ContainerPool,
