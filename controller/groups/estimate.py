@@ -91,10 +91,10 @@ class Pooled:
     refused; ``pressed``: the seconds too recent to be complete already show refusals;
     ``fresh_accepted_rps``: the complete span's calls a second times the share accepted in
     the lower half of the newest seconds refused enough to measure (``None``: fewer than
-    ``REFUSED_SECONDS``):
-    what the downstream takes if the group still sends as it did (those seconds' reports are
-    not all in, but the share accepted needs none missing); ``last_refused_at``: the newest
-    second with ``REFUSED_SHARE`` of its calls refused (0: none in the span).
+    ``REFUSED_SECONDS``), what the downstream takes if the group still sends as it did
+    (those seconds' reports are not all in, but the share accepted needs none missing);
+    ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls refused (0:
+    none in the span).
     """
 
     accepted_rps: float | None
