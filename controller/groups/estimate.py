@@ -11,6 +11,11 @@ clean, and no probe is being judged; a probe that meets refusals doubles the wai
 next one (``PROBE_INTERVAL_S``), one judged clean resets it. Near the rate that last broke
 (``ceiling_rps``) a probe grows the estimate gently, far below it fast.
 
+A group protecting a priority (members of more than one ``Priority`` with work) cannot wait
+for complete seconds: every call the downstream refuses may be the priority queue's. It
+learns a first estimate from the newest seconds' refusals (``Pooled.fresh_accepted_rps``),
+a probe fails at the first second refused after it, and every probe is gentle.
+
 Pure: the memory is a frozen record the caller keeps (``QueueBook``, a warm container's); a
 cold container learns the estimate again from the next refusals.
 """
@@ -36,6 +41,9 @@ REFUSED_SECONDS = 2
 MEASURED_SHARE = 0.10
 # The wait between the group's probes: the first, and the longest after failed ones.
 PROBE_INTERVAL_S = (10.0, 20.0)
+# The longest wait after failed probes of a group protecting a priority: each failed probe
+# refuses the priority queue's calls too.
+PROTECTING_PROBE_INTERVAL_S = 60.0
 # A probe's growth of the estimate: with no rate known to break, below the one that last
 # broke (up to just under it), and near it.
 FREE_GROWTH = 0.5
@@ -80,7 +88,13 @@ class Pooled:
     ``accepted_rps``: the mean 2xx calls of the refused complete seconds (``None``: fewer than
     ``REFUSED_SECONDS``); ``refused_sent_rps``: the calls sent in those seconds; ``sent_rps``:
     the calls a second over the complete span; ``clean``: no second of the complete span was
-    refused; ``pressed``: the seconds too recent to be complete already show refusals.
+    refused; ``pressed``: the seconds too recent to be complete already show refusals;
+    ``fresh_accepted_rps``: the complete span's calls a second times the share accepted in
+    the lower half of the newest seconds refused enough to measure (``None``: fewer than
+    ``REFUSED_SECONDS``), what the downstream takes if the group still sends as it did
+    (those seconds' reports are not all in, but the share accepted needs none missing);
+    ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls refused (0:
+    none in the span).
     """
 
     accepted_rps: float | None
@@ -88,6 +102,8 @@ class Pooled:
     sent_rps: float
     clean: bool
     pressed: bool
+    fresh_accepted_rps: float | None = None
+    last_refused_at: float = 0.0
 
 
 def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
@@ -104,10 +120,19 @@ def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
             ok[second] = ok.get(second, 0) + stats.ok
             refused[second] = refused.get(second, 0) + stats.pressure
     complete = [second for second in calls if second < recent_from]
-    refused_seconds = [s for s in complete if refused[s] >= REFUSED_SHARE * calls[s] > 0]
+    refused_at = {s for s in calls if refused[s] >= REFUSED_SHARE * calls[s] > 0}
+    refused_seconds = [s for s in complete if s in refused_at]
     measured = [s for s in refused_seconds if refused[s] >= MEASURED_SHARE * calls[s]]
-    recent_calls = sum(calls[s] for s in calls if s >= recent_from)
-    recent_refused = sum(refused[s] for s in calls if s >= recent_from)
+    recent = [second for second in calls if second >= recent_from]
+    recent_calls = sum(calls[s] for s in recent)
+    recent_refused = sum(refused[s] for s in recent)
+    fresh = [s for s in recent if refused[s] >= MEASURED_SHARE * calls[s] > 0]
+    sent = sum(calls[s] for s in complete) / SPAN_S
+    fresh_accepted = None
+    if len(fresh) >= REFUSED_SECONDS and sent > 0:
+        # The lower half: a second of starts that met the refusals only late has more 2xx.
+        lower = sorted(fresh, key=lambda s: ok[s] / calls[s])[: len(fresh) // 2]
+        fresh_accepted = sent * sum(ok[s] for s in lower) / sum(calls[s] for s in lower)
     accepted = None
     refused_sent = 0.0
     if len(measured) >= REFUSED_SECONDS:
@@ -119,21 +144,31 @@ def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
     return Pooled(
         accepted_rps=accepted,
         refused_sent_rps=refused_sent,
-        sent_rps=sum(calls[s] for s in complete) / SPAN_S,
+        sent_rps=sent,
         clean=len(refused_seconds) < REFUSED_SECONDS,
         pressed=recent_refused >= REFUSED_SHARE * recent_calls > 0,
+        fresh_accepted_rps=fresh_accepted,
+        last_refused_at=max(refused_at, default=0.0),
     )
 
 
 def estimated(
-    memory: GroupMemory, pool: Pooled, wanting: bool, step_rps: float, now: float
+    memory: GroupMemory,
+    pool: Pooled,
+    wanting: bool,
+    step_rps: float,
+    now: float,
+    protecting: bool = False,
 ) -> GroupMemory:
     """The group's memory after this batch's evidence: the estimate measured where the
     downstream refused, a probe judged where it did not, and grown where the members want
     more than it (``wanting``), use it, and it is time to probe; a probe grows it by
     ``step_rps`` at least (what one more member at its floor, or one more invocation, sends:
-    less would change nothing)."""
+    less would change nothing). ``protecting`` a priority, the newest seconds' refusals
+    already set a first estimate and fail a probe."""
     low, high = PROBE_INTERVAL_S
+    if protecting:
+        high = PROTECTING_PROBE_INTERVAL_S
     probing = memory.probed_at > 0
     failed = replace(
         memory,
@@ -149,6 +184,16 @@ def estimated(
             ceiling_rps=max(pool.refused_sent_rps, pool.accepted_rps),
         )
     estimate = memory.capacity_rps
+    if protecting:
+        if estimate is None and pool.pressed and pool.fresh_accepted_rps is not None:
+            return replace(
+                memory,
+                capacity_rps=pool.fresh_accepted_rps,
+                ceiling_rps=pool.sent_rps,
+                next_probe_at=now + memory.probe_interval_s,
+            )
+        if probing and estimate is not None and pool.last_refused_at >= memory.probed_at:
+            return replace(failed, capacity_rps=memory.probed_from, ceiling_rps=estimate)
     if estimate is None:
         return memory
     if not pool.clean:
@@ -176,17 +221,21 @@ def estimated(
         return memory
     return replace(
         memory,
-        capacity_rps=max(grown(estimate, memory.ceiling_rps), estimate + step_rps),
+        capacity_rps=max(grown(estimate, memory.ceiling_rps, protecting), estimate + step_rps),
         probed_at=now,
         probed_from=estimate,
         next_probe_at=now + memory.probe_interval_s,
     )
 
 
-def grown(estimate: float, ceiling: float) -> float:
+def grown(estimate: float, ceiling: float, gently: bool = False) -> float:
     """A probe's estimate: half as much again with no rate known to break; a quarter more,
-    but no further than just under the rate that last broke; past that, gently."""
+    but no further than just under the rate that last broke; past that gently, and always
+    ``gently`` for a group protecting a priority (its every failed probe refuses the
+    priority queue's calls too)."""
+    gentle = estimate * (1.0 + GENTLE_GROWTH)
+    if gently:
+        return gentle
     if ceiling <= 0:
         return estimate * (1.0 + FREE_GROWTH)
-    gentle = estimate * (1.0 + GENTLE_GROWTH)
     return max(gentle, min(estimate * (1.0 + FAST_GROWTH), ceiling * UNDER_CEILING))

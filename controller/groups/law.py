@@ -13,6 +13,9 @@ adjusts the members' decisions, as Netflix's ``WindowedLimit`` wraps a limit:
   seconds are complete), and while the newest seconds show refusals the group raises nobody.
 - Below the group's floor the members the group does not run are paused, the others resumed
   at their level; a pause or resume the algorithm asks for gives way to the group's.
+- A group whose members with work have more than one ``Priority`` protects the highest: the
+  estimate learns from the newest seconds' refusals, the lower priorities are cut and paused
+  and take the probes, and the protected members are not cut while a lower one runs.
 
 Pure: the members' decisions, windows and the group's memory in, decisions and memory out.
 """
@@ -79,17 +82,25 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
     pool = pooled((member.window for member in members), now)
     paces = _paces(members, now)
     claims = [_claim(member, paces[member.config.queue], memory, pool, now) for member in members]
+    protected = _protected(claims)
     estimate = memory.capacity_rps
     wanting = estimate is not None and sum(c.demand_rps for c in claims) > UTILISATION * estimate
     # A probe smaller than one invocation's calls would move no level.
-    memory = estimated(memory, pool, wanting, min(claim.pace for claim in claims), now)
+    step_rps = min(claim.pace for claim in claims)
+    memory = estimated(memory, pool, wanting, step_rps, now, protecting=bool(protected))
     estimate = memory.capacity_rps
     if estimate is None:
         report = GroupReport(group, now, None, tuple(_measured(member, now) for member in members))
         return Governed({}, report, memory)
     budget = UTILISATION * estimate
     bounds = {member.config.queue: member.params.group_pause_max_s for member in members}
-    running = running_set(budget, claims, now, bounds)
+    running = running_set(budget, claims, now, bounds, staggered=bool(protected))
+    if protected:
+        # The members paused now run out their invocations: nobody takes their room yet.
+        budget -= sum(c.floor_rps for c in claims if c.running and c.queue not in running)
+    # Once no lower priority runs, the protected members are cut like any.
+    lower = [c for c in claims if c.queue in running and c.queue not in protected]
+    shielded = protected if any(claim.demand_rps > 0 for claim in lower) else set()
     shares = fair_shares(budget, [claim for claim in claims if claim.queue in running])
     current = {member.config.queue: member.state.concurrency for member in members}
     levels_of = levels(shares, [claim for claim in claims if claim.queue in running], current)
@@ -99,13 +110,24 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
         queue = member.config.queue
         share = shares.get(queue, 0.0)
         level = levels_of.get(queue, member.state.concurrency)
-        decision = _decided(member, claim, level, share, queue in running, estimate, pool, now)
+        standing = (queue in running, queue in shielded)
+        decision = _decided(member, claim, level, share, standing, estimate, pool, now)
         if decision is not member.decision:
             decisions[queue] = decision
         reported.append(GroupShare(queue, round(share, 3), level, queue not in running))
     runs, waits, resumed = _standing(claims, running, now)
     memory = replace(memory, running_since=runs, paused_since=waits, resumed_from=resumed)
     return Governed(decisions, GroupReport(group, now, round(estimate, 3), tuple(reported)), memory)
+
+
+def _protected(claims: Sequence[Claim]) -> set[str]:
+    """The members the group protects: those of the highest ``Priority`` among the members
+    with work, when some member with work has a lower one (none otherwise)."""
+    working = [claim for claim in claims if claim.demand_rps > 0]
+    priorities = {claim.priority for claim in working}
+    if len(priorities) < 2:
+        return set()
+    return {claim.queue for claim in working if claim.priority == max(priorities)}
 
 
 def _paces(members: Sequence[Member], now: float) -> dict[str, float]:
@@ -195,14 +217,19 @@ def _decided(
     claim: Claim,
     level: int,
     share: float,
-    runs: bool,
+    standing: tuple[bool, bool],
     estimate: float,
     pool: Pooled,
     now: float,
 ) -> Decision:
     """``member``'s decision under the group's: the algorithm's where it stands, else one
-    that carries out the group's level, pause or resume."""
+    that carries out the group's level, pause or resume. ``standing``: whether the group runs
+    it, and whether it shields it (protected while a lower priority runs): a shielded member
+    is cut by nobody, its level goes up to its share or its algorithm's, never down (the lower
+    priorities are cut instead; its calls are bounded by its work, and counted in its
+    claim)."""
     state, alone = member.state, member.decision
+    runs, shielded = standing
     current = state.concurrency
     why = f"Group {member.config.group or 'downstream'}: ~{estimate:.0f} calls/s accepted"
     if not runs:
@@ -229,6 +256,8 @@ def _decided(
         target = level
     else:
         target = min(wanted, level)
+    if shielded:
+        target = max(target, wanted, current)
     if target > current and (pool.pressed or now < state.hold_until):
         target = current
     if target == alone.target and alone.enabled:

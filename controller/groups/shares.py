@@ -7,7 +7,10 @@
   than its bound (a member resumed less than ``SHORTEST_TURN_S`` ago still counts the wait its
   resume ended: a turn taken back before it ran is no turn), then by priority (the higher
   first), then those still within their slice, then the one that waited longest; a member
-  that has run its slice yields to one waiting.
+  that has run its slice yields to one waiting. ``staggered`` (a group protecting a
+  priority), a waiting member resumes only into room no yielding member still takes: a
+  member paused runs out its invocations for a second more, and a turn that overlaps it is
+  refused calls, the priority queue's too.
 - **Max-min fair shares.** The running members get their floors first, then what is left goes
   by priority class (the higher first) and, within a class, max-min fairly by weight up to
   each member's demand (water-filling); what no demand takes is spread by weight up to each
@@ -62,10 +65,15 @@ class Claim:
 
 
 def running_set(
-    capacity: float, claims: Sequence[Claim], now: float, bound_s: Mapping[str, float]
+    capacity: float,
+    claims: Sequence[Claim],
+    now: float,
+    bound_s: Mapping[str, float],
+    staggered: bool = False,
 ) -> set[str]:
     """The members that run: all of them when their floors fit ``capacity``, else those whose
-    floors fit, chosen as the module says; ``bound_s``: each member's longest pause."""
+    floors fit, chosen as the module says; ``bound_s``: each member's longest pause;
+    ``staggered``: those it resumes fit beside those it pauses."""
     wanting = [claim for claim in claims if claim.floor_rps > 0]
     if sum(claim.floor_rps for claim in wanting) <= capacity:
         return {claim.queue for claim in claims}
@@ -89,6 +97,14 @@ def running_set(
         if load == 0.0 or load + claim.floor_rps <= capacity:
             running.add(claim.queue)
             load += claim.floor_rps
+    if staggered:
+        load += sum(c.floor_rps for c in wanting if c.running and c.queue not in running)
+        for claim in sorted(wanting, key=order, reverse=True):
+            if load <= capacity:
+                break
+            if not claim.running and claim.queue in running:
+                running.discard(claim.queue)
+                load -= claim.floor_rps
     return running
 
 

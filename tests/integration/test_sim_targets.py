@@ -215,10 +215,9 @@ FLEETS = ["fleet-fits", "fleet-below-floor", "fleet-priority"]
 FITS_WASTED = 0.04
 FITS_GOODPUT = 0.75
 # Issue 33 asks the high-priority queue's p99 age within 1.2x of alone (0.23 s at its seed):
-# missed. The drop's first seconds, before the group's estimate, refuse some of its calls like
-# everyone's, and those messages come back after the visibility timeout (30 s): 31.2 s. The law
-# holds it to that one retry (docs/simulator.md).
-PRIORITY_AGE_S = 36.0
+# the group protects it (docs/algorithms.md, "Protecting a priority"), so fewer than 1% of its
+# messages meet a refusal and come back after the visibility timeout (docs/simulator.md).
+PRIORITY_AGE_RATIO = 1.2
 
 
 def longest_pause_s(result: SimResult) -> int:
@@ -270,8 +269,8 @@ def test_a_fleet_below_its_floor_time_shares_within_the_bound(fleets: dict[str, 
 
 # Four runs of 20-60 queues: a few minutes of CPU on a shared machine.
 @pytest.mark.timeout(1800)
-def test_the_high_priority_queue_is_retried_at_most_once(fleets: dict[str, Any]) -> None:
+def test_the_high_priority_queue_ages_as_it_would_alone(fleets: dict[str, Any]) -> None:
     together = fleets["fleet-priority"]["queues"]["orders"]
     alone = fleets["orders-alone"]["queues"]["orders"]
     assert together["dlq_messages"] == alone["dlq_messages"] == 0
-    assert together["age_p99_s"] <= PRIORITY_AGE_S
+    assert together["age_p99_s"] <= PRIORITY_AGE_RATIO * alone["age_p99_s"]

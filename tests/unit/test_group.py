@@ -12,7 +12,15 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from controller.groups import GroupMemory, Member, govern
-from controller.groups.estimate import LAG_S, SPAN_S, Pooled, estimated, pooled
+from controller.groups.estimate import (
+    LAG_S,
+    PROTECTING_PROBE_INTERVAL_S,
+    SPAN_S,
+    Pooled,
+    estimated,
+    grown,
+    pooled,
+)
 from controller.groups.shares import (
     FORCE_AHEAD_S,
     MIN_SLICE_S,
@@ -320,6 +328,115 @@ class TestOneProbe:
         memory = GroupMemory(capacity_rps=100.0, ceiling_rps=104.0)
         probed = estimated(memory, self.clean, True, 1.0, NOW)
         assert probed.capacity_rps == pytest.approx(105.0)
+
+
+class TestPriorityProtection:
+    """A group whose members with work have more than one ``Priority`` protects the highest:
+    every call the downstream refuses may be the priority queue's."""
+
+    # The complete span clean at 60 calls/s; the newest seconds refused half the calls.
+    fresh = [
+        window("a", 30, seconds=range(int(NOW - LAG_S - SPAN_S), int(NOW - LAG_S))).snapshot(),
+        window("a", 15, 15, seconds=range(int(NOW - LAG_S), int(NOW))).snapshot(),
+        window("b", 30, seconds=range(int(NOW - LAG_S - SPAN_S), int(NOW))).snapshot(),
+    ]
+
+    def test_the_newest_refusals_set_a_first_estimate_only_when_protecting(self) -> None:
+        pool = pooled(self.fresh, NOW)
+        assert pool.pressed and pool.accepted_rps is None
+        # 60 calls/s sent, 45 of every 60 accepted in the newest seconds.
+        assert pool.fresh_accepted_rps == pytest.approx(45.0)
+        alone = estimated(GroupMemory(), pool, True, 10.0, NOW)
+        assert alone.capacity_rps is None
+        learned = estimated(GroupMemory(), pool, True, 10.0, NOW, protecting=True)
+        assert learned.capacity_rps == pytest.approx(45.0)
+        assert learned.ceiling_rps == pytest.approx(60.0)
+
+    def test_a_probe_fails_at_the_first_second_refused_after_it(self) -> None:
+        memory = GroupMemory(capacity_rps=110.0, probed_at=NOW - 2, probed_from=100.0)
+        before = Pooled(None, 0.0, 95.0, clean=True, pressed=True, last_refused_at=NOW - 3)
+        assert estimated(memory, before, True, 10.0, NOW, protecting=True) == memory
+        after = dataclasses.replace(before, last_refused_at=NOW - 1)
+        assert estimated(memory, after, True, 10.0, NOW) == memory
+        failed = estimated(memory, after, True, 10.0, NOW, protecting=True)
+        assert failed.capacity_rps == 100.0 and failed.probed_at == 0.0
+        assert failed.ceiling_rps == 110.0
+
+    def test_failed_probes_wait_longer_and_probes_are_gentle_below_a_broken_rate(
+        self,
+    ) -> None:
+        memory = GroupMemory(capacity_rps=110.0, probed_at=NOW - 20, probed_from=100.0)
+        refused = Pooled(None, 0.0, sent_rps=95.0, clean=False, pressed=False)
+        for _ in range(4):
+            memory = estimated(memory, refused, True, 10.0, NOW, protecting=True)
+            memory = dataclasses.replace(memory, probed_at=NOW - 20, capacity_rps=110.0)
+        assert memory.probe_interval_s == PROTECTING_PROBE_INTERVAL_S
+        assert grown(100.0, 200.0) == pytest.approx(125.0)
+        assert grown(100.0, 200.0, gently=True) == pytest.approx(105.0)
+        assert grown(100.0, 0.0, gently=True) == pytest.approx(105.0)
+
+    def test_the_lower_priority_is_cut_the_protected_one_is_not(self) -> None:
+        # Both at 5 invocations in use, 40% refused: 60 calls/s accepted, 57 given out.
+        members = [
+            member("orders", 6, 4, concurrency=5, priority=9),
+            member("bulk", 6, 4, concurrency=5),
+        ]
+        decided = govern("api", members, GroupMemory(), NOW)
+        assert decided.report.capacity_rps == pytest.approx(60.0)
+        orders = decided.decisions.get("orders", members[0].decision)
+        assert orders.enabled and orders.target >= 5
+        assert decided.decisions["bulk"].target < 5
+        # 20 calls/s accepted: only one floor fits, the lower priority is paused, and the
+        # protected member is cut like any.
+        scarce = [
+            member("orders", 2, 8, concurrency=5, priority=9),
+            member("bulk", 2, 8, concurrency=5),
+        ]
+        cut_alone = govern("api", scarce, GroupMemory(), NOW)
+        assert {s.queue for s in cut_alone.report.members if s.paused} == {"bulk"}
+        assert cut_alone.decisions["orders"].target < 5
+        # Of equal priority both are cut (the law as without priorities).
+        level = [member("a", 6, 4, concurrency=5), member("b", 6, 4, concurrency=5)]
+        cut = govern("api", level, GroupMemory(), NOW).decisions
+        assert all(decision.target < 5 for decision in cut.values())
+
+    def test_a_turn_resumes_only_into_room_the_yielding_member_left(self) -> None:
+        # "ran" has run past its slice; "waited" waits. Both fit only one at a time.
+        claims = [
+            claim("ran", 20, 100, running=True, since=NOW - 100),
+            claim("waited", 20, 100, running=False, paused_since=NOW - 60),
+        ]
+        bounds = {"ran": 120.0, "waited": 120.0}
+        assert running_set(25.0, claims, NOW, bounds) == {"waited"}
+        # Staggered: "ran" yields now, "waited" resumes a batch later.
+        assert running_set(25.0, claims, NOW, bounds, staggered=True) == set()
+        after = [
+            claim("ran", 20, 100, running=False, since=NOW, paused_since=NOW),
+            claim("waited", 20, 100, running=False, paused_since=NOW - 60),
+        ]
+        assert running_set(25.0, after, NOW + 1, bounds, staggered=True) == {"waited"}
+
+    @given(
+        capacity=st.floats(0.0, 2000.0),
+        claims=st.lists(
+            st.tuples(st.floats(0.0, 50.0), st.floats(0.0, 500.0), st.integers(0, 9)),
+            min_size=2,
+            max_size=12,
+        ),
+    )
+    def test_a_higher_priority_is_served_its_demand_before_a_lower_one_gets_past_its_floor(
+        self, capacity: float, claims: list[tuple[float, float, int]]
+    ) -> None:
+        made = [
+            claim(f"q{i}", floor, floor + demand, priority=priority)
+            for i, (floor, demand, priority) in enumerate(claims)
+        ]
+        shares = fair_shares(capacity, made)
+        for high in made:
+            short = shares[high.queue] < min(high.demand_rps, high.cmax * high.pace) - 1e-6
+            for low in made:
+                if short and low.priority < high.priority:
+                    assert shares[low.queue] == pytest.approx(low.floor_rps)
 
 
 class TestQuotaOrder:
