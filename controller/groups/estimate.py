@@ -7,9 +7,12 @@ accepted: its 2xx calls. The estimate is their mean over the complete seconds of
 second is complete once every invocation that started in it has reported: ``LAG_S`` later).
 While no second is refused the estimate is held; the group raises it (a probe of the whole
 downstream, not of each queue) only when its members want more than it allows, the span is
-clean, and no probe is being judged; a probe that meets refusals doubles the wait before the
-next one (``PROBE_INTERVAL_S``), one judged clean resets it. Near the rate that last broke
-(``ceiling_rps``) a probe grows the estimate gently, far below it fast.
+clean, and no probe is being judged. A probe passes once two seconds since it took more
+than the estimate it began from, nothing refused (the next may follow at once), or once its
+seconds are complete and clean; one that meets refusals goes back to what the downstream
+took in them (at least where it began) and doubles the wait before the next one
+(``PROBE_INTERVAL_S``), one that passes resets it. Near the rate that last broke
+(``ceiling_rps``) a probe grows the estimate gently, far below it fast; reached, it expires.
 
 Pure: the memory is a frozen record the caller keeps (``QueueBook``, a warm container's); a
 cold container learns the estimate again from the next refusals.
@@ -77,10 +80,14 @@ class GroupMemory:
 class Pooled:
     """The group's evidence, all members' seconds added up.
 
-    ``accepted_rps``: the mean 2xx calls of the refused complete seconds (``None``: fewer than
-    ``REFUSED_SECONDS``); ``refused_sent_rps``: the calls sent in those seconds; ``sent_rps``:
-    the calls a second over the complete span; ``clean``: no second of the complete span was
-    refused; ``pressed``: the seconds too recent to be complete already show refusals.
+    ``accepted_rps``: the mean 2xx calls of the complete seconds refused enough to measure
+    (``None``: fewer than ``REFUSED_SECONDS``); ``refused_sent_rps``: the calls sent in those
+    seconds; ``sent_rps``: the calls a second over the complete span; ``clean``: no second of
+    the complete span was refused; ``pressed``: the seconds too recent to be complete already
+    show refusals; ``took_rps``: the mean 2xx calls of the refused complete seconds, however
+    little refused (0: none), what a probe that met refusals found the downstream takes;
+    ``peak_ok_rps``: the 2xx calls that two seconds since the probe being judged reached,
+    complete or not (0: no probe).
     """
 
     accepted_rps: float | None
@@ -88,10 +95,13 @@ class Pooled:
     sent_rps: float
     clean: bool
     pressed: bool
+    took_rps: float = 0.0
+    peak_ok_rps: float = 0.0
 
 
-def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
-    """The members' ``windows`` added up second by second, as of ``now``."""
+def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0) -> Pooled:
+    """The members' ``windows`` added up second by second, as of ``now``; ``probed_at``:
+    when the probe being judged began (0: none)."""
     complete_from, recent_from = now - LAG_S - SPAN_S, now - LAG_S
     calls: dict[int, int] = {}
     ok: dict[int, int] = {}
@@ -108,20 +118,29 @@ def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
     measured = [s for s in refused_seconds if refused[s] >= MEASURED_SHARE * calls[s]]
     recent_calls = sum(calls[s] for s in calls if s >= recent_from)
     recent_refused = sum(refused[s] for s in calls if s >= recent_from)
+
+    def upper(seconds: list[int]) -> list[int]:
+        # The upper half: seconds of starts straddle the downstream's seconds, and one that
+        # met a refused second late has fewer 2xx calls than the downstream takes.
+        return sorted(seconds, key=lambda s: ok[s])[len(seconds) // 2 :]
+
     accepted = None
     refused_sent = 0.0
     if len(measured) >= REFUSED_SECONDS:
-        # The upper half: seconds of starts straddle the downstream's seconds, and one that
-        # met a refused second late has fewer 2xx calls than the downstream takes.
-        upper = sorted(measured, key=lambda s: ok[s])[len(measured) // 2 :]
-        accepted = sum(ok[s] for s in upper) / len(upper)
-        refused_sent = sum(calls[s] for s in upper) / len(upper)
+        top = upper(measured)
+        accepted = sum(ok[s] for s in top) / len(top)
+        refused_sent = sum(calls[s] for s in top) / len(top)
+    took = upper(refused_seconds)
+    # The 2xx calls two seconds since the probe reached (one second's bunching is no rise).
+    risen = sorted((ok[s] for s in ok if s >= probed_at), reverse=True)[:REFUSED_SECONDS]
     return Pooled(
         accepted_rps=accepted,
         refused_sent_rps=refused_sent,
         sent_rps=sum(calls[s] for s in complete) / SPAN_S,
         clean=len(refused_seconds) < REFUSED_SECONDS,
         pressed=recent_refused >= REFUSED_SHARE * recent_calls > 0,
+        took_rps=sum(ok[s] for s in took) / len(took) if took else 0.0,
+        peak_ok_rps=float(risen[-1]) if probed_at and len(risen) == REFUSED_SECONDS else 0.0,
     )
 
 
@@ -152,26 +171,31 @@ def estimated(
     if estimate is None:
         return memory
     if not pool.clean:
-        # Refused, but too little to measure: a probe that did this failed; else hold.
+        # Refused, but too little to measure: a probe that did this failed, and goes back to
+        # what the downstream took in its refused seconds (at least where it began); else hold.
         if probing:
-            return replace(failed, capacity_rps=memory.probed_from, ceiling_rps=estimate)
+            back = min(estimate, max(memory.probed_from, pool.took_rps))
+            return replace(failed, capacity_rps=back, ceiling_rps=estimate)
         return replace(memory, next_probe_at=max(memory.next_probe_at, now + low))
     if pool.pressed:
         return memory
+    # Two seconds since the probe in which the downstream took more than the estimate it
+    # began from, and nothing refused since: the probe passed, and its use is shown.
+    risen = probing and pool.peak_ok_rps > memory.probed_from
     if probing:
-        if now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
+        if not risen and now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
             return memory
-        # The probe's seconds are complete and none was refused: the raised estimate holds,
-        # and the next probe may follow at once.
-        passed = memory.ceiling_rps and estimate > memory.ceiling_rps
-        return replace(
+        # Risen, or the probe's seconds complete and none refused: the raised estimate
+        # holds (a ceiling reached expires), and the next probe may follow at once.
+        passed = memory.ceiling_rps and estimate >= memory.ceiling_rps
+        memory = replace(
             memory,
             probed_at=0.0,
             probe_interval_s=low,
             next_probe_at=now,
             ceiling_rps=0.0 if passed else memory.ceiling_rps,
         )
-    used = pool.sent_rps >= USED_SHARE * estimate
+    used = risen or pool.sent_rps >= USED_SHARE * estimate
     if not wanting or not used or now < memory.next_probe_at:
         return memory
     return replace(
