@@ -8,9 +8,10 @@ second is complete once every invocation that started in it has reported: ``LAG_
 While no second is refused the estimate is held; the group raises it (a probe of the whole
 downstream, not of each queue) only when its members want more than it allows, the span is
 clean, and no probe is being judged. A probe passes once two seconds since it took more
-than the estimate it began from, nothing refused (the next may follow at once), or once its
-seconds are complete and clean; one that meets refusals goes back to what the downstream
-took in them (at least where it began) and doubles the wait before the next one
+than the members were given before it (``UTILISATION`` of the estimate), nothing refused
+(the next may follow at once), or once its seconds are complete and clean; one that meets
+refusals goes back to what the downstream took in them (at least where it began) and
+doubles the wait before the next one
 (``PROBE_INTERVAL_S``), one that passes resets it. Near the rate that last broke
 (``ceiling_rps``) a probe grows the estimate gently, far below it fast; reached, it expires.
 
@@ -48,6 +49,9 @@ UNDER_CEILING = 0.97
 # The group probes only while it sends this share of its estimate (else the estimate does not
 # bind: growing it would learn nothing).
 USED_SHARE = 0.75
+# Calls a second of the estimate the members are given: the rest absorbs calls bunching
+# within a second (the downstream counts its capacity per second).
+UTILISATION = 0.95
 # A probe is judged once its level has run this long in complete seconds.
 PROBE_JUDGED_AFTER_S = 3.0
 
@@ -179,9 +183,9 @@ def estimated(
         return replace(memory, next_probe_at=max(memory.next_probe_at, now + low))
     if pool.pressed:
         return memory
-    # Two seconds since the probe in which the downstream took more than the estimate it
-    # began from, and nothing refused since: the probe passed, and its use is shown.
-    risen = probing and pool.peak_ok_rps > memory.probed_from
+    # Two seconds since the probe in which the downstream took more than the members were
+    # given before it, and nothing refused since: the probe passed, and its use is shown.
+    risen = probing and pool.peak_ok_rps > UTILISATION * memory.probed_from
     if probing:
         if not risen and now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
             return memory

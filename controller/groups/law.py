@@ -23,7 +23,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.groups.estimate import LAG_S, SPAN_S, GroupMemory, Pooled, estimated, pooled
+from controller.groups.estimate import (
+    LAG_S,
+    SPAN_S,
+    UTILISATION,
+    GroupMemory,
+    Pooled,
+    estimated,
+    pooled,
+)
 from controller.groups.shares import (
     FORCE_AHEAD_S,
     SHORTEST_TURN_S,
@@ -39,9 +47,6 @@ from controller.policy.guards import decision_from
 from controller.settings import PolicyParams
 from controller.window import WindowSnapshot
 
-# Calls a second of the estimate the members are given: the rest absorbs calls bunching
-# within a second (the downstream counts its capacity per second).
-UTILISATION = 0.95
 # A member whose invocations in use reach this share of its level wants more than it has.
 SATURATED = 0.75
 # An allowance not in use is given this much headroom over what the member sends.

@@ -339,14 +339,15 @@ class TestOneProbe:
         assert estimated(memory, refused, True, 10.0, NOW).capacity_rps == back
 
     def test_a_probe_whose_rise_is_seen_passes_and_the_next_follows_at_once(self) -> None:
-        # Two seconds since the probe took more than the estimate it began from, none refused:
-        # no wait for its seconds to be complete (the complete span still sends the old rate).
+        # Two seconds since the probe took more than the members were given before it (95 of
+        # 100), none refused: no wait for its seconds to be complete (the complete span still
+        # sends the old rate).
         memory = GroupMemory(capacity_rps=150.0, probed_at=NOW - 4, probed_from=100.0)
-        risen = dataclasses.replace(self.clean, sent_rps=95.0, peak_ok_rps=120.0)
+        risen = dataclasses.replace(self.clean, sent_rps=95.0, peak_ok_rps=96.0)
         probed = estimated(memory, risen, wanting=True, step_rps=10.0, now=NOW)
         assert probed.probed_at == NOW and probed.probed_from == 150.0
         assert probed.capacity_rps == pytest.approx(225.0)
-        unrisen = dataclasses.replace(risen, peak_ok_rps=100.0)
+        unrisen = dataclasses.replace(risen, peak_ok_rps=95.0)
         assert estimated(memory, unrisen, True, 10.0, NOW) == memory
 
     def test_a_probe_that_reaches_the_rate_that_broke_clean_expires_it(self) -> None:
