@@ -7,9 +7,13 @@ accepted: its 2xx calls. The estimate is their mean over the complete seconds of
 second is complete once every invocation that started in it has reported: ``LAG_S`` later).
 While no second is refused the estimate is held; the group raises it (a probe of the whole
 downstream, not of each queue) only when its members want more than it allows, the span is
-clean, and no probe is being judged; a probe that meets refusals doubles the wait before the
-next one (``PROBE_INTERVAL_S``), one judged clean resets it. Near the rate that last broke
-(``ceiling_rps``) a probe grows the estimate gently, far below it fast.
+clean, and no probe is being judged. A probe passes once two seconds since it took more
+than the members were given before it (``UTILISATION`` of the estimate), nothing refused
+(the next may follow at once), or once its seconds are complete and clean; one that meets
+refusals goes back to what the downstream took in them (at least where it began) and
+doubles the wait before the next one (``PROBE_INTERVAL_S``), one that passes resets it.
+Near the rate that last broke (``ceiling_rps``) a probe grows the estimate gently, far below
+it fast; reached, it expires.
 
 A group protecting a priority (members of more than one ``Priority`` with work) cannot wait
 for complete seconds: every call the downstream refuses may be the priority queue's. It
@@ -53,6 +57,9 @@ UNDER_CEILING = 0.97
 # The group probes only while it sends this share of its estimate (else the estimate does not
 # bind: growing it would learn nothing).
 USED_SHARE = 0.75
+# Calls a second of the estimate the members are given: the rest absorbs calls bunching
+# within a second (the downstream counts its capacity per second).
+UTILISATION = 0.95
 # A probe is judged once its level has run this long in complete seconds.
 PROBE_JUDGED_AFTER_S = 3.0
 
@@ -85,16 +92,19 @@ class GroupMemory:
 class Pooled:
     """The group's evidence, all members' seconds added up.
 
-    ``accepted_rps``: the mean 2xx calls of the refused complete seconds (``None``: fewer than
-    ``REFUSED_SECONDS``); ``refused_sent_rps``: the calls sent in those seconds; ``sent_rps``:
-    the calls a second over the complete span; ``clean``: no second of the complete span was
-    refused; ``pressed``: the seconds too recent to be complete already show refusals;
-    ``fresh_accepted_rps``: the complete span's calls a second times the share accepted in
-    the lower half of the newest seconds refused enough to measure (``None``: fewer than
-    ``REFUSED_SECONDS``), what the downstream takes if the group still sends as it did
-    (those seconds' reports are not all in, but the share accepted needs none missing);
-    ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls refused (0:
-    none in the span).
+    ``accepted_rps``: the mean 2xx calls of the complete seconds refused enough to measure
+    (``None``: fewer than ``REFUSED_SECONDS``); ``refused_sent_rps``: the calls sent in those
+    seconds; ``sent_rps``: the calls a second over the complete span; ``clean``: no second of
+    the complete span was refused; ``pressed``: the seconds too recent to be complete already
+    show refusals; ``took_rps``: the mean 2xx calls of the refused complete seconds, however
+    little refused (0: none), what a probe that met refusals found the downstream takes;
+    ``peak_ok_rps``: the 2xx calls that two seconds since the probe being judged reached,
+    complete or not (0: no probe); ``fresh_accepted_rps``: the complete span's calls a second
+    times the share accepted in the lower half of the newest seconds refused enough to measure
+    (``None``: fewer than ``REFUSED_SECONDS``), what the downstream takes if the group still
+    sends as it did (those seconds' reports are not all in, but the share accepted needs none
+    missing); ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls
+    refused (0: none in the span).
     """
 
     accepted_rps: float | None
@@ -102,12 +112,15 @@ class Pooled:
     sent_rps: float
     clean: bool
     pressed: bool
+    took_rps: float = 0.0
+    peak_ok_rps: float = 0.0
     fresh_accepted_rps: float | None = None
     last_refused_at: float = 0.0
 
 
-def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
-    """The members' ``windows`` added up second by second, as of ``now``."""
+def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0) -> Pooled:
+    """The members' ``windows`` added up second by second, as of ``now``; ``probed_at``:
+    when the probe being judged began (0: none)."""
     complete_from, recent_from = now - LAG_S - SPAN_S, now - LAG_S
     calls: dict[int, int] = {}
     ok: dict[int, int] = {}
@@ -133,20 +146,29 @@ def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
         # The lower half: a second of starts that met the refusals only late has more 2xx.
         lower = sorted(fresh, key=lambda s: ok[s] / calls[s])[: len(fresh) // 2]
         fresh_accepted = sent * sum(ok[s] for s in lower) / sum(calls[s] for s in lower)
+
+    def upper(seconds: list[int]) -> list[int]:
+        # The upper half: seconds of starts straddle the downstream's seconds, and one that
+        # met a refused second late has fewer 2xx calls than the downstream takes.
+        return sorted(seconds, key=lambda s: ok[s])[len(seconds) // 2 :]
+
     accepted = None
     refused_sent = 0.0
     if len(measured) >= REFUSED_SECONDS:
-        # The upper half: seconds of starts straddle the downstream's seconds, and one that
-        # met a refused second late has fewer 2xx calls than the downstream takes.
-        upper = sorted(measured, key=lambda s: ok[s])[len(measured) // 2 :]
-        accepted = sum(ok[s] for s in upper) / len(upper)
-        refused_sent = sum(calls[s] for s in upper) / len(upper)
+        top = upper(measured)
+        accepted = sum(ok[s] for s in top) / len(top)
+        refused_sent = sum(calls[s] for s in top) / len(top)
+    took = upper(refused_seconds)
+    # The 2xx calls two seconds since the probe reached (one second's bunching is no rise).
+    risen = sorted((ok[s] for s in ok if s >= probed_at), reverse=True)[:REFUSED_SECONDS]
     return Pooled(
         accepted_rps=accepted,
         refused_sent_rps=refused_sent,
         sent_rps=sent,
         clean=len(refused_seconds) < REFUSED_SECONDS,
         pressed=recent_refused >= REFUSED_SHARE * recent_calls > 0,
+        took_rps=sum(ok[s] for s in took) / len(took) if took else 0.0,
+        peak_ok_rps=float(risen[-1]) if probed_at and len(risen) == REFUSED_SECONDS else 0.0,
         fresh_accepted_rps=fresh_accepted,
         last_refused_at=max(refused_at, default=0.0),
     )
@@ -197,26 +219,31 @@ def estimated(
     if estimate is None:
         return memory
     if not pool.clean:
-        # Refused, but too little to measure: a probe that did this failed; else hold.
+        # Refused, but too little to measure: a probe that did this failed, and goes back to
+        # what the downstream took in its refused seconds (at least where it began); else hold.
         if probing:
-            return replace(failed, capacity_rps=memory.probed_from, ceiling_rps=estimate)
+            back = min(estimate, max(memory.probed_from, pool.took_rps))
+            return replace(failed, capacity_rps=back, ceiling_rps=estimate)
         return replace(memory, next_probe_at=max(memory.next_probe_at, now + low))
     if pool.pressed:
         return memory
+    # Two seconds since the probe in which the downstream took more than the members were
+    # given before it, and nothing refused since: the probe passed, and its use is shown.
+    risen = probing and pool.peak_ok_rps > UTILISATION * memory.probed_from
     if probing:
-        if now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
+        if not risen and now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
             return memory
-        # The probe's seconds are complete and none was refused: the raised estimate holds,
-        # and the next probe may follow at once.
-        passed = memory.ceiling_rps and estimate > memory.ceiling_rps
-        return replace(
+        # Risen, or the probe's seconds complete and none refused: the raised estimate
+        # holds (a ceiling reached expires), and the next probe may follow at once.
+        passed = memory.ceiling_rps and estimate >= memory.ceiling_rps
+        memory = replace(
             memory,
             probed_at=0.0,
             probe_interval_s=low,
             next_probe_at=now,
             ceiling_rps=0.0 if passed else memory.ceiling_rps,
         )
-    used = pool.sent_rps >= USED_SHARE * estimate
+    used = risen or pool.sent_rps >= USED_SHARE * estimate
     if not wanting or not used or now < memory.next_probe_at:
         return memory
     return replace(

@@ -26,7 +26,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from controller.groups.estimate import LAG_S, SPAN_S, GroupMemory, Pooled, estimated, pooled
+from controller.groups.estimate import (
+    LAG_S,
+    SPAN_S,
+    UTILISATION,
+    GroupMemory,
+    Pooled,
+    estimated,
+    pooled,
+)
 from controller.groups.shares import (
     FORCE_AHEAD_S,
     SHORTEST_TURN_S,
@@ -42,9 +50,6 @@ from controller.policy.guards import decision_from
 from controller.settings import PolicyParams
 from controller.window import WindowSnapshot
 
-# Calls a second of the estimate the members are given: the rest absorbs calls bunching
-# within a second (the downstream counts its capacity per second).
-UTILISATION = 0.95
 # A member whose invocations in use reach this share of its level wants more than it has.
 SATURATED = 0.75
 # An allowance not in use is given this much headroom over what the member sends.
@@ -79,7 +84,7 @@ class Governed:
 
 def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: float) -> Governed:
     """Decide ``members`` (queues sharing the downstream ``group``) together."""
-    pool = pooled((member.window for member in members), now)
+    pool = pooled((member.window for member in members), now, memory.probed_at)
     paces = _paces(members, now)
     claims = [_claim(member, paces[member.config.queue], memory, pool, now) for member in members]
     protected = _protected(claims)

@@ -209,11 +209,11 @@ def test_a_fleet_storm_spends_the_control_plane_on_cuts_first() -> None:
 # Issue 33: fleets on one downstream, decided as one by the group law (docs/algorithms.md,
 # "Groups"). Each at its own seed; the seeds 1-10 tables are in docs/simulator.md.
 FLEETS = ["fleet-fits", "fleet-below-floor", "fleet-priority"]
-# Issue 33 asks fleet-fits for wasted <= 0.04 and a goodput share >= 0.85: the law reaches the
-# first (0.022 at seed 1) and misses the second (0.82: the capacity's return is found by the
-# group's probes, 10-20 s apart, docs/simulator.md).
+# Issue 33 asks fleet-fits for wasted <= 0.04 and a goodput share >= 0.85: the law reaches both
+# over seeds 1-10 (0.023 and 0.864, docs/simulator.md); at its own seed 0.022 and 0.83 (the
+# backlogs' last seconds, as a queue runs out of work, cost the most).
 FITS_WASTED = 0.04
-FITS_GOODPUT = 0.75
+FITS_GOODPUT = 0.80
 # Issue 33 asks the high-priority queue's p99 age within 1.2x of alone (0.23 s at its seed):
 # the group protects it (docs/algorithms.md, "Protecting a priority"), so fewer than 1% of its
 # messages meet a refusal and come back after the visibility timeout (docs/simulator.md).

@@ -139,6 +139,19 @@ class TestEstimate:
         learned = estimated(GroupMemory(), pool, wanting=True, step_rps=10.0, now=NOW)
         assert learned.capacity_rps == pytest.approx(80.0)
 
+    def test_seconds_refused_too_little_to_measure_still_say_what_was_taken(self) -> None:
+        pool = pooled([window("a", 97, 3).snapshot()], NOW)
+        assert pool.accepted_rps is None and not pool.clean
+        assert pool.took_rps == pytest.approx(97.0)
+
+    def test_a_probes_peak_is_what_two_seconds_since_it_took(self) -> None:
+        steady = window("a", 60).snapshot()
+        burst = window("b", 100, seconds=range(int(NOW) - 3, int(NOW) - 2)).snapshot()
+        assert pooled([steady, burst], NOW, probed_at=NOW - 6).peak_ok_rps == 60.0
+        risen = window("b", 100, seconds=range(int(NOW) - 3, int(NOW) - 1)).snapshot()
+        assert pooled([steady, risen], NOW, probed_at=NOW - 6).peak_ok_rps == 160.0
+        assert pooled([steady, risen], NOW).peak_ok_rps == 0.0
+
     def test_nothing_refused_no_estimate(self) -> None:
         pool = pooled([window("a", 40).snapshot()], NOW)
         assert pool.accepted_rps is None and pool.clean
@@ -323,6 +336,35 @@ class TestOneProbe:
         failed = estimated(memory, refused, True, 10.0, NOW)
         assert failed.capacity_rps == 100.0 and failed.probed_at == 0.0
         assert failed.probe_interval_s > memory.probe_interval_s
+
+    @pytest.mark.parametrize(("took", "back"), [(105.0, 105.0), (130.0, 110.0), (90.0, 100.0)])
+    def test_a_probe_refused_a_little_goes_back_to_what_the_downstream_took(
+        self, took: float, back: float
+    ) -> None:
+        # Within what it began from and what it probed.
+        memory = GroupMemory(capacity_rps=110.0, probed_at=NOW - 5, probed_from=100.0)
+        refused = dataclasses.replace(self.clean, clean=False, took_rps=took)
+        assert estimated(memory, refused, True, 10.0, NOW).capacity_rps == back
+
+    def test_a_probe_whose_rise_is_seen_passes_and_the_next_follows_at_once(self) -> None:
+        # Two seconds since the probe took more than the members were given before it (95 of
+        # 100), none refused: no wait for its seconds to be complete (the complete span still
+        # sends the old rate).
+        memory = GroupMemory(capacity_rps=150.0, probed_at=NOW - 4, probed_from=100.0)
+        risen = dataclasses.replace(self.clean, sent_rps=95.0, peak_ok_rps=96.0)
+        probed = estimated(memory, risen, wanting=True, step_rps=10.0, now=NOW)
+        assert probed.probed_at == NOW and probed.probed_from == 150.0
+        assert probed.capacity_rps == pytest.approx(225.0)
+        unrisen = dataclasses.replace(risen, peak_ok_rps=95.0)
+        assert estimated(memory, unrisen, True, 10.0, NOW) == memory
+
+    def test_a_probe_that_reaches_the_rate_that_broke_clean_expires_it(self) -> None:
+        memory = GroupMemory(
+            capacity_rps=104.0, ceiling_rps=104.0, probed_at=NOW - LAG_S - 4, probed_from=100.0
+        )
+        passed = estimated(memory, self.clean, wanting=False, step_rps=1.0, now=NOW)
+        assert passed.ceiling_rps == 0.0 and passed.capacity_rps == 104.0
+        assert passed.probed_at == 0.0
 
     def test_near_the_rate_that_broke_a_probe_is_gentle(self) -> None:
         memory = GroupMemory(capacity_rps=100.0, ceiling_rps=104.0)
