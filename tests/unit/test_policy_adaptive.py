@@ -278,7 +278,7 @@ def test_failed_tests_at_the_floor_pause_for_longer_up_to_the_longest_period() -
     # 80% rejected over a 10 s test (a test lasts until its first report): worth far more
     # than the longest pause, which the doubling reaches.
     periods = failed_test_periods(ok=2, throttled=8, tests=6, test_s=10.0)
-    first, longest = ALGORITHM.pause_s
+    first, longest = ALGORITHM.pause_s[0], ALGORITHM.failed_test_pause_max_s
     assert 0.8 * 10.0 / ALGORITHM.pause_budget > longest
     doubling = [min(longest, first * 2**failed) for failed in range(len(periods))]
     assert periods == doubling and periods[-1] == longest
@@ -297,7 +297,7 @@ def test_a_narrowly_failed_test_pauses_only_as_long_as_its_cost_calls_for() -> N
     # the budget after 0.2 x 3 s / pause_budget, and the floor is tested again then.
     periods = failed_test_periods(ok=8, throttled=2)
     enough = 0.2 * TEST_S / ALGORITHM.pause_budget
-    first, longest = ALGORITHM.pause_s
+    first, longest = ALGORITHM.pause_s[0], ALGORITHM.failed_test_pause_max_s
     assert first < enough < longest
     assert periods == pytest.approx([first] + [enough] * 4)
 

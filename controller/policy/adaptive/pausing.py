@@ -185,7 +185,7 @@ class Pausing(Probing):
 
     def _period_after(self, memory: AdaptiveMemory, test: WindowStats) -> float:
         """The pause after a failed test: twice the last (a lasting overload is tested less
-        often), up to the longest, but no longer than the test's cost calls for.
+        often), up to ``failed_test_pause_max_s``, but no longer than the test's cost calls for.
 
         A test costs its pressure share of what Cmin sent during it; the pause that keeps that
         cost within ``pause_budget`` of what Cmin would send over the pause is enough. A narrow
@@ -193,9 +193,8 @@ class Pausing(Probing):
         again soon and a capacity that returns is found sooner; a floor far above the capacity
         pauses the longest.
         """
-        low, high = self.pause_s
         enough = test.pressure_rate * pulse_span_s(memory) / self.pause_budget
-        return max(low, min(high, 2 * memory.pause_s, enough))
+        return max(self.pause_s[0], min(self.failed_test_pause_max_s, 2 * memory.pause_s, enough))
 
 
 def floor_pressure(fit: float, params: PolicyParams) -> float:

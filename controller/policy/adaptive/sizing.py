@@ -32,9 +32,9 @@ class Sizing(Pausing):
 
         Read over the evidence and the ``window_s`` before it: the evidence's newest seconds
         are still being reported and read low (with telemetry 3-36 s late, 24 running read as
-        3 and were cut to 3; 29-37 s late, 78 read as 2). A poller still climbing runs more
-        now than its newest reports show: from the last second it ran no more than it starts
-        with, it adds ``poller_ramp_per_s`` a second (``ramp_start``).
+        3 and were cut to 3). A poller still climbing runs more now than its newest reports
+        show: from the last second it ran no more than it starts with, it adds
+        ``poller_ramp_per_s`` a second (``ramp_start``).
         """
         state, stats, window = situation.state, situation.stats, situation.window
         since = stats.since - situation.params.window_s
