@@ -167,6 +167,57 @@ def test_overload_at_the_floor_pauses_then_tests_and_resumes() -> None:
     assert memory_of(current).paused_until == 0 and current.enabled
 
 
+def test_a_pause_test_that_saw_no_calls_tests_again_rather_than_resume() -> None:
+    # Every message waited out its visibility timeout during the test (the refused ones of the
+    # last test): nothing says Cmin fits now. Resumed, the queue would meet the same overload
+    # a telemetry round trip long.
+    current = attached(2)
+    storm = window_of(*steady(960, 30, 3, ok=2, throttled=8))
+    current, _ = run(current, storm, 992.0)
+    test_at = memory_of(current).paused_until
+    current, _ = run(current, storm, test_at)
+    current, _ = run(current, storm, test_at + ALGORITHM.pulse_s)
+    judged_at = memory_of(current).judge_at + PARAMS.stale_after_s
+    current, verdict = run(current, storm, judged_at)
+    assert verdict.action is Action.HOLD and not current.enabled
+    assert "no calls" in verdict.reason
+    assert memory_of(current).paused_until == judged_at + ALGORITHM.pause_s[0]
+    assert current.wake_at == memory_of(current).paused_until
+
+
+@settings(max_examples=25, deadline=None)
+@given(cap=st.integers(20, 100), per_second=st.integers(1, 5))
+def test_a_stream_that_keeps_few_invocations_busy_is_cut_from_what_it_runs(
+    cap: int, per_second: int
+) -> None:
+    # A backlog drained at the start (the poller climbed, then ran down), then a stream that
+    # keeps ``per_second`` invocations of 800 ms busy for minutes under a cap far above it,
+    # until the downstream refuses 30% of its calls. It was read as a poller still climbing
+    # since the start, and cut from the cap: 85 -> 74 -> 64 ... over minutes, refusing
+    # meanwhile. What it runs sizes the cut.
+    window = window_of(
+        *steady(595, 5, 2, ok=10),
+        *steady(600, 20, 40, ok=10),
+        *steady(620, 282, per_second, ok=10),
+        *steady(902, 30, per_second, ok=7, throttled=3),
+    )
+    decision = decide(ALGORITHM, attached(cap), config(), window, 932.0, PARAMS)
+    assert decision.target <= max(PARAMS.cmin, per_second), decision.reason
+
+
+def test_a_cap_filled_before_the_evidence_sizes_a_cut_on_newest_reports() -> None:
+    # 24 invocations busy for the 30 s before the last change; since then only the first few
+    # reports (telemetry up to 40 s late), 8% refused. Read on those alone, 24 running looked
+    # like 2, and were cut to 2.
+    window = window_of(
+        *steady(862, 40, 30, ok=10),
+        *steady(902, 8, 2, ok=92, throttled=8),
+    )
+    decision = decide(ALGORITHM, attached(24), config(), window, 932.0, PARAMS)
+    assert decision.action is Action.MULTIPLICATIVE_DECREASE
+    assert 18 <= decision.target < 24, decision.reason
+
+
 def storm_accepting(per_100: int) -> QueueWindow:
     """30 s of a storm on a queue whose cap of 10 the poller fills: 10 invocations of 800 ms a
     second (8 in use), ``per_100`` of each second's 100 calls accepted."""
@@ -198,10 +249,13 @@ def test_a_cut_that_leaves_cmin_narrowly_overloaded_runs_it() -> None:
 TEST_S = 3.0
 
 
-def failed_test_periods(ok: int, throttled: int, tests: int = 4) -> list[float]:
+def failed_test_periods(
+    ok: int, throttled: int, tests: int = 4, test_s: float = TEST_S
+) -> list[float]:
     """The pauses at the floor: the first, then one after each of ``tests`` failed tests whose
     invocations (3 a second for 2 s) each met ``throttled`` 429s beside ``ok`` successes. Each
-    test ends ``TEST_S`` after it began, at the first telemetry batch."""
+    test ends ``test_s`` after it began, at the first telemetry batch (with telemetry that
+    trails, a test lasts until its own first report)."""
     current = attached(2)
     storm = window_of(*steady(960, 30, 3, ok=2, throttled=8))
     current, _ = run(current, storm, 992.0)
@@ -209,7 +263,7 @@ def failed_test_periods(ok: int, throttled: int, tests: int = 4) -> list[float]:
     for _ in range(tests):
         test_at = memory_of(current).paused_until
         current, _ = run(current, storm, test_at)
-        current, _ = run(current, storm, test_at + TEST_S)
+        current, _ = run(current, storm, test_at + test_s)
         for document in steady(int(test_at), 2, 3, ok=ok, throttled=throttled):
             storm.add(document)
         judged_at = memory_of(current).judge_at
@@ -221,11 +275,21 @@ def failed_test_periods(ok: int, throttled: int, tests: int = 4) -> list[float]:
 
 
 def test_failed_tests_at_the_floor_pause_for_longer_up_to_the_longest_period() -> None:
-    # 80% rejected over a 3 s test: worth far more than the longest pause.
-    periods = failed_test_periods(ok=2, throttled=8)
-    first, longest = ALGORITHM.pause_s
+    # 80% rejected over a 10 s test (a test lasts until its first report): worth far more
+    # than the longest pause, which the doubling reaches.
+    periods = failed_test_periods(ok=2, throttled=8, tests=6, test_s=10.0)
+    first, longest = ALGORITHM.pause_s[0], ALGORITHM.failed_test_pause_max_s
+    assert 0.8 * 10.0 / ALGORITHM.pause_budget > longest
     doubling = [min(longest, first * 2**failed) for failed in range(len(periods))]
     assert periods == doubling and periods[-1] == longest
+
+
+def test_a_floor_that_keeps_failing_is_tested_at_most_every_few_minutes() -> None:
+    # A capacity under what Cmin sends for good (a cliff): every test refuses most of its
+    # calls, and each refused message comes back to be refused again by the next test, on its
+    # way to the dead-letter queue. Past the first doublings the tests are minutes apart.
+    periods = failed_test_periods(ok=1, throttled=9, tests=6, test_s=20.0)
+    assert periods[-1] >= 240.0
 
 
 def test_a_narrowly_failed_test_pauses_only_as_long_as_its_cost_calls_for() -> None:
@@ -233,7 +297,7 @@ def test_a_narrowly_failed_test_pauses_only_as_long_as_its_cost_calls_for() -> N
     # the budget after 0.2 x 3 s / pause_budget, and the floor is tested again then.
     periods = failed_test_periods(ok=8, throttled=2)
     enough = 0.2 * TEST_S / ALGORITHM.pause_budget
-    first, longest = ALGORITHM.pause_s
+    first, longest = ALGORITHM.pause_s[0], ALGORITHM.failed_test_pause_max_s
     assert first < enough < longest
     assert periods == pytest.approx([first] + [enough] * 4)
 

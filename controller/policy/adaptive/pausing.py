@@ -2,7 +2,8 @@
 
 The mapping is disabled for a bounded period, growing while tests fail but no longer than a
 failed test's cost calls for, then tested with a short pulse at Cmin, and resumed only if that
-pulse was clean. A cut that shows Cmin itself would overload hard pauses at once, at Cmin.
+pulse was clean (a pulse that saw no calls is no evidence: tested again after the shortest
+pause). A cut that shows Cmin itself would overload hard pauses at once, at Cmin.
 A paused mapping sends no telemetry: every step asks to be woken (``wake_at``).
 """
 
@@ -139,17 +140,26 @@ class Pausing(Probing):
         test = pulse_stats(memory, situation.window)
         if self.awaiting_telemetry(situation, test):
             return hold(state, "Paused; waiting for the test's telemetry.", memory, test)
-        limit = self.pausing_pressure(situation.params)
-        if test.requests == 0 or test.pressure_rate < limit:
-            verdict = (
-                "no calls seen"
-                if test.requests == 0
-                else f"pressure {test.pressure_rate:.1%} < {limit:.1%}"
+        if test.requests == 0:
+            # Nothing to test with (every message waiting out a visibility timeout, often the
+            # refused ones of the last test): no evidence that Cmin fits. Resumed on it, the
+            # mapping met the same overload a telemetry round trip long, the same messages
+            # refused again on their way to the dead-letter queue. Test again soon.
+            period = self.pause_s[0]
+            return hold(
+                state,
+                f"Pause test saw no calls; paused for {period:.0f}s more.",
+                replace(memory, paused_until=now + period, judge_at=0.0),
+                test,
+                wake_at=now + period,
             )
+        limit = self.pausing_pressure(situation.params)
+        if test.pressure_rate < limit:
             return move(
                 state.concurrency,
                 QueueStateName.RECOVERING,
-                f"Pause test passed ({verdict}); resuming at {state.concurrency}.",
+                f"Pause test passed (pressure {test.pressure_rate:.1%} < {limit:.1%}); "
+                f"resuming at {state.concurrency}.",
                 replace(
                     memory,
                     pause_s=0.0,
@@ -175,7 +185,7 @@ class Pausing(Probing):
 
     def _period_after(self, memory: AdaptiveMemory, test: WindowStats) -> float:
         """The pause after a failed test: twice the last (a lasting overload is tested less
-        often), up to the longest, but no longer than the test's cost calls for.
+        often), up to ``failed_test_pause_max_s``, but no longer than the test's cost calls for.
 
         A test costs its pressure share of what Cmin sent during it; the pause that keeps that
         cost within ``pause_budget`` of what Cmin would send over the pause is enough. A narrow
@@ -183,9 +193,8 @@ class Pausing(Probing):
         again soon and a capacity that returns is found sooner; a floor far above the capacity
         pauses the longest.
         """
-        low, high = self.pause_s
         enough = test.pressure_rate * pulse_span_s(memory) / self.pause_budget
-        return max(low, min(high, 2 * memory.pause_s, enough))
+        return max(self.pause_s[0], min(self.failed_test_pause_max_s, 2 * memory.pause_s, enough))
 
 
 def floor_pressure(fit: float, params: PolicyParams) -> float:

@@ -27,16 +27,22 @@ class Sizing(Pausing):
     leave Cmin hard overloaded pauses instead)."""
 
     def in_use(self, situation: AdaptiveSituation) -> float:
-        """Invocations really running, from their durations; the cap once they fill it.
+        """Invocations really running, from their durations (the busiest pair of seconds); the
+        cap once they fill it.
 
-        A poller still climbing runs more now than its newest reports show: from the last
-        second it ran no more than it starts with, it adds ``poller_ramp_per_s`` a second.
+        Read over the evidence and the ``window_s`` before it: the evidence's newest seconds
+        are still being reported and read low (with telemetry 3-36 s late, 24 running read as
+        3 and were cut to 3). A poller still climbing runs more now than its newest reports
+        show: from the last second it ran no more than it starts with, it adds
+        ``poller_ramp_per_s`` a second (``ramp_start``).
         """
-        state, stats = situation.state, situation.stats
-        estimate = peak_concurrency(stats, situation.window)
+        state, stats, window = situation.state, situation.stats, situation.window
+        since = stats.since - situation.params.window_s
+        seen = _paired_busy(window.seconds(since, stats.until))
+        estimate = max((busy for _, busy in seen), default=None)
         if estimate is not None and estimate >= self.saturated_share * state.concurrency:
             return self._reachable(situation, float(state.concurrency))
-        started = self.ramp_start(situation.window, stats.until)
+        started = self.ramp_start(window, since, stats.until)
         if started is None or stats.newest_event_time is None:
             # One second of evidence is no pair to read the concurrency from: the cap, unless
             # the poller's start is in view (below), which bounds what it can run by now.
@@ -47,10 +53,16 @@ class Sizing(Pausing):
         estimate = max(estimate or 0.0, min(climbed, float(state.concurrency)))
         return self._reachable(situation, estimate)
 
-    def ramp_start(self, window: WindowSnapshot, until: float) -> float | None:
-        """The newest second before the busiest one in which the queue ran no more than the
-        poller's first two steps (``None``: it ran more than that throughout the window)."""
-        seconds = window.seconds(-math.inf, until)
+    def ramp_start(self, window: WindowSnapshot, since: float, until: float) -> float | None:
+        """The newest second in ``[since, until)`` before the busiest one in which the queue ran
+        no more than the poller's first two steps (``None``: it ran more than that throughout,
+        or never more, on a queue older than ``since``: no climb in view).
+
+        A queue never above the poller's first steps is climbing only in its first reports;
+        later its work keeps that few busy (read as climbing since the backlog it drained at
+        its start, a stream running 2 of 85 had its cap cut 85 -> 17 over 250 s, refused
+        meanwhile)."""
+        seconds = window.seconds(since, until)
         # A queue whose first second of reports is all there is: that second is its start.
         pairs = _paired_busy(seconds) or [
             (second, totals.busy_ms / 1000.0) for second, totals in seconds
@@ -58,8 +70,11 @@ class Sizing(Pausing):
         if not pairs:
             return None
         peak = max(range(len(pairs)), key=lambda index: pairs[index][1])
+        start_steps = 2 * self.poller_start
+        if pairs[peak][1] <= start_steps and window.seconds(-math.inf, since):
+            return None
         for second, busy in reversed(pairs[: peak + 1]):
-            if busy <= 2 * self.poller_start:
+            if busy <= start_steps:
                 return second
         return None
 

@@ -64,6 +64,13 @@ class Tuning:
     # Pausing below the floor: the period (first, longest), the pressure at Cmin that calls
     # for it, and the share of what Cmin sends over a pause that its failed test may cost.
     pause_s: tuple[float, float] = (15.0, 60.0)
+    # The longest pause after a blind test of Cmin failed. Longer than ``pause_s``'s, which
+    # bounds the announced phase's, whose tests cost one answer: a blind test costs refused
+    # calls until its first report (up to 40 s in the families), and under a capacity below
+    # Cmin for good each test's refused messages come back to the next test (a test every
+    # 2 minutes dead-lettered 2,242 messages on one families draw, 525 with 300 s). It bounds
+    # how late a returned capacity is found.
+    failed_test_pause_max_s: float = 300.0
     pause_above: float = 0.12
     pause_budget: float = 0.02
     # A cut whose fitting level (in use x the pessimistic accepted share) would leave Cmin at
