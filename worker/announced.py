@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from operator import attrgetter, itemgetter
 from typing import Any, Final, NamedTuple
 
 # The kinds of limit a 429 may name.
@@ -136,8 +137,13 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
     remaining = None
     if ietf:
         for value in ietf:
-            text = value.decode("latin-1") if isinstance(value, bytes) else value
-            for number in _REMAINING_PARAMETER.findall(text):
+            # httpx's raw bytes are read as they are (``float`` takes bytes too).
+            numbers = (
+                _REMAINING_IN_BYTES.findall(value)
+                if isinstance(value, bytes)
+                else _REMAINING_PARAMETER.findall(value)
+            )
+            for number in numbers:
                 member = _number(number)
                 if member is not None and (remaining is None or member < remaining):
                     remaining = member
@@ -149,7 +155,7 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
             )
     if status != 429:
         return remaining, None
-    found = fields(pairs) or {}
+    found = fields(header_pairs(headers)) or {}
     reason = found.get(_STRIPE)
     if reason is not None:
         return remaining, STRIPE_KINDS.get(reason.strip().lower())
@@ -158,15 +164,48 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
 
 def header_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
     """An answer's header fields as (name, value) pairs as the client holds them: http.client's
-    ``HTTPMessage`` (its list as parsed, rather than ``items()``, which rewrites every value) or
-    httpx's ``Headers`` (the raw bytes, rather than decoding every one), or such pairs."""
-    parsed = getattr(headers, "_headers", None)
-    if type(parsed) is list:
-        return parsed
-    raw = getattr(headers, "raw", None)
-    if type(raw) is list:
-        return raw
-    return headers if type(headers) is list else headers.items()
+    ``HTTPMessage`` (its list as parsed, rather than ``items()``, which rewrites every value),
+    httpx's ``Headers`` (its lowercase names and raw values, rather than ``raw``, which copies
+    the list, or decoding every one), or such pairs. How a client's headers are read is chosen
+    once per type (``_pair_readers``): an answer pays one lookup for it."""
+    try:
+        reader = _pair_readers[type(headers)]
+    except KeyError:
+        reader = _pair_readers[type(headers)] = _pair_reader(headers)
+    return reader(headers)
+
+
+def _pair_reader(headers: Any) -> Callable[[Any], Iterable[tuple[str | bytes, str | bytes]]]:
+    """How to read the pairs of headers of ``headers``' type."""
+    if type(getattr(headers, "_headers", None)) is list:
+        return _HTTP_CLIENT_PAIRS
+    listed = getattr(headers, "_list", None)
+    if type(listed) is list and all(type(item) is tuple and len(item) == 3 for item in listed):
+        return _httpx_pairs
+    if type(getattr(headers, "raw", None)) is list:
+        return _RAW_PAIRS
+    if type(headers) is list:
+        return _as_given
+    return _items
+
+
+# http.client's parsed list; httpx's (raw name, lowercase name, value) triples, read in C.
+_HTTP_CLIENT_PAIRS: Final = attrgetter("_headers")
+_RAW_PAIRS: Final = attrgetter("raw")
+_LOWERCASE_AND_VALUE: Final = itemgetter(1, 2)
+_pair_readers: dict[type, Callable[[Any], Iterable[tuple[str | bytes, str | bytes]]]] = {}
+
+
+def _httpx_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
+    return map(_LOWERCASE_AND_VALUE, headers._list)
+
+
+def _as_given(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
+    return headers
+
+
+def _items(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
+    return headers.items()
 
 
 def limit(headers: Any, answered_at: float) -> Limit | None:
@@ -271,14 +310,16 @@ def _members(field: str) -> list[tuple[str, dict[str, str]]]:
 # A member: a quoted string or a bare item, then its parameters up to the next comma.
 _MEMBER: Final = re.compile(r'\s*("[^"]*"|[^\s,;]+)\s*((?:;[^,]*)?)(?:,|$)')
 _PARAMETER: Final = re.compile(r";\s*([a-z*][a-z0-9_.*-]*)\s*=\s*([^;\s]*)")
-_REMAINING_PARAMETER: Final = re.compile(r";\s*r\s*=\s*([^;,\s]*)")
+# ASCII whitespace only (a field's OWS), so text and raw bytes read alike.
+_REMAINING_PARAMETER: Final = re.compile(r";\s*r\s*=\s*([^;,\s]*)", re.ASCII)
+_REMAINING_IN_BYTES: Final = re.compile(_REMAINING_PARAMETER.pattern.encode())
 # Field values parsed lately; forgotten all at once when this many (a worker calls a few APIs).
 _PARSED_HELD: Final = 256
 _parsed: dict[str, list[tuple[str, dict[str, str]]]] = {}
 
 
-def _number(text: str | None) -> float | None:
-    """A finite non-negative number, or None."""
+def _number(text: str | bytes | None) -> float | None:
+    """A finite non-negative number (its text as str or bytes), or None."""
     if text is None:
         return None
     try:

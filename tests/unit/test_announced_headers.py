@@ -125,9 +125,8 @@ header_names = st.sampled_from(
         "Content-Type",
     ]
 )
-header_values = st.text(max_size=40) | st.from_regex(
-    r'\A("?[a-z,]{0,4}"?;?[rtqw]=-?[0-9.e]{0,6}[,; ]?){0,4}\Z'
-)
+structured_values = st.from_regex(r'\A("?[a-z,]{0,4}"?;?[rtqw]=-?[0-9.e]{0,6}[,; ]?){0,4}\Z')
+header_values = st.text(max_size=40) | structured_values
 
 
 @settings(max_examples=300, deadline=None)
@@ -140,3 +139,39 @@ def test_any_headers_read_without_raising_and_only_finite_non_negative_numbers(
     if limit is not None:
         for value in limit:
             assert value is None or 0 <= value < float("inf")
+
+
+def as_clients_hold_them(headers: list[tuple[str, str]]) -> dict[str, object]:
+    """The same answer's headers as each client's answer object holds them."""
+    import http.client
+    import io
+
+    import httpx
+
+    text = "".join(f"{name}: {value}\r\n" for name, value in headers) + "\r\n"
+    return {
+        "http.client": http.client.parse_headers(io.BytesIO(text.encode("latin-1"))),
+        "httpx": httpx.Headers(headers),
+        "raw bytes": [(name.encode(), value.encode()) for name, value in headers],
+        "a mapping": dict(headers[-1:]),
+    }
+
+
+# What a header value may be on the wire: printable ASCII, no surrounding whitespace.
+wire_values = (
+    st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30) | structured_values
+).map(str.strip)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(header_names, wire_values), max_size=6), st.sampled_from([200, 429]))
+def test_every_clients_header_object_reads_as_its_pairs(
+    headers: list[tuple[str, str]], status: int
+) -> None:
+    held = as_clients_hold_them(headers)
+    mapping = held.pop("a mapping")
+    for client, headers_held in held.items():
+        assert announced.glance(headers_held, status) == announced.glance(headers, status), client
+        assert announced.limit(headers_held, NOW) == announced.limit(headers, NOW), client
+    last = headers[-1:]
+    assert announced.glance(mapping, status) == announced.glance(last, status)

@@ -17,6 +17,7 @@ from controller.loop import ControlLoop
 from controller.model import Action, Decision, QueueState, QueueStateName, Sample
 from controller.policy import decide, memory_type
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
+from controller.policy.adaptive.announced import Fit
 from controller.policy.adaptive.memory import move
 from controller.policy.base import Situation
 from controller.settings import PolicyParams
@@ -117,6 +118,39 @@ class TestAnnouncedPhase:
         # 110 calls/s fit 8.8: a rise.
         assert run(queue(7, announced_level=7), busy(limit=110.0)).target == 8
 
+    def test_the_pace_is_the_current_levels_once_it_has_enough_invocations(self) -> None:
+        # 16 invocations on a shared host took 1.6 s for their 10 calls (6.25 calls/s each);
+        # since the cut to 12, at 985 s, each takes 0.8 s (12.5): 100 calls/s fit 8, where
+        # the 30 s span's mean pace (7.6) would fit 13, more than the level already set.
+        def window_with(since_cut: int) -> QueueWindow:
+            window = QueueWindow()
+            for index in range(40):
+                window.add(replace(announced(NOW - 30 + index * 15 / 40), invocation_ms=1600.0))
+            for index in range(since_cut):
+                # Each ends 0.8 s after it starts: the first starts after the cut.
+                window.add(announced(NOW - 14 + index * 14 / since_cut))
+            return window
+
+        cut = queue(12).evolve(last_change_at=NOW - 15)
+        enough = run(cut, window_with(PARAMS.min_samples))
+        assert (enough.action, enough.target) == (Action.MULTIPLICATIVE_DECREASE, 8)
+        # Too few invocations since the cut to tell their pace: the span's, which fits 13.
+        assert run(cut, window_with(PARAMS.min_samples - 1)).target == 13
+
+    def test_a_window_that_resets_before_a_change_could_act_does_not_size_it(self) -> None:
+        # 100 calls a second, 4 left 0.3 s before the second ends, decided 0.1 s later: the
+        # invocations running end (0.8 s) after the reset, so the level is the steady rate's
+        # 8, not the 4 left spread over the window's rest (13.3 calls/s, 1 invocation).
+        window = busy()
+        window.add(announced(NOW, remaining=4.0, reset_s=0.3))
+        decision = run(queue(8, announced_level=8), window, now=NOW + 0.1)
+        assert (decision.action, decision.target) == (Action.HOLD, 8)
+        # A minute's window with 4 left for 30 s: that binds, the mapping pauses at Cmin.
+        minute = busy(limit=6000.0, window_s=60.0)
+        minute.add(announced(NOW, limit=6000.0, window_s=60.0, remaining=4.0, reset_s=30.0))
+        paused = run(queue(8, announced_level=8), minute, now=NOW + 0.1)
+        assert paused.enabled is False and paused.target == PARAMS.cmin
+
     def test_at_the_announced_level_blind_growth_stops(self) -> None:
         # Clean and fully used at 8: the blind law would grow or probe; the quota says 8.
         decision = run(queue(8, announced_level=8), busy(documents=240))
@@ -158,12 +192,13 @@ class TestAnnouncedPhase:
             window.quota,
         )
         blind = move(2, QueueStateName.THROTTLED, "Overload.", AdaptiveMemory(ceiling=3), stats)
-        verdict = ALGORITHM.within_announced(situation, 8.0, blind)
+        fit = Fit(8.0, 8.0 * PACE, NOW)
+        verdict = ALGORITHM.within_announced(situation, fit, blind)
         assert verdict.target == 7
         assert verdict.memory.ceiling == 8
         # A cut no deeper than that share is the blind law's own.
         shallow = move(7, QueueStateName.THROTTLED, "Trim.", AdaptiveMemory(ceiling=8), stats)
-        assert ALGORITHM.within_announced(situation, 8.0, shallow) is shallow
+        assert ALGORITHM.within_announced(situation, fit, shallow) is shallow
 
     def test_a_spent_quota_pauses_until_its_reset_then_resumes_at_its_level(self) -> None:
         # 6000 calls a minute (100/s), 20 left 40 s before the reset: 0.5 calls/s until then.
@@ -327,14 +362,16 @@ def test_the_announced_level_bounds_every_decision(
     )
     newest = window.quota
     assert newest is not None
-    rate = newest.sustained_rate(now)
+    # The level acts once the invocations running (0.8 s each) end.
+    acts_at = now + 0.8
+    rate = newest.sustained_rate(acts_at)
     assert rate is not None
     fit = rate / sharing / PACE
-    # Never above the level the quota sustains (Cmin being the least a mapping runs at)...
+    # Never above the level the quota sustains then (Cmin being the least a mapping runs at)...
     assert decision.target <= max(cmin, math.floor(fit + 1e-9))
     # ...never below Cmin...
     assert decision.target >= cmin
-    # ...and with nothing left until a reset still ahead, never a raise nor a resume.
-    if remaining == 0 and newest.reset_at is not None and newest.reset_at > now:
+    # ...and with nothing left until a reset still ahead then, never a raise nor a resume.
+    if remaining == 0 and newest.reset_at is not None and newest.reset_at > acts_at:
         assert decision.target <= current
         assert decision.action is not Action.RESUME

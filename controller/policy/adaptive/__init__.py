@@ -79,7 +79,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         announced = self.announced(situation, fit)
         if announced is not None:
             return announced
-        level = clamp(math.floor(fit), situation.params)
+        level = clamp(math.floor(fit.invocations), situation.params)
         if situation.memory.announced_level != level:
             situation = replace(situation, memory=replace(situation.memory, announced_level=level))
         return self.within_announced(situation, fit, self._blind(situation))

@@ -8,8 +8,10 @@ its quota comes back, so neither needs a probe (``Situation.quota``, the newest 
   its quota over its window, and, until the announced window resets, no more than its
   remaining spread over the window's rest. Shared equally among the ``Situation.sharing``
   queues that report the same downstream, at the calls a second one of this queue's
-  invocations makes (``invocation_pace``, measured), it fits ``rate / sharing / pace``
-  invocations: the announced level is that, rounded down, within Cmin..Cmax.
+  invocations makes (``invocation_pace``, measured at the level the mapping now has), it fits
+  ``rate / sharing / pace`` invocations: the announced level is that, rounded down, within
+  Cmin..Cmax. The rate is the one at the time a level set now acts, once the invocations
+  running end (``Fit``).
 - **Step down before the first 429.** A mapping above the announced level is cut to it at
   once, whatever the evidence says: the remaining quota running toward zero faster than the
   reset refills it lowers the rate, and so the level, before it is spent.
@@ -41,7 +43,7 @@ is the blind one, unchanged.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from controller.model import QueueStateName
 from controller.policy.adaptive.memory import (
@@ -58,36 +60,65 @@ from controller.policy.base import clamp
 from controller.window import WindowStats
 
 
+@dataclass(frozen=True, slots=True)
+class Fit:
+    """What an announced quota sustains for one queue: ``rate`` calls a second for all its
+    users once a level set now acts (at ``acts_at``), which is ``invocations`` of the queue's
+    own at its pace."""
+
+    invocations: float
+    rate: float
+    acts_at: float
+
+
 class Announced(Pausing):
     """Sizing from an announced quota, built on pausing (a quota below the floor pauses)."""
 
-    def announced_fit(self, situation: AdaptiveSituation) -> float | None:
-        """The invocations the announced quota sustains for this queue (``None``: no quota, no
-        measured pace, or 429s naming a concurrency limit in the seconds before the newest
+    def announced_fit(self, situation: AdaptiveSituation) -> Fit | None:
+        """What the announced quota sustains for this queue (``None``: no quota, no measured
+        pace, or 429s naming a concurrency limit in the seconds before the newest
         announcement)."""
         quota = situation.quota
         if quota is None:
-            return None
-        rate = quota.sustained_rate(situation.now)
-        if rate is None:
             return None
         # The seconds up to the newest announcement: a paused queue's are all in the past.
         recent = situation.window.stats(quota.event_time - self.announced_span_s, math.inf)
         if recent.throttled_concurrency > 0:
             return None
-        pace = invocation_pace(recent)
+        paced = self._paced(situation, recent)
+        pace = invocation_pace(paced)
         if pace is None:
             return None
-        return rate / situation.sharing / pace
+        # A level set now acts once the invocations running end: a window that resets before
+        # then is whole again by the time it acts (a one-second window announced with little
+        # left just before its end is not a rate of that little a second).
+        acts_at = situation.now + paced.mean_invocation_s
+        rate = quota.sustained_rate(acts_at)
+        if rate is None:
+            return None
+        return Fit(rate / situation.sharing / pace, rate, acts_at)
 
-    def announced(self, situation: AdaptiveSituation, fit: float) -> AdaptiveVerdict | None:
-        """The announced phase's verdict on a queue whose quota fits ``fit`` invocations
-        (``None``: the blind phases decide, within the announced level)."""
+    def _paced(self, situation: AdaptiveSituation, recent: WindowStats) -> WindowStats:
+        """The invocations whose pace sizes the level: those started since the mapping last
+        changed, once there are ``min_samples`` of them, else all of ``recent``. A level's pace
+        is its own: where invocations share a host, a CPU or a connection pool, fewer of them
+        each call faster (the live demo on a loaded host: 2.0 calls per invocation-second at
+        16, 3.0 at 7), and a span reaching back across a cut measures the level before it, so
+        the level crept down a step each time the span moved on while the quota was overrun."""
+        since = situation.state.last_change_at
+        if since <= recent.since:
+            return recent
+        current = situation.window.stats(since, math.inf)
+        return current if current.samples >= situation.params.min_samples else recent
+
+    def announced(self, situation: AdaptiveSituation, fit: Fit) -> AdaptiveVerdict | None:
+        """The announced phase's verdict on a queue whose quota sustains ``fit`` (``None``: the
+        blind phases decide, within the announced level)."""
         params = situation.params
-        if floor_pressure(fit, params) >= self.pausing_pressure(params):
+        if floor_pressure(fit.invocations, params) >= self.pausing_pressure(params):
             return self._below_floor(situation, fit)
         state, memory = situation.state, situation.memory
-        level = clamp(math.floor(fit), params)
+        level = clamp(math.floor(fit.invocations), params)
         if memory.paused_until > 0:
             return self._resumed(situation, fit, level)
         current = state.concurrency
@@ -100,7 +131,9 @@ class Announced(Pausing):
                 _sized(memory, level, broke_at=current),
                 situation.stats,
             )
-        risen = math.floor(fit * (1.0 - self.announced_hysteresis)) > memory.announced_level
+        risen = (
+            math.floor(fit.invocations * (1.0 - self.announced_hysteresis)) > memory.announced_level
+        )
         if level > current and risen:
             return move(
                 level,
@@ -115,7 +148,7 @@ class Announced(Pausing):
         return None
 
     def within_announced(
-        self, situation: AdaptiveSituation, fit: float, verdict: AdaptiveVerdict
+        self, situation: AdaptiveSituation, fit: Fit, verdict: AdaptiveVerdict
     ) -> AdaptiveVerdict:
         """The blind phases' ``verdict`` under the announced level: where they would grow or
         probe (clean, the allowance in use), the mapping goes to the announced level itself,
@@ -123,7 +156,7 @@ class Announced(Pausing):
         share: the quota says the level fits, so what the 429s show is the level's calls
         bunching within a second (or a user of the quota that does not report), not an
         in-use estimate to start over from."""
-        level = clamp(math.floor(fit), situation.params)
+        level = clamp(math.floor(fit.invocations), situation.params)
         state = situation.state
         current = state.concurrency
         if verdict.enabled is False or verdict.target == current:
@@ -160,7 +193,7 @@ class Announced(Pausing):
             wake_at=0.0,
         )
 
-    def _below_floor(self, situation: AdaptiveSituation, fit: float) -> AdaptiveVerdict | None:
+    def _below_floor(self, situation: AdaptiveSituation, fit: Fit) -> AdaptiveVerdict | None:
         """Pause at Cmin, where even Cmin would overload the quota; a test that brings back a
         quota still below the floor ends at once (``None``: the blind pausing goes on)."""
         state, memory, now = situation.state, situation.memory, situation.now
@@ -169,7 +202,7 @@ class Announced(Pausing):
         assert quota is not None  # the fit comes from it
         low, high = self.pause_s
         if memory.paused_until == 0:
-            if quota.resets_after(now) and quota.reset_at is not None:
+            if quota.resets_after(fit.acts_at) and quota.reset_at is not None:
                 until, why = quota.reset_at, "until the quota resets"
             else:
                 until, why = now + low, f"for {low:.0f}s"
@@ -184,7 +217,7 @@ class Announced(Pausing):
             cmin,
             QueueStateName.CRITICAL_BACKOFF,
             f"Announced quota below the floor: {_sustains(situation, fit)}, Cmin ({cmin}) would "
-            f"draw {floor_pressure(fit, params):.0%}; pausing the mapping {why}.",
+            f"draw {floor_pressure(fit.invocations, params):.0%}; pausing the mapping {why}.",
             replace(
                 _sized(memory, cmin, broke_at=max(state.concurrency, memory.broke_at)),
                 pause_s=period,
@@ -197,7 +230,7 @@ class Announced(Pausing):
         )
 
     def _resumed(
-        self, situation: AdaptiveSituation, fit: float, level: int
+        self, situation: AdaptiveSituation, fit: Fit, level: int
     ) -> AdaptiveVerdict | None:
         """A paused queue resumes at the announced level once its quota fits the floor again:
         announced by the test after the pause, or whole again at the reset it was paused until
@@ -244,8 +277,6 @@ def _sized(memory: AdaptiveMemory, level: int, *, broke_at: int = 0) -> Adaptive
     )
 
 
-def _sustains(situation: AdaptiveSituation, fit: float) -> str:
-    quota = situation.quota
-    rate = 0.0 if quota is None else quota.sustained_rate(situation.now) or 0.0
+def _sustains(situation: AdaptiveSituation, fit: Fit) -> str:
     shared = f" shared by {situation.sharing} queues" if situation.sharing > 1 else ""
-    return f"{rate:.1f} calls/s{shared} sustain {fit:.1f} invocations"
+    return f"{fit.rate:.1f} calls/s{shared} sustain {fit.invocations:.1f} invocations"
