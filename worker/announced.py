@@ -128,27 +128,23 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
             seen = True
             if field == _RATELIMIT:
                 ietf.append(value)
-            elif field == _LEGACY[1]:
-                legacy = legacy or value
-            elif field == _X[1]:
-                x_ratelimit = x_ratelimit or value
+            # A field sent twice is one list whose first member counts, as ``fields`` reads it.
+            elif field == _LEGACY[1] and legacy is None:
+                legacy = value
+            elif field == _X[1] and x_ratelimit is None:
+                x_ratelimit = value
     if not seen:
         return None
     remaining = None
     if ietf:
-        for value in ietf:
-            # httpx's raw bytes are read as they are (``float`` takes bytes too).
-            numbers = (
-                _REMAINING_IN_BYTES.findall(value)
-                if isinstance(value, bytes)
-                else _REMAINING_PARAMETER.findall(value)
-            )
-            for number in numbers:
-                member = _number(number)
-                if member is not None and (remaining is None or member < remaining):
-                    remaining = member
+        # Read as ``fields`` and ``limit`` read it (one list, ``_members``): never otherwise.
+        texts = [value.decode("latin-1") if isinstance(value, bytes) else value for value in ietf]
+        for _, parameters in _members(", ".join(texts)):
+            member = _number(parameters.get("r"))
+            if member is not None and (remaining is None or member < remaining):
+                remaining = member
     else:
-        first = legacy or x_ratelimit
+        first = x_ratelimit if legacy is None else legacy
         if first is not None:
             remaining = _first_number(
                 first.decode("latin-1") if isinstance(first, bytes) else first
@@ -310,9 +306,6 @@ def _members(field: str) -> list[tuple[str, dict[str, str]]]:
 # A member: a quoted string or a bare item, then its parameters up to the next comma.
 _MEMBER: Final = re.compile(r'\s*("[^"]*"|[^\s,;]+)\s*((?:;[^,]*)?)(?:,|$)')
 _PARAMETER: Final = re.compile(r";\s*([a-z*][a-z0-9_.*-]*)\s*=\s*([^;\s]*)")
-# ASCII whitespace only (a field's OWS), so text and raw bytes read alike.
-_REMAINING_PARAMETER: Final = re.compile(r";\s*r\s*=\s*([^;,\s]*)", re.ASCII)
-_REMAINING_IN_BYTES: Final = re.compile(_REMAINING_PARAMETER.pattern.encode())
 # Field values parsed lately; forgotten all at once when this many (a worker calls a few APIs).
 _PARSED_HELD: Final = 256
 _parsed: dict[str, list[tuple[str, dict[str, str]]]] = {}
