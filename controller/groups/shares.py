@@ -30,9 +30,10 @@ from dataclasses import dataclass
 # A running member keeps running at least this long before it yields its place: its
 # invocations must run and report before the group can judge what it sends.
 MIN_SLICE_S = 15.0
-# A paused member this close to its bound runs now, whatever else waits (the bound is judged
-# when its mapping resumes, a batch or two after it is decided).
-FORCE_AHEAD_S = 5.0
+# A paused member this close to its bound runs now, whatever else waits: the bound is judged
+# when its mapping resumes, a batch or two after it is decided, and among many members at
+# their bound together a forced one may wait a turn (fleet-below-floor at 5 s: 122 s).
+FORCE_AHEAD_S = 8.0
 # A member resumed and paused again within this long had no turn: its wait counts on from
 # when it began. Short: where few members fit at once and many reach their bound together,
 # each must still get its turn within the bound (fleet-below-floor: 5 s took it to 127 s).
