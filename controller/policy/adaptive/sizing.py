@@ -71,7 +71,7 @@ class Sizing(Pausing):
             return None
         peak = max(range(len(pairs)), key=lambda index: pairs[index][1])
         start_steps = 2 * self.poller_start
-        if pairs[peak][1] <= start_steps and window.seconds(-math.inf, since):
+        if pairs[peak][1] <= start_steps and any(second < since for second, _ in window.buckets):
             return None
         for second, busy in reversed(pairs[: peak + 1]):
             if busy <= start_steps:
