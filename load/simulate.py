@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from load.sim.trace import SimResult
 
 # The peers: each the real controller running that limit algorithm, named after it in the
-# scorecard (Netflix concurrency-limits' ports, docs/algorithms.md).
-PEER_POLICIES = ("netflix-aimd", "vegas", "gradient2")
+# scorecard (ports of Netflix concurrency-limits', Vector's and Envoy's rules, docs/algorithms.md).
+PEER_POLICIES = ("netflix-aimd", "vegas", "gradient2", "vector-arc", "envoy-gradient")
 POLICY_NAMES = ("static", "seed", "queuemesh", *PEER_POLICIES)
 # Bounds, not policies to deploy: each run when named, never by "all"
 # (load/sim/policies.py HindsightPolicy).

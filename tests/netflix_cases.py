@@ -22,14 +22,15 @@ def evidence(
     calls: int = 10,
     dropped: int = 0,
     timed_out: int = 0,
+    failed: int = 0,
     busy_ms: float = 1000.0,
 ) -> WindowStats:
     """``invocations`` invocations started one a second from t=1000, each of ``calls`` calls
-    (``dropped`` of them 429, ``timed_out`` timed out), at ``rtt_ms`` each, busy ``busy_ms``:
+    (``dropped`` of them 429, ``timed_out`` timed out, ``failed`` a 5xx other than 503), at ``rtt_ms`` each, busy ``busy_ms``:
     in use = invocations x busy_ms / (the span from the first start to the last emission)."""
     window = QueueWindow()
     for index in range(invocations):
-        ok = calls - dropped - timed_out
+        ok = calls - dropped - timed_out - failed
         window.add(
             Sample(
                 queue="orders",
@@ -37,6 +38,8 @@ def evidence(
                 requests=calls,
                 ok=ok,
                 throttled=dropped,
+                server_errors=failed,
+                overloaded=0,
                 latency_ms_sum=0.0 if rtt_ms is None else rtt_ms * calls,
                 latency_count=0 if rtt_ms is None else calls,
                 invocation_ms=busy_ms,

@@ -4,8 +4,8 @@ Rule (vectordotdev/vector ``src/sinks/util/adaptive_concurrency/controller.rs``,
 ``manage_limit``): the past round trip is an exponentially weighted mean and variance
 (West's recurrence, ``ewma_alpha``) of each interval's mean RTT. Once there is one, each
 interval: while the limit is under ``max``, was reached, met no back pressure and its RTT is
-at most the past mean: ``limit + 1``; else, above 1, on back pressure (a retriable answer or a
-timeout) or an RTT at least ``rtt_deviation_scale`` standard deviations over the past mean:
+at most the past mean: ``limit + 1``; else, above 1, on back pressure (a retriable answer: a
+429 or any 5xx, as Vector's HTTP sinks retry them; or a timeout) or an RTT at least ``rtt_deviation_scale`` standard deviations over the past mean:
 ``max(1, floor(limit * decrease_ratio))``; else hold. The interval's RTT then joins the past
 one. Defaults kept: ``decrease_ratio`` 0.9, ``ewma_alpha`` 0.4, ``rtt_deviation_scale`` 2.5,
 max 200. docs/algorithms.md has the mapping and where it departs.
@@ -55,13 +55,16 @@ class VectorArc(WindowedLimit[ArcMemory]):
         threshold = math.sqrt(past.rtt_variance) * RTT_DEVIATION_SCALE
         reached = sample.inflight >= REACHED_SHARE * limit
         fast = rtt is not None and rtt <= past.rtt_mean_ms
-        if limit < MAX_LIMIT and reached and not sample.did_drop and fast:
+        # Vector retries (and so backs off on) 429s and every 5xx, not only the 503s the
+        # shared sample counts as a drop.
+        back_pressure = sample.did_drop or situation.stats.server_errors > 0
+        if limit < MAX_LIMIT and reached and not back_pressure and fast:
             new_limit, rule = limit + 1, f"reached, rtt <= past {past.rtt_mean_ms:.0f}ms: +1"
-        elif limit > 1 and (sample.did_drop or (rtt or 0.0) >= past.rtt_mean_ms + threshold):
+        elif limit > 1 and (back_pressure or (rtt or 0.0) >= past.rtt_mean_ms + threshold):
             new_limit = max(1, math.floor(limit * DECREASE_RATIO))
             why = (
                 "back pressure"
-                if sample.did_drop
+                if back_pressure
                 else f"rtt >= {past.rtt_mean_ms + threshold:.0f}ms"
             )
             rule = f"{why}: x{DECREASE_RATIO:g}"

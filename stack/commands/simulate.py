@@ -20,6 +20,7 @@ from load.progress import Progress
 from load.sim.families import FAMILIES, MAX_DRAWS, REPORTING_SEEDS
 from load.simulate import (
     BOUND_POLICIES,
+    PEER_POLICIES,
     POLICY_NAMES,
     compare_alone,
     parse_seeds,
@@ -45,8 +46,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "Runs a scenario (SQS, the Lambda poller, workers, downstreams, telemetry delays) on "
             "virtual time under each policy and prints the scorecard side by side. The "
             "queuemesh policy is the real controller core with in-memory adapters; the peers "
-            "(netflix-aimd, vegas, gradient2) are the same core running Netflix "
-            "concurrency-limits' rules."
+            f"({', '.join(PEER_POLICIES)}) are the same core running Netflix "
+            "concurrency-limits', Vector's and Envoy's rules."
         ),
     )
     parser.add_argument(

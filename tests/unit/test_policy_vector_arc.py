@@ -41,6 +41,11 @@ class TestVectorArc:
         timed_out = arc(evidence(rtt_ms=90.0, timed_out=1, **BUSY), concurrency=limit)
         assert timed_out.target == cut
 
+    def test_any_server_error_is_back_pressure_as_vector_retries_it(self) -> None:
+        # A 500 is no drop to the shared sample (only 503s are), but Vector retries every 5xx.
+        verdict = arc(evidence(rtt_ms=90.0, failed=1, **BUSY), concurrency=10)
+        assert (verdict.target, verdict.state) == (9, QueueStateName.THROTTLED)
+
     def test_a_round_trip_past_the_deviation_threshold_cuts(self) -> None:
         assert arc(evidence(rtt_ms=110.0, **IDLE)).target == 6
         assert arc(evidence(rtt_ms=109.0, **IDLE)).target == 7
