@@ -26,8 +26,9 @@ def evidence(
     busy_ms: float = 1000.0,
 ) -> WindowStats:
     """``invocations`` invocations started one a second from t=1000, each of ``calls`` calls
-    (``dropped`` of them 429, ``timed_out`` timed out, ``failed`` a 5xx other than 503), at ``rtt_ms`` each, busy ``busy_ms``:
-    in use = invocations x busy_ms / (the span from the first start to the last emission)."""
+    (``dropped`` of them 429, ``timed_out`` timed out, ``failed`` a 5xx other than 503), at
+    ``rtt_ms`` each, busy ``busy_ms``: in use = invocations x busy_ms / (the span from the
+    first start to the last emission)."""
     window = QueueWindow()
     for index in range(invocations):
         ok = calls - dropped - timed_out - failed

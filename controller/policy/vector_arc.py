@@ -5,7 +5,8 @@ Rule (vectordotdev/vector ``src/sinks/util/adaptive_concurrency/controller.rs``,
 (West's recurrence, ``ewma_alpha``) of each interval's mean RTT. Once there is one, each
 interval: while the limit is under ``max``, was reached, met no back pressure and its RTT is
 at most the past mean: ``limit + 1``; else, above 1, on back pressure (a retriable answer: a
-429 or any 5xx, as Vector's HTTP sinks retry them; or a timeout) or an RTT at least ``rtt_deviation_scale`` standard deviations over the past mean:
+429 or any 5xx, as Vector's HTTP sinks retry them; or a timeout) or an RTT at least
+``rtt_deviation_scale`` standard deviations over the past mean:
 ``max(1, floor(limit * decrease_ratio))``; else hold. The interval's RTT then joins the past
 one. Defaults kept: ``decrease_ratio`` 0.9, ``ewma_alpha`` 0.4, ``rtt_deviation_scale`` 2.5,
 max 200. docs/algorithms.md has the mapping and where it departs.
@@ -63,9 +64,7 @@ class VectorArc(WindowedLimit[ArcMemory]):
         elif limit > 1 and (back_pressure or (rtt or 0.0) >= past.rtt_mean_ms + threshold):
             new_limit = max(1, math.floor(limit * DECREASE_RATIO))
             why = (
-                "back pressure"
-                if back_pressure
-                else f"rtt >= {past.rtt_mean_ms + threshold:.0f}ms"
+                "back pressure" if back_pressure else f"rtt >= {past.rtt_mean_ms + threshold:.0f}ms"
             )
             rule = f"{why}: x{DECREASE_RATIO:g}"
         else:

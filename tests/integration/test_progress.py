@@ -109,15 +109,24 @@ def run_cli(arguments: list[str], terminal: bool) -> tuple[str, str]:
 def test_simulate_shows_progress_on_a_terminal_and_prints_the_same_table() -> None:
     arguments = ["simulate", "--scenario", "capacity-drop", "--policy", "all"]
     table, progress = run_cli(arguments, terminal=True)
-    assert progress.startswith(f"{ERASE}simulate: 0/6 runs (capacity-drop, static)")
+    assert progress.startswith(f"{ERASE}simulate: 0/8 runs (capacity-drop, static)")
     # Redraws are throttled, so a fast run's line may be skipped; those drawn are in order
     # and name the policy that ran, and the last says every run is done.
-    policies = ["static", "seed", "queuemesh", "netflix-aimd", "vegas", "gradient2"]
+    policies = [
+        "static",
+        "seed",
+        "queuemesh",
+        "netflix-aimd",
+        "vegas",
+        "gradient2",
+        "vector-arc",
+        "envoy-gradient",
+    ]
     drawn = [line for line in progress.split(ERASE) if line]
-    expected = [f"simulate: {n}/6 runs (capacity-drop, {name})" for n, name in enumerate(policies)]
+    expected = [f"simulate: {n}/8 runs (capacity-drop, {name})" for n, name in enumerate(policies)]
     assert all(line in expected for line in drawn[:-1])
     assert drawn[:-1] == sorted(drawn[:-1], key=expected.index)
-    assert drawn[-1] == "simulate: 6/6 runs"
+    assert drawn[-1] == "simulate: 8/8 runs"
     assert progress.endswith(ERASE)  # erased before the table
     piped_table, piped_stderr = run_cli(arguments, terminal=False)
     assert piped_stderr == ""

@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.model import Action
+from controller.policy import DEFAULT_ALGORITHM
 from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.plot import policy_colours
 from load.scorecard import scorecard
@@ -21,6 +22,7 @@ from load.sim.engine import ARRIVAL_STEP_S, simulate
 from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
 from load.sim.services import POLLER_START, POLLER_STEP_PER_S, Arrivals, arrived_by
+from load.simulate import make_policy
 from stack.cli import main
 
 
@@ -443,6 +445,8 @@ def test_simulate_json_lists_one_scorecard_per_policy(
         "netflix-aimd",
         "vegas",
         "gradient2",
+        "vector-arc",
+        "envoy-gradient",
     ]
     assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "seed"]) == 0
     single = json.loads(capsys.readouterr().out)
@@ -452,10 +456,41 @@ def test_simulate_json_lists_one_scorecard_per_policy(
     assert json.loads(capsys.readouterr().out)["policy"] == "hindsight"
 
 
+@pytest.mark.parametrize("peer", ["vector-arc", "envoy-gradient"])
+def test_vector_and_envoy_are_peers_the_cli_runs_by_name(
+    peer: str, tiny_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", peer]) == 0
+    card = json.loads(capsys.readouterr().out)
+    assert card["policy"] == peer
+    # The same core as queuemesh, deciding by the peer's own rule: every change says so.
+    policy = make_policy(peer, DEFAULT_ALGORITHM)
+    assert isinstance(policy, QueueMeshPolicy)
+    result = simulate(tiny(backlog=12000, capacity_rps=[[0, 1000], [20, 50]]), policy)
+    changes = [
+        entry
+        for entry in policy.ledger.audit_trail("q")
+        if entry.action != "REGISTER" and entry.new_value != entry.previous_value
+    ]
+    assert changes and all(entry.reason.startswith(f"{peer}: ") for entry in changes)
+    assert result.esm_updates["q"] == len(changes)
+    assert scorecard(result)["policy"] == peer
+
+
 def test_every_policy_keeps_one_colour_of_its_own_on_the_plot() -> None:
     # Each policy's cap, running, goodput and share lines share its colour: the peers and the
     # bound too, not the next of matplotlib's cycle for each line.
-    runs = ["static", "seed", "queuemesh", "netflix-aimd", "vegas", "gradient2", "hindsight"]
+    runs = [
+        "static",
+        "seed",
+        "queuemesh",
+        "netflix-aimd",
+        "vegas",
+        "gradient2",
+        "vector-arc",
+        "envoy-gradient",
+        "hindsight",
+    ]
     colours = policy_colours([*runs, "queuemesh"])
     assert list(colours) == runs
     assert len(set(colours.values())) == len(runs)

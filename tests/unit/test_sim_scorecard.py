@@ -195,6 +195,8 @@ def test_seeds_json_has_one_object_per_scenario_and_policy(
         "netflix-aimd",
         "vegas",
         "gradient2",
+        "vector-arc",
+        "envoy-gradient",
     ]
     for summary in summaries:
         assert set(summary) == {"scenario", "policy", "seeds", "mean", "worst", "runs"}
