@@ -127,6 +127,20 @@ def aimd_container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> Contro
     )
 
 
+# What ``queuemesh simulate --policy all`` runs, in its order: spelled out here (not read from
+# load/simulate.py POLICY_NAMES) so that the tests notice when the list changes.
+SIMULATED_POLICIES = [
+    "static",
+    "seed",
+    "queuemesh",
+    "netflix-aimd",
+    "vegas",
+    "gradient2",
+    "vector-arc",
+    "envoy-gradient",
+]
+
+
 # The queues of ``storm_with_events`` and their mappings' starting concurrency: orders is cut,
 # billing, at its floor already, is paused.
 STORM_QUEUES = {"orders": 100, "billing": 2}

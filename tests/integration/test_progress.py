@@ -19,6 +19,7 @@ import pytest
 from load.progress import REDRAW_S, Progress
 from load.recording import read_recording
 from load.replay import ReplayConfig, replay
+from tests.factories import SIMULATED_POLICIES
 from tests.paths import ROOT
 
 ERASE = "\r\x1b[K"
@@ -112,18 +113,10 @@ def test_simulate_shows_progress_on_a_terminal_and_prints_the_same_table() -> No
     assert progress.startswith(f"{ERASE}simulate: 0/8 runs (capacity-drop, static)")
     # Redraws are throttled, so a fast run's line may be skipped; those drawn are in order
     # and name the policy that ran, and the last says every run is done.
-    policies = [
-        "static",
-        "seed",
-        "queuemesh",
-        "netflix-aimd",
-        "vegas",
-        "gradient2",
-        "vector-arc",
-        "envoy-gradient",
-    ]
     drawn = [line for line in progress.split(ERASE) if line]
-    expected = [f"simulate: {n}/8 runs (capacity-drop, {name})" for n, name in enumerate(policies)]
+    expected = [
+        f"simulate: {n}/8 runs (capacity-drop, {name})" for n, name in enumerate(SIMULATED_POLICIES)
+    ]
     assert all(line in expected for line in drawn[:-1])
     assert drawn[:-1] == sorted(drawn[:-1], key=expected.index)
     assert drawn[-1] == "simulate: 8/8 runs"

@@ -24,6 +24,7 @@ from load.sim.scenario import Scenario, load_scenario, parse_scenario
 from load.sim.services import POLLER_START, POLLER_STEP_PER_S, Arrivals, arrived_by
 from load.simulate import make_policy
 from stack.cli import main
+from tests.factories import SIMULATED_POLICIES
 
 
 def tiny(**changes: Any) -> Scenario:
@@ -438,16 +439,7 @@ def test_simulate_json_lists_one_scorecard_per_policy(
 ) -> None:
     assert main(["simulate", "--scenario", str(tiny_file), "--json"]) == 0
     cards = json.loads(capsys.readouterr().out)
-    assert [card["policy"] for card in cards] == [
-        "static",
-        "seed",
-        "queuemesh",
-        "netflix-aimd",
-        "vegas",
-        "gradient2",
-        "vector-arc",
-        "envoy-gradient",
-    ]
+    assert [card["policy"] for card in cards] == SIMULATED_POLICIES
     assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "seed"]) == 0
     single = json.loads(capsys.readouterr().out)
     assert single["policy"] == "seed" and single == cards[1]
@@ -480,17 +472,7 @@ def test_vector_and_envoy_are_peers_the_cli_runs_by_name(
 def test_every_policy_keeps_one_colour_of_its_own_on_the_plot() -> None:
     # Each policy's cap, running, goodput and share lines share its colour: the peers and the
     # bound too, not the next of matplotlib's cycle for each line.
-    runs = [
-        "static",
-        "seed",
-        "queuemesh",
-        "netflix-aimd",
-        "vegas",
-        "gradient2",
-        "vector-arc",
-        "envoy-gradient",
-        "hindsight",
-    ]
+    runs = [*SIMULATED_POLICIES, "hindsight"]
     colours = policy_colours([*runs, "queuemesh"])
     assert list(colours) == runs
     assert len(set(colours.values())) == len(runs)

@@ -17,6 +17,7 @@ from load.sim.scenario import parse_scenario
 from load.sim.trace import QueueTrace, SimResult
 from load.simulate import parse_seeds
 from stack.cli import main
+from tests.factories import SIMULATED_POLICIES
 from tests.unit.test_sim import tiny
 
 NEW_KEYS = {"calls_timed_out", "age_p50_s", "age_p99_s", "goodput_share"}
@@ -188,16 +189,7 @@ def test_seeds_json_has_one_object_per_scenario_and_policy(
 ) -> None:
     assert main(["simulate", "--scenario", str(tiny_file), "--seeds", "1-2", "--json"]) == 0
     summaries = json.loads(capsys.readouterr().out)
-    assert [summary["policy"] for summary in summaries] == [
-        "static",
-        "seed",
-        "queuemesh",
-        "netflix-aimd",
-        "vegas",
-        "gradient2",
-        "vector-arc",
-        "envoy-gradient",
-    ]
+    assert [summary["policy"] for summary in summaries] == SIMULATED_POLICIES
     for summary in summaries:
         assert set(summary) == {"scenario", "policy", "seeds", "mean", "worst", "runs"}
         assert summary["scenario"] == "tiny" and summary["seeds"] == [1, 2]
