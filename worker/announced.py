@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
-from operator import attrgetter, itemgetter
-from typing import Any, Final, NamedTuple
+from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
+from typing import Any, Final, NamedTuple, cast
 
 # The kinds of limit a 429 may name.
 CONCURRENCY: Final = "concurrency"
@@ -114,41 +114,50 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
 
     One style per answer (an API sending several sends the same limit in each): the draft -08
     fields when present, else the earlier draft's, else X-RateLimit.
+
+    This runs for every answer of every call, when the calls are folded: one pass over the
+    entries as the client holds them, each name looked up once, and the remaining quota of a
+    ``RateLimit`` field read from the fields read lately (``_least_by_field``).
     """
-    pairs = header_pairs(headers)
+    try:
+        reader, name_at = _entry_readers[type(headers)]
+    except KeyError:
+        reader, name_at = _entry_readers[type(headers)] = _entry_reader(headers)
+    value_at = name_at + 1
+    names = _names
     seen = False
     ietf: list[str | bytes] = []
     legacy = x_ratelimit = None
-    for name, value in pairs:
+    for entry in reader(headers):
+        name = entry[name_at]
         try:
-            field = _names[name]
+            field = names[name]
         except KeyError:
             field = _field_name(name)
         if field is not None:
             seen = True
             if field == _RATELIMIT:
-                ietf.append(value)
+                ietf.append(entry[value_at])
             # A field sent twice is one list whose first member counts, as ``fields`` reads it.
-            elif field == _LEGACY[1] and legacy is None:
-                legacy = value
+            elif field == _LEGACY[1]:
+                if legacy is None:
+                    legacy = entry[value_at]
             elif field == _X[1] and x_ratelimit is None:
-                x_ratelimit = value
+                x_ratelimit = entry[value_at]
     if not seen:
         return None
     remaining = None
     if ietf:
         # Read as ``fields`` and ``limit`` read it (one list, ``_members``): never otherwise.
-        texts = [value.decode("latin-1") if isinstance(value, bytes) else value for value in ietf]
-        for _, parameters in _members(", ".join(texts)):
-            member = _number(parameters.get("r"))
-            if member is not None and (remaining is None or member < remaining):
-                remaining = member
+        text = _text(ietf[0]) if len(ietf) == 1 else ", ".join([_text(value) for value in ietf])
+        try:
+            remaining = _least_by_field[text]
+        except KeyError:
+            remaining = _least_remaining(text)
     else:
         first = x_ratelimit if legacy is None else legacy
         if first is not None:
-            remaining = _first_number(
-                first.decode("latin-1") if isinstance(first, bytes) else first
-            )
+            remaining = _first_number(_text(first))
     if status != 429:
         return remaining, None
     found = fields(header_pairs(headers)) or {}
@@ -158,50 +167,72 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
     return remaining, CONCURRENCY if _TWILIO in found else None
 
 
+def _text(value: str | bytes) -> str:
+    return value.decode("latin-1") if isinstance(value, bytes) else value
+
+
+def _least_remaining(field: str) -> float | None:
+    """The least ``r`` among a ``RateLimit`` field's members (None: none is a number),
+    remembered: a pure function of the field's text, read for every answer, and an API's
+    answers repeat their fields as its quota counts down. Forgotten all at once when
+    ``_PARSED_HELD``, as ``_members``' memory is."""
+    remaining = None
+    for _, parameters in _members(field):
+        member = _number(parameters.get("r"))
+        if member is not None and (remaining is None or member < remaining):
+            remaining = member
+    if len(_least_by_field) >= _PARSED_HELD:
+        _least_by_field.clear()
+    _least_by_field[field] = remaining
+    return remaining
+
+
+_least_by_field: dict[str, float | None] = {}
+
+
 def header_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
-    """An answer's header fields as (name, value) pairs as the client holds them: http.client's
-    ``HTTPMessage`` (its list as parsed, rather than ``items()``, which rewrites every value),
-    httpx's ``Headers`` (its lowercase names and raw values, rather than ``raw``, which copies
-    the list, or decoding every one), or such pairs. How a client's headers are read is chosen
-    once per type (``_pair_readers``): an answer pays one lookup for it."""
+    """An answer's header fields as (name, value) pairs, read from the entries as the client
+    holds them: http.client's ``HTTPMessage`` (its list of (name, value) as
+    parsed, rather than ``items()``, which rewrites every value), httpx's ``Headers`` (its
+    (raw name, lowercase name, raw value) triples, rather than ``raw``, which copies the list,
+    or decoding every one), or (name, value) pairs. How a client's headers are read, and
+    where an entry holds its name (its value is next), is chosen once per type
+    (``_entry_readers``): an answer pays one lookup for it."""
     try:
-        reader = _pair_readers[type(headers)]
+        reader, name_at = _entry_readers[type(headers)]
     except KeyError:
-        reader = _pair_readers[type(headers)] = _pair_reader(headers)
-    return reader(headers)
+        reader, name_at = _entry_readers[type(headers)] = _entry_reader(headers)
+    return ((entry[name_at], entry[name_at + 1]) for entry in reader(headers))
 
 
-def _pair_reader(headers: Any) -> Callable[[Any], Iterable[tuple[str | bytes, str | bytes]]]:
-    """How to read the pairs of headers of ``headers``' type."""
+def _entry_reader(headers: Any) -> _EntryReader:
+    """How to read the entries of headers of ``headers``' type, and where an entry's name is."""
     if type(getattr(headers, "_headers", None)) is list:
-        return _HTTP_CLIENT_PAIRS
+        return _HTTP_CLIENT_ENTRIES, 0
     listed = getattr(headers, "_list", None)
     if type(listed) is list and all(type(item) is tuple and len(item) == 3 for item in listed):
-        return _httpx_pairs
+        return _HTTPX_ENTRIES, 1
     if type(getattr(headers, "raw", None)) is list:
-        return _RAW_PAIRS
+        return _RAW_ENTRIES, 0
     if type(headers) is list:
-        return _as_given
-    return _items
+        return _as_given, 0
+    return _items, 0
 
 
-# http.client's parsed list; httpx's (raw name, lowercase name, value) triples, read in C.
-_HTTP_CLIENT_PAIRS: Final = attrgetter("_headers")
-_RAW_PAIRS: Final = attrgetter("raw")
-_LOWERCASE_AND_VALUE: Final = itemgetter(1, 2)
-_pair_readers: dict[type, Callable[[Any], Iterable[tuple[str | bytes, str | bytes]]]] = {}
+# http.client's parsed list; httpx's (raw name, lowercase name, value) triples; a raw list.
+_HTTP_CLIENT_ENTRIES: Final = attrgetter("_headers")
+_HTTPX_ENTRIES: Final = attrgetter("_list")
+_RAW_ENTRIES: Final = attrgetter("raw")
+_EntryReader = tuple[Callable[[Any], Iterable[Sequence[str | bytes]]], int]
+_entry_readers: dict[type, _EntryReader] = {}
 
 
-def _httpx_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
-    return map(_LOWERCASE_AND_VALUE, headers._list)
+def _as_given(headers: Any) -> Iterable[Sequence[str | bytes]]:
+    return cast(Iterable[Sequence[str | bytes]], headers)
 
 
-def _as_given(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
-    return headers
-
-
-def _items(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
-    return headers.items()
+def _items(headers: Any) -> Iterable[Sequence[str | bytes]]:
+    return cast(Iterable[Sequence[str | bytes]], headers.items())
 
 
 def limit(headers: Any, answered_at: float) -> Limit | None:

@@ -4,11 +4,12 @@ resets as instants, the kinds of a 429, and anything malformed ignored without r
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from worker import announced
 from worker.announced import Limit
+from worker.invocation import Invocation
 
 NOW = 1_795_000_000.0
 
@@ -191,3 +192,35 @@ def test_every_clients_header_object_reads_as_its_pairs(
         assert announced.limit(headers_held, NOW) == announced.limit(headers, NOW), client
     last = headers[-1:]
     assert announced.glance(mapping, status) == announced.glance(last, status)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.tuples(header_names, wire_values), max_size=5), max_size=6))
+@example([[("X-RateLimit-Remaining", "3")], [("RateLimit", "a;r=3")], [("RateLimit", "a;r=4")]])
+def test_an_invocation_keeps_the_answer_with_the_least_remaining_the_later_on_a_tie(
+    answers: list[list[tuple[str, str]]],
+) -> None:
+    invocation = Invocation(["orders"], environ={})
+    for at, headers in enumerate(answers):
+        invocation.count(200, 1.0, None, "api", headers=headers, answered_at=float(at))
+
+    tally = invocation.tallies["orders"]
+    # The reference: every answer's whole limit (``limit``, not the glance the fold reads).
+    remaining = [(limit.remaining, at) for at, h in enumerate(answers) if (limit := read(h)[0])]
+    if not remaining:
+        assert tally.announcing is None and tally.limit is None
+        return
+    least, chosen = min(remaining, key=lambda item: (item[0], -item[1]))
+    assert tally.least_remaining == least
+    assert tally.announcing is not None and tally.announcing[0] is answers[chosen]
+    assert tally.limit == announced.limit(answers[chosen], tally.announcing[1])
+
+
+def test_the_remaining_quotas_read_lately_are_held_up_to_their_bound() -> None:
+    # An API's RateLimit field changes as its quota counts down: each text is read once, and
+    # what is remembered stays bounded however many an execution environment sees.
+    for remaining in range(3 * announced._PARSED_HELD):
+        field = f'"burst";r={remaining};t=1'
+        assert announced.glance([("RateLimit", field)], 200) == (remaining, None)
+        assert announced.glance([("RateLimit", field)], 200) == (remaining, None)
+        assert len(announced._least_by_field) <= announced._PARSED_HELD
