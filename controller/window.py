@@ -194,6 +194,13 @@ class WindowStats:
         return self.busy_ms / self.timed_samples / 1000.0 if self.timed_samples else 0.0
 
     @property
+    def invocation_pace(self) -> float | None:
+        """The calls a second one invocation makes (``calls_per_invocation_second``)."""
+        return calls_per_invocation_second(
+            self.requests, self.samples, self.busy_ms, self.timed_samples
+        )
+
+    @property
     def mean_latency_ms(self) -> float | None:
         """The calls' mean round-trip time; ``None`` when no latency was reported."""
         return self.latency_ms_sum / self.latency_count if self.latency_count else None
@@ -206,6 +213,19 @@ class WindowStats:
 
 
 Second = tuple[int, WindowStats]
+
+
+def calls_per_invocation_second(
+    requests: int, samples: int, busy_ms: float, timed_samples: int
+) -> float | None:
+    """The calls a second one invocation makes: ``requests`` over ``samples`` invocations,
+    over their mean duration (``busy_ms`` over the ``timed_samples`` that reported one);
+    ``None`` when none was made or no invocation reported its duration. The one formula of a
+    queue's pace: over a span's stats (``WindowStats.invocation_pace``) and over sums a caller
+    adds up itself (the group law, one pass per member)."""
+    if not samples or not requests or not timed_samples or busy_ms <= 0:
+        return None
+    return requests / samples / (busy_ms / timed_samples / 1000.0)
 
 
 @dataclass(frozen=True, slots=True)

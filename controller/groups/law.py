@@ -48,7 +48,7 @@ from controller.model import QueueStateName as Name
 from controller.policy.base import Verdict
 from controller.policy.guards import decision_from
 from controller.settings import PolicyParams
-from controller.window import WindowSnapshot
+from controller.window import WindowSnapshot, calls_per_invocation_second
 
 # A member whose invocations in use reach this share of its level wants more than it has.
 SATURATED = 0.75
@@ -150,8 +150,7 @@ def _paces(members: Sequence[Member], now: float) -> dict[str, float]:
                 samples += stats.samples
                 timed += stats.timed_samples
                 busy_ms += stats.busy_ms
-        mean_s = busy_ms / timed / 1000.0 if timed else 0.0
-        measured[member.config.queue] = calls / samples / mean_s if calls and mean_s > 0 else None
+        measured[member.config.queue] = calls_per_invocation_second(calls, samples, busy_ms, timed)
     known = [pace for pace in measured.values() if pace]
     fallback = statistics.median(known) if known else 1.0
     return {queue: pace or fallback for queue, pace in measured.items()}

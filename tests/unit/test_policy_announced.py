@@ -200,6 +200,20 @@ class TestAnnouncedPhase:
         shallow = move(7, QueueStateName.THROTTLED, "Trim.", AdaptiveMemory(ceiling=8), stats)
         assert ALGORITHM.within_announced(situation, fit, shallow) is shallow
 
+    def test_a_remaining_quota_running_toward_zero_steps_down_before_the_first_429(
+        self,
+    ) -> None:
+        # 6000 calls a minute (100/s: 8 invocations), no 429 yet, but only 1500 left for the
+        # window's last 30 s: 50 calls a second until the reset, 4 invocations.
+        window = busy(limit=6000.0, window_s=60.0, remaining=1500.0, reset_s=30.0)
+        assert window.stats(NOW - 30, NOW + 1).throttled == 0
+        spending = run(queue(8, announced_level=8), window, now=NOW + 0.1)
+        assert (spending.action, spending.target) == (Action.MULTIPLICATIVE_DECREASE, 4)
+        assert spending.new_state.enabled
+        # With as many left as the steady rate spends to the reset, it holds.
+        whole = busy(limit=6000.0, window_s=60.0, remaining=3000.0, reset_s=30.0)
+        assert run(queue(8, announced_level=8), whole, now=NOW + 0.1).target == 8
+
     def test_a_spent_quota_pauses_until_its_reset_then_resumes_at_its_level(self) -> None:
         # 6000 calls a minute (100/s), 20 left 40 s before the reset: 0.5 calls/s until then.
         window = busy(limit=6000.0, window_s=60.0, remaining=20.0, reset_s=40.0)

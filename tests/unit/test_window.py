@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.model import Sample
-from controller.window import QueueWindow, Quota
+from controller.window import QueueWindow, Quota, calls_per_invocation_second
 from tests.factories import sample
 
 
@@ -145,3 +145,19 @@ def test_the_kinds_of_429s_add_up_with_the_rest() -> None:
     window.add(dataclasses.replace(sample(at=1000.7, ok=8, throttled=2), throttled_concurrency=2))
     stats = window.stats(0, 2000)
     assert (stats.throttled, stats.throttled_rate, stats.throttled_concurrency) == (6, 3, 2)
+
+
+def test_the_pace_is_calls_per_invocation_over_the_timed_invocations_mean_duration() -> None:
+    window = QueueWindow()
+    window.add(sample(at=100.8, ok=10, invocation_ms=800))  # 12.5 calls a second
+    window.add(sample(at=101.4, ok=4, throttled=6, invocation_ms=400))  # 25: refused calls count
+    # A document without its duration adds its calls and invocation, not a duration.
+    window.add(sample(at=102.5, ok=10, invocation_ms=None))
+    stats = window.stats(100.0, 103.0)
+    # 30 calls over 3 invocations, each 0.6 s on average.
+    assert stats.invocation_pace == pytest.approx(10 / 0.6)
+    assert calls_per_invocation_second(30, 3, 1200.0, 2) == stats.invocation_pace
+    untimed = QueueWindow()
+    untimed.add(sample(at=100.5, invocation_ms=None))
+    assert untimed.stats(100.0, 101.0).invocation_pace is None
+    assert QueueWindow().stats(100.0, 101.0).invocation_pace is None

@@ -8,10 +8,10 @@ its quota comes back, so neither needs a probe (``Situation.quota``, the newest 
   its quota over its window, and, until the announced window resets, no more than its
   remaining spread over the window's rest. Shared equally among the ``Situation.sharing``
   queues that report the same downstream, at the calls a second one of this queue's
-  invocations makes (``invocation_pace``, measured at the level the mapping now has), it fits
-  ``rate / sharing / pace`` invocations: the announced level is that, rounded down, within
-  Cmin..Cmax. The rate is the one at the time a level set now acts, once the invocations
-  running end (``Fit``).
+  invocations makes (``WindowStats.invocation_pace``, measured at the level the mapping now
+  has), it fits ``rate / sharing / pace`` invocations: the announced level is that, rounded
+  down, within Cmin..Cmax. The rate is the one at the time a level set now acts, once the
+  invocations running end (``Fit``).
 - **Step down before the first 429.** A mapping above the announced level is cut to it at
   once, whatever the evidence says: the remaining quota running toward zero faster than the
   reset refills it lowers the rate, and so the level, before it is spent.
@@ -86,7 +86,7 @@ class Announced(Pausing):
         if recent.throttled_concurrency > 0:
             return None
         paced = self._paced(situation, recent)
-        pace = invocation_pace(paced)
+        pace = paced.invocation_pace
         if pace is None:
             return None
         # A level set now acts once the invocations running end: a window that resets before
@@ -251,14 +251,6 @@ class Announced(Pausing):
             breaches=0,
             wake_at=0.0,
         )
-
-
-def invocation_pace(stats: WindowStats) -> float | None:
-    """The calls a second one invocation makes: its calls over its duration, on average over
-    ``stats`` (``None``: no invocation reported its duration)."""
-    if not stats.samples or not stats.requests or stats.mean_invocation_s <= 0:
-        return None
-    return stats.requests / stats.samples / stats.mean_invocation_s
 
 
 def _sized(memory: AdaptiveMemory, level: int, *, broke_at: int = 0) -> AdaptiveMemory:
