@@ -196,13 +196,17 @@ def running_pace(
 def _detection_latencies(
     first_rejections: Mapping[float, float], changes: list[Any], epoch_origin: float
 ) -> list[float]:
-    """Per capacity drop: from the first 429 after it to the first mapping cut after that."""
+    """Per capacity drop: from the first 429 after it to the first mapping cut after that (a
+    probe's end lowers the mapping too, but it is no cut)."""
+    from controller.model import Action
+
     latencies: list[float] = []
     for _, first_429 in sorted(first_rejections.items()):
         cuts = [
             entry.timestamp - epoch_origin
             for entry in changes
             if entry.new_value < entry.previous_value
+            and entry.action != Action.PROBE_END
             and entry.timestamp - epoch_origin >= first_429
         ]
         if cuts:
