@@ -84,7 +84,8 @@ class Action(StrEnum):
     PAUSE = "PAUSE"
     RESUME = "RESUME"
     # A probe's raised level taken back to the level it probed from when its pulse is over:
-    # lower, but not a cut (nothing was refused; the probe is judged after it).
+    # lower (or higher, where a group cut the queue during the pulse), but neither a cut nor a
+    # raise (nothing was refused; the probe is judged after it).
     PROBE_END = "PROBE_END"
 
 

@@ -187,11 +187,15 @@ def paused_since(state: QueueState, enabled: bool, wake_at: float, now: float) -
 def _action(state: QueueState, target: int, enabled: bool, *, ends_probe: bool) -> Action:
     if enabled != state.enabled:
         return Action.RESUME if enabled else Action.PAUSE
+    if target == state.concurrency:
+        return Action.HOLD
+    # Back to the probe's base: lower, or higher where a group cut the queue during the pulse;
+    # neither a cut nor a raise of the queue's own.
+    if ends_probe:
+        return Action.PROBE_END
     if target > state.concurrency:
         return Action.ADDITIVE_INCREASE
-    if target < state.concurrency:
-        return Action.PROBE_END if ends_probe else Action.MULTIPLICATIVE_DECREASE
-    return Action.HOLD
+    return Action.MULTIPLICATIVE_DECREASE
 
 
 def _pinned(state: QueueState, now: float) -> Decision:
