@@ -76,11 +76,17 @@ class Sample:
 
 
 class Action(StrEnum):
+    """What a decision does to the mapping, as the ledger's audit trail records it."""
+
     MULTIPLICATIVE_DECREASE = "MULTIPLICATIVE_DECREASE"
     ADDITIVE_INCREASE = "ADDITIVE_INCREASE"
     HOLD = "HOLD"
     PAUSE = "PAUSE"
     RESUME = "RESUME"
+    # A probe's raised level taken back to the level it probed from when its pulse is over:
+    # lower (or higher, where a group cut the queue during the pulse), but neither a cut nor a
+    # raise (nothing was refused; the probe is judged after it).
+    PROBE_END = "PROBE_END"
 
 
 class QueueStateName(StrEnum):

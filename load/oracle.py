@@ -92,15 +92,17 @@ def pace(batch_size: int, latency_ms: float, invocation_overhead_ms: float) -> f
 
 
 def paced_drain_time(
-    scenario: Scenario, spec: QueueSpec, paces: Sequence[float | None]
+    scenario: Scenario, downstream: str, paces: Sequence[float | None]
 ) -> float | None:
-    """The ideal drain of ``spec``, the one queue on its downstream, when its invocations make
-    at most ``paces[i]`` calls a second each during the capacity schedule's step ``i``: the
-    step's capacity, capped at what ``max_concurrency`` invocations send at that pace (the
-    oracle's own ideal assumes they can send it all; a step without a pace keeps it)."""
-    steps = scenario.downstream(spec.downstream).capacity_rps
+    """The ideal drain of the queues on ``downstream`` when their invocations make at most
+    ``paces[i]`` calls a second each during the capacity schedule's step ``i``: the step's
+    capacity, capped at what their ``max_concurrency`` invocations together send at that pace
+    (the oracle's own ideal assumes they can send it all; a step without a pace keeps it)."""
+    queues = [spec for spec in scenario.queues if spec.downstream == downstream]
+    callers = sum(spec.max_concurrency for spec in queues)
+    steps = scenario.downstream(downstream).capacity_rps
     capacity = tuple(
-        (start, rate if pace is None else min(rate, spec.max_concurrency * pace))
+        (start, rate if pace is None else min(rate, callers * pace))
         for (start, rate), pace in zip(steps, paces, strict=True)
     )
-    return pooled_drain_time(capacity, [spec], scenario.duration_s)
+    return pooled_drain_time(capacity, queues, scenario.duration_s)

@@ -139,7 +139,7 @@ def decision_from(
         # until it says otherwise (a past one: decide again at every tick).
         wake_at = state.wake_at if state.algorithm else 0.0
     moved = target != state.concurrency or enabled != state.enabled
-    action = _action(state, target, enabled)
+    action = _action(state, target, enabled, ends_probe=verdict.ends_probe)
     breaches = verdict.consecutive_breaches
     new_state = state.evolve(
         state=verdict.state,
@@ -184,14 +184,18 @@ def paused_since(state: QueueState, enabled: bool, wake_at: float, now: float) -
     return now if state.enabled and not enabled else 0.0
 
 
-def _action(state: QueueState, target: int, enabled: bool) -> Action:
+def _action(state: QueueState, target: int, enabled: bool, *, ends_probe: bool) -> Action:
     if enabled != state.enabled:
         return Action.RESUME if enabled else Action.PAUSE
+    if target == state.concurrency:
+        return Action.HOLD
+    # Back to the probe's base: lower, or higher where a group cut the queue during the pulse;
+    # neither a cut nor a raise of the queue's own.
+    if ends_probe:
+        return Action.PROBE_END
     if target > state.concurrency:
         return Action.ADDITIVE_INCREASE
-    if target < state.concurrency:
-        return Action.MULTIPLICATIVE_DECREASE
-    return Action.HOLD
+    return Action.MULTIPLICATIVE_DECREASE
 
 
 def _pinned(state: QueueState, now: float) -> Decision:

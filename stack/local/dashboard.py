@@ -36,8 +36,8 @@ MIN_EVALUATION_INTERVAL_S = 1.0
 TRANSITIONS_SHOWN = 30  # per queue, the most recent
 # Where CloudWatch says "No data available", the page says what the emptiness means where it
 # means one thing (``empty_note``): the group widgets while the ledger holds no group's report
-# (a queue alone on its downstream, as the demo's one queue, forms no group), and the skips
-# widget, whose documents are written only for a reason counted.
+# (a queue alone on its downstream forms no group), and the skips widget, whose documents are
+# written only for a reason counted.
 NO_GROUP_NOTE = (
     "No group reported yet: queues that call one downstream (or share a CONFIG Group) are "
     "decided together, and drawn here."
@@ -245,12 +245,17 @@ class DashboardServer:
                     self._reply(HTTPStatus.NOT_FOUND, "text/plain", b"not found\n")
 
             def _reply(self, status: HTTPStatus, kind: str, body: bytes) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.send_header("Cache-Control", "no-store")
-                self.end_headers()
-                self.wfile.write(body)
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", kind)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.send_header("Cache-Control", "no-store")
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    # The page was closed or reloaded mid-answer (a traceback on the demo's
+                    # terminal otherwise): no one is left to answer.
+                    return
 
             def log_message(self, format: str, *args: Any) -> None:
                 """Quiet: the terminal belongs to the command (the demo's live view)."""

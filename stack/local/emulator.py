@@ -374,8 +374,11 @@ class EmbeddedAws:
                 for stream in kinesis.streams.values():
                     stream.lambda_event_source_mappings.clear()
 
-    def register_queue(self, deployment: Deployment, queue: str) -> None:
-        """Write the queue's CONFIG item: only registered mappings are ever actuated."""
+    def register_queue(
+        self, deployment: Deployment, queue: str, overrides: Mapping[str, float] | None = None
+    ) -> None:
+        """Write the queue's CONFIG item: only registered mappings are ever actuated.
+        ``overrides``: the queue's own policy parameters (``queuemesh register --cmax ...``)."""
         from controller.ledger import DynamoLedger
         from controller.model import QueueConfig
         from controller.policy import memory_type
@@ -384,4 +387,8 @@ class EmbeddedAws:
         ledger = DynamoLedger(
             deployment.table_name, client=self.client("dynamodb"), memory_types=memory_type
         )
-        ledger.put_config(QueueConfig(queue=binding.name, esm_uuid=binding.esm_uuid))
+        ledger.put_config(
+            QueueConfig(
+                queue=binding.name, esm_uuid=binding.esm_uuid, overrides=dict(overrides or {})
+            )
+        )

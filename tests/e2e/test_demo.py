@@ -76,18 +76,25 @@ def test_demo_storm_and_cure_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     score = result["queues"]["orders"]
+    assert result["sqs_queues"]["orders"].startswith("queuemesh-local-")
     transitions = result["transitions"]
-    cuts = [t for t in transitions if t["target"] < t["previous"]]
+    assert {t["queue"] for t in transitions} == {"orders"}
+    # A probe's end lowers the mapping too, but it is no cut.
+    cuts = [t for t in transitions if t["action"] == "MULTIPLICATIVE_DECREASE"]
     raises = [t for t in transitions if t["target"] > t["previous"]]
+    ends = [t for t in transitions if t["action"] == "PROBE_END"]
+    assert all(t["target"] < t["previous"] for t in cuts + ends)
     # Concurrency falls after the drop (t=8) and rises after the return (t=24).
     assert any(8 <= cut["t"] < 24 for cut in cuts), transitions
     assert any(rise["t"] >= 24 for rise in raises), transitions
-    assert score["esm_updates"] == len(cuts) + len(raises) >= 2
+    assert score["esm_updates"] == len(cuts) + len(raises) + len(ends) >= 2
     assert result["ledger"]["orders"]["version"] == len(transitions)
     assert result["ledger"]["orders"]["concurrency"] == transitions[-1]["target"]
     assert score["detection_latency_s"] is not None and score["detection_latency_s"] >= 0
     # The storm happened (the downstream rejected calls) and every message is accounted for.
-    assert 0 < score["calls_rejected"] < score["calls_total"]
+    totals = result["totals"]
+    assert 0 < totals["calls_rejected"] < totals["calls_total"]
+    assert totals["messages_total"] == score["messages_total"]
     assert score["messages_total"] == 600 + 30 * 45
     assert score["messages_pending"] == 0
     assert score["messages_done"] + score["dlq_messages"] == score["messages_total"]
@@ -138,6 +145,7 @@ def fabricated_result() -> dict[str, Any]:
         "policy": "queuemesh-adaptive",
         "ended_at_s": 99.0,
         "wall_s": 130.0,
+        "sqs_queues": {"billing": "queuemesh-local-billing"},
         "queues": {"billing": score},
         "totals": score,
         "ledger": {"billing": None},
@@ -191,7 +199,12 @@ def test_the_summary_prints_timed_out_calls_and_the_simulators_cards() -> None:
 def test_the_cards_end_with_the_bound_where_it_knows_the_capacity() -> None:
     from stack.local.demo.summary import SIMULATED_POLICIES
 
-    result, text = summary_with_cards("demo")
+    # The bound knows a queue alone on its API (the announced demo's: the default demo's main
+    # queue), not the default demo's two queues sharing it.
+    shared, text = summary_with_cards("demo")
+    assert list(shared["simulated"]) == list(SIMULATED_POLICIES)
+    assert "hindsight" not in text
+    result, text = summary_with_cards("announced")
     assert list(result["simulated"]) == [*SIMULATED_POLICIES, "hindsight"]
     bound = result["simulated"]["hindsight"]
     line = next(line for line in text.splitlines() if "hindsight" in line)
@@ -233,7 +246,8 @@ def test_announced_is_the_default_demo_and_an_unknown_name_is_refused_in_one_lin
     announced, path = demo_scenario("announced")
     default = load_scenario(str(DEMO_SCENARIO))
     assert (announced.name, path) == ("announced", None)
-    assert (announced.downstreams, announced.queues) == (default.downstreams, default.queues)
+    # The default demo's API and its main queue; its small second queue is left out.
+    assert (announced.downstreams, announced.queues) == (default.downstreams, default.queues[:1])
 
     assert main(["demo", "--scenario", "no-such-scenario", "--headless"]) == 2
     err = capsys.readouterr().err.strip()
@@ -271,19 +285,21 @@ def test_the_announced_demo_telemetry_carries_the_downstreams_limit(
         decode_record_data(line.data, sequence_number=line.sequence, into=decoded)
     samples = decoded.samples
     assert samples and "bad_value" not in decoded.skipped
-    # The demo's API admits 64 calls a second before its drop, and says so on every answer.
+    # The demo's API admits its first capacity a second before its drop, and says so on every
+    # answer.
+    [(_, limit)] = load_scenario(str(DEMO_SCENARIO)).downstreams[0].capacity_rps[:1]
     announced = [sample for sample in samples if sample.quota_remaining is not None]
     assert len(announced) == len(samples)
-    assert {(sample.quota_limit, sample.quota_window_s) for sample in announced} == {(64.0, 1.0)}
+    assert {(sample.quota_limit, sample.quota_window_s) for sample in announced} == {(limit, 1.0)}
     # Whole seconds, rounded up, from a timestamp in whole milliseconds.
     assert all(0 <= sample.quota_reset_s <= 1.001 for sample in announced)  # type: ignore[operator]
-    assert all(0 <= sample.quota_remaining <= 64 for sample in announced)  # type: ignore[operator]
+    assert all(0 <= sample.quota_remaining <= limit for sample in announced)  # type: ignore[operator]
 
 
-def test_a_scenario_with_two_queues_is_refused_in_one_line_naming_the_fix(
+def test_a_scenario_with_two_downstreams_is_refused_in_one_line_naming_the_fix(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["demo", "--scenario", "shared-downstream", "--headless"]) == 2
+    assert main(["demo", "--scenario", "fleet-storm", "--headless"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1
-    assert "pass a scenario file with one queue and one downstream" in err
+    assert "has 2 downstreams" in err and "pass a scenario file with one downstream" in err

@@ -114,6 +114,35 @@ def test_alarms_count_over_five_minutes_and_treat_no_document_as_zero(
         assert alarm["AlarmActions"] == alarm["OKActions"] == topic
 
 
+def test_a_count_alarm_past_its_first_occurrence_fires_at_the_operators_threshold(
+    template: dict[str, Any],
+) -> None:
+    # An alarm at 1 fires on any occurrence; a higher threshold is a judgement about noise,
+    # so it is a parameter the operator can move, shown in the Alarms group with its default
+    # in the runbook.
+    interface = template["Metadata"]["AWS::CloudFormation::Interface"]
+    [group] = [g for g in interface["ParameterGroups"] if g["Label"]["default"] == "Alarms"]
+    runbook = RUNBOOK.read_text(encoding="utf-8")
+    parameters = template["Parameters"]
+    tunable = {}
+    for logical, alarm in controller_alarms(template).items():
+        threshold = alarm["Threshold"]
+        if not isinstance(threshold, dict):
+            assert threshold == 1, (logical, threshold)
+            continue
+        name = threshold["Ref"]
+        tunable[alarm["MetricName"]] = parameters[name]["Default"]
+        assert name in group["Parameters"], name
+        assert f"`{name}` (default {parameters[name]['Default']})" in runbook, name
+    assert tunable == {
+        HealthMetric.TELEMETRY_UNREADABLE: 10,
+        metric_of(Count.ACTUATION_FAILURES): 3,
+        metric_of(Count.BACKLOG_READ_FAILURES): 5,
+        metric_of(Count.GROUP_REPORTS_UNWRITTEN): 3,
+        HealthMetric.LONGEST_PAUSE: 1800,
+    }
+
+
 def test_every_alarm_has_a_runbook_entry(template: dict[str, Any]) -> None:
     runbook = RUNBOOK.read_text(encoding="utf-8").split("## Alarms: the runbook", 1)[1]
     assert len(alarms(template)) == 11

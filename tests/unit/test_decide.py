@@ -352,3 +352,20 @@ def test_a_pause_lasts_from_the_first_disabling_through_its_test_pulses() -> Non
     # A mapping an operator disabled is held as it is: not the controller's pause.
     disabled = running.evolve(enabled=False)
     assert _step(disabled, PAUSED_AT, None, 0.0).paused_since == 0.0
+
+
+@pytest.mark.parametrize(("level", "base"), [(9, 8), (7, 8)])
+def test_a_probes_end_is_recorded_as_such_whichever_way_it_moves(level: int, base: int) -> None:
+    # Back to the probe's base: lower after the pulse, or higher where a group cut the queue
+    # during it; neither is a cut or a raise of the queue's own.
+    current = state(level, QueueStateName.RECOVERING)
+    verdict = Verdict(base, QueueStateName.RECOVERING, "pulse over", NoMemory(), ends_probe=True)
+    ended = decision_from(current, verdict, 1000.0)
+    assert (ended.action, ended.new_state.last_action) == (Action.PROBE_END, Action.PROBE_END)
+    # The same move without a probe's end is a cut or a raise, and staying put a hold.
+    plain = decision_from(current, dataclasses.replace(verdict, ends_probe=False), 1000.0)
+    assert plain.action is (
+        Action.MULTIPLICATIVE_DECREASE if base < level else Action.ADDITIVE_INCREASE
+    )
+    held = decision_from(current, dataclasses.replace(verdict, target=level), 1000.0)
+    assert held.action is Action.HOLD

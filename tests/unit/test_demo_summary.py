@@ -30,10 +30,18 @@ def summary(transitions: int) -> list[str]:
         "policy": "queuemesh-adaptive",
         "ended_at_s": 60.0,
         "wall_s": 90.0,
+        "queues": {"orders": TOTALS},
         "totals": TOTALS,
         "ledger": {"orders": None},
         "transitions": [
-            {"t": float(t), "action": "HOLD", "previous": 7, "target": 7, "reason": f"step {t}"}
+            {
+                "t": float(t),
+                "queue": "orders",
+                "action": "HOLD",
+                "previous": 7,
+                "target": 7,
+                "reason": f"step {t}",
+            }
             for t in range(transitions)
         ],
     }
@@ -58,3 +66,39 @@ def test_a_long_run_shows_its_first_transitions_the_cure_and_its_last() -> None:
 def test_a_short_run_shows_every_transition() -> None:
     count = FIRST_SHOWN + LAST_SHOWN
     assert listed(summary(count)) == [f"step {t}" for t in range(count)]
+
+
+def test_each_queue_of_a_shared_downstream_shows_its_counts_state_and_own_transitions() -> None:
+    refunds = dict(TOTALS, messages_total=200, messages_done=198, dlq_messages=2, esm_updates=1)
+
+    def ledger(concurrency: int) -> dict[str, Any]:
+        return {"state": "THROTTLED", "concurrency": concurrency, "version": 3, "last_reason": "x"}
+
+    def transition(t: float, queue: str, previous: int, target: int) -> dict[str, Any]:
+        return {
+            "t": t,
+            "queue": queue,
+            "action": "MULTIPLICATIVE_DECREASE",
+            "previous": previous,
+            "target": target,
+            "reason": f"{queue} cut",
+        }
+
+    result: dict[str, Any] = {
+        "scenario": "demo",
+        "policy": "queuemesh-adaptive",
+        "ended_at_s": 60.0,
+        "wall_s": 90.0,
+        "queues": {"orders": TOTALS, "refunds": refunds},
+        "totals": TOTALS,
+        "ledger": {"orders": ledger(7), "refunds": ledger(2)},
+        "transitions": [transition(21.0, "orders", 16, 7), transition(22.0, "refunds", 3, 2)],
+    }
+    out = io.StringIO()
+    print_summary(result, out)
+    lines = [line.strip() for line in out.getvalue().splitlines()]
+    at = lines.index("refunds:")
+    orders = lines[lines.index("orders:") : at]
+    assert "200 sent, 198 done, 2 dead-lettered; drained at 50.0 s; 1 mapping changes" in lines
+    assert lines[at + 2] == "ledger: THROTTLED at 2 (version 3): x"
+    assert listed(orders) == ["orders cut"] and listed(lines[at:]) == ["refunds cut"]

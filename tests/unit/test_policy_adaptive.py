@@ -109,7 +109,9 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     assert (raised.action, raised.target) == (Action.ADDITIVE_INCREASE, 9)
     assert memory_of(current).probe_until == PULSE_END
     current, reverted = run(current, window, PULSE_END)
-    assert reverted.target == 8
+    # Back to the base, recorded as the probe's end, not as a cut (nothing was refused).
+    assert (reverted.action, reverted.target) == (Action.PROBE_END, 8)
+    assert current.last_action is Action.PROBE_END
     assert memory_of(current).judge_at == PULSE_END + ALGORITHM.judge_after_s
     for document in steady(992, 8, 11, ok=10):
         window.add(document)
@@ -119,7 +121,7 @@ def test_a_pulse_probe_raises_reverts_and_commits_when_clean() -> None:
     assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 11)
     assert (memory_of(current).probe_base, memory_of(current).ceiling) == (9, 10)
     current, reverted = run(current, window, memory_of(current).probe_until)
-    assert reverted.target == 9
+    assert (reverted.action, reverted.target) == (Action.PROBE_END, 9)
 
 
 def pulsed_from_8_to_9(**memory: object) -> tuple[QueueState, QueueWindow]:

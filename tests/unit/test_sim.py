@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable, Sequence
@@ -350,13 +351,21 @@ def test_the_oracle_pools_queues_that_share_a_downstream() -> None:
 def test_the_ideal_at_a_pace_caps_each_step_at_what_the_cap_sends() -> None:
     # 20 invocations at 2 calls a second send 40/s: 1000 messages on 100/s take 25 s, not 10.
     scenario = tiny(backlog=1000, capacity_rps=[[0, 100], [10, 30]])
-    spec = scenario.queues[0]
-    assert paced_drain_time(scenario, spec, [None, None]) == ideal_drain_times(scenario)["q"]
+    assert paced_drain_time(scenario, "api", [None, None]) == ideal_drain_times(scenario)["q"]
     # 40/s for 10 s (400), then 30/s, under the cap's 40: 600 more take 20 s.
-    assert paced_drain_time(scenario, spec, [2.0, 2.0]) == 30.0
+    assert paced_drain_time(scenario, "api", [2.0, 2.0]) == 30.0
     # A pace for the first step only: the second keeps its capacity.
-    assert paced_drain_time(scenario, spec, [2.0, None]) == 30.0
-    assert paced_drain_time(scenario, spec, [1.0, None]) == 10.0 + 800 / 30
+    assert paced_drain_time(scenario, "api", [2.0, None]) == 30.0
+    assert paced_drain_time(scenario, "api", [1.0, None]) == 10.0 + 800 / 30
+
+
+def test_the_ideal_at_a_pace_pools_the_caps_of_the_queues_on_the_downstream() -> None:
+    # A second queue of 10 invocations and 500 messages: 30 invocations at 2 calls a second
+    # send 60/s, for 1,500 messages: 10 s at 60 (600), then 900 at 30/s.
+    one = tiny(backlog=1000, capacity_rps=[[0, 100], [10, 30]])
+    second = dataclasses.replace(one.queues[0], name="r", backlog=500, max_concurrency=10)
+    scenario = dataclasses.replace(one, queues=(*one.queues, second))
+    assert paced_drain_time(scenario, "api", [2.0, 2.0]) == 10.0 + 900 / 30
 
 
 def test_a_heavy_tail_keeps_the_pace_the_simulated_invocations_make() -> None:

@@ -75,6 +75,7 @@ def move(
     enabled: bool | None = None,
     breaches: int | None = None,
     wake_at: float | None = None,
+    ends_probe: bool = False,
 ) -> AdaptiveVerdict:
     """A verdict resting on ``stats`` (its rates reported; none: 0)."""
     return Verdict(
@@ -87,6 +88,7 @@ def move(
         wake_at=wake_at,
         pressure_rate=stats.pressure_rate if stats else 0.0,
         success_rate=stats.success_rate if stats else 0.0,
+        ends_probe=ends_probe,
     )
 
 

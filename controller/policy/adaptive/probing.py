@@ -131,6 +131,7 @@ class Probing(Tuning):
             f"{state.concurrency}. Scaled from {state.concurrency} -> {base}.",
             replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
             wake_at=judge_at,
+            ends_probe=True,
         )
 
     def awaiting_telemetry(self, situation: AdaptiveSituation, pulse: WindowStats) -> bool:

@@ -4,20 +4,21 @@ mapping, and tear everything down."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stack.local.demo.result import Timeline, demo_result
-from stack.local.demo.view import VIEW_REFRESH_S, LiveView
+from stack.local.demo.result import QueueRun, QueueTimeline, Timeline, demo_result
+from stack.local.demo.view import VIEW_REFRESH_S, LiveView, QueueView
 
 if TYPE_CHECKING:
     from load.announce import HeaderStyle
-    from stack.local.deployment import Deployment
+    from stack.local.deployment import Deployment, QueueBinding
     from stack.local.emulator import EmbeddedAws
 
 # The demo lasts two minutes: the dashboard shows it from its start, in 5 s periods (moto keeps
@@ -125,7 +126,7 @@ def run_demo(
     )
     aws = EmbeddedAws()
     runtime: LocalRuntime | None = None
-    producer: Producer | None = None
+    producers: dict[str, Producer] = {}
     page: DashboardServer | None = None
     errors: list[str] = []
     wall_started = time.monotonic()
@@ -167,13 +168,34 @@ def run_demo(
             .get("Variables", {})
         )
         policy = f"queuemesh-{controller_env.get('QUEUEMESH_ALGORITHM', 'aimd')}"
-        binding = deployment.queues[0]
-        _tune_pipeline(aws, deployment, spec)
-        aws.register_queue(deployment, binding.name)
+        deployment = _add_queues(aws, deployment, scenario.queues[1:])
+        # The template's example queue is the scenario's first; the others follow it.
+        bindings = dict(
+            zip((queue.name for queue in scenario.queues), deployment.queues, strict=True)
+        )
         sqs = aws.client("sqs")
-        producer = Producer(sqs, binding.url, spec.arrivals_rps, duration_s)
-        producer.send(spec.backlog, first=0)
-        view.note(f"stack {deployment.stack_name} deployed; {producer.sent} messages in the queue")
+        _enable(aws, bindings.values(), enabled=False)
+        for queue in scenario.queues:
+            _tune_pipeline(aws, bindings[queue.name], queue)
+            # The first queue's bounds are the template's (PolicyCmin, PolicyCmax); the
+            # others', registered beside it, are their own, as `queuemesh register --cmax`.
+            aws.register_queue(
+                deployment,
+                bindings[queue.name].name,
+                overrides=None
+                if queue is spec
+                else {"cmin": queue.min_concurrency, "cmax": queue.max_concurrency},
+            )
+            producers[queue.name] = Producer(
+                sqs, bindings[queue.name].url, queue.arrivals_rps, duration_s
+            )
+            producers[queue.name].send(queue.backlog, first=0)
+        view.note(
+            f"stack {deployment.stack_name} deployed; "
+            + ", ".join(
+                f"{producer.sent} messages in {name}" for name, producer in producers.items()
+            )
+        )
         ledger = DynamoLedger(
             deployment.table_name, client=aws.client("dynamodb"), memory_types=memory_type
         )
@@ -195,75 +217,86 @@ def run_demo(
             page = DashboardServer(source)
             view.dashboard = page.start()
             view.note(f"dashboard on {view.dashboard}")
-        view.note(f"starting {spec.max_concurrency} worker environments")
+        # One function runs every queue's batches: warm as many as all their caps.
+        warm = sum(queue.max_concurrency for queue in scenario.queues)
+        view.note(f"starting {warm} worker environments")
         runtime = LocalRuntime(
-            aws,
-            deployment,
-            on_error=errors.append,
-            on_record=on_record,
-            warm_workers=spec.max_concurrency,
+            aws, deployment, on_error=errors.append, on_record=on_record, warm_workers=warm
         ).start()
-        # The scenario's clock starts with the workers warm, as a busy function's are.
+        # The scenario's clock starts with the workers warm, as a busy function's are, and
+        # the mappings enabled with it: polling from the runtime's start, the workers' calls
+        # before it would all be answered at second 0 (the clock stands there), a burst over
+        # the API's capacity that no scenario has (116 calls in one second, 48 refused, read
+        # by the group law as an overload).
         origin = time.monotonic()
-        producer.start(clock)
+        _enable(aws, bindings.values(), enabled=True)
+        for producer in producers.values():
+            producer.start(clock)
         if on_running is not None:
             on_running(aws, deployment)
-        poller = runtime.queues[binding.name]
-        timeline = Timeline()
-        drained_at: float | None = None
+        timeline = Timeline(queues={name: QueueTimeline() for name in bindings})
+        drained: dict[str, float | None] = dict.fromkeys(bindings)
         end = duration_s
         while True:
             now = clock()
-            mapping, counters, depth = poller.snapshot()
-            state = ledger.get_states([binding.name]).get(binding.name)
-            capacity = downstream.capacity_at(now)
+            states = ledger.get_states([binding.name for binding in bindings.values()])
             timeline.t.append(round(now, 2))
-            timeline.capacity.append(capacity)
-            timeline.max_concurrency.append(mapping.max_concurrency)
-            timeline.in_flight.append(counters.in_flight)
-            timeline.backlog.append(depth.visible + depth.in_flight)
-            timeline.dead_lettered.append(depth.dead_lettered)
-            timeline.state.append(state.state.value if state else "HEALTHY")
-            finished = len(poller.done_ids) + depth.dead_lettered
-            pending = depth.visible + depth.in_flight + counters.in_flight
-            # The last message done so far; arrivals after a momentary empty queue undo it.
-            if finished >= producer.sent and pending == 0:
-                drained_at = now if drained_at is None else drained_at
-            else:
-                drained_at = None
-            view.show(
-                now,
-                scenario.name,
-                f"{spec.name} ({binding.name})",
-                mapping,
-                counters,
-                depth,
-                timeline,
-                downstream.counters(),
-                state,
-                finished,
-                producer.sent,
-            )
+            timeline.capacity.append(downstream.capacity_at(now))
+            views: list[QueueView] = []
+            for name, binding in bindings.items():
+                poller = runtime.queues[binding.name]
+                mapping, counters, depth = poller.snapshot()
+                state = states.get(binding.name)
+                rows = timeline.queues[name]
+                rows.max_concurrency.append(mapping.max_concurrency)
+                rows.in_flight.append(counters.in_flight)
+                rows.backlog.append(depth.visible + depth.in_flight)
+                rows.dead_lettered.append(depth.dead_lettered)
+                rows.state.append(state.state.value if state else "HEALTHY")
+                finished = len(poller.done_ids) + depth.dead_lettered
+                pending = depth.visible + depth.in_flight + counters.in_flight
+                # The last message done so far; arrivals after a momentary empty queue undo it.
+                if finished >= producers[name].sent and pending == 0:
+                    drained[name] = now if drained[name] is None else drained[name]
+                else:
+                    drained[name] = None
+                views.append(
+                    QueueView(
+                        name,
+                        binding.name,
+                        mapping,
+                        counters,
+                        depth,
+                        state,
+                        finished,
+                        producers[name].sent,
+                    )
+                )
+            view.show(now, scenario.name, views, timeline, downstream.counters())
             if now >= end:
-                if drained_at is not None or now >= duration_s + grace_s:
+                if None not in drained.values() or now >= duration_s + grace_s:
                     break
                 end = now + VIEW_REFRESH_S
             time.sleep(max(0.0, VIEW_REFRESH_S - (clock() - now)))
-        producer.stop()
+        for producer in producers.values():
+            producer.stop()
         ended_at = clock()
         runtime.stop()
         endpoints = {"aws": aws.endpoint, "downstream": downstream.url}
         if page is not None:
             endpoints["dashboard"] = page.url
+        runs = {
+            name: QueueRun(
+                binding.name, runtime.queues[binding.name], producers[name].sent, drained[name]
+            )
+            for name, binding in bindings.items()
+        }
         result = endpoints | demo_result(
             scenario,
             policy,
             duration_s,
             ended_at,
-            drained_at,
-            binding.name,
-            poller,
-            producer.sent,
+            runs,
             downstream,
             ledger,
             timeline,
@@ -279,7 +312,7 @@ def run_demo(
         return result
     finally:
         view.close()
-        if producer is not None:
+        for producer in producers.values():
             producer.stop()
         if runtime is not None:
             runtime.stop()
@@ -290,9 +323,58 @@ def run_demo(
         recording.close()
 
 
-def _tune_pipeline(aws: Any, deployment: Any, spec: Any) -> None:
+def _add_queues(aws: Any, deployment: Deployment, queues: Sequence[Any]) -> Deployment:
+    """The scenario's queues after its first, each added beside the template's example queue as
+    an operator adds one: a queue with its dead-letter queue, mapped to the example worker
+    function (so it calls the same downstream), named ``<stack>-<queue>``."""
+    from stack.local.deployment import queue_binding
+
+    if not queues:
+        return deployment
+    sqs = aws.client("sqs")
+    lambda_client = aws.client("lambda")
+    worker = deployment.queues[0].function_name
+    added: list[QueueBinding] = []
+    for spec in queues:
+        name = f"{deployment.stack_name}-{spec.name}"
+        dlq_url = sqs.create_queue(QueueName=f"{name}-dlq")["QueueUrl"]
+        redrive = {
+            "deadLetterTargetArn": _queue_arn(sqs, dlq_url),
+            "maxReceiveCount": spec.max_receive_count,
+        }
+        url = sqs.create_queue(QueueName=name, Attributes={"RedrivePolicy": json.dumps(redrive)})[
+            "QueueUrl"
+        ]
+        mapping = lambda_client.create_event_source_mapping(
+            EventSourceArn=_queue_arn(sqs, url),
+            FunctionName=worker,
+            BatchSize=spec.batch_size,
+            FunctionResponseTypes=["ReportBatchItemFailures"],
+            ScalingConfig={"MaximumConcurrency": spec.max_concurrency},
+        )
+        added.append(queue_binding(sqs, mapping))
+    # moto would run the new mappings itself; the local runtime is their one poller.
+    aws.detach_moto_pollers()
+    return dataclasses.replace(deployment, queues=(*deployment.queues, *added))
+
+
+def _enable(aws: Any, bindings: Iterable[QueueBinding], *, enabled: bool) -> None:
+    """Turn the queues' mappings on or off, as the console's switch does."""
+    lambda_client = aws.client("lambda")
+    for binding in bindings:
+        lambda_client.update_event_source_mapping(UUID=binding.esm_uuid, Enabled=enabled)
+
+
+def _queue_arn(sqs: Any, url: str) -> str:
+    return str(
+        sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+    )
+
+
+def _tune_pipeline(aws: Any, binding: QueueBinding, spec: Any) -> None:
     """The scenario's queue settings, through the same APIs an operator would use."""
-    binding = deployment.queues[0]
     sqs = aws.client("sqs")
     attributes: dict[str, str] = {"VisibilityTimeout": str(int(spec.visibility_timeout_s))}
     if binding.dlq_arn is not None:

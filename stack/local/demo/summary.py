@@ -20,7 +20,6 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
     from load.simulate import BOUND_POLICIES
 
     score = result["totals"]
-    ledger = next(iter(result["ledger"].values()))
     lines = [
         "",
         f"QueueMesh demo summary: scenario {result['scenario']}, policy {result['policy']}, "
@@ -35,24 +34,11 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
         f"-> mapping cut): {_seconds(score['detection_latency_s'])}; reaction (rejected share "
         f"back under T1): {_seconds(score['reaction_s'])}",
     ]
-    if ledger is not None:
-        lines.append(
-            f"  ledger: {ledger['state']} at {ledger['concurrency']} "
-            f"(version {ledger['version']}): {ledger['last_reason']}"
-        )
-    transitions = result["transitions"]
-    # The first (the storm's cuts: the cure) and the last (where it settled); probes between.
-    hidden = len(transitions) - FIRST_SHOWN - LAST_SHOWN
-    if hidden > 0:
-        transitions = [*transitions[:FIRST_SHOWN], None, *transitions[-LAST_SHOWN:]]
-    for transition in transitions:
-        if transition is None:
-            lines.append(f"    ... {hidden} more (--json lists every one)")
-            continue
-        lines.append(
-            f"    t={transition['t']:6.1f}s {transition['action']:<24} "
-            f"{transition['previous']:>4} -> {transition['target']:<4} {transition['reason'][:70]}"
-        )
+    queues = result["queues"]
+    for name, ledger in result["ledger"].items():
+        transitions = [t for t in result["transitions"] if t["queue"] == name]
+        lines.extend(_queue_lines(name, queues.get(name) if len(queues) > 1 else None, ledger))
+        lines.extend(_transition_lines(transitions))
     simulated = result.get("simulated")
     if simulated:
         lines.append("  the same scenario in the simulator (queuemesh simulate), for comparison:")
@@ -67,6 +53,45 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
         lines.append(f"  plot: {result['plot']}")
     out.write("\n".join(lines) + "\n")
     out.flush()
+
+
+def _queue_lines(
+    name: str, score: Mapping[str, Any] | None, ledger: Mapping[str, Any] | None
+) -> list[str]:
+    """A queue's own counts (only where the run had more than one queue: else the totals are
+    its) and its state in the ledger."""
+    lines = [f"  {name}:"]
+    if score is not None:
+        lines.append(
+            f"    {score['messages_total']} sent, {score['messages_done']} done, "
+            f"{score['dlq_messages']} dead-lettered; drained at {_seconds(score['drain_s'])}; "
+            f"{score['esm_updates']} mapping changes"
+        )
+    lines.append(
+        "    ledger: no decision yet"
+        if ledger is None
+        else f"    ledger: {ledger['state']} at {ledger['concurrency']} "
+        f"(version {ledger['version']}): {ledger['last_reason']}"
+    )
+    return lines
+
+
+def _transition_lines(transitions: list[Mapping[str, Any]]) -> list[str]:
+    """The first (the storm's cuts: the cure) and the last (where it settled); probes between."""
+    hidden = len(transitions) - FIRST_SHOWN - LAST_SHOWN
+    shown: list[Mapping[str, Any] | None] = list(transitions)
+    if hidden > 0:
+        shown = [*transitions[:FIRST_SHOWN], None, *transitions[-LAST_SHOWN:]]
+    lines = []
+    for transition in shown:
+        if transition is None:
+            lines.append(f"    ... {hidden} more (--json lists every one)")
+            continue
+        lines.append(
+            f"    t={transition['t']:6.1f}s {transition['action']:<24} "
+            f"{transition['previous']:>4} -> {transition['target']:<4} {transition['reason'][:70]}"
+        )
+    return lines
 
 
 def _pace_lines(pace: Mapping[str, Any] | None) -> list[str]:
@@ -133,14 +158,23 @@ def write_plot(result: Mapping[str, Any], path: Path) -> Path:
     calls.set_ylabel("downstream calls /s")
     calls.legend(loc="upper right")
     calls.set_title(f"QueueMesh demo: {result['scenario']} (embedded AWS)")
-    concurrency.step(
-        timeline["t"], timeline["max_concurrency"], where="post", label="MaximumConcurrency"
-    )
-    concurrency.plot(timeline["t"], timeline["in_flight"], label="in flight", alpha=0.7)
+    # The first queue (the storm's and the cure's) in full lines, the others dashed beside it.
+    for index, (name, queue) in enumerate(timeline["queues"].items()):
+        style = {"linestyle": "-" if index == 0 else "--"}
+        concurrency.step(
+            timeline["t"],
+            queue["max_concurrency"],
+            where="post",
+            label=f"{name} MaximumConcurrency",
+            **style,
+        )
+        concurrency.plot(
+            timeline["t"], queue["in_flight"], label=f"{name} in flight", alpha=0.7, **style
+        )
+        backlog.plot(timeline["t"], queue["backlog"], label=f"{name} backlog", **style)
+        backlog.plot(timeline["t"], queue["dead_lettered"], label=f"{name} dead-lettered", **style)
     concurrency.set_ylabel("concurrency")
     concurrency.legend(loc="upper right")
-    backlog.plot(timeline["t"], timeline["backlog"], label="queue backlog")
-    backlog.plot(timeline["t"], timeline["dead_lettered"], label="dead-lettered")
     backlog.set_ylabel("messages")
     backlog.set_xlabel("seconds")
     backlog.legend(loc="upper right")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 from stack.local.demo.result import Timeline
@@ -10,6 +12,49 @@ from stack.local.demo.result import Timeline
 VIEW_REFRESH_S = 1.0
 PLAIN_VIEW_EVERY_S = 5.0
 RATE_WINDOW_S = 3
+
+
+@dataclass(frozen=True, slots=True)
+class QueueView:
+    """One queue as the view samples it (by the scenario's name and its SQS name): its
+    mapping, its poller's counters, its depth, its state in the ledger (``None``: not decided
+    yet) and its messages finished of those sent."""
+
+    name: str
+    sqs_name: str
+    mapping: Any
+    counters: Any
+    depth: Any
+    state: Any
+    finished: int
+    total: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} ({self.sqs_name})"
+
+    @property
+    def backlog(self) -> int:
+        return int(self.depth.visible + self.depth.in_flight)
+
+    @property
+    def state_name(self) -> str:
+        return str(self.state.state.value) if self.state else "HEALTHY"
+
+    @property
+    def reason(self) -> str:
+        return str(self.state.last_reason) if self.state else "no decision yet"
+
+    def bar(self) -> str:
+        return "#" * min(40, self.mapping.max_concurrency) if self.mapping.enabled else "(paused)"
+
+    def plain(self) -> str:
+        """The queue's part of a status line (no TTY)."""
+        return (
+            f"[{self.name}] max_concurrency={self.mapping.max_concurrency} "
+            f"in_flight={self.counters.in_flight} backlog={self.backlog} "
+            f"dlq={self.depth.dead_lettered} state={self.state_name}"
+        )
 
 
 class LiveView:
@@ -30,16 +75,12 @@ class LiveView:
         self,
         now: float,
         scenario: str,
-        queue: str,
-        mapping: Any,
-        counters: Any,
-        depth: Any,
+        queues: Sequence[QueueView],
         timeline: Timeline,
         answered: Any,
-        state: Any,
-        finished: int,
-        total: int,
     ) -> None:
+        """One sample of the run: the first queue (the storm's and the cure's) in full, each
+        other queue on its downstream in one line."""
         second = int(now)
         window = range(max(0, second - RATE_WINDOW_S), second)
         ok = sum(answered.per_second[s].ok for s in window if s in answered.per_second)
@@ -50,31 +91,35 @@ class LiveView:
         )
         goodput = ok / max(1, len(window))
         share = rejected / (ok + rejected) if ok + rejected else 0.0
-        state_name = state.state.value if state else "HEALTHY"
-        reason = state.last_reason if state else "no decision yet"
         capacity = timeline.capacity[-1]
+        main, *others = queues
         if not self._live:
             if now - self._last_plain >= PLAIN_VIEW_EVERY_S:
                 self._last_plain = now
-                self._out.write(
-                    f"t={now:5.1f}s capacity={capacity:.0f}/s max_concurrency="
-                    f"{mapping.max_concurrency} in_flight={counters.in_flight} "
-                    f"backlog={depth.visible + depth.in_flight} goodput={goodput:.0f}/s "
-                    f"rejected={share:.0%} dlq={depth.dead_lettered} state={state_name}\n"
+                line = (
+                    f"t={now:5.1f}s capacity={capacity:.0f}/s goodput={goodput:.0f}/s "
+                    f"rejected={share:.0%} "
                 )
+                self._out.write(line + " ".join(queue.plain() for queue in queues) + "\n")
                 self._out.flush()
             return
-        bar = "#" * min(40, mapping.max_concurrency) if mapping.enabled else "(paused)"
         lines = [
             f"\x1b[1mQueueMesh demo\x1b[0m  scenario {scenario}  t={now:5.1f}s   "
             f"downstream capacity {capacity:.0f} req/s",
-            f"queue {queue}",
-            f"  MaximumConcurrency {mapping.max_concurrency:4d}  {bar}",
-            f"  in flight {counters.in_flight:4d}   backlog {depth.visible + depth.in_flight:6d}"
-            f"   done {finished}/{total}   dead-lettered {depth.dead_lettered}",
             f"  goodput {goodput:6.1f} /s   rejected share "
-            f"{_colour(share)}{share:6.1%}\x1b[0m   state \x1b[1m{state_name}\x1b[0m",
-            f"  last decision: {reason[:100]}",
+            f"{_colour(share)}{share:6.1%}\x1b[0m  (every queue's calls to the downstream)",
+            f"queue {main.label}",
+            f"  MaximumConcurrency {main.mapping.max_concurrency:4d}  {main.bar()}",
+            f"  in flight {main.counters.in_flight:4d}   backlog {main.backlog:6d}"
+            f"   done {main.finished}/{main.total}   dead-lettered {main.depth.dead_lettered}"
+            f"   state \x1b[1m{main.state_name}\x1b[0m",
+            f"  last decision: {main.reason[:100]}",
+            *(
+                f"queue {queue.label}: MaximumConcurrency {queue.mapping.max_concurrency}, "
+                f"in flight {queue.counters.in_flight}, backlog {queue.backlog}, "
+                f"done {queue.finished}/{queue.total}, {queue.state_name}"
+                for queue in others
+            ),
         ]
         if self.dashboard is not None:
             lines.append(f"  dashboard: {self.dashboard}")
