@@ -24,6 +24,7 @@ from controller.policy.adaptive.memory import (
     ceiling_above,
     hold,
     move,
+    near_timeout,
     rising,
 )
 from controller.policy.adaptive.tuning import Tuning
@@ -178,10 +179,14 @@ class Probing(Tuning):
         probed = memory.probe_base + memory.probe_step
         target = clamp(probed, params)
         ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
-        # Near a latency where load-driven timeouts cut, a passed pulse says little of the
-        # level above it (the queue a raise builds takes longer than a pulse to show): the
-        # level is committed, and every step up is a pulse of its own.
-        near_timeouts = memory.timeout_latency_ms > 0
+        # Near a latency where timeouts cut, a passed pulse says little of the level above
+        # it (the queue a raise builds takes longer than a pulse to show): the level is
+        # committed, and every step up is a pulse of its own. Near means the pulse's latency,
+        # grown with the level as far as a step may grow it, would reach the timeout's
+        # headroom: far under it, after the slowdown that timed out is over, probes chain and
+        # the ceiling expires as elsewhere (committed one step at a time, a queue cut to 2
+        # took 35 s a level back up).
+        near_timeouts = near_timeout(memory, pulse, self.timeout_headroom, self.max_growth)
         expired = probed > max(ceiling, broke_at) and not near_timeouts
         # Past the ceiling but not yet above the level that broke, or above it where 429s set
         # the ceiling: the pulse was the fresh evidence for its level, so the next probe, a
