@@ -937,13 +937,13 @@ def at_latency(start: int, seconds: int, per_second: int, latency_ms: float) -> 
     ]
 
 
-@pytest.mark.parametrize(("latency_ms", "chained"), [(100.0, True), (450.0, False)])
+@pytest.mark.parametrize(("latency_ms", "chained"), [(100.0, True), (700.0, False)])
 def test_a_probe_past_timeouts_chains_only_far_from_the_timeout(
     latency_ms: float, chained: bool
 ) -> None:
-    # Timeouts cut at 1,000 ms; a pulse from 8 to 9 passes. At 100 ms a call, twice the level
-    # stays far under the timeout: the next probe, twice the step, starts at once. At 450 ms
-    # twice the level may reach 0.8 x the timeout: 9 is committed alone.
+    # Timeouts cut at 1,000 ms; a pulse from 8 to 9 passes. At 100 ms a call, the next probe's
+    # level (11), its latency grown in proportion, stays far under the timeout: it starts at
+    # once. At 700 ms it may reach 0.8 x the timeout: 9 is committed alone.
     current = attached(8, ceiling=9, broke_at=9, timeout_latency_ms=1000.0)
     window = window_of(*at_latency(960, 30, 10, latency_ms))
     current, raised = run(current, window, 992.0)
