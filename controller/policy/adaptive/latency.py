@@ -16,6 +16,9 @@ call latency move together (correlation at least ``load_correlation``, on at lea
 concurrency of a level the poller fills stays put, so neither reads as load; a cut, a raise or
 the poller's ramp moves the concurrency, and a load-driven latency moves with it. The cut then
 takes what the timeouts require: the accepted share of the invocations in use.
+
+Every cut on timeouts remembers the latency they came at (growth and probes stop short of
+it), and one made on the first reports of timeouts is corrected on the rest of them.
 """
 
 from __future__ import annotations
