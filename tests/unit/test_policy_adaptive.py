@@ -520,9 +520,9 @@ def test_a_marginally_failed_probe_waits_twice_as_long_as_the_last() -> None:
     assert low <= backoff_after(throttled=5, last_wait=8.0) < 8.0
 
 
-def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
+def test_a_timeout_storm_is_quartered_not_cut_to_its_accepted_share() -> None:
     # Past a latency cliff every call times out: the accepted share (0) says nothing of the
-    # level that fits.
+    # level that fits; a quarter of what runs is kept.
     current = attached(40, at=0.0)
     window = window_of(*steady(960, 30, 40, ok=10))
     for second in (992, 993):
@@ -539,8 +539,10 @@ def test_a_timeout_storm_is_halved_not_cut_to_its_accepted_share() -> None:
                 )
             )
     current, decision = run(current, window, 995.0)
-    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 20)
+    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 10)
     assert not memory_of(current).ceiling_refused
+    # Each call that timed out reports its timeout (1,000 ms): growth stops short of it.
+    assert memory_of(current).timeout_latency_ms == 1_000.0
 
 
 def pulse_verdict(*documents: Sample) -> Decision:
@@ -826,7 +828,7 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
         latency=st.lists(st.floats(5.0, 2_000.0), min_size=SPAN, max_size=SPAN),
         timed_out=st.lists(st.integers(0, 10), min_size=SPAN, max_size=SPAN),
     )
-    def test_a_cut_without_refusals_keeps_half_of_what_runs(
+    def test_a_cut_without_refusals_keeps_a_quarter_of_what_runs(
         self, levels: list[float], latency: list[float], timed_out: list[int]
     ) -> None:
         window = seconds_of(940, levels, latency, timed_out)
@@ -834,7 +836,7 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
         if sum(timed_out) == 0:
             assert decision.target >= 40, decision.reason
         elif decision.target < 40:
-            assert decision.target >= math.floor(PARAMS.beta * min(levels)) - 1
+            assert decision.target >= math.floor(PARAMS.beta**2 * min(levels)) - 1
 
 
 class TestTelemetryThatTrails:
@@ -877,3 +879,82 @@ class TestTelemetryThatTrails:
         current, verdict = run(current, window, 1025.0)
         assert "too little telemetry" in verdict.reason, verdict.reason
         assert (memory_of(current).ceiling, memory_of(current).broke_at) == (9, 15)
+
+
+def timing_out(start: int, count: int, ok: int, timed_out: int) -> list[Sample]:
+    """``count`` invocations of 800 ms started in second ``start``, ``timed_out`` of each one's
+    calls timed out (80 ms a call, the timed-out ones too: their timeout)."""
+    calls = ok + timed_out
+    return [
+        Sample(
+            queue="orders",
+            event_time=start + 0.9,
+            requests=calls,
+            ok=ok,
+            timed_out=timed_out,
+            latency_ms_sum=80.0 * calls,
+            latency_count=calls,
+            invocation_ms=800,
+        )
+        for _ in range(count)
+    ]
+
+
+def test_a_cut_on_the_first_timeouts_is_corrected_on_the_rest() -> None:
+    # At 20 and saturated; the downstream slows past the client's timeout at 1000. The first
+    # reports show 20% of calls timed out: a cut to that share, to 15.
+    current = attached(20, at=0.0)
+    window = window_of(*steady(960, 40, 20, ok=10))
+    for document in timing_out(1000, 10, ok=8, timed_out=2):
+        window.add(document)
+    current, first = run(current, window, 1002.0)
+    assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 15), first.reason
+    # The rest of the invocations from before the cut report every call timed out: the cut is
+    # made again on them at once, to a quarter of what ran (the accepted share says nothing
+    # past a latency cliff), rather than a telemetry round trip later.
+    for document in timing_out(1000, 10, ok=0, timed_out=10) + timing_out(1001, 20, 0, 10):
+        window.add(document)
+    current, corrected = run(current, window, 1003.0)
+    assert (corrected.action, corrected.target) == (Action.MULTIPLICATIVE_DECREASE, 5)
+    assert corrected.reason.startswith("Correcting the cut"), corrected.reason
+    # Corrected to what those reports call for, it is not cut again on them.
+    _, again = run(current, window, 1004.0)
+    assert again.action is Action.HOLD, again.reason
+
+
+def at_latency(start: int, seconds: int, per_second: int, latency_ms: float) -> list[Sample]:
+    """``steady``'s clean invocations of 10 calls, each call taking ``latency_ms``."""
+    return [
+        Sample(
+            queue="orders",
+            event_time=start + second + 0.9,
+            requests=10,
+            ok=10,
+            latency_ms_sum=10 * latency_ms,
+            latency_count=10,
+            invocation_ms=800,
+        )
+        for second in range(seconds)
+        for _ in range(per_second)
+    ]
+
+
+@pytest.mark.parametrize(("latency_ms", "chained"), [(100.0, True), (700.0, False)])
+def test_a_probe_past_timeouts_chains_only_far_from_the_timeout(
+    latency_ms: float, chained: bool
+) -> None:
+    # Timeouts cut at 1,000 ms; a pulse from 8 to 9 passes. At 100 ms a call, the next probe's
+    # level (11), its latency grown in proportion, stays far under the timeout: it starts at
+    # once. At 700 ms it may reach 0.8 x the timeout: 9 is committed alone.
+    current = attached(8, ceiling=9, broke_at=9, timeout_latency_ms=1000.0)
+    window = window_of(*at_latency(960, 30, 10, latency_ms))
+    current, raised = run(current, window, 992.0)
+    assert raised.target == 9, raised.reason
+    for document in at_latency(992, 7, 10, latency_ms):
+        window.add(document)
+    now = memory_of(current).probe_until
+    current, _ = run(current, window, now)
+    current, verdict = run(current, window, now + 6.5)
+    assert verdict.reason.startswith("Probe passed"), verdict.reason
+    assert verdict.target == (11 if chained else 9), verdict.reason
+    assert (memory_of(current).probe_until > 0) is chained

@@ -50,6 +50,7 @@ from controller.policy.adaptive.memory import (
     AdaptiveVerdict,
     ceiling_above,
     hold,
+    near_timeout,
 )
 from controller.policy.adaptive.probing import overload_beneath, pulse_stats, running_stats
 from controller.policy.adaptive.probing import refused as calls_refused
@@ -114,8 +115,8 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
         running = running_stats(memory, pulse, situation.window)
-        if self.passed(pulse, running, situation.stats, params) and not self.near_timeout(
-            memory, pulse
+        if self.passed(pulse, running, situation.stats, params) and not near_timeout(
+            memory, pulse, self.timeout_headroom
         ):
             return self.commit(situation, pulse)
         failed = self.back_off(situation, pulse)
@@ -184,7 +185,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        if self.near_timeout(memory, stats):
+        if near_timeout(memory, stats, self.timeout_headroom):
             return hold(
                 state,
                 f"Latency {stats.mean_latency_ms:.0f} ms, near where calls timed out "

@@ -16,6 +16,9 @@ call latency move together (correlation at least ``load_correlation``, on at lea
 concurrency of a level the poller fills stays put, so neither reads as load; a cut, a raise or
 the poller's ramp moves the concurrency, and a load-driven latency moves with it. The cut then
 takes what the timeouts require: the accepted share of the invocations in use.
+
+Every cut on timeouts remembers the latency they came at (growth and probes stop short of
+it), and one made on the first reports of timeouts is corrected on the rest of them.
 """
 
 from __future__ import annotations
@@ -24,7 +27,14 @@ import math
 from dataclasses import dataclass, replace
 from statistics import StatisticsError, correlation, linear_regression
 
-from controller.policy.adaptive.memory import AdaptiveMemory, AdaptiveSituation, AdaptiveVerdict
+from controller.model import QueueStateName
+from controller.policy.adaptive.memory import (
+    AdaptiveMemory,
+    AdaptiveSituation,
+    AdaptiveVerdict,
+    ceiling_above,
+    move,
+)
 from controller.policy.adaptive.probing import refused
 from controller.policy.adaptive.sizing import Sizing
 from controller.policy.base import clamp
@@ -80,7 +90,7 @@ class Latency(Sizing):
         target = clamp(min(current - 1, math.floor(max(fitting, running * params.beta))), params)
         return self.cut_verdict(
             situation,
-            replace(situation.memory, timeout_latency_ms=line.slowest_ms),
+            replace(self.correctable(situation, running), timeout_latency_ms=line.slowest_ms),
             stats,
             target,
             f"Load-driven timeouts: {share:.1%} of calls timed out with about {running:.1f} "
@@ -88,12 +98,101 @@ class Latency(Sizing):
             f"from {current} -> {target}.",
         )
 
-    def near_timeout(self, memory: AdaptiveMemory, stats: WindowStats) -> bool:
-        """``stats``' calls as a whole are within ``timeout_headroom`` of the latency at which
-        load-driven timeouts last cut: no growth, and a probe fails."""
-        mean = stats.mean_latency_ms
-        limit = self.timeout_headroom * memory.timeout_latency_ms
-        return mean is not None and memory.timeout_latency_ms > 0 and mean >= limit
+    def cut_verdict(
+        self,
+        situation: AdaptiveSituation,
+        memory: AdaptiveMemory,
+        stats: WindowStats,
+        target: int,
+        reason: str,
+        *,
+        by_refusals: bool = False,
+    ) -> AdaptiveVerdict:
+        """``Sizing``'s cut, which also remembers, when calls timed out, the slowest second's
+        mean latency: the client's timeout is at least that (a call that times out reports
+        its timeout, so no second's mean exceeds it, however few its calls), so growth and
+        probes stop short of it, wherever the cut came from. A cut that forgot it (the first
+        reports of a timeout storm sized it by their share) probed back into the timeouts:
+        5 -> 27 in 130 s on one draw, every call timing out again."""
+        if stats.timed_out and not by_refusals:
+            slowest = max(
+                (
+                    bucket.latency_ms_sum / bucket.latency_count
+                    for _, bucket in situation.window.seconds(stats.since, stats.until)
+                    if bucket.latency_count
+                ),
+                default=0.0,
+            )
+            memory = replace(memory, timeout_latency_ms=max(memory.timeout_latency_ms, slowest))
+        return super().cut_verdict(
+            situation, memory, stats, target, reason, by_refusals=by_refusals
+        )
+
+    def correctable(self, situation: AdaptiveSituation, running: float) -> AdaptiveMemory:
+        """The memory with a cut on the first timeouts made now from ``running`` invocations,
+        for its correction: its evidence begins at the first second whose calls timed out (a
+        load-driven cut may rest on a few among a clean history, none of them a second at
+        T1)."""
+        stats, window = situation.stats, situation.window
+        onset = next(
+            (
+                float(second)
+                for second, bucket in window.seconds(stats.since, stats.until)
+                if bucket.timed_out
+            ),
+            stats.since,
+        )
+        return replace(
+            situation.memory,
+            cut_at=situation.now,
+            cut_evidence_since=onset,
+            cut_requests=window.stats(onset, stats.until).requests,
+            cut_running=running,
+        )
+
+    def correction(self, situation: AdaptiveSituation) -> AdaptiveVerdict | None:
+        """A cut sized on the first reports of timeouts, made again on all of them (``None``:
+        none due; refusals are corrected as ``Sizing`` corrects them).
+
+        The first reports of timeouts after a slowdown or a fall of the capacity are a few
+        among a clean history: a cut on them takes a few invocations where every call times
+        out (31 -> 28 on 8% of calls timed out, all of them timing out meanwhile), and the
+        next waits for evidence from after it, a telemetry round trip of timeouts. Once the
+        invocations that started before the cut have reported ``correction_evidence`` times
+        the calls it was sized on, their share sizes it again as the cut sizes timeouts."""
+        refusals = super().correction(situation)
+        if refusals is not None:
+            return refusals
+        state, memory, now = situation.state, situation.memory, situation.now
+        if not self.correction_due(situation):
+            return None
+        before = situation.window.stats(memory.cut_evidence_since, memory.cut_at)
+        if (
+            before.requests < self.correction_evidence * memory.cut_requests
+            or not before.timed_out
+            or refused(before)
+        ):
+            return None
+        current, params = state.concurrency, situation.params
+        running = memory.cut_running
+        target = clamp(
+            self.timeout_level(running, before.pressure_rate, before.requests, params), params
+        )
+        if target >= current:
+            return None
+        return move(
+            target,
+            QueueStateName.CRITICAL_BACKOFF,
+            f"Correcting the cut: {before.timed_out / before.requests:.1%} of the "
+            f"{before.requests} calls from before it timed out with about {running:.1f} "
+            f"invocations in use. Scaled from {current} -> {target}.",
+            replace(
+                memory, ceiling=ceiling_above(target), cut_at=now, cut_requests=before.requests
+            ),
+            before,
+            breaches=state.consecutive_breaches + 1,
+            wake_at=0.0,
+        )
 
 
 @dataclass(frozen=True, slots=True)

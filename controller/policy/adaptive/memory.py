@@ -65,6 +65,17 @@ def ceiling_above(level: int) -> int:
     return level + 1
 
 
+def near_timeout(
+    memory: AdaptiveMemory, stats: WindowStats, headroom: float, growth: float = 1.0
+) -> bool:
+    """``stats``' calls as a whole, their latency grown ``growth`` times (with as many times
+    the invocations, at most, on a load line), are within ``headroom`` of the latency at which
+    timeouts last cut: no growth, and a probe fails or is not chained."""
+    mean = stats.mean_latency_ms
+    limit = headroom * memory.timeout_latency_ms
+    return mean is not None and memory.timeout_latency_ms > 0 and mean * growth >= limit
+
+
 def move(
     target: int,
     name: QueueStateName,

@@ -24,6 +24,7 @@ from controller.policy.adaptive.memory import (
     ceiling_above,
     hold,
     move,
+    near_timeout,
     rising,
 )
 from controller.policy.adaptive.tuning import Tuning
@@ -80,6 +81,11 @@ class Probing(Tuning):
         why = f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}"
         return self.start_pulse(situation, good, current, why, stats)
 
+    def pulse_step(self, base: int, streak: int) -> int:
+        """A pulse's raise above ``base`` after ``streak`` passed in a row: the streak, at most
+        ``probe_growth`` of the level, at least one."""
+        return max(1, min(streak, math.floor(base * self.probe_growth)))
+
     def start_pulse(
         self,
         situation: AdaptiveSituation,
@@ -91,8 +97,7 @@ class Probing(Tuning):
         """Raise the cap above ``base`` for about one invocation time (by a step that doubles
         while probes pass), then back to ``base``."""
         state, now, params = situation.state, situation.now, situation.params
-        step = max(1, min(memory.probe_streak, math.floor(base * self.probe_growth)))
-        target = clamp(base + step, params)
+        target = clamp(base + self.pulse_step(base, memory.probe_streak), params)
         # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
         # invocations start under the raised cap to be judged; the poller adds a few
         # invocations per second, so a bigger raise needs a longer pulse.
@@ -179,11 +184,21 @@ class Probing(Tuning):
         probed = memory.probe_base + memory.probe_step
         target = clamp(probed, params)
         ceiling, broke_at, streak = memory.ceiling, memory.broke_at, memory.probe_streak
-        # Near a latency where load-driven timeouts cut, a passed pulse says little of the
-        # level above it (the queue a raise builds takes longer than a pulse to show): the
-        # level is committed, and every step up is a pulse of its own.
-        near_timeouts = memory.timeout_latency_ms > 0
-        expired = probed > max(ceiling, broke_at) and not near_timeouts
+        # Near a latency where timeouts cut, a passed pulse says little of the level above
+        # it (the queue a raise builds takes longer than a pulse to show): the level is
+        # committed, and every step up is a pulse of its own. Near means the pulse's latency,
+        # grown in proportion to the level the next step reaches (a chained pulse, or a
+        # doubling once the ceiling expires), would reach the timeout's headroom: far under
+        # it, after the slowdown that timed out is over, probes chain and the ceiling expires
+        # as elsewhere (committed one step at a time, a queue cut to 2 took 35 s a level back
+        # up).
+        chained_step = self.pulse_step(probed, 2 * max(1, streak))
+        near_timeouts = near_timeout(
+            memory, pulse, self.timeout_headroom, (probed + chained_step) / max(1, probed)
+        )
+        expired = probed > max(ceiling, broke_at) and not near_timeout(
+            memory, pulse, self.timeout_headroom, self.max_growth
+        )
         # Past the ceiling but not yet above the level that broke, or above it where 429s set
         # the ceiling: the pulse was the fresh evidence for its level, so the next probe, a
         # step twice as big, starts at once. Past refusals a committed doubling that overshoots

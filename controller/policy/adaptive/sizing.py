@@ -149,14 +149,8 @@ class Sizing(Pausing):
                 else "cut to the accepted share"
             )
         else:
-            # Mostly timeouts: a downstream past its latency cliff fails every call however
-            # few too many there are, so the accepted share says nothing of the level that
-            # fits. Halve (at most), and cut again next settle period if it still times out.
-            proportional = max(
-                math.floor(self.fitting(running, pressure, stats.requests)),
-                math.floor(running * params.beta),
-            )
-            sized = "cut to the accepted share, by half at most"
+            proportional = self.timeout_level(running, pressure, stats.requests, params)
+            sized = "cut to the accepted share, to a quarter at most"
         target = clamp(min(current - 1, proportional), params)
         correctable = replace(
             situation.memory,
@@ -186,6 +180,18 @@ class Sizing(Pausing):
         if one_too_many(running, pressure):
             return math.ceil(running) - 1
         return math.floor(self.fitting(running, pressure, requests))
+
+    def timeout_level(
+        self, running: float, pressure: float, requests: int, params: PolicyParams
+    ) -> int:
+        """The level a cut on mostly timeouts goes to: ``running`` times the accepted share,
+        to a quarter (``beta`` squared) at most. A downstream past its latency cliff fails
+        every call however few too many there are, so that share says nothing of the level
+        that fits. Halved, a slowdown or a fall of the capacity that times out every call
+        was most often halved again a telemetry round trip of timeouts later (mixed seed 100:
+        9 draws with timeouts wasted 0.964 of their calls in all halving, 0.739 quartering)."""
+        fitting = self.fitting(running, pressure, requests)
+        return math.floor(max(fitting, running * params.beta**2))
 
     def fitting(self, running: float, pressure: float, requests: int) -> float:
         """The invocations that fit: ``running`` times the accepted share, sized pessimistically
@@ -251,11 +257,7 @@ class Sizing(Pausing):
         """
         state, memory, now = situation.state, situation.memory, situation.now
         window, params = situation.window, situation.params
-        if not (
-            memory.cut_at > 0
-            and state.last_change_at == memory.cut_at
-            and now - memory.cut_at <= self.correction_s + reporting_lag(situation)
-        ):
+        if not self.correction_due(situation):
             return None
         before = window.stats(memory.cut_evidence_since, memory.cut_at)
         if before.requests < self.correction_evidence * memory.cut_requests or not refused(before):
@@ -294,6 +296,16 @@ class Sizing(Pausing):
             before,
             breaches=state.consecutive_breaches + 1,
             wake_at=0.0,
+        )
+
+    def correction_due(self, situation: AdaptiveSituation) -> bool:
+        """The last change was a cut, made no longer ago than the correction period past the
+        telemetry's lag: its own reports may still be arriving."""
+        state, memory = situation.state, situation.memory
+        return (
+            memory.cut_at > 0
+            and state.last_change_at == memory.cut_at
+            and situation.now - memory.cut_at <= self.correction_s + reporting_lag(situation)
         )
 
     def trim(self, situation: AdaptiveSituation, newest_pressure: float) -> AdaptiveVerdict:
