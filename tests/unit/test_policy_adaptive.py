@@ -359,10 +359,9 @@ def passed_above_the_level_that_broke(refused: bool) -> tuple[QueueState, Decisi
 
 def test_past_a_ceiling_set_by_429s_growth_goes_on_by_judged_pulses() -> None:
     # A capacity back in part: a committed doubling (13 -> 26) would meet its 429s for a
-    # telemetry round trip; a pulse meets them for about one invocation time. Its step, the
-    # third pass in a row, is the whole level (x2).
+    # telemetry round trip; a pulse meets them for about one invocation time.
     current, verdict = passed_above_the_level_that_broke(refused=True)
-    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 26), verdict.reason
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 19), verdict.reason
     assert memory_of(current).probe_base == 13 and memory_of(current).probe_until > 0
 
 
@@ -880,11 +879,11 @@ class TestTelemetryThatTrails:
 
 
 def test_passed_pulses_raise_by_a_growing_share_and_halve_the_gap_to_a_level_that_broke() -> None:
-    # One after a cut or a failed probe, then x1.5, x2, x3, x5 a telemetry round trip.
-    steps = [ALGORITHM.probe_step(10, streak, broke_at=0) for streak in (0, 2, 4, 8, 16)]
-    assert steps == [1, 5, 10, 20, 40]
+    # One after a cut or a failed probe, then x1.5 twice, x2, x3, x5 a telemetry round trip.
+    steps = [ALGORITHM.probe_step(10, streak, broke_at=0) for streak in (0, 2, 4, 8, 16, 32)]
+    assert steps == [1, 5, 5, 10, 20, 40]
     # Below a level that broke, at most half the way to it (and at least one).
-    assert ALGORITHM.probe_step(10, 8, broke_at=16) == 3
+    assert ALGORITHM.probe_step(10, 16, broke_at=16) == 3
     assert ALGORITHM.probe_step(10, 8, broke_at=11) == 1
 
 
@@ -905,9 +904,9 @@ def test_a_clean_pause_test_starts_the_climb_back_with_a_pulse_at_once() -> None
 
 
 def test_a_big_step_refused_in_part_is_sized_on_the_pulse_s_accepted_share() -> None:
-    # Two passes in a row: the next step is the whole level, 8 -> 16, and a quarter of the
+    # Three passes in a row: the next step is the whole level, 8 -> 16, and a quarter of the
     # pulse's calls are refused: about 12 of its 16 fit.
-    current = attached(8, ceiling=9, probe_streak=4)
+    current = attached(8, ceiling=9, probe_streak=8)
     window = window_of(*steady(960, 30, 10, ok=10))
     current, raised = run(current, window, 992.0)
     assert raised.target == 16, raised.reason

@@ -128,9 +128,9 @@ class Probing(Tuning):
 
     def probe_step(self, base: int, streak: int, broke_at: int) -> int:
         """A pulse's raise above ``base`` after ``streak`` (0, then 2, 4, 8, ...) passes in a
-        row: one after a cut or a failed probe, then ``probe_growth`` of the level, a share that
-        doubles with each pass (x1.5, x2, x3, x5 a round trip); below the level that last broke
-        (``broke_at``), at most half the way to it.
+        row: one after a cut or a failed probe, then ``probe_growth`` of the level twice, then
+        a share that doubles with each pass (x1.5, x1.5, x2, x3, x5 a round trip); below the
+        level that last broke (``broke_at``), at most half the way to it.
 
         Each pass costs a telemetry round trip (20-40 s late in the families): at x1.5 a pass,
         a capacity back from a pause took ten of them, 2 -> 77 in 300 s, while the backlog
@@ -139,7 +139,7 @@ class Probing(Tuning):
         the capacity between them."""
         if streak <= 0:
             return 1
-        step = math.floor(base * self.probe_growth * streak / 2)
+        step = math.floor(base * self.probe_growth * max(1, streak // 4))
         if broke_at > base:
             step = min(step, math.ceil((broke_at - base) / 2))
         return max(1, step)
