@@ -336,18 +336,19 @@ def test_a_clean_level_at_the_ceiling_that_broke_expires_it_and_growth_reaches_t
         window = window_of(*steady(now - 30, 30, current.concurrency + 2, ok=10))
         current, _ = run(current, window, now)
         now += 3.0
-        if current.concurrency == PARAMS.cmax:
+        if current.concurrency == PARAMS.cmax and memory_of(current).probe_until == 0:
             break
     assert current.concurrency == PARAMS.cmax
     assert memory_of(current).ceiling == 0
 
 
 def passed_above_the_level_that_broke(refused: bool) -> tuple[QueueState, Decision]:
-    """Cut from 9 to 8 (by 429s, or not: ``refused``): clean pulses at 9, then at 11."""
+    """Cut from 9 to 8 (by 429s, or not: ``refused``): clean pulses at 9, then at 13 (half
+    the level more: past the level that broke, no gap to halve)."""
     current = attached(8, ceiling=9, broke_at=9, ceiling_refused=refused)
     window = window_of(*steady(960, 30, 10, ok=10))
     now = 992.0
-    for level in (9, 11):
+    for level in (9, 13):
         current, raised = run(current, window, now)
         assert raised.target == level, raised.reason
         for document in steady(int(now), 7, level + 1, ok=10):
@@ -359,16 +360,16 @@ def passed_above_the_level_that_broke(refused: bool) -> tuple[QueueState, Decisi
 
 
 def test_past_a_ceiling_set_by_429s_growth_goes_on_by_judged_pulses() -> None:
-    # A capacity back in part: a committed doubling (11 -> 22) would meet its 429s for a
+    # A capacity back in part: a committed doubling (13 -> 26) would meet its 429s for a
     # telemetry round trip; a pulse meets them for about one invocation time.
     current, verdict = passed_above_the_level_that_broke(refused=True)
-    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 15), verdict.reason
-    assert memory_of(current).probe_base == 11 and memory_of(current).probe_until > 0
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 19), verdict.reason
+    assert memory_of(current).probe_base == 13 and memory_of(current).probe_until > 0
 
 
 def test_past_a_ceiling_set_by_latency_growth_returns_to_full_speed() -> None:
     current, verdict = passed_above_the_level_that_broke(refused=False)
-    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 22), verdict.reason
+    assert (verdict.action, verdict.target) == (Action.ADDITIVE_INCREASE, 26), verdict.reason
     assert memory_of(current).ceiling == 0 and memory_of(current).probe_until == 0.0
 
 
@@ -958,3 +959,55 @@ def test_a_probe_past_timeouts_chains_only_far_from_the_timeout(
     assert verdict.reason.startswith("Probe passed"), verdict.reason
     assert verdict.target == (11 if chained else 9), verdict.reason
     assert (memory_of(current).probe_until > 0) is chained
+
+
+def test_passed_pulses_raise_by_a_growing_share_and_halve_the_gap_to_a_level_that_broke() -> None:
+    # One after a cut or a failed probe, then x1.5 twice, x2, x3, x5 a telemetry round trip.
+    steps = [ALGORITHM.probe_step(10, streak, broke_at=0) for streak in (0, 2, 4, 8, 16, 32)]
+    assert steps == [1, 5, 5, 10, 20, 40]
+    # Below a level that broke, at most half the way to it (and at least one).
+    assert ALGORITHM.probe_step(10, 16, broke_at=16) == 3
+    assert ALGORITHM.probe_step(10, 8, broke_at=11) == 1
+
+
+def test_a_clean_pause_test_starts_the_climb_back_with_a_pulse_at_once() -> None:
+    current = attached(2)
+    storm = window_of(*steady(960, 30, 3, ok=2, throttled=8))
+    current, _ = run(current, storm, 992.0)
+    test_at = memory_of(current).paused_until
+    current, _ = run(current, storm, test_at)
+    current, _ = run(current, storm, test_at + ALGORITHM.pulse_s)
+    for document in steady(int(test_at), 2, 3, ok=10):
+        storm.add(document)
+    current, resumed = run(current, storm, memory_of(current).judge_at)
+    assert (resumed.action, resumed.target) == (Action.RESUME, 3), resumed.reason
+    assert current.enabled and memory_of(current).probe_until > 0
+    # What broke before the pause bounds no step of the climb.
+    assert memory_of(current).broke_at == 0
+
+
+def test_a_big_step_refused_in_part_is_sized_on_the_pulse_s_accepted_share() -> None:
+    # Three passes in a row: the next step is the whole level, 8 -> 16, and a quarter of the
+    # pulse's calls are refused: about 12 of its 16 fit.
+    current = attached(8, ceiling=9, probe_streak=8)
+    window = window_of(*steady(960, 30, 10, ok=10))
+    current, raised = run(current, window, 992.0)
+    assert raised.target == 16, raised.reason
+    current, _ = run(current, window, memory_of(current).probe_until)
+    for document in steady(992, 3, 16, ok=6, throttled=2):
+        window.add(document)
+    current, verdict = run(current, window, memory_of(current).judge_at)
+    assert 8 < verdict.target < 16, verdict.reason
+    assert memory_of(current).ceiling == verdict.target + 1
+    assert memory_of(current).broke_at == 16
+
+
+def test_no_probe_when_the_backlog_drains_before_its_verdict() -> None:
+    # 8 invocations of 800 ms, 10 calls each: 100 calls a second; a pulse's verdict comes some
+    # 6 s later (its pulse, the wait to judge, the telemetry's lag).
+    current = attached(8, ceiling=9)
+    window = window_of(*steady(960, 30, 10, ok=10))
+    held = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=50)
+    assert held.action is Action.HOLD and "before a probe's verdict" in held.reason
+    probed = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=5000)
+    assert probed.target == 9, probed.reason

@@ -120,6 +120,8 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         ):
             return self.commit(situation, pulse)
         failed = self.back_off(situation, pulse)
+        if failed.target > state.concurrency:
+            return failed
         # A failed probe may have met a real overload at the base level: judge the base's own
         # evidence now rather than a batch later, or, while none is fresh yet, the pulse's
         # when it shows more pressure than the raise explains.

@@ -155,19 +155,27 @@ class Pausing(Probing):
             )
         limit = self.pausing_pressure(situation.params)
         if test.pressure_rate < limit:
+            resumed = replace(
+                memory,
+                pause_s=0.0,
+                paused_until=0.0,
+                judge_at=0.0,
+                ceiling=ceiling_above(state.concurrency),
+                next_probe_at=now + self.spread(situation, 0.0),
+            )
+            passed = f"Pause test passed (pressure {test.pressure_rate:.1%} < {limit:.1%})"
+            if test.pressure_rate < self.trim_above:
+                # Clean: the test is a passed probe of Cmin, the fresh evidence a first probe
+                # would wait a telemetry round trip for; the climb back starts at once. The
+                # capacity has moved since a level broke: what broke then bounds no step.
+                climbing = replace(resumed, probe_streak=2, broke_at=0)
+                pulse = self.start_pulse(situation, climbing, state.concurrency, passed, test)
+                return replace(pulse, enabled=True)
             return move(
                 state.concurrency,
                 QueueStateName.RECOVERING,
-                f"Pause test passed (pressure {test.pressure_rate:.1%} < {limit:.1%}); "
-                f"resuming at {state.concurrency}.",
-                replace(
-                    memory,
-                    pause_s=0.0,
-                    paused_until=0.0,
-                    judge_at=0.0,
-                    ceiling=ceiling_above(state.concurrency),
-                    next_probe_at=now + self.spread(situation, 0.0),
-                ),
+                f"{passed}; resuming at {state.concurrency}.",
+                resumed,
                 test,
                 enabled=True,
                 breaches=0,

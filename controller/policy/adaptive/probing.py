@@ -78,13 +78,16 @@ class Probing(Tuning):
                 good,
                 stats,
             )
+        if self.drained_before_verdict(situation, stats):
+            return hold(
+                state,
+                f"Clean; {situation.backlog} messages waiting drain at {current} before a "
+                f"probe's verdict could come. Holding at {current}.",
+                good,
+                stats,
+            )
         why = f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}"
         return self.start_pulse(situation, good, current, why, stats)
-
-    def pulse_step(self, base: int, streak: int) -> int:
-        """A pulse's raise above ``base`` after ``streak`` passed in a row: the streak, at most
-        ``probe_growth`` of the level, at least one."""
-        return max(1, min(streak, math.floor(base * self.probe_growth)))
 
     def start_pulse(
         self,
@@ -97,7 +100,8 @@ class Probing(Tuning):
         """Raise the cap above ``base`` for about one invocation time (by a step that doubles
         while probes pass), then back to ``base``."""
         state, now, params = situation.state, situation.now, situation.params
-        target = clamp(base + self.pulse_step(base, memory.probe_streak), params)
+        step = self.probe_step(base, memory.probe_streak, memory.broke_at)
+        target = clamp(base + step, params)
         # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
         # invocations start under the raised cap to be judged; the poller adds a few
         # invocations per second, so a bigger raise needs a longer pulse.
@@ -122,6 +126,38 @@ class Probing(Tuning):
             breaches=0,
             wake_at=now + pulse,
         )
+
+    def probe_step(self, base: int, streak: int, broke_at: int) -> int:
+        """A pulse's raise above ``base`` after ``streak`` (0, then 2, 4, 8, ...) passes in a
+        row: one after a cut or a failed probe, then ``probe_growth`` of the level twice, then
+        a share that doubles with each pass (x1.5, x1.5, x2, x3, x5 a round trip); below the
+        level that last broke (``broke_at``), at most half the way to it.
+
+        Each pass costs a telemetry round trip (20-40 s late in the families): at x1.5 a pass,
+        a capacity back from a pause took ten of them, 2 -> 77 in 300 s, while the backlog
+        waited. Below a level that broke, a step past half the gap fails again and again: its
+        refusals, each back a visibility timeout later, set the drain; halving the gap finds
+        the capacity between them."""
+        if streak <= 0:
+            return 1
+        step = math.floor(base * self.probe_growth * max(1, streak // 4))
+        if broke_at > base:
+            step = min(step, math.ceil((broke_at - base) / 2))
+        return max(1, step)
+
+    def drained_before_verdict(self, situation: AdaptiveSituation, stats: WindowStats) -> bool:
+        """The messages waiting (when known: read before a raise) drain at the current level
+        before a pulse started now could be judged (its pulse and the telemetry's lag).
+
+        Such a probe cannot shorten the drain; its refused calls lengthen it, each message
+        back a visibility timeout later (10-120 s in the families), and near the end of a
+        backlog they are what the drain waits for."""
+        if situation.backlog is None or not stats.samples or not stats.timed_samples:
+            return False
+        invocation_s = stats.mean_invocation_s
+        calls_per_s = situation.state.concurrency * stats.requests / stats.samples / invocation_s
+        verdict_in = max(self.pulse_s, invocation_s) + self.judge_after_s + reporting_lag(situation)
+        return situation.backlog < calls_per_s * verdict_in
 
     def end_pulse(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
         """The pulse is over: back to the base level, and judge the pulse's invocations once
@@ -179,7 +215,7 @@ class Probing(Tuning):
 
     def commit(self, situation: AdaptiveSituation, pulse: WindowStats) -> AdaptiveVerdict:
         """A passed probe: the probed level becomes the level."""
-        state, memory, now = situation.state, situation.memory, situation.now
+        memory, now = situation.memory, situation.now
         params = situation.params
         probed = memory.probe_base + memory.probe_step
         target = clamp(probed, params)
@@ -192,7 +228,7 @@ class Probing(Tuning):
         # it, after the slowdown that timed out is over, probes chain and the ceiling expires
         # as elsewhere (committed one step at a time, a queue cut to 2 took 35 s a level back
         # up).
-        chained_step = self.pulse_step(probed, 2 * max(1, streak))
+        chained_step = self.probe_step(probed, 2 * max(1, streak), broke_at)
         near_timeouts = near_timeout(
             memory, pulse, self.timeout_headroom, (probed + chained_step) / max(1, probed)
         )
@@ -204,8 +240,11 @@ class Probing(Tuning):
         # step twice as big, starts at once. Past refusals a committed doubling that overshoots
         # a capacity back only in part is refused for a telemetry round trip, a pulse for one
         # invocation time.
-        chain = memory.ceiling_refused or not expired
-        if probed >= ceiling and probed < params.cmax and chain and not near_timeouts:
+        chain = (memory.ceiling_refused or not expired) and not near_timeouts
+        if probed >= ceiling and probed < params.cmax and chain:
+            if self.drained_before_verdict(situation, pulse):
+                # No next pulse: the level is committed as it is, the ceiling just over it.
+                return self._committed(situation, pulse, target, expired=False)
             chained = replace(
                 memory,
                 ceiling=ceiling_above(probed),
@@ -214,7 +253,7 @@ class Probing(Tuning):
                 probe_streak=2 * max(1, streak),
             )
             why = f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
-            if expired:
+            if expired and broke_at:
                 why += f", above {broke_at}, where refused calls set the ceiling"
             return self.start_pulse(situation, chained, probed, why, pulse)
         if expired:
@@ -222,22 +261,29 @@ class Probing(Tuning):
             # level may be luck), an overload of latency or timeouts: it is over. Forget the
             # ceiling and grow at full speed again (a new overload sets a new one), from the
             # probe's start: its invocations are the fresh evidence a first step would wait for.
-            ceiling, broke_at, streak = 0, 0, 0
             ramp = math.ceil(self.poller_ramp_per_s * max(0.0, now - memory.probe_started_at))
             target = clamp(min(math.floor(probed * self.max_growth), probed + ramp), params)
+            memory = replace(memory, ceiling=0, broke_at=0, probe_streak=0)
+        return self._committed(replace(situation, memory=memory), pulse, target, expired=expired)
+
+    def _committed(
+        self, situation: AdaptiveSituation, pulse: WindowStats, target: int, *, expired: bool
+    ) -> AdaptiveVerdict:
+        """A passed probe's level committed as ``target`` (``expired``: its ceiling is gone)."""
+        state, memory, now = situation.state, situation.memory, situation.now
+        ceiling = memory.ceiling
         return move(
             target,
-            rising(target, params),
-            f"Probe passed: pressure {pulse.pressure_rate:.1%} at {probed}"
+            rising(target, situation.params),
+            f"Probe passed: pressure {pulse.pressure_rate:.1%} at "
+            f"{memory.probe_base + memory.probe_step}"
             f"{'; the ceiling has expired' if expired else ''}. "
             f"Scaled from {state.concurrency} -> {target}.",
             replace(
                 memory,
                 ceiling=max(ceiling, ceiling_above(target)) if ceiling else 0,
-                broke_at=broke_at,
                 good_level=target,
                 probe_backoff_s=self.probe_backoff_s[0],
-                probe_streak=streak,
                 next_probe_at=now,
                 judge_at=0.0,
                 probe_step=0,
@@ -282,21 +328,36 @@ class Probing(Tuning):
         ceiling, broke_at = memory.ceiling, memory.broke_at
         if judged:
             ceiling, broke_at = (min(ceiling, probed) if ceiling else probed), probed
+        failed = replace(
+            memory,
+            ceiling=ceiling,
+            broke_at=broke_at,
+            ceiling_refused=pulse.pressure_rate >= self.trim_above and refused(pulse),
+            probe_backoff_s=backoff,
+            probe_streak=0,
+            next_probe_at=next_probe_at,
+            judge_at=0.0,
+            probe_step=0,
+        )
+        fit = min(pulse_fit(memory, pulse, params), probed - 1)
+        if memory.probe_step > 1 and fit > memory.probe_base:
+            # A big step refused in part: the capacity lies between the base and the probed
+            # level, where the pulse's own accepted share puts it; pulses go on from there.
+            return move(
+                fit,
+                rising(fit, params),
+                f"Probe failed ({verdict}); its accepted share fits {fit}. Scaled from "
+                f"{state.concurrency} -> {fit}.",
+                replace(failed, ceiling=ceiling_above(fit), good_level=memory.probe_base),
+                pulse,
+                breaches=0,
+                wake_at=0.0,
+            )
         return hold(
             state,
             f"Probe failed ({verdict}); next probe in {next_probe_at - now:.0f}s. Holding at "
             f"{state.concurrency}.",
-            replace(
-                memory,
-                ceiling=ceiling,
-                broke_at=broke_at,
-                ceiling_refused=pulse.pressure_rate >= self.trim_above and refused(pulse),
-                probe_backoff_s=backoff,
-                probe_streak=0,
-                next_probe_at=next_probe_at,
-                judge_at=0.0,
-                probe_step=0,
-            ),
+            failed,
             pulse,
             wake_at=0.0,
         )
@@ -359,6 +420,17 @@ def running_stats(
 def pulse_span_s(memory: AdaptiveMemory) -> float:
     """How long the evidence ``pulse_stats`` reads lasts (at least a second)."""
     return max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
+
+
+def pulse_fit(memory: AdaptiveMemory, pulse: WindowStats, params: PolicyParams) -> int:
+    """The level a pulse's calls show the downstream took, when it refused them (429, 503):
+    the invocations that started in it, by Little's law (their busy time over its span),
+    times their accepted share (0: too little evidence, or not refused). The calls accepted
+    in a pulse are at most what the capacity takes, so this never overshoots it."""
+    if pulse.requests < params.min_samples or not pulse.pressure or not refused(pulse):
+        return 0
+    in_use = pulse.busy_ms / 1000.0 / pulse_span_s(memory)
+    return math.floor(in_use * (1.0 - pulse.pressure_rate))
 
 
 def overload_beneath(memory: AdaptiveMemory, pulse: WindowStats, params: PolicyParams) -> bool:
