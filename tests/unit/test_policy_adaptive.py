@@ -945,9 +945,9 @@ def test_a_probe_past_timeouts_chains_only_far_from_the_timeout(
     latency_ms: float, chained: bool
 ) -> None:
     # Timeouts cut at 1,000 ms; a pulse from 8 to 9 passes. At 100 ms a call, the next probe's
-    # level (13: half the level more, after one pass), its latency grown in proportion, stays
-    # far under the timeout: it starts at once. At 700 ms it may reach 0.8 x the timeout: 9 is
-    # committed alone.
+    # level (11: under a remembered timeout a step is the streak's), its latency grown in
+    # proportion, stays far under the timeout: it starts at once. At 700 ms it may reach 0.8 x
+    # the timeout: 9 is committed alone.
     current = attached(8, ceiling=9, broke_at=9, timeout_latency_ms=1000.0)
     window = window_of(*at_latency(960, 30, 10, latency_ms))
     current, raised = run(current, window, 992.0)
@@ -958,17 +958,20 @@ def test_a_probe_past_timeouts_chains_only_far_from_the_timeout(
     current, _ = run(current, window, now)
     current, verdict = run(current, window, now + 6.5)
     assert verdict.reason.startswith("Probe passed"), verdict.reason
-    assert verdict.target == (13 if chained else 9), verdict.reason
+    assert verdict.target == (11 if chained else 9), verdict.reason
     assert (memory_of(current).probe_until > 0) is chained
 
 
 def test_passed_pulses_raise_by_a_growing_share_and_halve_the_gap_to_a_level_that_broke() -> None:
     # One after a cut or a failed probe, then x1.5 twice, x2, x3, x5 a telemetry round trip.
-    steps = [ALGORITHM.probe_step(10, streak, broke_at=0) for streak in (0, 2, 4, 8, 16, 32)]
+    steps = [ALGORITHM.probe_step(10, streak, AdaptiveMemory()) for streak in (0, 2, 4, 8, 16, 32)]
     assert steps == [1, 5, 5, 10, 20, 40]
     # Below a level that broke, at most half the way to it (and at least one).
-    assert ALGORITHM.probe_step(10, 16, broke_at=16) == 3
-    assert ALGORITHM.probe_step(10, 8, broke_at=11) == 1
+    assert ALGORITHM.probe_step(10, 16, AdaptiveMemory(broke_at=16)) == 3
+    assert ALGORITHM.probe_step(10, 8, AdaptiveMemory(broke_at=11)) == 1
+    # Under a latency where timeouts cut, the step is the streak's, at most half the level.
+    remembered = AdaptiveMemory(timeout_latency_ms=900.0)
+    assert [ALGORITHM.probe_step(10, s, remembered) for s in (2, 4, 8)] == [2, 4, 5]
 
 
 def test_a_clean_pause_test_starts_the_climb_back_with_a_pulse_at_once() -> None:

@@ -100,7 +100,7 @@ class Probing(Tuning):
         """Raise the cap above ``base`` for about one invocation time (by a step that doubles
         while probes pass), then back to ``base``."""
         state, now, params = situation.state, situation.now, situation.params
-        step = self.probe_step(base, memory.probe_streak, memory.broke_at)
+        step = self.probe_step(base, memory.probe_streak, memory)
         target = clamp(base + step, params)
         # About one invocation time (at least ``pulse_s`` and a margin past it), so that enough
         # invocations start under the raised cap to be judged; the poller adds a few
@@ -127,11 +127,12 @@ class Probing(Tuning):
             wake_at=now + pulse,
         )
 
-    def probe_step(self, base: int, streak: int, broke_at: int) -> int:
+    def probe_step(self, base: int, streak: int, memory: AdaptiveMemory) -> int:
         """A pulse's raise above ``base`` after ``streak`` (0, then 2, 4, 8, ...) passes in a
         row: one after a cut or a failed probe, then ``probe_growth`` of the level twice, then
         a share that doubles with each pass (x1.5, x1.5, x2, x3, x5 a round trip); below the
-        level that last broke (``broke_at``), at most half the way to it.
+        level that last broke (``memory.broke_at``), at most half the way to it. Where timeouts
+        cut (a latency remembered) the step is the streak's, at most ``probe_growth`` of it.
 
         Each pass costs a telemetry round trip (20-40 s late in the families): at x1.5 a pass,
         a capacity back from a pause took ten of them, 2 -> 77 in 300 s, while the backlog
@@ -140,9 +141,11 @@ class Probing(Tuning):
         the capacity between them."""
         if streak <= 0:
             return 1
+        if memory.timeout_latency_ms > 0:  # the queue a big raise builds shows after its pulse
+            return max(1, min(streak, math.floor(base * self.probe_growth)))
         step = math.floor(base * self.probe_growth * max(1, streak // 4))
-        if broke_at > base:
-            step = min(step, math.ceil((broke_at - base) / 2))
+        if memory.broke_at > base:
+            step = min(step, math.ceil((memory.broke_at - base) / 2))
         return max(1, step)
 
     def drained_before_verdict(self, situation: AdaptiveSituation, stats: WindowStats) -> bool:
@@ -228,7 +231,7 @@ class Probing(Tuning):
         # it, after the slowdown that timed out is over, probes chain and the ceiling expires
         # as elsewhere (committed one step at a time, a queue cut to 2 took 35 s a level back
         # up).
-        chained_step = self.probe_step(probed, 2 * max(1, streak), broke_at)
+        chained_step = self.probe_step(probed, 2 * max(1, streak), memory)
         near_timeouts = near_timeout(
             memory, pulse, self.timeout_headroom, (probed + chained_step) / max(1, probed)
         )
