@@ -1009,9 +1009,15 @@ def test_a_big_step_refused_in_part_is_sized_on_the_pulse_s_accepted_share() -> 
 def test_no_probe_when_the_backlog_drains_before_its_verdict() -> None:
     # 8 invocations of 800 ms, 10 calls each: 100 calls a second; a pulse's verdict comes some
     # 6 s later (its pulse, the wait to judge, the telemetry's lag).
-    current = attached(8, ceiling=9)
+    # Refused calls set the ceiling: a probe's refusals would come back a visibility timeout
+    # later, so none is started on a backlog that drains first.
+    current = attached(8, ceiling=9, ceiling_refused=True)
     window = window_of(*steady(960, 30, 10, ok=10))
     held = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=50)
     assert held.action is Action.HOLD and "before a probe's verdict" in held.reason
     probed = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=5000)
+    assert probed.target == 9, probed.reason
+    # Where latency or timeouts set it, a probe refuses nothing: it runs on any backlog.
+    unrefused = attached(8, ceiling=9)
+    probed = decide(ALGORITHM, unrefused, config(), window, 992.0, PARAMS, backlog=50)
     assert probed.target == 9, probed.reason

@@ -5,10 +5,9 @@ by a step for about one invocation time and puts it back; only invocations that 
 pulse are judged (those that started in it, and those running beside them), so a failed probe
 costs about one invocation per extra slot whatever the telemetry delay. A failed probe waits as
 long as its cost calls for (``back_off``); a passing one is the fresh evidence for its level
-and the next, a step twice as big, starts at once. Clean above the level that broke, the
-ceiling expires when timeouts set it (growth returns to full speed; near a latency where
-load-driven timeouts cut, every step is a pulse of its own); where the
-downstream refused calls (429, 503) the pulses go on, each judged before the next.
+and the next, a bigger step, starts at once. Clean above the level that broke, the ceiling
+expires when timeouts set it (near a latency where they cut, every step is a pulse of its
+own); where the downstream refused calls (429, 503) pulses go on, each judged before the next.
 """
 
 from __future__ import annotations
@@ -64,8 +63,7 @@ class Probing(Tuning):
         )
 
     def probe(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
-        """Near the ceiling: a pulse probe once the backoff has passed, with steps doubling
-        while probes pass."""
+        """Near the ceiling: a pulse probe once the backoff has passed (``probe_step``)."""
         state, memory, stats = situation.state, situation.memory, situation.stats
         now = situation.now
         current, ceiling = state.concurrency, memory.ceiling
@@ -97,8 +95,8 @@ class Probing(Tuning):
         why: str,
         stats: WindowStats,
     ) -> AdaptiveVerdict:
-        """Raise the cap above ``base`` for about one invocation time (by a step that doubles
-        while probes pass), then back to ``base``."""
+        """Raise the cap above ``base`` by ``probe_step`` for about one invocation time, then
+        back to ``base``."""
         state, now, params = situation.state, situation.now, situation.params
         step = self.probe_step(base, memory.probe_streak, memory)
         target = clamp(base + step, params)
@@ -149,18 +147,20 @@ class Probing(Tuning):
         return max(1, step)
 
     def drained_before_verdict(self, situation: AdaptiveSituation, stats: WindowStats) -> bool:
-        """The messages waiting (when known: read before a raise) drain at the current level
-        before a pulse started now could be judged (its pulse and the telemetry's lag).
+        """Where refused calls set the ceiling, the messages waiting (when known: read before
+        a raise) drain at the current level before a pulse started now could be judged.
 
-        Such a probe cannot shorten the drain; its refused calls lengthen it, each message
-        back a visibility timeout later (10-120 s in the families), and near the end of a
-        backlog they are what the drain waits for."""
-        if situation.backlog is None or not stats.samples or not stats.timed_samples:
+        Such a probe cannot shorten the drain; its refused calls, each message back a
+        visibility timeout later (10-120 s in the families), are what the drain waits for near
+        a backlog's end. Elsewhere a probe refuses nothing: held, it kept a healthy queue of
+        bursts under its cap into the next burst (healthy 1001 draw 163: p99 age 1.08x)."""
+        backlog = situation.backlog
+        if not situation.memory.ceiling_refused or backlog is None or not stats.timed_samples:
             return False
         invocation_s = stats.mean_invocation_s
         calls_per_s = situation.state.concurrency * stats.requests / stats.samples / invocation_s
         verdict_in = max(self.pulse_s, invocation_s) + self.judge_after_s + reporting_lag(situation)
-        return situation.backlog < calls_per_s * verdict_in
+        return backlog < calls_per_s * verdict_in
 
     def end_pulse(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
         """The pulse is over: back to the base level, and judge the pulse's invocations once
