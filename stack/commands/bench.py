@@ -321,12 +321,18 @@ def _run_telemetry(args: argparse.Namespace) -> int:
                 f"{run['replay_first_difference_s']} s); "
                 + ", ".join(f"{key} {before} -> {after}" for key, (before, after) in card.items())
             )
+        for key, move in report["outcome_moves"].items():
+            lines.append(
+                f"  {key} moves on average {move['aggregated']} with aggregated telemetry, "
+                f"{move['other_delays']} with other telemetry delays"
+            )
         lines.append(
             f"  at {telemetry.TARGET_RATE:.0f}/s: {report['bytes_per_invocation']} bytes per "
             f"invocation (target <= {telemetry.TARGET_BYTES_PER_INVOCATION}): "
             f"{'met' if report['meets_target'] else 'MISSED'}; decisions equal: "
             f"{report['decisions_equal']}; replayed decisions equal: "
-            f"{report['replay_decisions_equal']}; recording equal: {report['recording_equal']}"
+            f"{report['replay_decisions_equal']}; recording equal: {report['recording_equal']}; "
+            f"outcomes within the delays' noise: {report['outcomes_within_delay_noise']}"
         )
         print("\n".join(lines))
     return 1 if args.check and not report["meets_target"] else 0

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from load.bench.telemetry import compare_decisions
+from load.bench.telemetry import (
+    SCORECARD_KEYS,
+    compare_decisions,
+    outcome_moves,
+    within_delay_noise,
+)
 from stack.cli import main
 from tests.unit.test_sim import tiny, tiny_file  # noqa: F401 (fixture)
 
@@ -30,6 +35,29 @@ def test_the_report_measures_both_forms_in_one_run(
     assert report["decisions_equal"] == (run["first_difference_s"] is None)
     assert report["replay_decisions_equal"] == (run["replay_first_difference_s"] is None)
     assert run["replay_changes"] > 0 and run["replay_changes_aggregated"] > 0
+    assert set(run["scorecard_other_delays"]) == set(SCORECARD_KEYS)
+    assert report["outcome_moves"] == outcome_moves(report["decisions"])
+    assert report["outcomes_within_delay_noise"] == within_delay_noise(report["decisions"])
+
+
+def _run(per_invocation: float | None, aggregated: float | None, other: float | None) -> dict:
+    """A decision run whose every scorecard figure is these three values."""
+    return {
+        "scorecard": {key: [per_invocation, aggregated] for key in SCORECARD_KEYS},
+        "scorecard_other_delays": dict.fromkeys(SCORECARD_KEYS, other),
+    }
+
+
+def test_aggregation_is_judged_against_the_delays_own_noise() -> None:
+    # Aggregation moves the figures by 0.2 and 0.0 (mean 0.1); other delays by 0.1 and 0.3
+    # (mean 0.2): within the noise. A run without a value (no reaction) is left out.
+    quiet = [_run(1.0, 1.2, 1.1), _run(2.0, 2.0, 2.3), _run(None, 1.0, 1.0)]
+    assert outcome_moves(quiet)["wasted_ratio"] == {"aggregated": 0.1, "other_delays": 0.2}
+    assert within_delay_noise(quiet)
+    # Aggregation moves a figure further than the delays do: not within the noise.
+    loud = [_run(1.0, 1.5, 1.1), _run(2.0, 2.0, 2.3)]
+    assert outcome_moves(loud)["drain_ratio"] == {"aggregated": 0.25, "other_delays": 0.2}
+    assert not within_delay_noise(loud)
 
 
 def test_both_encodings_decide_alike_where_the_first_reports_say_the_same() -> None:
