@@ -923,32 +923,6 @@ def test_a_cut_on_the_first_timeouts_is_corrected_on_the_rest() -> None:
     assert again.action is Action.HOLD, again.reason
 
 
-def timed_out_after_a_cut(current: QueueState, level: int) -> Decision:
-    """The verdict on ``level`` invocations a second at ``current`` (set at 960) whose every
-    call timed out, once they have reported."""
-    window = window_of(*timing_out(960, 1, ok=10, timed_out=0))
-    for second in range(965, 995):
-        for document in timing_out(second, level, ok=0, timed_out=10):
-            window.add(document)
-    _, decision = run(current, window, 1000.0)
-    return decision
-
-
-def test_timeouts_that_outlive_a_cut_on_timeouts_are_cut_to_their_accepted_share() -> None:
-    # A cut on timeouts left 25 (a quarter of 100), and 25 still times out every call: the
-    # downstream is slow at any level the queue runs, so the quarter a first cut keeps at most
-    # no longer holds; the accepted share (none) takes it to Cmin at once.
-    cut = attached(
-        25, at=960.0, cut_at=960.0, ceiling=26, broke_at=100, timeout_latency_ms=80.0
-    ).evolve(consecutive_breaches=1)
-    decision = timed_out_after_a_cut(cut, 25)
-    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, PARAMS.cmin)
-    assert "did not end them" in decision.reason, decision.reason
-    # The same level set otherwise (no cut on timeouts behind it) keeps a quarter of what runs.
-    first = timed_out_after_a_cut(attached(25, at=960.0), 25)
-    assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 6), first.reason
-
-
 def at_latency(start: int, seconds: int, per_second: int, latency_ms: float) -> list[Sample]:
     """``steady``'s clean invocations of 10 calls, each call taking ``latency_ms``."""
     return [

@@ -80,9 +80,6 @@ class Latency(Sizing):
         current = state.concurrency
         if not stats.timed_out or refused(stats) or current <= params.cmin:
             return None
-        if stats.pressure_rate >= params.t1 and self.timeouts_outlived_cut(situation):
-            # The cut to a share of the level the last cut left decides (``Sizing.cut``).
-            return None
         line = self.load_line(situation)
         if line is None:
             return None

@@ -148,9 +148,6 @@ class Sizing(Pausing):
                 if one_too_many(running, pressure)
                 else "cut to the accepted share"
             )
-        elif self.timeouts_outlived_cut(situation):
-            proportional = math.floor(self.fitting(running, pressure, stats.requests))
-            sized = "the last cut did not end them: cut to the accepted share"
         else:
             proportional = self.timeout_level(running, pressure, stats.requests, params)
             sized = "cut to the accepted share, to a quarter at most"
@@ -195,23 +192,6 @@ class Sizing(Pausing):
         9 draws with timeouts wasted 0.964 of their calls in all halving, 0.739 quartering)."""
         fitting = self.fitting(running, pressure, requests)
         return math.floor(max(fitting, running * params.beta**2))
-
-    def timeouts_outlived_cut(self, situation: AdaptiveSituation) -> bool:
-        """The level was set by a cut on timeouts (or its correction), and its own evidence
-        times out again at T1: the quarter ``timeout_level`` keeps at most is for a first cut,
-        whose share says nothing of the level that fits. Where a cut to a quarter still times
-        out, the downstream is slow at any level the queue can run (a slowdown past the
-        timeout, a capacity below what Cmin sends): its accepted share sizes the next cut, and
-        one that leaves Cmin hard overloaded pauses at once. Halving and quartering there
-        took a telemetry round trip a step, every call timing out meanwhile (``mixed`` seed
-        101 draw 50: 56 -> 14 -> 3 -> 2 -> paused over 170 s, every call timing out)."""
-        state, memory = situation.state, situation.memory
-        return (
-            memory.cut_at > 0
-            and state.last_change_at == memory.cut_at
-            and not memory.ceiling_refused
-            and memory.timeout_latency_ms > 0
-        )
 
     def fitting(self, running: float, pressure: float, requests: int) -> float:
         """The invocations that fit: ``running`` times the accepted share, sized pessimistically
