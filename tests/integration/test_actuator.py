@@ -380,7 +380,7 @@ def _most_in_one_second(stamps: list[float]) -> int:
     return most
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     calls=st.integers(1, 15),
     window_s=st.sampled_from([0.5, 1.0, 1.01]),
@@ -404,7 +404,7 @@ def test_a_call_window_lets_each_call_go_as_soon_as_the_window_allows(
         assert _most_in_one_second(stamps) <= calls
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     seed=st.integers(0, 2**32),
     failures=st.integers(0, 12),
@@ -536,7 +536,7 @@ def test_a_refused_listing_gives_up_without_retrying() -> None:
     assert raised.value.attempts == 1
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     order=st.permutations(list(range(12))),
     page_size=st.integers(min_value=1, max_value=5),

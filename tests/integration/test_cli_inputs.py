@@ -333,7 +333,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     arrival=json_values | st.floats(EARLIEST_ARRIVAL, LATEST_ARRIVAL),
     sequence=json_values | st.text("0123456789²٣", min_size=1, max_size=140),

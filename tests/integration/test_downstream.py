@@ -139,7 +139,7 @@ def test_stop_releases_the_port_and_the_threads() -> None:
         pass
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     st.lists(
         st.tuples(st.integers(1, 100), st.integers(0, 50)),

@@ -471,7 +471,7 @@ def test_cancellation_named_only_in_the_message_is_a_conflict() -> None:
 finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     concurrency=st.integers(2, 1000),
     breaches=st.integers(0, 50),

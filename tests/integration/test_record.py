@@ -48,7 +48,7 @@ def shard_feeds(draw: st.DrawFn) -> list[tuple[str, list[float]]]:
     return shards
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(feeds=shard_feeds(), seed=st.integers(0, 2**16))
 def test_merger_releases_every_record_once_in_arrival_order(
     feeds: list[tuple[str, list[float]]], seed: int

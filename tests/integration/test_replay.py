@@ -408,7 +408,7 @@ def recordings(draw: st.DrawFn) -> list[RecordedLine]:
     return records
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=80)
 @given(
     records=recordings(),
     batch_size=st.integers(1, 6),

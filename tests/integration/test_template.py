@@ -255,7 +255,7 @@ def source_template() -> dict[str, Any]:
 LOG_GROUP_NAMES = st.from_regex(r"/aws/lambda/[A-Za-z0-9_.-]{1,24}", fullmatch=True)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(groups=st.lists(LOG_GROUP_NAMES, max_size=6))
 def test_for_each_expansion_makes_one_filter_per_group_or_refuses_collisions(
     groups: list[str],

@@ -286,7 +286,7 @@ def test_uninstalling_restores_the_clients(
 STATUSES = st.sampled_from([200, 201, 204, 400, 404, 429, 500, 502, 503, 504])
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     calls=st.lists(
         st.tuples(STATUSES, st.floats(0, 5_000), st.none() | st.integers(0, 3_600)),
@@ -337,7 +337,7 @@ def test_record_outside_an_invocation_is_a_no_op_and_never_raises() -> None:
     assert failures.count == 1
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(
     statuses=st.lists(st.sampled_from([200, 204, 301, 404, 429, 500, 503]), max_size=40),
     reads=st.sets(st.integers(min_value=0, max_value=40)),
@@ -508,7 +508,7 @@ def test_retry_after_values(value: object, seconds: float | None) -> None:
     assert instrument.parse_retry_after(value) == seconds
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.text(max_size=40) | st.floats() | st.integers())
 def test_retry_after_is_never_negative_nor_raises(value: object) -> None:
     seconds = instrument.parse_retry_after(value)

@@ -203,7 +203,7 @@ def test_sqs_failures_are_swallowed_and_logged_once(caplog: pytest.LogCaptureFix
     assert len([r for r in caplog.records if "Retry-After respect" in r.getMessage()]) == 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.floats(0, 10**9), st.integers(0, 2**32))
 def test_visibility_is_at_least_the_delay_and_at_most_twelve_hours(delay: float, seed: int) -> None:
     timeout = visibility.visibility_timeout(delay, random.Random(seed))

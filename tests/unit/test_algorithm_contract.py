@@ -90,7 +90,7 @@ def test_an_unknown_name_is_a_clear_error() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(found=documents, params=bounds, start=st.integers(2, 100))
 def test_bounds_always_hold(
     name: str, found: list[tuple[float, int, int, int]], params: PolicyParams, start: int
@@ -102,7 +102,7 @@ def test_bounds_always_hold(
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(found=documents, start=st.integers(2, 100))
 def test_never_raises_on_evidence_of_pressure(
     name: str, found: list[tuple[float, int, int, int]], start: int
@@ -113,7 +113,7 @@ def test_never_raises_on_evidence_of_pressure(
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(found=documents, start=st.integers(2, 100))
 def test_never_probes_a_queue_with_nothing_waiting(
     name: str, found: list[tuple[float, int, int, int]], start: int
@@ -123,7 +123,7 @@ def test_never_probes_a_queue_with_nothing_waiting(
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(found=documents, start=st.integers(2, 100))
 def test_the_same_inputs_give_the_same_decisions(
     name: str, found: list[tuple[float, int, int, int]], start: int
@@ -133,7 +133,7 @@ def test_the_same_inputs_give_the_same_decisions(
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     st.lists(
         st.tuples(

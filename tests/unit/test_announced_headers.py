@@ -146,7 +146,7 @@ structured_values = st.from_regex(r'\A("?[a-z,]{0,4}"?;?[rtqw]=-?[0-9.e]{0,6}[,;
 header_values = st.text(max_size=40) | structured_values
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(st.lists(st.tuples(header_names, header_values), max_size=6), st.sampled_from([200, 429]))
 def test_any_headers_read_without_raising_and_only_finite_non_negative_numbers(
     headers: list[tuple[str, str]], status: int
@@ -180,7 +180,7 @@ wire_values = (
 ).map(str.strip)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(st.lists(st.tuples(header_names, wire_values), max_size=6), st.sampled_from([200, 429]))
 def test_every_clients_header_object_reads_as_its_pairs(
     headers: list[tuple[str, str]], status: int
@@ -194,7 +194,7 @@ def test_every_clients_header_object_reads_as_its_pairs(
     assert announced.glance(mapping, status) == announced.glance(last, status)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(st.lists(st.lists(st.tuples(header_names, wire_values), max_size=5), max_size=6))
 @example([[("X-RateLimit-Remaining", "3")], [("RateLimit", "a;r=3")], [("RateLimit", "a;r=4")]])
 def test_an_invocation_keeps_the_answer_with_the_least_remaining_the_later_on_a_tie(

@@ -164,7 +164,7 @@ rates = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
 concurrency = st.integers(min_value=2, max_value=100)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(concurrency, rates, rates, st.integers(0, 5))
 def test_aimd_bounds_hold_and_pressure_never_raises(
     current: int, pressure: float, success: float, breaches: int

@@ -7,13 +7,13 @@ import base64
 import random
 from typing import Any
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from load import fuzz
 from tests.strategies import json_values
 
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=150)
 
 records = st.lists(
     json_values

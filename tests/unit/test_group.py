@@ -273,7 +273,7 @@ class TestTimeSharing:
             decision = decided.decisions[queue]
             assert not decision.enabled and decision.new_state.wake_at > NOW
 
-    @settings(max_examples=30, deadline=None)
+    @settings(max_examples=30)
     @given(
         members=st.integers(3, 30),
         capacity=st.floats(20.0, 200.0),

@@ -187,7 +187,7 @@ def test_a_pause_test_that_saw_no_calls_tests_again_rather_than_resume() -> None
     assert current.wake_at == memory_of(current).paused_until
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(cap=st.integers(20, 100), per_second=st.integers(1, 5))
 def test_a_stream_that_keeps_few_invocations_busy_is_cut_from_what_it_runs(
     cap: int, per_second: int
@@ -809,7 +809,7 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
             decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
             assert (decision.target > 50) is grows, decision.reason
 
-    @settings(max_examples=40, deadline=None)
+    @settings(max_examples=40)
     @given(
         latency=st.lists(st.floats(5.0, 2_000.0), min_size=SPAN, max_size=SPAN),
         timed_out=st.lists(st.integers(0, 1), min_size=SPAN, max_size=SPAN),
@@ -823,7 +823,7 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
         decision = self.judged(window)
         assert decision.target >= 40, decision.reason
 
-    @settings(max_examples=40, deadline=None)
+    @settings(max_examples=40)
     @given(
         levels=st.lists(st.floats(2.0, 40.0), min_size=SPAN, max_size=SPAN),
         latency=st.lists(st.floats(5.0, 2_000.0), min_size=SPAN, max_size=SPAN),

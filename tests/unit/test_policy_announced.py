@@ -344,7 +344,7 @@ quotas = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     quota=quotas,
     current=st.integers(5, 100),

@@ -147,7 +147,7 @@ def storm_window(delay_s: float) -> QueueWindow:
     return window
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(params=params_in_range(), delay_s=st.floats(0.0, 5.0))
 def test_any_params_in_range_decide_on_telemetry_a_few_seconds_old(
     params: PolicyParams, delay_s: float
@@ -180,7 +180,7 @@ out_of_range = st.sampled_from(sorted(BOUNDS)).flatmap(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(out_of_range)
 def test_any_value_out_of_range_is_refused_naming_the_setting_and_its_range(
     name_and_value: tuple[str, float | int],

@@ -41,7 +41,7 @@ def test_an_unknown_family_is_refused() -> None:
         draw_document("calm", 1, 1)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(draws)
 def test_every_draw_is_a_valid_scenario_within_the_common_ranges(
     draw: tuple[str, int, int],
@@ -215,7 +215,7 @@ def test_a_family_draws_each_of_its_shapes(family: str) -> None:
     assert all(shape in descriptions for shape in shapes)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.integers(1, 10**6), st.integers(1, fam.MAX_DRAWS))
 def test_a_fleet_draw_is_deterministic_and_parses_with_its_standings(
     seed: int, number: int
@@ -235,7 +235,7 @@ def test_a_fleet_draw_is_deterministic_and_parses_with_its_standings(
         )
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(st.integers(1, 10**6), st.integers(1, fam.MAX_DRAWS))
 def test_an_announced_draw_is_the_blind_familys_same_draw_announcing(
     seed: int, number: int

@@ -51,7 +51,7 @@ def samples(draw: st.DrawFn) -> Sample:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(samples(), min_size=1, max_size=5))
 def test_the_controller_decodes_exactly_what_was_encoded(batch: list[Sample]) -> None:
     lines = record_deliveries((sample.event_time + 2.0, sample) for sample in batch)

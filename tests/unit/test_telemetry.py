@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.constants import is_queue_name
@@ -470,7 +470,7 @@ def test_kpl_record_with_garbage_protobuf_is_skipped() -> None:
 
 # --- properties ---------------------------------------------------------------------------
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=60)
 
 
 @FAST

@@ -71,7 +71,7 @@ def own_documents(made: list[tuple[dict[str, Tally], float, float]]) -> list[Sam
     ]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(invocations())
 def test_an_environment_s_documents_read_back_as_its_invocations_did(
     made: list[tuple[dict[str, Tally], float, float]],
@@ -163,7 +163,7 @@ BAD_MEMBERS = {
 REASON = {"InvocationStartSecond": "bad_timestamp"}
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     st.sampled_from(sorted(BAD_MEMBERS)).flatmap(
         lambda name: st.tuples(st.just(name), st.sampled_from(BAD_MEMBERS[name]))
@@ -176,7 +176,7 @@ def test_a_malformed_aggregated_document_is_skipped_and_counted(bad: tuple[str, 
     assert skipped == Counter({REASON.get(name, "bad_value"): 1})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     st.dictionaries(
         st.sampled_from(sorted(BAD_MEMBERS)),

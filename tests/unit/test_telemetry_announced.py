@@ -15,7 +15,7 @@ from controller.telemetry import samples_from_log_message
 from controller.telemetry.announced import MAX_ANNOUNCED
 from worker import schema
 
-FAST = settings(max_examples=150, deadline=None)
+FAST = settings(max_examples=150)
 TIMESTAMP_MS = 1_795_976_609_000
 
 amounts = st.integers(0, 10**9) | st.floats(0, MAX_ANNOUNCED, allow_nan=False)

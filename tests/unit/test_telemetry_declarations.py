@@ -87,7 +87,7 @@ def messages(draw: st.DrawFn) -> str:
     return f'plain line "Metrics":{known}'
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300)
 @given(
     st.lists(messages(), min_size=1, max_size=4),
     st.one_of(st.just("/aws/lambda/worker"), messages()),

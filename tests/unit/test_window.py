@@ -46,7 +46,7 @@ def test_samples_older_than_retention_are_dropped_and_counted() -> None:
     assert window.dropped_too_old == 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(st.floats(min_value=0, max_value=5000, allow_nan=False), max_size=300))
 def test_memory_stays_bounded_by_retention(times: list[float]) -> None:
     window = QueueWindow(retention_s=30)
@@ -59,7 +59,7 @@ def test_memory_stays_bounded_by_retention(times: list[float]) -> None:
     assert kept + window.dropped_too_old <= len(times)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     st.lists(st.tuples(st.floats(0, 60, allow_nan=False), st.integers(0, 9)), max_size=80),
     st.floats(-5, 65, allow_nan=False),
