@@ -4,7 +4,9 @@ The mapping is disabled for a bounded period, growing while tests fail but no lo
 failed test's cost calls for, then tested with a short pulse at Cmin, and resumed only if that
 pulse was clean (a pulse that saw no calls is no evidence: tested again after the shortest
 pause). A cut that shows Cmin itself would overload hard pauses at once, at Cmin.
-A paused mapping sends no telemetry: every step asks to be woken (``wake_at``).
+A paused mapping sends no telemetry: every step asks to be woken (``wake_at``), and the run
+that ends a test is most often the one its first reports cause: reported clean, the test goes
+on until enough calls pass it, and the climb back starts at once.
 """
 
 from __future__ import annotations
