@@ -990,6 +990,48 @@ def test_a_clean_pause_test_starts_the_climb_back_with_a_pulse_at_once() -> None
     assert memory_of(current).broke_at == 0
 
 
+def floor_test_begun() -> tuple[QueueState, QueueWindow, float]:
+    """A queue paused at Cmin, its test of Cmin begun; the window and the test's start."""
+    current = attached(2)
+    storm = window_of(*steady(960, 30, 3, ok=2, throttled=8))
+    current, _ = run(current, storm, 992.0)
+    test_at = memory_of(current).paused_until
+    current, _ = run(current, storm, test_at)
+    assert current.enabled
+    return current, storm, test_at
+
+
+def test_a_test_of_the_floor_reported_clean_climbs_on_without_pausing_again() -> None:
+    # No run came at the test's scheduled end: the first to come is a telemetry round trip
+    # later, with the test's first reports. Clean on enough calls, the test has passed.
+    current, storm, test_at = floor_test_begun()
+    for document in steady(int(test_at), 1, 2, ok=10):
+        storm.add(document)
+    current, verdict = run(current, storm, test_at + 25.0)
+    assert verdict.target == 3 and current.enabled, verdict.reason
+    assert memory_of(current).paused_until == 0 and memory_of(current).probe_until > 0
+    # The capacity came back from under the floor: once that pulse passes, the next step is
+    # the size of the level (3 -> 6), not x1.5.
+    pulse_at = int(test_at + 25.0)
+    current, _ = run(current, storm, memory_of(current).probe_until)
+    for document in steady(pulse_at, 4, 3, ok=10):
+        storm.add(document)
+    current, verdict = run(current, storm, memory_of(current).judge_at + 1.0)
+    assert verdict.target == 6, verdict.reason
+
+
+def test_a_test_of_the_floor_with_few_clean_reports_goes_on_and_a_refusal_ends_it() -> None:
+    current, storm, test_at = floor_test_begun()
+    storm.add(sample(at=test_at + 0.9, ok=5, invocation_ms=800))
+    current, verdict = run(current, storm, test_at + 25.0)
+    assert verdict.action is Action.HOLD and current.enabled, verdict.reason
+    assert "testing on" in verdict.reason
+    storm.add(sample(at=test_at + 1.9, ok=3, throttled=2, invocation_ms=800))
+    current, verdict = run(current, storm, test_at + 26.0)
+    assert verdict.action is Action.PAUSE and not current.enabled, verdict.reason
+    assert memory_of(current).judge_at == test_at + 26.0 + ALGORITHM.judge_after_s
+
+
 def test_a_big_step_refused_in_part_is_sized_on_the_pulse_s_accepted_share() -> None:
     # Three passes in a row: the next step is the whole level, 8 -> 16, and a quarter of the
     # pulse's calls are refused: about 12 of its 16 fit.

@@ -4,7 +4,9 @@ The mapping is disabled for a bounded period, growing while tests fail but no lo
 failed test's cost calls for, then tested with a short pulse at Cmin, and resumed only if that
 pulse was clean (a pulse that saw no calls is no evidence: tested again after the shortest
 pause). A cut that shows Cmin itself would overload hard pauses at once, at Cmin.
-A paused mapping sends no telemetry: every step asks to be woken (``wake_at``).
+A paused mapping sends no telemetry: every step asks to be woken (``wake_at``), and the run
+that ends a test is most often the one its first reports cause: reported clean, the test goes
+on until enough calls pass it, and the climb back starts at once.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ from controller.policy.adaptive.probing import (
 )
 from controller.settings import PolicyParams
 from controller.window import WindowStats
+
+# The probe streak a clean test of Cmin starts the climb back with: two passes in a row
+# (``probe_step``'s 2, 4), so the pass after its first pulse steps by the whole level.
+CLIMB_FROM_FLOOR_STREAK = 4
 
 
 class Pausing(Probing):
@@ -123,12 +129,32 @@ class Pausing(Probing):
         state, memory, now = situation.state, situation.memory, situation.now
         if now < memory.probe_until:
             return hold(state, f"Testing Cmin ({state.concurrency}) after a pause.", memory)
+        # The run that ends a test is most often the one its first reports cause (a paused
+        # mapping sends none, and the scheduled tick is a minute away): the test has run a
+        # telemetry round trip, not its pulse, and its reports go on arriving run by run.
+        # Paused to wait for them all, a capacity back from below the floor waited one more
+        # round trip unused. While they come in clean, the test goes on until enough of them
+        # pass it; a refused call ends it at once, to be judged as before.
+        ended = replace(memory, probe_until=0.0, probe_ended_at=now)
+        test = pulse_stats(ended, situation.window)
+        params = situation.params
+        if test.requests >= params.min_samples and test.pressure_rate < self.trim_above:
+            return self._climb_from_floor(replace(situation, memory=ended), test)
+        reporting = test.requests > 0 and test.pressure == 0
+        if reporting and now - memory.probe_started_at < params.stale_after_s:
+            return hold(
+                state,
+                f"Testing Cmin ({state.concurrency}): {test.requests} calls reported, all "
+                f"clean; testing on until {params.min_samples} have.",
+                memory,
+                test,
+            )
         judge_at = now + self.judge_after_s
         return move(
             state.concurrency,
             QueueStateName.CRITICAL_BACKOFF,
             "Pause test over: paused again until its invocations are judged.",
-            replace(memory, probe_until=0.0, probe_ended_at=now, judge_at=judge_at),
+            replace(ended, judge_at=judge_at),
             enabled=False,
             wake_at=judge_at,
         )
@@ -154,28 +180,15 @@ class Pausing(Probing):
                 wake_at=now + period,
             )
         limit = self.pausing_pressure(situation.params)
+        if test.pressure_rate < self.trim_above:
+            return self._climb_from_floor(situation, test)
         if test.pressure_rate < limit:
-            resumed = replace(
-                memory,
-                pause_s=0.0,
-                paused_until=0.0,
-                judge_at=0.0,
-                ceiling=ceiling_above(state.concurrency),
-                next_probe_at=now + self.spread(situation, 0.0),
-            )
-            passed = f"Pause test passed (pressure {test.pressure_rate:.1%} < {limit:.1%})"
-            if test.pressure_rate < self.trim_above:
-                # Clean: the test is a passed probe of Cmin, the fresh evidence a first probe
-                # would wait a telemetry round trip for; the climb back starts at once. The
-                # capacity has moved since a level broke: what broke then bounds no step.
-                climbing = replace(resumed, probe_streak=2, broke_at=0)
-                pulse = self.start_pulse(situation, climbing, state.concurrency, passed, test)
-                return replace(pulse, enabled=True)
             return move(
                 state.concurrency,
                 QueueStateName.RECOVERING,
-                f"{passed}; resuming at {state.concurrency}.",
-                resumed,
+                f"Pause test passed (pressure {test.pressure_rate:.1%} < {limit:.1%}); "
+                f"resuming at {state.concurrency}.",
+                self._resumed_at_level(situation),
                 test,
                 enabled=True,
                 breaches=0,
@@ -189,6 +202,37 @@ class Pausing(Probing):
             replace(memory, pause_s=period, paused_until=now + period, judge_at=0.0),
             test,
             wake_at=now + period,
+        )
+
+    def _climb_from_floor(self, situation: AdaptiveSituation, test: WindowStats) -> AdaptiveVerdict:
+        """A clean test: a passed probe of Cmin, the fresh evidence a first probe would wait a
+        telemetry round trip for; the climb back starts at once, enabled, two passes into its
+        streak (steps x1.5, then x2, x3, x5, ...).
+
+        The capacity has moved since a level broke (what broke then bounds no step): from
+        under what Cmin sends to at least that, most often back where it was before the fall,
+        far above the floor. Climbing from Cmin one pass in (2 -> 3 -> 4 -> 8 -> 24), each pass
+        a telemetry round trip, the backlog waited 90-120 s for a capacity already back
+        (throttling seed 7, draws 18 and 38). A first step the size of the level is too much
+        where the capacity came back just above what Cmin sends (the shipped long-recovery
+        wasted 0.119, target 0.06): the first step stays x1.5."""
+        climbing = replace(
+            self._resumed_at_level(situation), probe_streak=CLIMB_FROM_FLOOR_STREAK, broke_at=0
+        )
+        passed = f"Pause test passed (pressure {test.pressure_rate:.1%}, clean)"
+        base = situation.state.concurrency
+        return replace(self.start_pulse(situation, climbing, base, passed, test), enabled=True)
+
+    def _resumed_at_level(self, situation: AdaptiveSituation) -> AdaptiveMemory:
+        """The memory of a mapping resumed at its level after a passed test: no pause, its
+        level the ceiling's floor, the next probe a backoff away."""
+        return replace(
+            situation.memory,
+            pause_s=0.0,
+            paused_until=0.0,
+            judge_at=0.0,
+            ceiling=ceiling_above(situation.state.concurrency),
+            next_probe_at=situation.now + self.spread(situation, 0.0),
         )
 
     def _period_after(self, memory: AdaptiveMemory, test: WindowStats) -> float:
