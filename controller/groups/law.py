@@ -12,7 +12,8 @@ adjusts the members' decisions, as Netflix's ``WindowedLimit`` wraps a limit:
   its own evidence goes through at once (the group's estimate learns a fall only once its
   seconds are complete), and while the newest seconds show refusals the group raises nobody.
 - Below the group's floor the members the group does not run are paused, the others resumed
-  at their level; a pause or resume the algorithm asks for gives way to the group's.
+  at their level; a pause or resume the algorithm asks for gives way to the group's (a pause
+  the group does not carry out leaves the algorithm's memory as it was).
 - A group whose members with work have more than one ``Priority`` protects the highest: the
   estimate learns from the newest seconds' refusals, the lower priorities are cut and paused
   and take the probes, and the protected members are not cut while a lower one runs.
@@ -266,6 +267,8 @@ def _decided(
         target = current
     if target == alone.target and alone.enabled:
         return alone
+    if not alone.enabled:
+        return _overruled(member, target, f"{why}; {share_text}", now)
     if target == current:
         reason = f"{why}; {share_text}: holding at {current}. ({alone.reason})"
         return _carried(member, current, True, alone.state, reason, None, now)
@@ -273,6 +276,34 @@ def _decided(
     reason = f"{why}; {share_text}: {direction} {current} -> {target}."
     name = Name.THROTTLED if target < current else Name.RECOVERING
     return _carried(member, target, True, name, reason, None, now)
+
+
+def _overruled(member: Member, target: int, why: str, now: float) -> Decision:
+    """The decision that runs ``member`` at ``target`` where its algorithm, alone, asked to
+    pause it: while the floors of the queues with work fit, the refusals it sees at its floor
+    are the group's, and the group cuts where there is room (a pause would only hand the others
+    its share). The pause not carried out, neither is its memory: kept as it was before, or
+    the algorithm would go on testing and judging a pause that never was while the group runs
+    the queue, and its reason ("pausing the mapping") would stand in the ledger."""
+    state, alone = member.state, member.decision
+    current = state.concurrency
+    pressure = f"{alone.pressure_rate:.1%} refused would pause it alone"
+    if target == current:
+        reason = f"{why}: holding at {current}, not paused ({pressure}): the group runs it."
+        name = state.state
+    else:
+        reason = f"{why}: cutting {current} -> {target}, not paused ({pressure})."
+        name = Name.THROTTLED
+    verdict: Verdict[object] = Verdict(
+        target,
+        name,
+        reason,
+        state.memory,
+        enabled=True,
+        pressure_rate=alone.pressure_rate,
+        success_rate=alone.success_rate,
+    )
+    return decision_from(state, verdict, now)
 
 
 def _carried(

@@ -299,7 +299,14 @@ class HindsightPolicy(QueueMeshPolicy):
     @staticmethod
     def knows(scenario: Scenario) -> bool:
         """Whether the bound sets any of ``scenario``'s queues (else it is the controller)."""
-        return any(_fitting_levels(scenario, spec) is not None for spec in scenario.queues)
+        return HindsightPolicy.unknown_because(scenario) is None
+
+    @staticmethod
+    def unknown_because(scenario: Scenario) -> str | None:
+        """Why the bound sets none of ``scenario``'s queues, in a sentence for the reader of a
+        scorecard (``None``: it sets some): the first queue's reason."""
+        reasons = [_unknown_because(scenario, spec) for spec in scenario.queues]
+        return None if None in reasons else reasons[0]
 
     def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
         super().start(scenario, backlog)
@@ -348,8 +355,7 @@ def _fitting_levels(
     it refused could have arrived (the shortest telemetry delay later): no law knows sooner.
     """
     pace = invocation_pace(scenario, spec)
-    sharing = sum(1 for queue in scenario.queues if queue.downstream == spec.downstream)
-    if pace is None or sharing > 1:
+    if pace is None or _unknown_because(scenario, spec) is not None:
         return None
     capacity = scenario.downstream(spec.downstream)
     lag = scenario.telemetry_delay_s[0]
@@ -365,6 +371,23 @@ def _fitting_levels(
         return MappingSetting(level)
 
     return fitting
+
+
+def _unknown_because(scenario: Scenario, spec: QueueSpec) -> str | None:
+    """Why the bound cannot set ``spec``'s level (``None``: it can)."""
+    sharing = [queue.name for queue in scenario.queues if queue.downstream == spec.downstream]
+    if len(sharing) > 1:
+        return (
+            f"{len(sharing)} queues share {spec.downstream} ({', '.join(sharing)}); the bound "
+            "knows the level a capacity fits for a queue alone on its API, and how best to "
+            "split one among several depends on their backlogs"
+        )
+    if invocation_pace(scenario, spec) is None:
+        return (
+            f"{spec.downstream}'s latency changes over the run or with the load, so no pace "
+            "turns its capacity into a level"
+        )
+    return None
 
 
 def _counter_suffix() -> Callable[[], str]:

@@ -162,11 +162,12 @@ def fabricated_result() -> dict[str, Any]:
 
 def summary_with_cards(scenario_name: str) -> tuple[dict[str, Any], str]:
     """The fabricated result with the simulator's cards for the scenario, and its summary."""
-    from stack.local.demo.summary import print_summary, simulated_cards
+    from stack.local.demo.summary import bound_not_shown, print_summary, simulated_cards
 
     scenario, _ = demo_scenario(scenario_name)
     result = fabricated_result()
     result["simulated"] = simulated_cards(scenario, "adaptive")
+    result["bound_not_shown"] = bound_not_shown(scenario)
     out = io.StringIO()
     print_summary(result, out)
     return result, out.getvalue()
@@ -204,7 +205,10 @@ def test_the_cards_end_with_the_bound_where_it_knows_the_capacity() -> None:
     shared, text = summary_with_cards("demo")
     assert list(shared["simulated"]) == list(SIMULATED_POLICIES)
     assert "hindsight" not in text
+    # ... and says so.
+    assert "no bound card (the capacity known): 2 queues share payments (orders, refunds)" in text
     result, text = summary_with_cards("announced")
+    assert result["bound_not_shown"] is None and "no bound card" not in text
     assert list(result["simulated"]) == [*SIMULATED_POLICIES, "hindsight"]
     bound = result["simulated"]["hindsight"]
     line = next(line for line in text.splitlines() if "hindsight" in line)

@@ -102,3 +102,28 @@ def test_each_queue_of_a_shared_downstream_shows_its_counts_state_and_own_transi
     assert "200 sent, 198 done, 2 dead-lettered; drained at 50.0 s; 1 mapping changes" in lines
     assert lines[at + 2] == "ledger: THROTTLED at 2 (version 3): x"
     assert listed(orders) == ["orders cut"] and listed(lines[at:]) == ["refunds cut"]
+
+
+def test_cards_without_a_bound_say_why() -> None:
+    from load.sim.scenario import load_scenario
+    from stack.local.demo.summary import bound_not_shown
+
+    card = dict(TOTALS, drain_ratio=1.1)
+    why = bound_not_shown(load_scenario("demo"))
+    assert why is not None and "2 queues share payments (orders, refunds)" in why
+    result: dict[str, Any] = {
+        "scenario": "demo",
+        "policy": "queuemesh-adaptive",
+        "ended_at_s": 60.0,
+        "wall_s": 90.0,
+        "queues": {"orders": TOTALS},
+        "totals": TOTALS,
+        "ledger": {"orders": None},
+        "transitions": [],
+        "simulated": {"static": card, "queuemesh": card},
+        "bound_not_shown": why,
+    }
+    out = io.StringIO()
+    print_summary(result, out)
+    assert f"no bound card (the capacity known): {why}" in out.getvalue()
+    assert bound_not_shown(load_scenario("capacity-drop")) is None

@@ -29,8 +29,9 @@ from controller.groups.shares import (
     levels,
     running_set,
 )
-from controller.model import Mode, QueueConfig, Sample
+from controller.model import Action, Mode, QueueConfig, Sample
 from controller.planner import Plan, governed, groups_of, plan
+from controller.policy.adaptive import AdaptiveLimit
 from controller.policy.aimd import Aimd
 from controller.settings import BOUNDS, PolicyParams, SettingsError
 from controller.window import QueueWindow
@@ -311,6 +312,49 @@ class TestTimeSharing:
                     longest = max(longest, now - since[name])
             runs = chosen
         assert longest <= bound
+
+
+class TestPausesGiveWay:
+    """Rule 2: below the floor, the group decides who pauses; a pause the algorithm asks for on
+    a downstream whose members' floors fit is not carried out, and neither is its memory."""
+
+    @staticmethod
+    def adaptive(queue: str, concurrency: int, cmin: int, cmax: int) -> Member:
+        """A member the adaptive law decided alone on a window with a fifth of its calls
+        refused (each invocation 4 calls accepted, 1 refused, a second long)."""
+        params = PolicyParams(cmin=cmin, cmax=cmax)
+        config = QueueConfig(queue, f"esm-{queue}")
+        held = state(concurrency, queue=queue)
+        kept = window(queue, 4, 1, invocations=concurrency)
+        [step] = plan(
+            NOW,
+            [queue],
+            {queue: config},
+            {queue: held},
+            {queue: kept},
+            lambda _: False,
+            AdaptiveLimit(),
+            lambda _: params,
+        ).steps
+        return Member(config, held, step.decision, params, kept.snapshot())
+
+    def test_a_queue_at_cmin_equal_cmax_runs_where_the_floors_fit(self) -> None:
+        # The default demo: refunds at Lambda's floor (cmin = cmax = 2) beside orders, the API
+        # refusing a fifth of both. Alone, refunds' own floor would pause (below the floor);
+        # in the group the 20 calls/s both floors send fit the 40 accepted, so it runs. It was
+        # held running with the reason "...; pausing the mapping for 15s." and the pause in its
+        # memory: the law then tested and judged a pause that never was.
+        refunds = self.adaptive("refunds", 2, cmin=2, cmax=2)
+        orders = self.adaptive("orders", 8, cmin=2, cmax=16)
+        assert (refunds.decision.action, refunds.decision.enabled) == (Action.PAUSE, False)
+        memory = GroupMemory(capacity_rps=40.0, next_probe_at=NOW + 60)
+        decided = govern("api", [orders, refunds], memory, NOW).decisions["refunds"]
+        assert (decided.action, decided.enabled, decided.target) == (Action.HOLD, True, 2)
+        assert "pausing" not in decided.reason and "not paused" in decided.reason
+        assert decided.new_state.memory == refunds.state.memory
+        assert decided.new_state.state is refunds.state.state
+        assert decided.new_state.wake_at == refunds.state.wake_at
+        assert decided.new_state.paused_since == 0.0
 
 
 class TestOneProbe:

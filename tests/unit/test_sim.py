@@ -300,6 +300,10 @@ def test_hindsight_leaves_to_the_controller_a_queue_without_a_pace_or_with_neigh
     single = tiny(backlog=6000, capacity_rps=[[0, 300], [20, 60]])
     shared = replace(single, queues=(*single.queues, replace(single.queues[0], name="r")))
     assert HindsightPolicy.knows(single)
+    assert HindsightPolicy.unknown_because(single) is None
+    # Said to whoever reads the cards (the demo's summary): which queues share, or no pace.
+    assert "2 queues share api (q, r)" in str(HindsightPolicy.unknown_because(shared))
+    assert "latency changes" in str(HindsightPolicy.unknown_because(queueing))
     for scenario in (queueing, shared):
         assert not HindsightPolicy.knows(scenario)
         law = simulate(scenario, QueueMeshPolicy())

@@ -16,7 +16,12 @@ from load.announce import HeaderStyle
 from load.sim.scenario import SCENARIO_DIR
 from stack.errors import CliError
 from stack.local.demo.run import run_demo
-from stack.local.demo.summary import print_summary, simulated_cards, write_plot
+from stack.local.demo.summary import (
+    bound_not_shown,
+    print_summary,
+    simulated_cards,
+    write_plot,
+)
 from stack.local.demo.view import LiveView
 
 DEMO_SCENARIO = SCENARIO_DIR / "demo.json"
@@ -149,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     def report(result: dict[str, Any]) -> None:
         # QueueMesh's card runs the algorithm the live controller ran.
         result["simulated"] = simulated_cards(scenario, result["policy"].removeprefix("queuemesh-"))
+        result["bound_not_shown"] = bound_not_shown(scenario)
         if plot is not None:
             result["plot"] = str(write_plot(result, plot))
         if args.json:

@@ -49,6 +49,8 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
                 f"dead-lettered {totals['dlq_messages']}, drain {_ratio(totals['drain_ratio'])}"
                 + ("  (a bound: the capacity known)" if policy in BOUND_POLICIES else "")
             )
+        if result.get("bound_not_shown"):
+            lines.append(f"    no bound card (the capacity known): {result['bound_not_shown']}")
     if "plot" in result:
         lines.append(f"  plot: {result['plot']}")
     out.write("\n".join(lines) + "\n")
@@ -125,6 +127,13 @@ def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:
     policies = (*SIMULATED_POLICIES, *bound)
     runs = run_policies([scenario], policies, algorithm, seed=None)
     return {name: run.card["totals"] for name, run in zip(policies, runs, strict=True)}
+
+
+def bound_not_shown(scenario: Any) -> str | None:
+    """Why the simulator's cards have no bound for ``scenario`` (``None``: they have one)."""
+    from load.sim.policies import HindsightPolicy
+
+    return HindsightPolicy.unknown_because(scenario)
 
 
 def _ratio(value: float | None) -> str:
