@@ -207,7 +207,7 @@ class Invocation:
         the answer's ``headers`` (None: no answer) that came at ``answered_at``
         (``perf_counter``).
 
-        The http.client hook, the hottest, appends the same tuple itself, inline.
+        The hooks, the hottest callers, append the same tuple themselves, inline.
         """
         held = self.calls
         held.append(
