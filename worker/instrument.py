@@ -399,8 +399,16 @@ def install() -> None:
                     original, attrgetter("msg"), _http_client_retry_after
                 ),
             )
-            if importlib.util.find_spec("urllib3") is not None:
-                urllib3_connection = importlib.import_module("urllib3.connection")
+            urllib3_connection = (
+                importlib.import_module("urllib3.connection")
+                if importlib.util.find_spec("urllib3") is not None
+                else None
+            )
+            # urllib3 2 answers from its connection's own ``getresponse``; urllib3 1 used
+            # http.client's, whose hook then counts its calls.
+            if urllib3_connection is not None and "getresponse" in vars(
+                urllib3_connection.HTTPConnection
+            ):
                 _patch(
                     urllib3_connection.HTTPConnection,
                     "getresponse",
