@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from operator import attrgetter
 from typing import Any, Final, NamedTuple, cast
 
@@ -106,26 +108,96 @@ def _field_name(name: str | bytes) -> str | None:
     return field
 
 
-def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
-    """What every answer is read for: the least remaining quota it announces, and for a 429
-    the kind of limit it names; None when it has no rate-limit field (most answers of most
-    APIs: the scan is all they cost). The rest of an answer's limit (``limit``) is read only
-    for the answer a tally keeps. ``headers`` is the client's own object (``header_pairs``).
+def least_remaining(headers: Any) -> float | None:
+    """The least remaining quota an answer announces (None: none, or no rate-limit field:
+    most answers of most APIs). What every answer is read for, when the calls are folded (by
+    its type's reader: ``remaining_reader``); the rest of its limit (``limit``) is read only
+    for the answer a tally keeps, and the kind of limit only for a 429 (``limit_kind``).
 
     One style per answer (an API sending several sends the same limit in each): the draft -08
-    fields when present, else the earlier draft's, else X-RateLimit.
-
-    This runs for every answer of every call, when the calls are folded: one pass over the
-    entries as the client holds them, each name looked up once, and the remaining quota of a
-    ``RateLimit`` field read from the fields read lately (``_least_by_field``).
+    fields when present, else the earlier draft's, else X-RateLimit; the remaining quota of a
+    ``RateLimit`` field is read from the fields read lately (``_least_by_field``).
     """
+    return remaining_reader(headers)(headers)
+
+
+def remaining_reader(headers: Any) -> Callable[[Any], float | None]:
+    """``least_remaining`` for headers of ``headers``' type: the client's own object
+    (``header_pairs``), read the cheapest way its type allows, chosen once per type."""
     try:
-        reader, name_at = _entry_readers[type(headers)]
+        return _remaining_readers[type(headers)]
     except KeyError:
-        reader, name_at = _entry_readers[type(headers)] = _entry_reader(headers)
+        found = _remaining_readers[type(headers)] = _remaining_reader(headers)
+        return found
+
+
+def _remaining_reader(headers: Any) -> Callable[[Any], float | None]:
+    """How ``least_remaining`` reads headers of ``headers``' type."""
+    if _is_urllib3_headers(headers):
+        return _remaining_in_lowercase_dict
+    entries = _entries_of(headers)
+    if entries == (_HTTPX_ENTRIES, 1):
+        return _remaining_in_httpx_entries
+    return partial(_remaining_in_entries, *entries)
+
+
+def _remaining_in_lowercase_dict(headers: Any) -> float | None:
+    """urllib3's headers: a dict by lowercase name of [name as sent, value, ...]. An answer
+    without a rate-limit field costs one membership test, in C."""
+    container = headers._container
+    if _FIELDS.isdisjoint(container):
+        return None
+    entry = container.get(_RATELIMIT)
+    if entry is not None:
+        # Read as ``fields`` and ``limit`` read it (one list, ``_members``): never otherwise.
+        text = entry[1] if len(entry) == 2 else ", ".join(entry[1:])
+        try:
+            return _least_by_field[text]
+        except KeyError:
+            return _least_in_field(text)
+    # A field sent twice is one list whose first member counts, as ``fields`` reads it.
+    entry = container.get(_LEGACY[1]) or container.get(_X[1])
+    return None if entry is None else _first_number(entry[1])
+
+
+def _remaining_in_httpx_entries(headers: Any) -> float | None:
+    """httpx's headers: (raw name, lowercase name, raw value) triples, each name tested once
+    against the fields that say what remains."""
+    ietf: list[bytes] = []
+    legacy = x_ratelimit = None
+    for _, name, value in headers._list:
+        if name in _REMAINING_BYTES:
+            if name == _RATELIMIT_BYTES:
+                ietf.append(value)
+            # A field sent twice is one list whose first member counts, as ``fields`` reads it.
+            elif name == _LEGACY_REMAINING_BYTES:
+                if legacy is None:
+                    legacy = value
+            elif x_ratelimit is None:
+                x_ratelimit = value
+    # As ``_remaining_of`` reads them, inline: this runs for every answer.
+    if ietf:
+        text = (
+            ietf[0].decode("latin-1")
+            if len(ietf) == 1
+            else ", ".join([value.decode("latin-1") for value in ietf])
+        )
+        try:
+            return _least_by_field[text]
+        except KeyError:
+            return _least_in_field(text)
+    first = x_ratelimit if legacy is None else legacy
+    return None if first is None else _first_number(first.decode("latin-1"))
+
+
+def _remaining_in_entries(
+    reader: Callable[[Any], Iterable[Sequence[str | bytes]]], name_at: int, headers: Any
+) -> float | None:
+    """Any other headers (http.client's ``HTTPMessage``, pairs): one pass over the entries as
+    the client holds them (``reader``, the name at ``name_at``, its value next), each name
+    looked up once (``_names``: names in any case)."""
     value_at = name_at + 1
     names = _names
-    seen = False
     ietf: list[str | bytes] = []
     legacy = x_ratelimit = None
     for entry in reader(headers):
@@ -135,43 +207,62 @@ def glance(headers: Any, status: int) -> tuple[float | None, str | None] | None:
         except KeyError:
             field = _field_name(name)
         if field is not None:
-            seen = True
             if field == _RATELIMIT:
                 ietf.append(entry[value_at])
-            # A field sent twice is one list whose first member counts, as ``fields`` reads it.
             elif field == _LEGACY[1]:
                 if legacy is None:
                     legacy = entry[value_at]
             elif field == _X[1] and x_ratelimit is None:
                 x_ratelimit = entry[value_at]
-    if not seen:
-        return None
-    remaining = None
+    return _remaining_of(ietf, legacy, x_ratelimit)
+
+
+def _remaining_of(
+    ietf: list[str] | list[bytes] | list[str | bytes],
+    legacy: str | bytes | None,
+    x_ratelimit: str | bytes | None,
+) -> float | None:
+    """The least remaining, from the values of an answer's ``RateLimit`` fields and the first
+    of its earlier draft's and X-RateLimit's remaining fields."""
     if ietf:
         # Read as ``fields`` and ``limit`` read it (one list, ``_members``): never otherwise.
         text = _text(ietf[0]) if len(ietf) == 1 else ", ".join([_text(value) for value in ietf])
         try:
-            remaining = _least_by_field[text]
+            return _least_by_field[text]
         except KeyError:
-            remaining = _least_remaining(text)
-    else:
-        first = x_ratelimit if legacy is None else legacy
-        if first is not None:
-            remaining = _first_number(_text(first))
-    if status != 429:
-        return remaining, None
+            return _least_in_field(text)
+    first = x_ratelimit if legacy is None else legacy
+    return None if first is None else _first_number(_text(first))
+
+
+def limit_kind(headers: Any) -> str | None:
+    """The kind of limit a 429's headers name (``CONCURRENCY`` or ``RATE``), or None."""
     found = fields(header_pairs(headers)) or {}
     reason = found.get(_STRIPE)
     if reason is not None:
-        return remaining, STRIPE_KINDS.get(reason.strip().lower())
-    return remaining, CONCURRENCY if _TWILIO in found else None
+        return STRIPE_KINDS.get(reason.strip().lower())
+    return CONCURRENCY if _TWILIO in found else None
+
+
+def _is_urllib3_headers(headers: Any) -> bool:
+    """urllib3's ``HTTPHeaderDict`` (looked up only if urllib3 is loaded: headers cannot come
+    from a library nobody imported)."""
+    collections = sys.modules.get("urllib3._collections")
+    return collections is not None and isinstance(headers, collections.HTTPHeaderDict)
+
+
+_RATELIMIT_BYTES: Final = _RATELIMIT.encode()
+_LEGACY_REMAINING_BYTES: Final = _LEGACY[1].encode()
+_X_REMAINING_BYTES: Final = _X[1].encode()
+_REMAINING_BYTES: Final = frozenset((_RATELIMIT_BYTES, _LEGACY_REMAINING_BYTES, _X_REMAINING_BYTES))
+_remaining_readers: dict[type, Callable[[Any], float | None]] = {}
 
 
 def _text(value: str | bytes) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
-def _least_remaining(field: str) -> float | None:
+def _least_in_field(field: str) -> float | None:
     """The least ``r`` among a ``RateLimit`` field's members (None: none is a number),
     remembered: a pure function of the field's text, read for every answer, and an API's
     answers repeat their fields as its quota counts down. Forgotten all at once when
@@ -193,22 +284,31 @@ _least_by_field: dict[str, float | None] = {}
 def header_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
     """An answer's header fields as (name, value) pairs, read from the entries as the client
     holds them: http.client's ``HTTPMessage`` (its list of (name, value) as
-    parsed, rather than ``items()``, which rewrites every value), httpx's ``Headers`` (its
+    parsed, rather than ``items()``, which rewrites every value), urllib3's ``HTTPHeaderDict``
+    (its dict by lowercase name of [name as sent, value, ...]), httpx's ``Headers`` (its
     (raw name, lowercase name, raw value) triples, rather than ``raw``, which copies the list,
     or decoding every one), or (name, value) pairs. How a client's headers are read, and
     where an entry holds its name (its value is next), is chosen once per type
     (``_entry_readers``): an answer pays one lookup for it."""
-    try:
-        reader, name_at = _entry_readers[type(headers)]
-    except KeyError:
-        reader, name_at = _entry_readers[type(headers)] = _entry_reader(headers)
+    reader, name_at = _entries_of(headers)
     return ((entry[name_at], entry[name_at + 1]) for entry in reader(headers))
+
+
+def _entries_of(headers: Any) -> _EntryReader:
+    """How to read the entries of ``headers``' type (``_entry_reader``), chosen once a type."""
+    try:
+        return _entry_readers[type(headers)]
+    except KeyError:
+        found = _entry_readers[type(headers)] = _entry_reader(headers)
+        return found
 
 
 def _entry_reader(headers: Any) -> _EntryReader:
     """How to read the entries of headers of ``headers``' type, and where an entry's name is."""
     if type(getattr(headers, "_headers", None)) is list:
         return _HTTP_CLIENT_ENTRIES, 0
+    if _is_urllib3_headers(headers):
+        return _urllib3_entries, 0
     listed = getattr(headers, "_list", None)
     if type(listed) is list and all(type(item) is tuple and len(item) == 3 for item in listed):
         return _HTTPX_ENTRIES, 1
@@ -225,6 +325,10 @@ _HTTPX_ENTRIES: Final = attrgetter("_list")
 _RAW_ENTRIES: Final = attrgetter("raw")
 _EntryReader = tuple[Callable[[Any], Iterable[Sequence[str | bytes]]], int]
 _entry_readers: dict[type, _EntryReader] = {}
+
+
+def _urllib3_entries(headers: Any) -> Iterable[Sequence[str | bytes]]:
+    return ((entry[0], value) for entry in headers._container.values() for value in entry[1:])
 
 
 def _as_given(headers: Any) -> Iterable[Sequence[str | bytes]]:

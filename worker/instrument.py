@@ -1,12 +1,15 @@
 """HTTP client hooks: count the downstream calls an invocation makes, per queue.
 
-One hook layer sees every exchange once: http.client's connection methods (urllib3's and so
-requests' connections are http.client connections, and call the base methods through
-``super()``), and httpx's transports (httpx does not use http.client). Nothing stacks, so a
-call made through requests -> urllib3 -> http.client is counted once, at the wire. What a call
-counts as, and for which queue, is the invocation's (``worker.invocation``); an answer's headers
-are kept as the client's own object and read for announced rate limits only when the calls are
-folded into the tallies (``worker.announced``).
+Each call is counted once, at the layer that sees its status and its headers most cheaply:
+urllib3's connections (and so requests') at urllib3's ``getresponse``, whose answer holds its
+headers in a dict by lowercase name; other http.client connections at http.client's
+``getresponse`` (urllib3's connections are http.client connections, and the call its hook has
+counted passes through the one below); httpx's transports (httpx does not use http.client).
+A call's start is noted by http.client's ``putrequest``, which every one of those connections
+runs, and taken by the first ``getresponse`` hook that sees it, so nothing is counted twice.
+What a call counts as, and for which queue, is the invocation's (``worker.invocation``); an
+answer's headers are kept as the client's own object and read for announced rate limits only
+when the calls are folded into the tallies (``worker.announced``).
 
 Hooks cost one global read while no invocation is in progress. Their own failures are
 swallowed, counted and logged once: instrumentation never breaks the application.
@@ -23,6 +26,7 @@ import sys
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from operator import attrgetter
 from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
@@ -108,7 +112,7 @@ def is_timeout(error: BaseException) -> bool:
     return httpx is not None and isinstance(error, httpx.TimeoutException)
 
 
-# http.client (and so urllib3 and requests) -----------------------------------------------------
+# http.client, urllib3 (and so requests) -----------------------------------------------------
 # The hooks repeat the stdlib signatures: forwarding ``*args, **kwargs`` would build a dict and
 # leave the interpreter's fast call path on every request, hooked or not.
 
@@ -199,7 +203,18 @@ def _hook_endheaders(original: Callable[..., Any]) -> Callable[..., Any]:
     return endheaders
 
 
-def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
+def _hook_getresponse(
+    original: Callable[..., Any],
+    headers_of: Callable[[Any], Any],
+    retry_after_of: Callable[[Any], object],
+) -> Callable[..., Any]:
+    """``getresponse`` hooked: http.client's, and urllib3's above it (``install``). Whichever
+    runs first takes the call out of ``in_flight`` and counts it, so a urllib3 call is counted
+    once, at urllib3's layer, where its answer's headers are a dict by lowercase name (read for
+    rate limits with one membership test: ``worker.announced``), and the http.client hook
+    below passes it through. ``headers_of`` is the answer's header object, ``retry_after_of``
+    its Retry-After value (all of them, joined)."""
+
     def getresponse(self: http.client.HTTPConnection) -> Any:
         invocation = _active
         if invocation is None:
@@ -227,13 +242,13 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
                     current_record.get(),
                     status,
                     (answered - call[1]) * 1000.0,
-                    parse_retry_after(response.getheader("Retry-After"))
+                    parse_retry_after(retry_after_of(response))
                     if status == 429 or status >= 500
                     else None,
                     call[0],
                     False,
                     # Read when the calls are folded (worker.announced), not here.
-                    response.msg,
+                    headers_of(response),
                     answered,
                 )
             )
@@ -244,6 +259,14 @@ def _hook_getresponse(original: Callable[..., Any]) -> Callable[..., Any]:
         return response
 
     return getresponse
+
+
+def _http_client_retry_after(response: http.client.HTTPResponse) -> str | None:
+    return response.getheader("Retry-After")
+
+
+def _urllib3_retry_after(response: Any) -> object:
+    return response.headers.get("Retry-After")
 
 
 # httpx -------------------------------------------------------------------------------------------
@@ -270,22 +293,29 @@ def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
 def _count_httpx_answer(
     invocation: Invocation, downstream: str, started: float, response: Any
 ) -> None:
-    """Count an httpx answer (the sync and async transports alike); never raises."""
+    """Count an httpx answer (the sync and async transports alike); never raises. The tuple
+    ``Invocation.count`` appends, appended here: a frame less on every call."""
     try:
         answered = perf_counter()
         status = response.status_code
         headers = response.headers
-        invocation.count(
-            status,
-            (answered - started) * 1000.0,
-            parse_retry_after(headers.get("retry-after"))
-            if status == 429 or status >= 500
-            else None,
-            downstream,
-            False,
-            headers,
-            answered,
+        held = invocation.calls
+        held.append(
+            (
+                current_record.get(),
+                status,
+                (answered - started) * 1000.0,
+                parse_retry_after(headers.get("retry-after"))
+                if status == 429 or status >= 500
+                else None,
+                downstream,
+                False,
+                headers,
+                answered,
+            )
         )
+        if len(held) >= FOLD_EVERY:
+            invocation.fold_unless_folding()
     except Exception as error:
         failures.swallow(error)
 
@@ -362,7 +392,30 @@ def install() -> None:
         try:
             _patch(http.client.HTTPConnection, "putrequest", _hook_putrequest)
             _patch(http.client.HTTPConnection, "endheaders", _hook_endheaders)
-            _patch(http.client.HTTPConnection, "getresponse", _hook_getresponse)
+            _patch(
+                http.client.HTTPConnection,
+                "getresponse",
+                lambda original: _hook_getresponse(
+                    original, attrgetter("msg"), _http_client_retry_after
+                ),
+            )
+            urllib3_connection = (
+                importlib.import_module("urllib3.connection")
+                if importlib.util.find_spec("urllib3") is not None
+                else None
+            )
+            # urllib3 2 answers from its connection's own ``getresponse``; urllib3 1 used
+            # http.client's, whose hook then counts its calls.
+            if urllib3_connection is not None and "getresponse" in vars(
+                urllib3_connection.HTTPConnection
+            ):
+                _patch(
+                    urllib3_connection.HTTPConnection,
+                    "getresponse",
+                    lambda original: _hook_getresponse(
+                        original, attrgetter("headers"), _urllib3_retry_after
+                    ),
+                )
             if importlib.util.find_spec("httpx") is not None:
                 httpx = importlib.import_module("httpx")
                 _patch(httpx.HTTPTransport, "handle_request", _hook_httpx_handle_request)

@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -207,7 +207,7 @@ class Invocation:
         the answer's ``headers`` (None: no answer) that came at ``answered_at``
         (``perf_counter``).
 
-        The http.client hook, the hottest, appends the same tuple itself, inline.
+        The hooks, the hottest callers, append the same tuple themselves, inline.
         """
         held = self.calls
         held.append(
@@ -265,12 +265,13 @@ class Invocation:
         calls = self.calls
         end = len(calls)
         tallies, default_queue, wall_offset = self._tallies, self.default_queue, self._wall_offset
-        glance = announced.glance
-        for index in range(end):
+        # The reader of the last header type seen: a worker's calls go through one client.
+        header_type: type | None = None
+        read_remaining: Callable[[Any], float | None] = announced.least_remaining
+        for ref, status, latency_ms, retry_after_s, downstream, timed_out, headers, at in calls[
+            :end
+        ]:
             try:
-                ref, status, latency_ms, retry_after_s, downstream, timed_out, headers, at = calls[
-                    index
-                ]
                 queue = ref.queue if ref is not None else default_queue
                 if queue is None:
                     continue
@@ -278,10 +279,20 @@ class Invocation:
                 if tally is None:
                     tally = tallies[queue] = Tally()
                 tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
-                if headers is not None and status is not None:
-                    glimpse = glance(headers, status)
-                    if glimpse is not None:
-                        tally.announce(headers, at + wall_offset, glimpse[0], glimpse[1])
+                if headers is not None:  # an answer's (a failed call keeps none)
+                    if type(headers) is not header_type:
+                        header_type = type(headers)
+                        read_remaining = announced.remaining_reader(headers)
+                    remaining = read_remaining(headers)
+                    # The answer with the least remaining quota is kept (on a tie the later
+                    # one's: the fresher reset), to be read whole once (``Tally.limit``).
+                    if remaining is not None and (
+                        tally.least_remaining is None or remaining <= tally.least_remaining
+                    ):
+                        tally.least_remaining = remaining
+                        tally.announcing = (headers, at + wall_offset)
+                    if status == 429:
+                        tally.throttled_by(announced.limit_kind(headers))
                 if status == 429 and retry_after_s is not None:
                     self._note_retry_after(ref, queue, retry_after_s)
             except Exception as error:

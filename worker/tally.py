@@ -26,10 +26,10 @@ class Tally:
     latency_count: int = 0
     retry_after_s: float = 0.0
     downstreams: set[str] = field(default_factory=set)
-    # The answer that announced the least remaining quota (``worker.announced``): that
-    # remaining, and the answer's headers (the client's object) with when it came (epoch
-    # seconds), read whole only once, by ``limit``. And the 429s that named a concurrency or a
-    # rate limit.
+    # The answer that announced the least remaining quota (``worker.announced``; kept by the
+    # invocation's fold, the later on a tie): that remaining, and the answer's headers (the
+    # client's object) with when it came (epoch seconds), read whole only once, by ``limit``.
+    # And the 429s that named a concurrency or a rate limit.
     least_remaining: float | None = None
     announcing: tuple[Any, float] | None = None
     throttled_concurrency: int = 0
@@ -75,17 +75,8 @@ class Tally:
         if retry_after_s is not None and retry_after_s > self.retry_after_s:
             self.retry_after_s = retry_after_s
 
-    def announce(
-        self, headers: Any, answered_at: float, remaining: float | None, kind: str | None
-    ) -> None:
-        """Take in what one answer announced (``announced.glance``): its headers, that came at
-        ``answered_at`` (epoch seconds), the least ``remaining`` quota they announce and the
-        ``kind`` of limit a 429 names."""
-        if remaining is not None and (
-            self.least_remaining is None or remaining <= self.least_remaining
-        ):
-            # On a tie the later answer's: the fresher reset.
-            self.least_remaining, self.announcing = remaining, (headers, answered_at)
+    def throttled_by(self, kind: str | None) -> None:
+        """Count the kind of limit a 429 names (``announced.limit_kind``; None: none)."""
         if kind == announced.CONCURRENCY:
             self.throttled_concurrency += 1
         elif kind == announced.RATE:

@@ -101,9 +101,9 @@ def _urllib3_pool_class(*, hooked: bool, answer: bytes) -> type[Any]:
     import urllib3
     from urllib3.connection import HTTPConnection
 
-    # The twin of http.client's (hooked) connection class goes between it and urllib3's, where
-    # urllib3's ``super()`` calls find the twin's methods.
-    bases = (HTTPConnection, _twin(http.client.HTTPConnection, hooked=hooked))
+    # urllib3's connection class and http.client's are each hooked: the twin of each stands in
+    # for it, http.client's between the two, where urllib3's ``super()`` calls find its methods.
+    bases = (_twin(HTTPConnection, hooked=hooked), _twin(http.client.HTTPConnection, hooked=hooked))
 
     def canned_socket(connection: object) -> socket.socket:
         return cast(socket.socket, _CannedSocket(answer))

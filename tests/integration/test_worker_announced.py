@@ -85,7 +85,7 @@ def test_the_earlier_draft_fields_with_their_window(
     assert sample.quota_reset_s is None
 
 
-@pytest.mark.parametrize("client", ["http.client", "httpx"])
+@pytest.mark.parametrize("client", CLIENTS)
 def test_429s_are_counted_by_the_kind_of_limit_they_name(
     client: str,
     downstream: str,  # noqa: F811

@@ -513,3 +513,28 @@ def test_retry_after_values(value: object, seconds: float | None) -> None:
 def test_retry_after_is_never_negative_nor_raises(value: object) -> None:
     seconds = instrument.parse_retry_after(value)
     assert seconds is None or seconds >= 0
+
+
+def test_a_urllib3_call_is_counted_once_at_urllib3s_layer_with_its_header_dict(
+    downstream: str,  # noqa: F811
+) -> None:
+    # urllib3's hook takes the call before http.client's below it sees it: one call held, its
+    # answer read from the header dict urllib3 answers with (by lowercase name).
+    invocation = Invocation(["orders"], environ={})
+    instrument.begin(invocation)
+    try:
+        with urllib3.PoolManager(retries=False) as pool:
+            response = pool.request(
+                "GET",
+                downstream
+                + "/status/429?retry_after=7&header=X-RateLimit-Remaining%3A%200"
+                + "&header=Stripe-Rate-Limited-Reason%3A%20global-concurrency",
+            )
+    finally:
+        instrument.end()
+
+    (held,) = invocation.calls
+    assert held[1:4:2] == (429, 7)
+    tally = invocation.tallies["orders"]
+    assert (tally.requests, tally.throttled, tally.throttled_concurrency) == (1, 1, 1)
+    assert tally.announcing is not None and tally.announcing[0] is response.headers

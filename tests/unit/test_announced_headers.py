@@ -14,15 +14,17 @@ from worker.invocation import Invocation
 NOW = 1_795_000_000.0
 
 
+def glance(headers: object, status: int) -> tuple[float | None, str | None]:
+    """What the fold reads of every answer: its least remaining quota, and a 429's kind."""
+    kind = announced.limit_kind(headers) if status == 429 else None
+    return announced.least_remaining(headers), kind
+
+
 def read(headers: list[tuple[str, str]], status: int = 200) -> tuple[Limit | None, str | None]:
-    """The limit ``limit`` reads and the kind ``glance`` reads, checking that the remaining
-    quota ``glance`` reads for every answer is the limit's."""
-    glimpse = announced.glance(headers, status)
+    """The limit ``limit`` reads and the kind ``limit_kind`` reads, checking that the remaining
+    quota ``least_remaining`` reads for every answer is the limit's."""
+    remaining, kind = glance(headers, status)
     limit = announced.limit(headers, NOW)
-    if glimpse is None:
-        assert limit is None
-        return None, None
-    remaining, kind = glimpse
     assert remaining == (None if limit is None else limit.remaining)
     return limit, kind
 
@@ -102,7 +104,7 @@ def test_a_429_names_the_kind_of_limit_it_hit(headers: list[tuple[str, str]], ki
 
 
 def test_raw_byte_headers_read_as_text() -> None:
-    glimpse = announced.glance([(b"X-RateLimit-Remaining", b"5")], 200)
+    glimpse = glance([(b"X-RateLimit-Remaining", b"5")], 200)
     assert glimpse == (5.0, None)
 
 
@@ -118,13 +120,13 @@ def test_raw_byte_headers_read_as_text() -> None:
 def test_what_every_answer_is_glanced_for_is_what_its_limit_reads(
     headers: list[tuple[str, str]],
 ) -> None:
-    # Malformed fields hypothesis found read one way by the glance and another by the limit.
+    # Malformed fields hypothesis found read one way by the fold and another by the limit.
     read(headers, 200)
 
 
 def test_an_answer_without_rate_limit_fields_is_not_an_announcement() -> None:
     plain = [("Content-Type", "application/json"), ("Retry-After", "3")]
-    assert announced.glance(plain, 429) is None
+    assert glance(plain, 429) == (None, None)
 
 
 header_names = st.sampled_from(
@@ -164,10 +166,12 @@ def as_clients_hold_them(headers: list[tuple[str, str]]) -> dict[str, object]:
     import io
 
     import httpx
+    from urllib3 import HTTPHeaderDict
 
     text = "".join(f"{name}: {value}\r\n" for name, value in headers) + "\r\n"
     return {
         "http.client": http.client.parse_headers(io.BytesIO(text.encode("latin-1"))),
+        "urllib3": HTTPHeaderDict(headers),
         "httpx": httpx.Headers(headers),
         "raw bytes": [(name.encode(), value.encode()) for name, value in headers],
         "a mapping": dict(headers[-1:]),
@@ -188,10 +192,10 @@ def test_every_clients_header_object_reads_as_its_pairs(
     held = as_clients_hold_them(headers)
     mapping = held.pop("a mapping")
     for client, headers_held in held.items():
-        assert announced.glance(headers_held, status) == announced.glance(headers, status), client
+        assert glance(headers_held, status) == glance(headers, status), client
         assert announced.limit(headers_held, NOW) == announced.limit(headers, NOW), client
     last = headers[-1:]
-    assert announced.glance(mapping, status) == announced.glance(last, status)
+    assert glance(mapping, status) == glance(last, status)
 
 
 @settings(max_examples=150)
@@ -205,7 +209,7 @@ def test_an_invocation_keeps_the_answer_with_the_least_remaining_the_later_on_a_
         invocation.count(200, 1.0, None, "api", headers=headers, answered_at=float(at))
 
     tally = invocation.tallies["orders"]
-    # The reference: every answer's whole limit (``limit``, not the glance the fold reads).
+    # The reference: every answer's whole limit (``limit``, not ``least_remaining``).
     remaining = [(limit.remaining, at) for at, h in enumerate(answers) if (limit := read(h)[0])]
     if not remaining:
         assert tally.announcing is None and tally.limit is None
@@ -221,6 +225,6 @@ def test_the_remaining_quotas_read_lately_are_held_up_to_their_bound() -> None:
     # what is remembered stays bounded however many an execution environment sees.
     for remaining in range(3 * announced._PARSED_HELD):
         field = f'"burst";r={remaining};t=1'
-        assert announced.glance([("RateLimit", field)], 200) == (remaining, None)
-        assert announced.glance([("RateLimit", field)], 200) == (remaining, None)
+        assert glance([("RateLimit", field)], 200) == (remaining, None)
+        assert glance([("RateLimit", field)], 200) == (remaining, None)
         assert len(announced._least_by_field) <= announced._PARSED_HELD
