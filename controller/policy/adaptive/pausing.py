@@ -180,7 +180,10 @@ class Pausing(Probing):
                 wake_at=now + period,
             )
         limit = self.pausing_pressure(situation.params)
-        if test.pressure_rate < self.trim_above:
+        # Invocations that started after the test's end (a mapping's disabling is not at once)
+        # ran at Cmin too: refused there, the test was not clean, whatever its own seconds say.
+        late = situation.stats
+        if test.pressure_rate < self.trim_above and late.pressure_rate < self.trim_above:
             return self._climb_from_floor(situation, test)
         if test.pressure_rate < limit:
             return move(
