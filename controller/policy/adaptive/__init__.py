@@ -221,7 +221,7 @@ def resumed_by_another(situation: AdaptiveSituation) -> AdaptiveSituation:
     without one, the mapping was resumed by the group (a member's turn, docs/algorithms.md,
     "Groups") and no pause or test is going on. Remembered, the pause had the law ask every
     batch to end a test that was not running, overruled by the group, and none of its own cuts
-    reached the group (``fleet-below-floor`` seed 1: 1,440 such decisions)."""
+    reached the group (``fleet-below-floor`` seed 1: 177 such decisions)."""
     memory = situation.memory
     if memory.paused_until == 0 or memory.probe_until > 0 or not situation.state.enabled:
         return situation
