@@ -29,9 +29,9 @@ from controller.groups.shares import (
     levels,
     running_set,
 )
-from controller.model import Action, Mode, QueueConfig, Sample
+from controller.model import Action, Mode, QueueConfig, QueueState, Sample
 from controller.planner import Plan, governed, groups_of, plan
-from controller.policy.adaptive import AdaptiveLimit
+from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.policy.aimd import Aimd
 from controller.settings import BOUNDS, PolicyParams, SettingsError
 from controller.window import QueueWindow
@@ -319,15 +319,23 @@ class TestPausesGiveWay:
     a downstream whose members' floors fit is not carried out, and neither is its memory."""
 
     @staticmethod
-    def adaptive(queue: str, concurrency: int, cmin: int, cmax: int) -> Member:
-        """A member the adaptive law decided alone on a window with a fifth of its calls
-        refused (each invocation 4 calls accepted, 1 refused, a second long)."""
+    def adaptive(
+        queue: str,
+        concurrency: int,
+        cmin: int,
+        cmax: int,
+        held: QueueState | None = None,
+        now: float = NOW,
+    ) -> Member:
+        """A member the adaptive law decided alone at ``now`` (from ``held``, by default a queue
+        at ``concurrency``) on a window with a fifth of its calls refused up to ``NOW`` (each
+        invocation 4 calls accepted, 1 refused, a second long)."""
         params = PolicyParams(cmin=cmin, cmax=cmax)
         config = QueueConfig(queue, f"esm-{queue}")
-        held = state(concurrency, queue=queue)
+        held = held or state(concurrency, queue=queue)
         kept = window(queue, 4, 1, invocations=concurrency)
         [step] = plan(
-            NOW,
+            now,
             [queue],
             {queue: config},
             {queue: held},
@@ -355,6 +363,24 @@ class TestPausesGiveWay:
         assert decided.new_state.state is refunds.state.state
         assert decided.new_state.wake_at == refunds.state.wake_at
         assert decided.new_state.paused_since == 0.0
+
+    def test_a_member_the_group_resumes_is_no_longer_paused_in_its_laws_memory(self) -> None:
+        # fleet-below-floor seed 1: a member its law paused was resumed by the group (its
+        # turn) with the pause in its memory, and its law asked every batch after to end a
+        # test that was not running ("Pause test over: ..."), overruled by the group.
+        orders = self.adaptive("orders", 8, cmin=2, cmax=16)
+        paused = self.adaptive("refunds", 2, cmin=2, cmax=2).decision.new_state
+        assert not paused.enabled and paused.wake_at > NOW + 5
+        waiting = self.adaptive("refunds", 2, cmin=2, cmax=2, held=paused, now=NOW + 5)
+        assert not waiting.decision.enabled
+        memory = GroupMemory(capacity_rps=40.0, next_probe_at=NOW + 60)
+        resumed = govern("api", [orders, waiting], memory, NOW + 5).decisions["refunds"]
+        assert (resumed.action, resumed.enabled) == (Action.RESUME, True)
+        later = self.adaptive("refunds", 2, 2, 2, held=resumed.new_state, now=NOW + 10)
+        assert later.decision.enabled and later.decision.action is not Action.PAUSE
+        assert "Pause" not in later.decision.reason
+        assert isinstance(later.decision.new_state.memory, AdaptiveMemory)
+        assert later.decision.new_state.memory.paused_until == 0.0
 
 
 class TestOneProbe:

@@ -74,6 +74,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
     memory_type = AdaptiveMemory
 
     def decide(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
+        situation = resumed_by_another(situation)
         fit = self.announced_fit(situation)
         if fit is None:
             return self._blind(situation)
@@ -212,6 +213,20 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         if memory.ceiling == 0 or ceiling_above(current) < memory.ceiling:
             return self.grow(situation)
         return self.probe(situation)
+
+
+def resumed_by_another(situation: AdaptiveSituation) -> AdaptiveSituation:
+    """The situation with the law's pause forgotten where the mapping runs though the law did
+    not resume it: its own test of a pause runs with a pulse set (``probe_until``), so running
+    without one, the mapping was resumed by the group (a member's turn, docs/algorithms.md,
+    "Groups") and no pause or test is going on. Remembered, the pause had the law ask every
+    batch to end a test that was not running, overruled by the group, and none of its own cuts
+    reached the group (``fleet-below-floor`` seed 1: 177 such decisions)."""
+    memory = situation.memory
+    if memory.paused_until == 0 or memory.probe_until > 0 or not situation.state.enabled:
+        return situation
+    over = replace(memory, pause_s=0.0, paused_until=0.0, judge_at=0.0)
+    return replace(situation, memory=over)
 
 
 def lagging_evidence(situation: AdaptiveSituation) -> AdaptiveSituation:
