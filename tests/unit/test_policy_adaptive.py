@@ -1063,3 +1063,18 @@ def test_no_probe_when_the_backlog_drains_before_its_verdict() -> None:
     unrefused = attached(8, ceiling=9)
     probed = decide(ALGORITHM, unrefused, config(), window, 992.0, PARAMS, backlog=50)
     assert probed.target == 9, probed.reason
+
+
+def test_a_probe_held_for_the_backlog_leaves_no_pulse_in_memory() -> None:
+    # The loop plans a queue, reads its backlog because the plan probes, and plans it again
+    # (issue 29, throttling 7/54: the probe asked for every second, held every second). The
+    # held step is what is carried out: the mapping stays, and the memory keeps no pulse.
+    current = attached(8, ceiling=9, ceiling_refused=True)
+    window = window_of(*steady(960, 30, 10, ok=10))
+    asked = decide(ALGORITHM, current, config(), window, 992.0, PARAMS)
+    assert asked.probes and memory_of(asked.new_state).probe_until > 992.0
+    held = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=50)
+    assert not held.changes_mapping and held.new_state.concurrency == 8
+    memory = memory_of(held.new_state)
+    assert (memory.probe_until, memory.judge_at) == (0.0, 0.0)
+    assert memory.next_probe_at == memory_of(current).next_probe_at
