@@ -52,8 +52,10 @@ def _one_line(
     return translated
 
 
-def _first_line(doc: str | None) -> str | None:
-    return doc.splitlines()[0] if doc else None
+def _summary(doc: str | None) -> str | None:
+    """A module docstring's first paragraph, one line: its first line alone can stop
+    mid-sentence (``bench telemetry``'s did)."""
+    return " ".join(doc.split("\n\n")[0].split()) if doc else None
 
 
 # --- decode ---------------------------------------------------------------------------------
@@ -63,7 +65,7 @@ def _register_decode(bench_subparsers: Any) -> None:
     parser = bench_subparsers.add_parser(
         "decode",
         help="telemetry decoder throughput and its ratio to the base64+gunzip+JSON floor",
-        description=_first_line(decode.__doc__),
+        description=_summary(decode.__doc__),
     )
     parser.add_argument("--records", type=int, default=10_000, help="Kinesis records per batch")
     parser.add_argument(
@@ -259,7 +261,7 @@ def _register_telemetry(bench_subparsers: Any) -> None:
         "telemetry",
         help="telemetry bytes per worker invocation before and after aggregation, and the "
         "decisions the simulator makes with either",
-        description=_first_line(telemetry.__doc__),
+        description=_summary(telemetry.__doc__),
     )
     parser.add_argument(
         "--rate",
@@ -349,7 +351,7 @@ def _register_worker(bench_subparsers: Any) -> None:
     parser = bench_subparsers.add_parser(
         "worker",
         help="per-call overhead of the worker's HTTP hooks against the same call uninstrumented",
-        description=_first_line(worker.__doc__),
+        description=_summary(worker.__doc__),
     )
     parser.add_argument(
         "--calls",

@@ -372,3 +372,14 @@ def test_a_registration_holding_a_bad_mapping_id_is_one_line(
     assert err.count("\n") == 1
     assert err.startswith("queuemesh pin: error: mapping nope: ")
     assert "Parameter validation failed" in err
+
+
+@pytest.mark.parametrize("bench", ["decode", "worker", "fleet", "telemetry"])
+def test_each_bench_says_what_it_measures_in_whole_sentences(
+    bench: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", bench, "--help"])
+    assert exit_.value.code == 0
+    described = capsys.readouterr().out.split("\n\n")[1]
+    assert described.rstrip().endswith(".")
