@@ -5,7 +5,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from stack.local.demo.summary import FIRST_SHOWN, LAST_SHOWN, print_summary
+from load.sim.scenario import load_scenario
+from stack.local.demo.summary import FIRST_SHOWN, LAST_SHOWN, bound_not_shown, print_summary
 
 TOTALS = {
     "messages_total": 100,
@@ -24,8 +25,9 @@ TOTALS = {
 }
 
 
-def summary(transitions: int) -> list[str]:
-    result: dict[str, Any] = {
+def demo_result(transitions: int = 0, **extra: Any) -> dict[str, Any]:
+    """A demo run's result for ``orders`` alone, with ``transitions`` steps and ``extra`` keys."""
+    return {
         "scenario": "demo",
         "policy": "queuemesh-adaptive",
         "ended_at_s": 60.0,
@@ -44,10 +46,18 @@ def summary(transitions: int) -> list[str]:
             }
             for t in range(transitions)
         ],
+        **extra,
     }
+
+
+def printed(result: dict[str, Any]) -> str:
     out = io.StringIO()
     print_summary(result, out)
-    return [line.strip() for line in out.getvalue().splitlines()]
+    return out.getvalue()
+
+
+def summary(transitions: int) -> list[str]:
+    return [line.strip() for line in printed(demo_result(transitions)).splitlines()]
 
 
 def listed(lines: list[str]) -> list[str]:
@@ -94,9 +104,7 @@ def test_each_queue_of_a_shared_downstream_shows_its_counts_state_and_own_transi
         "ledger": {"orders": ledger(7), "refunds": ledger(2)},
         "transitions": [transition(21.0, "orders", 16, 7), transition(22.0, "refunds", 3, 2)],
     }
-    out = io.StringIO()
-    print_summary(result, out)
-    lines = [line.strip() for line in out.getvalue().splitlines()]
+    lines = [line.strip() for line in printed(result).splitlines()]
     at = lines.index("refunds:")
     orders = lines[lines.index("orders:") : at]
     assert "200 sent, 198 done, 2 dead-lettered; drained at 50.0 s; 1 mapping changes" in lines
@@ -105,25 +113,9 @@ def test_each_queue_of_a_shared_downstream_shows_its_counts_state_and_own_transi
 
 
 def test_cards_without_a_bound_say_why() -> None:
-    from load.sim.scenario import load_scenario
-    from stack.local.demo.summary import bound_not_shown
-
     card = dict(TOTALS, drain_ratio=1.1)
     why = bound_not_shown(load_scenario("demo"))
     assert why is not None and "2 queues share payments (orders, refunds)" in why
-    result: dict[str, Any] = {
-        "scenario": "demo",
-        "policy": "queuemesh-adaptive",
-        "ended_at_s": 60.0,
-        "wall_s": 90.0,
-        "queues": {"orders": TOTALS},
-        "totals": TOTALS,
-        "ledger": {"orders": None},
-        "transitions": [],
-        "simulated": {"static": card, "queuemesh": card},
-        "bound_not_shown": why,
-    }
-    out = io.StringIO()
-    print_summary(result, out)
-    assert f"no bound card (the capacity known): {why}" in out.getvalue()
+    result = demo_result(simulated={"static": card, "queuemesh": card}, bound_not_shown=why)
+    assert f"no bound card (the capacity known): {why}" in printed(result)
     assert bound_not_shown(load_scenario("capacity-drop")) is None
