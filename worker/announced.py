@@ -175,19 +175,7 @@ def _remaining_in_httpx_entries(headers: Any) -> float | None:
                     legacy = value
             elif x_ratelimit is None:
                 x_ratelimit = value
-    # As ``_remaining_of`` reads them, inline: this runs for every answer.
-    if ietf:
-        text = (
-            ietf[0].decode("latin-1")
-            if len(ietf) == 1
-            else ", ".join([value.decode("latin-1") for value in ietf])
-        )
-        try:
-            return _least_by_field[text]
-        except KeyError:
-            return _least_in_field(text)
-    first = x_ratelimit if legacy is None else legacy
-    return None if first is None else _first_number(first.decode("latin-1"))
+    return _remaining_of(ietf, legacy, x_ratelimit)
 
 
 def _remaining_in_entries(
