@@ -37,7 +37,7 @@ def test_the_report_measures_both_forms_in_one_run(
     assert run["replay_changes"] > 0 and run["replay_changes_aggregated"] > 0
     assert set(run["scorecard_other_delays"]) == set(SCORECARD_KEYS)
     assert report["outcome_moves"] == outcome_moves(report["decisions"])
-    assert report["outcomes_within_delay_noise"] == within_delay_noise(report["decisions"])
+    assert report["outcomes_within_delay_noise"] == within_delay_noise(report["outcome_moves"])
 
 
 def _run(per_invocation: float | None, aggregated: float | None, other: float | None) -> dict:
@@ -53,11 +53,11 @@ def test_aggregation_is_judged_against_the_delays_own_noise() -> None:
     # (mean 0.2): within the noise. A run without a value (no reaction) is left out.
     quiet = [_run(1.0, 1.2, 1.1), _run(2.0, 2.0, 2.3), _run(None, 1.0, 1.0)]
     assert outcome_moves(quiet)["wasted_ratio"] == {"aggregated": 0.1, "other_delays": 0.2}
-    assert within_delay_noise(quiet)
+    assert within_delay_noise(outcome_moves(quiet))
     # Aggregation moves a figure further than the delays do: not within the noise.
     loud = [_run(1.0, 1.5, 1.1), _run(2.0, 2.0, 2.3)]
     assert outcome_moves(loud)["drain_ratio"] == {"aggregated": 0.25, "other_delays": 0.2}
-    assert not within_delay_noise(loud)
+    assert not within_delay_noise(outcome_moves(loud))
 
 
 def test_both_encodings_decide_alike_where_the_first_reports_say_the_same() -> None:
