@@ -42,7 +42,8 @@ def register(subparsers: Any) -> None:
         help="run the whole loop on an embedded local AWS (no account needed)",
         description=(
             "Deploy template.yaml onto an embedded AWS (moto) on 127.0.0.1, run the example "
-            "worker against a rate-limited local API whose capacity drops and returns, and "
+            "worker against a rate-limited local API whose capacity changes as the scenario's "
+            "capacity_rps says (the default scenario's drops to less than half at 20 s), and "
             "watch the controller steer the mapping's MaximumConcurrency."
         ),
     )
