@@ -1,0 +1,50 @@
+"""The dead-letter classification (load/dead_letters.py): its per-event count is the run's own,
+the engine is left as it was, and the classification names every other policy's loss."""
+
+from __future__ import annotations
+
+from load import dead_letters as dl
+from load.scorecard import scorecard
+from load.sim import engine
+from load.sim.families import CAPACITY_SHAPES, draw_scenario
+from load.simulate import make_policy
+
+# throttling seed 7 draw 6: a flash crowd under 4.7% 5xx noise, maxReceiveCount 3; static
+# dead-letters 2 messages (noise failing a message three times).
+DRAW = ("throttling", 7, 6)
+
+
+def test_the_noted_dead_letters_are_the_runs_and_the_engine_is_restored() -> None:
+    dispatch = engine._Run.dispatch
+    noted = dl.dead_letters((*DRAW, "static", None))
+    assert engine._Run.dispatch is dispatch
+    run = engine.simulate(draw_scenario(*DRAW), make_policy("static", "adaptive"))
+    assert noted.messages == scorecard(run)["totals"]["dlq_messages"] == 2
+    assert all(0 < when <= 1200 and count > 0 for when, count, _ in noted.events)
+
+
+def test_the_shape_names_what_runs_messages_out_of_receives() -> None:
+    shape = dl.shape(*DRAW)
+    assert shape["shape"] == "flash"
+    assert (shape["batch"], shape["visibility_s"], shape["receives"]) == (10, 23, 3)
+    assert shape["noise"] == 0.047
+    assert shape["floor"] > 1
+
+
+def test_a_shared_draw_names_its_capacity_shape() -> None:
+    assert dl.shape("shared", 100, 1)["shape"] in CAPACITY_SHAPES
+
+
+def test_the_summary_counts_the_laws_dead_letters_by_who_else_loses_some() -> None:
+    rows = [
+        {"queuemesh": 2, "static": 2, "hindsight": 2, "vegas": 1, "floor": 36.0},
+        {"queuemesh": 481, "static": 3652, "hindsight": 0, "vegas": 2645, "floor": 0.49},
+        {"queuemesh": 3, "static": 0, "hindsight": 0, "vegas": 0, "floor": 1.35},
+        {"queuemesh": 7, "static": 0, "vegas": 0, "floor": 2.0},
+    ]
+    assert dl.summary(rows, ["vegas"]).splitlines() == [
+        "the bound too: 1 draws, 2 messages",
+        "static and every peer too: 2 draws, 483 messages",
+        "no other policy: 2 draws, 10 messages",
+        "under the floor: 1 draws, 481 messages",
+    ]
