@@ -342,6 +342,17 @@ def limit(headers: Any, answered_at: float) -> Limit | None:
     return _triple(found, _X, answered_at, {})
 
 
+def newer(latest: Limit | None, least: Limit) -> bool:
+    """Whether ``latest``, announced after ``least`` with more remaining, is the same limit in a
+    later window: both announce a window, of the same length. Within one window of a limit
+    its remaining only falls, so more remaining is a reset since (or a quota changed: a
+    capacity drop's first answers announce the new quota with most of it left, and the least
+    of a batch straddling the drop was the old window's, its quota no longer in force). Limits
+    of different windows, or of none (X-RateLimit's), may be different limits: the least
+    counts."""
+    return latest is not None and latest.window_s is not None and latest.window_s == least.window_s
+
+
 def _ietf(fields: Fields, answered_at: float) -> list[Limit]:
     """The limits of draft -08's named policies (``RateLimit`` with ``RateLimit-Policy``)."""
     ratelimit = fields.get(_RATELIMIT)

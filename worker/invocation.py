@@ -285,12 +285,13 @@ class Invocation:
                         read_remaining = announced.remaining_reader(headers)
                     remaining = read_remaining(headers)
                     # The answer with the least remaining quota is kept (on a tie the later
-                    # one's: the fresher reset), to be read whole once (``Tally.limit``).
-                    if remaining is not None and (
-                        tally.least_remaining is None or remaining <= tally.least_remaining
-                    ):
-                        tally.least_remaining = remaining
-                        tally.announcing = (headers, at + wall_offset)
+                    # one's: the fresher reset), and the latest, to be read whole once
+                    # (``Tally.limit``).
+                    if remaining is not None:
+                        answer = tally.latest = (headers, at + wall_offset)
+                        if tally.least_remaining is None or remaining <= tally.least_remaining:
+                            tally.least_remaining = remaining
+                            tally.announcing = answer
                     if status == 429:
                         tally.throttled_by(announced.limit_kind(headers))
                 if status == 429 and retry_after_s is not None:

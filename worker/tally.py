@@ -28,10 +28,12 @@ class Tally:
     downstreams: set[str] = field(default_factory=set)
     # The answer that announced the least remaining quota (``worker.announced``; kept by the
     # invocation's fold, the later on a tie): that remaining, and the answer's headers (the
-    # client's object) with when it came (epoch seconds), read whole only once, by ``limit``.
+    # client's object) with when it came (epoch seconds), read whole only once, by ``limit``;
+    # and the last answer that announced one (``latest``), read only if it is not that one.
     # And the 429s that named a concurrency or a rate limit.
     least_remaining: float | None = None
     announcing: tuple[Any, float] | None = None
+    latest: tuple[Any, float] | None = None
     throttled_concurrency: int = 0
     throttled_rate: int = 0
 
@@ -84,8 +86,15 @@ class Tally:
 
     @property
     def limit(self) -> announced.Limit | None:
-        """The announced limit with the least remaining quota, or None."""
-        return None if self.announcing is None else announced.limit(*self.announcing)
+        """The announced limit with the least remaining quota, or the latest one announced
+        where it is the same limit announced later (``announced.newer``), or None."""
+        if self.announcing is None:
+            return None
+        least = announced.limit(*self.announcing)
+        if self.latest is None or self.latest is self.announcing or least is None:
+            return least
+        latest = announced.limit(*self.latest)
+        return latest if announced.newer(latest, least) else least
 
     def absorb(self, other: Tally) -> None:
         """Add ``other``'s calls (another invocation's, for an aggregated document); the

@@ -24,12 +24,11 @@ from load.sim.environments import Environments
 from load.sim.scenario import Scenario
 from load.sim.services import (
     ANNOUNCED_WINDOW_S,
-    AnnouncedMinimum,
+    Announcement,
     Arrivals,
     SimDownstream,
     SimQueue,
     arrivals_end,
-    smallest_announced,
 )
 from load.sim.trace import MappingSetting, QueueTrace, SimResult, TelemetryDelivery
 
@@ -101,7 +100,7 @@ class _Invocation:
         self.busy_ms = 0.0
         self.failed: list[tuple[int, float]] = []
         self.done_arrivals: list[float] = []
-        self.announced: AnnouncedMinimum | None = None
+        self.announced: Announcement | None = None
         self.environment = 0
 
 
@@ -267,7 +266,7 @@ class _Run:
         if timeout is not None and latency > timeout:
             status, latency = TIMED_OUT, timeout
         elif queue.downstream.announces_quota:
-            invocation.announced = smallest_announced(invocation.announced, queue.downstream, now)
+            invocation.announced = Announcement(queue.downstream, now)
         trace = queue.trace
         second = int(now)
         trace.calls_total += 1

@@ -99,9 +99,11 @@ class SimDownstream:
         return queueing_latency(no_load_s, len(in_progress), capacity)
 
 
-class AnnouncedMinimum:
-    """What an invocation reports of the quota its answers announced, as the worker does: the
-    answer with the smallest remaining, its quota and the end of its window."""
+class Announcement:
+    """What an invocation reports of the quota its answers announced, as the worker does: its
+    latest answer's remaining, quota and end of window. Every answer announces the one limit
+    of a one-second window, so the worker reports the latest (worker.announced ``newer``: the
+    least of a batch straddling a reset is of a window gone)."""
 
     __slots__ = ("quota", "remaining", "reset_at")
 
@@ -109,15 +111,6 @@ class AnnouncedMinimum:
         self.remaining = downstream.remaining
         self.quota = downstream.quota
         self.reset_at = (math.floor(now / ANNOUNCED_WINDOW_S) + 1) * ANNOUNCED_WINDOW_S
-
-
-def smallest_announced(
-    seen: AnnouncedMinimum | None, downstream: SimDownstream, now: float
-) -> AnnouncedMinimum:
-    """``seen``, or the answer ``downstream`` just gave at ``now`` if it left less."""
-    if seen is None or downstream.remaining < seen.remaining:
-        return AnnouncedMinimum(downstream, now)
-    return seen
 
 
 class SimQueue:

@@ -37,8 +37,8 @@ def test_every_client_reports_the_least_remaining_quota_with_its_policy(
     call = CLIENTS[client]
     paths = [
         _path(200, IETF_POLICY, 'RateLimit: "burst";r=40;t=8, "day";r=4000;t=80000'),
-        _path(200, IETF_POLICY, 'RateLimit: "burst";r=7;t=6, "day";r=3990;t=80000'),
-        _path(200, IETF_POLICY, 'RateLimit: "burst";r=30;t=9, "day";r=3980;t=80000'),
+        _path(200, IETF_POLICY, 'RateLimit: "burst";r=30;t=7, "day";r=3990;t=80000'),
+        _path(200, IETF_POLICY, 'RateLimit: "burst";r=7;t=6, "day";r=3980;t=80000'),
         _path(200),  # an answer without headers changes nothing
     ]
 

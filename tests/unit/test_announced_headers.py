@@ -201,7 +201,9 @@ def test_every_clients_header_object_reads_as_its_pairs(
 @settings(max_examples=150)
 @given(st.lists(st.lists(st.tuples(header_names, wire_values), max_size=5), max_size=6))
 @example([[("X-RateLimit-Remaining", "3")], [("RateLimit", "a;r=3")], [("RateLimit", "a;r=4")]])
-def test_an_invocation_keeps_the_answer_with_the_least_remaining_the_later_on_a_tie(
+@example([[("RateLimit", "a;r=2")], [("RateLimit", "a;r=9")], [("RateLimit", "a;r=5")]])
+@example([[("RateLimit-Policy", "a;w=1"), ("RateLimit", "a;r=2")], [("RateLimit", "a;r=9")]])
+def test_an_invocation_reports_the_least_remaining_or_the_same_limit_announced_later(
     answers: list[list[tuple[str, str]]],
 ) -> None:
     invocation = Invocation(["orders"], environ={})
@@ -217,7 +219,48 @@ def test_an_invocation_keeps_the_answer_with_the_least_remaining_the_later_on_a_
     least, chosen = min(remaining, key=lambda item: (item[0], -item[1]))
     assert tally.least_remaining == least
     assert tally.announcing is not None and tally.announcing[0] is answers[chosen]
-    assert tally.limit == announced.limit(answers[chosen], tally.announcing[1])
+    kept = announced.limit(answers[chosen], tally.announcing[1])
+    assert kept is not None
+    last = remaining[-1][1]
+    latest = announced.limit(answers[last], tally.latest[1] if tally.latest else 0.0)
+    # The latest answer's limit where it announces the least's window (the same limit, a later
+    # window: a reset or a quota changed), else the least's.
+    same_window = latest is not None and latest.window_s is not None
+    same_window = same_window and latest is not None and latest.window_s == kept.window_s
+    assert tally.limit == (latest if same_window else kept)
+
+
+def test_an_invocation_across_a_capacity_drop_reports_the_new_quota() -> None:
+    # The live announced demo: a batch's calls in the last second at 68 a second (6 left of
+    # it, the least of the batch), then two in the first second at 30 (29 and 25 left). The
+    # old window's answer is gone with its window; reported, it hid the drop for a whole
+    # invocation.
+    invocation = Invocation(["orders"], environ={})
+    answers = [
+        [("RateLimit-Policy", f'"default";q={quota};w=1'), ("RateLimit", f'"default";r={left};t=1')]
+        for left, quota in [(40, 68), (6, 68), (29, 30), (25, 30)]
+    ]
+    for at, headers in enumerate(answers):
+        invocation.count(200, 250.0, None, "api", headers=headers, answered_at=at / 4)
+
+    limit = invocation.tallies["orders"].limit
+    assert limit is not None and (limit.remaining, limit.quota, limit.window_s) == (25, 30, 1)
+
+
+def test_limits_of_other_windows_or_of_none_report_the_least() -> None:
+    # A day's quota nearly spent, then a minute's with much left (two limits of one API), and
+    # two X-RateLimit limits, whose windows nobody announces: the least may be another
+    # limit than the latest, and counts.
+    for limit_name, first, second in [
+        ("RateLimit", "5000, 5000;w=86400", "60, 60;w=60"),
+        ("X-RateLimit", "5000", "60"),
+    ]:
+        invocation = Invocation(["orders"], environ={})
+        for quota, left in [(first, "12"), (second, "50")]:
+            headers = [(f"{limit_name}-Limit", quota), (f"{limit_name}-Remaining", left)]
+            invocation.count(200, 1.0, None, "api", headers=headers)
+        limit = invocation.tallies["orders"].limit
+        assert limit is not None and (limit.remaining, limit.quota) == (12, 5000)
 
 
 def test_the_remaining_quotas_read_lately_are_held_up_to_their_bound() -> None:

@@ -19,7 +19,7 @@ from controller.policy import DEFAULT_ALGORITHM
 from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.plot import policy_colours
 from load.scorecard import scorecard
-from load.sim.engine import ARRIVAL_STEP_S, simulate
+from load.sim.engine import ARRIVAL_STEP_S, SIM_EPOCH, simulate
 from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
 from load.sim.services import POLLER_START, POLLER_STEP_PER_S, Arrivals, arrived_by
@@ -523,6 +523,19 @@ def test_an_announcing_downstream_reports_its_quota_in_fixed_one_second_windows(
     # Over capacity, some invocation met the window spent.
     assert min(sample.quota_remaining or 0.0 for sample in samples) == 0.0
     assert all(sample.throttled_rate == 0 for sample in samples)
+
+
+def test_an_invocation_reports_the_quota_of_the_window_its_last_answer_came_in() -> None:
+    # The quota drops from 300 to 60 a second at 5 s: an invocation whose calls straddle the
+    # drop reports the new quota, however little the old window had left when it was called
+    # (the least remaining of all its answers was the old window's, and hid the drop).
+    result = simulate(tiny(capacity_rps=[[0, 300], [5, 60]], announce="ietf"), StaticPolicy())
+    samples = [delivery.sample for delivery in result.telemetry]
+    by_end = [(sample.event_time - SIM_EPOCH, sample) for sample in samples]
+    assert {sample.quota_limit for end, sample in by_end if end < 5.0} == {300.0}
+    # Its last call, 50 ms before its end, came after the drop.
+    after = [sample for end, sample in by_end if end >= 5.05]
+    assert after and {sample.quota_limit for sample in after} == {60.0}
 
 
 def test_stripes_style_names_each_429_a_rate_limits_and_announces_no_quota() -> None:
