@@ -44,8 +44,9 @@ class BacklogReadings:
     """Each queue's backlog as last read before a probe that it held, for ``REREAD_AFTER_S``
     (one warm container's memory, for ``CACHED_QUEUES`` queues).
 
-    A reading that lets a probe go is forgotten (``forget``): the next probe (a passed
-    pulse's next, about 4 s on) is read for again.
+    A reading that lets a probe go, in the plan carried out (after the group's law, which may
+    hold a raise its member's algorithm wanted), is forgotten (``forget``): the next probe (a
+    passed pulse's next, about 4 s on) is read for again.
     """
 
     def __init__(self, backlog: QueueBacklog, capacity: int = CACHED_QUEUES) -> None:

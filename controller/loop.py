@@ -416,7 +416,6 @@ class ControlLoop:
             if backlogs:
                 again = planned_for(sorted(backlogs), backlogs)
                 planned = revised(planned, again)
-                self.backlogs.forget(probing(again))
         if touched:
             planned = governed(
                 planned,
@@ -428,6 +427,8 @@ class ControlLoop:
                 backlogs,
             )
             book.remember_groups(planned.group_memory)
+        if self.backlogs is not None:  # a raise that goes ahead is read for again next time
+            self.backlogs.forget(probing(planned))
         # Every queue that waited is done waiting (set aside, unregistered or planned) but
         # those whose state could not be learned in time.
         book.planned(sorted(waiting.difference(planned.undecided)))
