@@ -2,7 +2,8 @@
 
 The controller reads a backlog only for a queue about to raise its mapping (a probe for
 capacity), so a read is one SQS call per such queue, never a Lambda control-plane call (those
-are the account's scarce 15 a second). A read that fails is the backlog unknown: the caller
+are the account's scarce 15 a second), and at most one every ``REREAD_AFTER_S`` while the
+backlog holds its probe. A read that fails is the backlog unknown: the caller
 decides as it would without one.
 """
 
@@ -27,19 +28,53 @@ VISIBLE_ATTRIBUTE = "ApproximateNumberOfMessages"
 RETRYABLE_CODES = frozenset({"RequestThrottled", "ThrottlingException", "ServiceUnavailable"})
 
 
-def read_backlogs(
-    backlog: QueueBacklog, queues: list[str], read_by: float
-) -> tuple[dict[str, int], int]:
-    """The messages waiting in each of ``queues`` (those about to raise), one read each, and
-    how many reads failed: a queue whose read fails is left out (its backlog unknown, decided
-    as without it)."""
-    known, failed = {}, 0
-    for queue in queues:
-        try:
-            known[queue] = backlog.visible(queue, read_by)
-        except BacklogUnavailable:
-            failed += 1
-    return known, failed
+# How long a backlog read answers for its queue where the probe it was read for was held. A
+# probe held for its backlog (nothing waiting, or what waits drains before its verdict could
+# come) was asked for again at every batch, about once a second, each time one more read
+# (throttling seed 7 draw 54: 42 reads in 42 s of a draining backlog). The backlog such a read
+# saw only drains until messages arrive, so it holds the probe as long as it is true; read
+# again after 5 s, a probe that arrivals make worth it waits at most that long. 5 s is what a
+# probe takes to be answered (a pulse of about an invocation, then a wait for its telemetry:
+# 1 s and 3 s in the adaptive law), and the law's shortest wait after a failed probe
+# (``probe_backoff_s``): no probe is judged sooner than that anyway.
+REREAD_AFTER_S = 5.0
+
+
+class BacklogReadings:
+    """Each queue's backlog as last read before a probe that it held, for ``REREAD_AFTER_S``
+    (one warm container's memory, for ``CACHED_QUEUES`` queues).
+
+    A reading that lets a probe go, in the plan carried out (after the group's law, which may
+    hold a raise its member's algorithm wanted), is forgotten (``forget``): the next probe (a
+    passed pulse's next, about 4 s on) is read for again.
+    """
+
+    def __init__(self, backlog: QueueBacklog, capacity: int = CACHED_QUEUES) -> None:
+        self._backlog = backlog
+        self._kept: LruCache[str, tuple[float, int]] = LruCache(capacity)
+
+    def read(self, queues: list[str], now: float, read_by: float) -> tuple[dict[str, int], int]:
+        """The messages waiting in each of ``queues`` (those about to raise): the reading
+        kept from less than ``REREAD_AFTER_S`` ago, else one read; and how many reads failed
+        (a queue whose read fails is left out: its backlog unknown, decided as without it)."""
+        known, failed = {}, 0
+        for queue in queues:
+            kept = self._kept.get(queue)
+            if kept is not None and now - kept[0] < REREAD_AFTER_S:
+                known[queue] = kept[1]
+                continue
+            try:
+                known[queue] = self._backlog.visible(queue, read_by)
+            except BacklogUnavailable:
+                failed += 1
+                continue
+            self._kept[queue] = (now, known[queue])
+        return known, failed
+
+    def forget(self, queues: list[str]) -> None:
+        """Drop the readings of ``queues``, whose probes go ahead."""
+        for queue in queues:
+            self._kept.pop(queue)
 
 
 class SqsBacklog:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.backlog import read_backlogs
+from controller.backlog import BacklogReadings
 from controller.book import Count, QueueBook
 from controller.constants import (
     CACHED_QUEUES,
@@ -108,7 +108,7 @@ class ControlLoop:
     ) -> None:
         self.ledger = ledger
         self.actuator = actuator
-        self.backlog = backlog
+        self.backlogs = None if backlog is None else BacklogReadings(backlog)
         self.params = params
         self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
         self.book = QueueBook(capacity, retention_s)
@@ -404,17 +404,18 @@ class ControlLoop:
             )
 
         planned = planned_for(queues)
-        # A raise is decided again once its queue's backlog is known (one SQS read each).
+        # A raise is decided again once its queue's backlog is known (one SQS read each, kept
+        # while it holds the raise: ``BacklogReadings``).
         # With less than a step's time left none is read: the plan's execution comes first.
         read_by = deadline - STEP_BUDGET_S
         backlogs: dict[str, int] = {}
-        if self.backlog is not None and self._monotonic() < read_by:
-            backlogs, failed = read_backlogs(self.backlog, probing(planned), read_by)
+        if self.backlogs is not None and self._monotonic() < read_by:
+            backlogs, failed = self.backlogs.read(probing(planned), now, read_by)
             if failed:
                 book.count(Count.BACKLOG_READ_FAILURES, failed)
-        if backlogs:
-            again = planned_for(sorted(backlogs), backlogs)
-            planned = revised(planned, again)
+            if backlogs:
+                again = planned_for(sorted(backlogs), backlogs)
+                planned = revised(planned, again)
         if touched:
             planned = governed(
                 planned,
@@ -426,6 +427,8 @@ class ControlLoop:
                 backlogs,
             )
             book.remember_groups(planned.group_memory)
+        if self.backlogs is not None:  # a raise that goes ahead is read for again next time
+            self.backlogs.forget(probing(planned))
         # Every queue that waited is done waiting (set aside, unregistered or planned) but
         # those whose state could not be learned in time.
         book.planned(sorted(waiting.difference(planned.undecided)))

@@ -22,7 +22,7 @@ from stack.local.runtime import (
     rate_seconds,
     sqs_event,
 )
-from stack.local.runtime.sqs_poller import MAPPING_REFRESH_S, READY_BATCHES
+from stack.local.runtime.sqs_poller import MAPPING_REFRESH_S, READY_BATCHES, read_depth
 
 LOG_GROUP = "/aws/lambda/test-worker"
 THREADS_END_WITHIN_S = 10.0
@@ -202,21 +202,10 @@ def test_failures_return_and_are_redriven_to_the_dead_letter_queue(
     sqs = aws.client("sqs")
 
     def depths() -> tuple[int, int, int]:
-        """Visible, in flight and dead-lettered, read now: the poller's own depth reads the
-        queue, then its dead-letter queue, and a receive between the two (moving the failed
-        messages) showed them in both (visible 5, dead-lettered 5)."""
-        counts = sqs.get_queue_attributes(
-            QueueUrl=binding.url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        dead = sqs.get_queue_attributes(
-            QueueUrl=binding.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]["ApproximateNumberOfMessages"]
-        return (
-            int(counts["ApproximateNumberOfMessages"]),
-            int(counts["ApproximateNumberOfMessagesNotVisible"]),
-            int(dead),
-        )
+        """Visible, in flight and dead-lettered, read now as the live view reads them
+        (``read_depth``: a message moved to the dead-letter queue is never counted twice)."""
+        depth = read_depth(sqs, binding.url, binding.dlq_url)
+        return depth.visible, depth.in_flight, depth.dead_lettered
 
     def settled() -> bool:
         """Every message done or dead-lettered, the queue empty and no invocation running (a

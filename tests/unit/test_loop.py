@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 
 import pytest
 
 from controller.actuator import InMemoryActuator
-from controller.backlog import InMemoryBacklog
+from controller.backlog import REREAD_AFTER_S, InMemoryBacklog
 from controller.executor import STEP_BUDGET_S
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
@@ -333,6 +334,32 @@ def test_a_queue_with_messages_waiting_is_probed(ledger: InMemoryLedger) -> None
     assert decision.probes
     assert backlog.reads == ["orders"]
     assert loop.actuator.read("esm-orders", 0).max_concurrency == decision.target > 50
+
+
+def test_a_backlog_that_holds_a_probe_is_read_again_only_after_a_while(
+    ledger: InMemoryLedger,
+) -> None:
+    # throttling seed 7 draw 54: a probe held for its backlog was asked for at every batch,
+    # each time one more read (42 in 42 s).
+    backlog = InMemoryBacklog(orders=0)
+    loop = backlogged(ledger, backlog)
+    for now in (110.0, 111.0, 112.0, 110.0 + REREAD_AFTER_S):
+        # Every invocation of the level in use and clean, each second: a raise wanted.
+        busy = [sample("orders", at=now - 1.1, ok=10, invocation_ms=1000) for _ in range(50)]
+        [decision] = loop.run_batch(busy, now=now).done
+        assert decision.reason.startswith("Nothing waiting in the queue: no raise to ")
+    assert backlog.reads == ["orders", "orders"]
+
+
+def test_a_reading_that_lets_a_probe_go_is_not_kept(ledger: InMemoryLedger) -> None:
+    backlog = InMemoryBacklog(orders=12)
+    loop = backlogged(ledger, backlog)
+    loop.run_batch(healthy(100), now=110.0)
+    # The probe went ahead on its reading: the next one is read for again.
+    readings = loop.backlogs
+    assert readings is not None
+    assert readings.read(["orders"], 111.0, math.inf) == ({"orders": 12}, 0)
+    assert backlog.reads == ["orders", "orders"]
 
 
 def test_the_backlog_is_read_only_before_a_raise(ledger: InMemoryLedger) -> None:

@@ -3,6 +3,7 @@ are in test_algorithm_contract.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -1078,3 +1079,36 @@ def test_a_probe_held_for_the_backlog_leaves_no_pulse_in_memory() -> None:
     memory = memory_of(held.new_state)
     assert (memory.probe_until, memory.judge_at) == (0.0, 0.0)
     assert memory.next_probe_at == memory_of(current).next_probe_at
+
+
+def climb_from_cmin(current: QueueState) -> list[tuple[Action, int, bool, str]]:
+    """The decisions of a queue just cut to Cmin at 992 whose storm is over: a minute of clean
+    reports, 2 invocations a second, each decided a second after it."""
+    window = storm_accepting(15)
+    decisions = []
+    for second in range(993, 1053):
+        for document in steady(second, 1, max(2, current.concurrency), ok=10):
+            window.add(document)
+        current, decision = run(current, window, second + 1.5)
+        decisions.append((decision.action, decision.target, decision.enabled, decision.reason))
+    return decisions
+
+
+@settings(max_examples=20, deadline=None)
+@given(good_level=st.integers(0, 1000), probe_base=st.integers(0, 1000))
+def test_the_good_level_and_probe_base_a_cut_to_cmin_keeps_decide_nothing(
+    good_level: int, probe_base: int
+) -> None:
+    # A cut keeps the last clean level (``good_level``: written, read by no decision) and the
+    # base of the last pulse (``probe_base``: read only from a pulse's start, which sets it,
+    # to its verdict; a cut ends any pulse's judging). Whatever they hold after the cut, the
+    # climb back from Cmin decides the same, through its pulses.
+    before = attached(10, ceiling=12, broke_at=14, probe_base=9, probe_step=1)
+    cut_to_cmin, cut = run(before, storm_accepting(15), 992.0)
+    assert (cut.action, cut.target) == (Action.MULTIPLICATIVE_DECREASE, PARAMS.cmin)
+    kept = memory_of(cut_to_cmin)
+    assert (kept.good_level, kept.probe_base) == (10, 9)
+    other = dataclasses.replace(kept, good_level=good_level, probe_base=probe_base)
+    decisions = climb_from_cmin(cut_to_cmin)
+    assert any(reason.startswith("Probe") for *_, reason in decisions)
+    assert climb_from_cmin(cut_to_cmin.evolve(memory=other)) == decisions

@@ -79,6 +79,31 @@ class QueueDepth:
     dead_lettered: int = 0
 
 
+def read_depth(sqs: Any, url: str, dlq_url: str | None) -> QueueDepth:
+    """A queue's depth as one frame: its dead-letter queue read first, then the queue.
+
+    SQS moves a message to the dead-letter queue as a receive finds its receive count spent,
+    from the queue, never back. Read the other way round, a message moved between the two
+    reads was counted in both (visible 5 and dead-lettered 5 of 5 failing messages); in this
+    order it is in one read or, for one frame, in neither, never in two."""
+    dead = 0
+    if dlq_url is not None:
+        dead = int(
+            sqs.get_queue_attributes(
+                QueueUrl=dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
+            )["Attributes"]["ApproximateNumberOfMessages"]
+        )
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return QueueDepth(
+        visible=int(attributes["ApproximateNumberOfMessages"]),
+        in_flight=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
+        dead_lettered=dead,
+    )
+
+
 class QueuePoller:
     """Lambda's poller for one SQS event source mapping."""
 
@@ -198,22 +223,7 @@ class QueuePoller:
                 self._on_error(f"mapping {self.binding.esm_uuid}: {error}")
 
     def _read_depth(self) -> QueueDepth:
-        attributes = self._sqs.get_queue_attributes(
-            QueueUrl=self.binding.url,
-            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-        )["Attributes"]
-        dead = 0
-        if self.binding.dlq_url is not None:
-            dead = int(
-                self._sqs.get_queue_attributes(
-                    QueueUrl=self.binding.dlq_url, AttributeNames=["ApproximateNumberOfMessages"]
-                )["Attributes"]["ApproximateNumberOfMessages"]
-            )
-        return QueueDepth(
-            visible=int(attributes["ApproximateNumberOfMessages"]),
-            in_flight=int(attributes["ApproximateNumberOfMessagesNotVisible"]),
-            dead_lettered=dead,
-        )
+        return read_depth(self._sqs, self.binding.url, self.binding.dlq_url)
 
     def _ensure_slots(self) -> None:
         while len(self._slots) < self.mapping.allowed and not self._stop.is_set():
