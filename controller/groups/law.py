@@ -13,7 +13,7 @@ adjusts the members' decisions, as Netflix's ``WindowedLimit`` wraps a limit:
   seconds are complete), and while the newest seconds show refusals the group raises nobody.
 - Below the group's floor the members the group does not run are paused, the others resumed
   at their level; a pause or resume the algorithm asks for gives way to the group's (a pause
-  the group does not carry out keeps the algorithm's memory as the algorithm left it).
+  the group does not carry out leaves the algorithm's memory as it was).
 - A group whose members with work have more than one ``Priority`` protects the highest: the
   estimate learns from the newest seconds' refusals, the lower priorities are cut and paused
   and take the probes, and the protected members are not cut while a lower one runs.
@@ -282,12 +282,9 @@ def _overruled(member: Member, target: int, why: str, now: float) -> Decision:
     """The decision that runs ``member`` at ``target`` where its algorithm, alone, asked to
     pause it: while the floors of the queues with work fit, the refusals it sees at its floor
     are the group's, and the group cuts where there is room (a pause would only hand the others
-    its share). The pause is not carried out, in name or reason ("pausing the mapping" would
-    stand in the ledger), but the algorithm's memory is its own, kept as it left it: a pause
-    it remembers on a mapping that runs is over at its next decision (the adaptive law's
-    ``resumed_by_another``). Kept as it was before, the memory of a test of the floor the
-    algorithm had started went on running, and the algorithm asked every batch to end it
-    (``fleet-below-floor`` seed 1: 222 decisions)."""
+    its share). The pause not carried out, neither is its memory: kept as it was before, or
+    the algorithm would go on testing and judging a pause that never was while the group runs
+    the queue, and its reason ("pausing the mapping") would stand in the ledger."""
     state, alone = member.state, member.decision
     current = state.concurrency
     pressure = f"{alone.pressure_rate:.1%} refused would pause it alone"
@@ -301,12 +298,12 @@ def _overruled(member: Member, target: int, why: str, now: float) -> Decision:
         target,
         name,
         reason,
-        alone.new_state.memory,
+        state.memory,
         enabled=True,
         pressure_rate=alone.pressure_rate,
         success_rate=alone.success_rate,
     )
-    return decision_from(state, verdict, now, alone.new_state.algorithm or None)
+    return decision_from(state, verdict, now)
 
 
 def _carried(
