@@ -111,7 +111,7 @@ def test_commit_round_trips_state_with_memory(ledger: DynamoLedger | InMemoryLed
         enabled=False,
         wake_at=T0 + 15.0,
         algorithm="adaptive",
-        memory=AdaptiveMemory(ceiling=51, broke_at=80, good_level=40, probe_backoff_s=20.5),
+        memory=AdaptiveMemory(ceiling=51, broke_at=80, probe_step=2, probe_backoff_s=20.5),
     )
 
     stored = ledger.commit(state, audit())
@@ -530,7 +530,8 @@ def test_memory_of_an_unknown_algorithm_is_dropped() -> None:
 
 
 def test_items_written_before_memory_was_kept_per_algorithm_still_read() -> None:
-    """The old layout: guards and the adaptive algorithm's fields flat in ``Memory``."""
+    """The old layout: guards and the adaptive algorithm's fields flat in ``Memory``; a field
+    the record no longer has (``good_level``) is ignored."""
     item = encode_state(fresh_state(version=3))
     for attribute in ("LastChangeAt", "HoldUntil", "Enabled", "WakeAt"):
         del item[attribute]
@@ -553,9 +554,7 @@ def test_items_written_before_memory_was_kept_per_algorithm_still_read() -> None
         T0 + 15.5,
     )
     assert decoded.algorithm == "adaptive"
-    assert decoded.memory == AdaptiveMemory(
-        ceiling=9, good_level=8, probe_backoff_s=20.0, paused_until=T0 + 15.5
-    )
+    assert decoded.memory == AdaptiveMemory(ceiling=9, probe_backoff_s=20.0, paused_until=T0 + 15.5)
     assert isinstance(decoded.memory.probe_backoff_s, float)
 
 

@@ -25,7 +25,7 @@ PULSE_END = 992.0 + ALGORITHM.pulse_s + ALGORITHM.pulse_margin_s
 
 def attached(concurrency: int, at: float = 900.0, **memory: object) -> QueueState:
     """A queue the algorithm has run for a while, last changed at ``at``."""
-    record = AdaptiveMemory(good_level=concurrency, **memory)  # type: ignore[arg-type]
+    record = AdaptiveMemory(**memory)  # type: ignore[arg-type]
     return state(concurrency, last_change_at=at).evolve(algorithm="adaptive", memory=record)
 
 
@@ -1095,20 +1095,17 @@ def climb_from_cmin(current: QueueState) -> list[tuple[Action, int, bool, str]]:
 
 
 @settings(max_examples=20, deadline=None)
-@given(good_level=st.integers(0, 1000), probe_base=st.integers(0, 1000))
-def test_the_good_level_and_probe_base_a_cut_to_cmin_keeps_decide_nothing(
-    good_level: int, probe_base: int
-) -> None:
-    # A cut keeps the last clean level (``good_level``: written, read by no decision) and the
-    # base of the last pulse (``probe_base``: read only from a pulse's start, which sets it,
-    # to its verdict; a cut ends any pulse's judging). Whatever they hold after the cut, the
-    # climb back from Cmin decides the same, through its pulses.
+@given(probe_base=st.integers(0, 1000))
+def test_the_probe_base_a_cut_to_cmin_keeps_decides_nothing(probe_base: int) -> None:
+    # A cut keeps the base of the last pulse (``probe_base``: read only from a pulse's start,
+    # which sets it, to its verdict; a cut ends any pulse's judging). Whatever it holds after
+    # the cut, the climb back from Cmin decides the same, through its pulses.
     before = attached(10, ceiling=12, broke_at=14, probe_base=9, probe_step=1)
     cut_to_cmin, cut = run(before, storm_accepting(15), 992.0)
     assert (cut.action, cut.target) == (Action.MULTIPLICATIVE_DECREASE, PARAMS.cmin)
     kept = memory_of(cut_to_cmin)
-    assert (kept.good_level, kept.probe_base) == (10, 9)
-    other = dataclasses.replace(kept, good_level=good_level, probe_base=probe_base)
+    assert kept.probe_base == 9
+    other = dataclasses.replace(kept, probe_base=probe_base)
     decisions = climb_from_cmin(cut_to_cmin)
     assert any(reason.startswith("Probe") for *_, reason in decisions)
     assert climb_from_cmin(cut_to_cmin.evolve(memory=other)) == decisions

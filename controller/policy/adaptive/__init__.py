@@ -196,17 +196,16 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 memory,
                 stats,
             )
-        good = replace(memory, good_level=current)
         if current >= params.cmax:
             reason = f"Healthy at Cmax ({params.cmax})."
-            return hold(state, reason, good, stats, name=QueueStateName.HEALTHY)
+            return hold(state, reason, memory, stats, name=QueueStateName.HEALTHY)
         used = busy_concurrency(stats, self.estimate_span_s)
         if used is not None and used < self.used_share * current:
             return hold(
                 state,
                 f"Clean but the allowance is not used (about {used:.1f} of {current} in use); "
                 f"holding at {current}.",
-                good,
+                memory,
                 stats,
             )
         # Growth waits out any Retry-After: the shared guards hold a raise until then.

@@ -18,11 +18,10 @@ class AdaptiveMemory:
     Zero means "not set" throughout: a fresh record is a queue never decided.
     """
 
-    # The lowest level known to break (probes near it are pulses), the level whose overload
-    # set it (clean there again: that overload is over), and the last clean level.
+    # The lowest level known to break (probes near it are pulses), and the level whose
+    # overload set it (clean there again: that overload is over).
     ceiling: int = 0
     broke_at: int = 0
-    good_level: int = 0
     # The ceiling was set by calls the downstream refused (429, 503), not by latency or
     # timeouts: past the level that broke, growth goes on by pulses, each judged before the next.
     ceiling_refused: bool = False

@@ -57,7 +57,7 @@ class Probing(Tuning):
             rising(target, situation.params),
             f"Clean: pressure {stats.pressure_rate:.1%} < {self.grow_below:.1%} with the "
             f"allowance in use, {limit}. Scaled from {current} -> {target}.",
-            replace(memory, good_level=current),
+            memory,
             stats,
             breaches=0,
         )
@@ -67,13 +67,12 @@ class Probing(Tuning):
         state, memory, stats = situation.state, situation.memory, situation.stats
         now = situation.now
         current, ceiling = state.concurrency, memory.ceiling
-        good = replace(memory, good_level=current)
         if now < memory.next_probe_at:
             return hold(
                 state,
                 f"Clean; next probe in {memory.next_probe_at - now:.0f}s (ceiling {ceiling}). "
                 f"Holding at {current}.",
-                good,
+                memory,
                 stats,
             )
         if self.drained_before_verdict(situation, stats):
@@ -81,11 +80,11 @@ class Probing(Tuning):
                 state,
                 f"Clean; {situation.backlog} messages waiting drain at {current} before a "
                 f"probe's verdict could come. Holding at {current}.",
-                good,
+                memory,
                 stats,
             )
         why = f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}"
-        return self.start_pulse(situation, good, current, why, stats)
+        return self.start_pulse(situation, memory, current, why, stats)
 
     def start_pulse(
         self,
@@ -251,7 +250,6 @@ class Probing(Tuning):
             chained = replace(
                 memory,
                 ceiling=ceiling_above(probed),
-                good_level=probed,
                 probe_backoff_s=self.probe_backoff_s[0],
                 probe_streak=2 * max(1, streak),
             )
@@ -285,7 +283,6 @@ class Probing(Tuning):
             replace(
                 memory,
                 ceiling=max(ceiling, ceiling_above(target)) if ceiling else 0,
-                good_level=target,
                 probe_backoff_s=self.probe_backoff_s[0],
                 next_probe_at=now,
                 judge_at=0.0,
@@ -351,7 +348,7 @@ class Probing(Tuning):
                 rising(fit, params),
                 f"Probe failed ({verdict}); its accepted share fits {fit}. Scaled from "
                 f"{state.concurrency} -> {fit}.",
-                replace(failed, ceiling=ceiling_above(fit), good_level=memory.probe_base),
+                replace(failed, ceiling=ceiling_above(fit)),
                 pulse,
                 breaches=0,
                 wake_at=0.0,
