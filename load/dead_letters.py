@@ -20,56 +20,44 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from load.sim.draw_parts import MIN_CONCURRENCY, calls_sent
-from load.simulate import PEER_POLICIES, SEED_WORKERS
+from load.sim.engine import simulate
+from load.sim.families import FAMILIES, draw_document, draw_scenario
+from load.sim.policies import HindsightPolicy
+from load.simulate import PEER_POLICIES, SEED_WORKERS, make_policy
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetters:
-    """One run's dead letters: each event's (virtual second, messages, the mapping's cap)."""
+    """One run's dead letters: each message's (virtual second, the mapping's cap then)."""
 
     policy: str
-    events: tuple[tuple[float, int, int], ...]
+    events: tuple[tuple[float, int], ...]
 
     @property
     def messages(self) -> int:
-        return sum(count for _, count, _ in self.events)
+        return len(self.events)
 
 
 def dead_letters(job: tuple[str, int, int, str, float | None]) -> DeadLetters:
-    """One (family, seed, draw, policy, schedule) run's dead letters, noted as the queue's
-    receives send them away (the engine's dispatch, wrapped for this run's process only);
+    """One (family, seed, draw, policy, schedule) run's dead letters, from each queue's trace;
     ``schedule``, where not ``None``, is the controller's scheduled run's period instead of
     the draw's."""
-    from load.sim import engine
-    from load.sim.families import draw_scenario
-    from load.sim.services import SimQueue
-    from load.simulate import make_policy
 
     family, seed, draw, policy, schedule = job
     scenario = draw_scenario(family, seed, draw)
     if schedule is not None:
         scenario = replace(scenario, controller_schedule_s=schedule)
-    events: list[tuple[float, int, int]] = []
-    dispatch = engine._Run.dispatch
-
-    def noting(run: engine._Run, queue: SimQueue, now: float) -> None:
-        before = queue.trace.dlq_messages
-        dispatch(run, queue, now)
-        lost = queue.trace.dlq_messages - before
-        if lost:
-            events.append((now, lost, queue.max_concurrency))
-
-    engine._Run.dispatch = noting  # type: ignore[method-assign,assignment]
-    try:
-        engine.simulate(scenario, make_policy(policy, "adaptive"))
-    finally:
-        engine._Run.dispatch = dispatch  # type: ignore[method-assign]
+    result = simulate(scenario, make_policy(policy, "adaptive"))
+    events = sorted(
+        (at, trace.cap_per_s[min(int(at), len(trace.cap_per_s) - 1)])
+        for trace in result.queues.values()
+        for at in trace.dead_lettered_at
+    )
     return DeadLetters(policy, tuple(events))
 
 
 def shape(family: str, seed: int, draw: int) -> dict[str, Any]:
     """What a draw is made of, as far as dead letters go (its first queue's settings)."""
-    from load.sim.families import draw_document
 
     document = draw_document(family, seed, draw)
     downstream, queue = document["downstreams"][0], document["queues"][0]
@@ -99,8 +87,6 @@ def classify(
 ) -> list[dict[str, Any]]:
     """The law's dead-letter draws of ``family`` and what every other policy loses on each
     (``schedule``: as ``dead_letters``')."""
-    from load.sim.families import draw_scenario
-    from load.sim.policies import HindsightPolicy
 
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
         law = list(
@@ -126,7 +112,7 @@ def classify(
                 "queuemesh": law[draw - 1].messages,
                 "from_s": events[0][0],
                 "to_s": events[-1][0],
-                "at_cmin": sum(count for _, count, cap in events if cap <= MIN_CONCURRENCY),
+                "at_cmin": sum(1 for _, cap in events if cap <= MIN_CONCURRENCY),
                 **{
                     policy: runs[(family, seed, draw, policy, schedule)].messages
                     for policy in others[draw]
@@ -183,7 +169,7 @@ def summary(rows: Sequence[dict[str, Any]], peers: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", default="throttling")
+    parser.add_argument("--family", default="throttling", choices=FAMILIES)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--draws", type=int, default=60)
     parser.add_argument(

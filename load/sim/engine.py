@@ -249,7 +249,7 @@ class _Run:
 
     def dispatch(self, queue: SimQueue, now: float) -> None:
         while queue.in_flight < queue.limit and (queue.fresh or queue.retry):
-            messages = queue.receive()
+            messages = queue.receive(now)
             if not messages:
                 return
             queue.in_flight += 1

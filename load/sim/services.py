@@ -197,8 +197,9 @@ class SimQueue:
         self.fresh -= count
         return taken
 
-    def receive(self) -> list[tuple[int, float]]:
-        """Up to one batch of visible messages: (receive count after this receive, arrival).
+    def receive(self, now: float) -> list[tuple[int, float]]:
+        """Up to one batch of visible messages at ``now``: (receive count after this receive,
+        arrival); a message past its ``maxReceiveCount`` goes to the dead-letter queue instead.
 
         Each pick is uniform over the visible messages: one draw both chooses between the
         never-received ones and those back from a failed receive, and indexes the latter.
@@ -221,7 +222,7 @@ class SimQueue:
             retry[index], retry[-1] = retry[-1], retry[index]
             count, arrived = retry.pop()
             if count >= limit:
-                self.trace.dlq_messages += 1
+                self.trace.dead_lettered_at.append(now)
                 continue
             batch.append((count + 1, arrived))
         return batch

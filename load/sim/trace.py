@@ -35,7 +35,8 @@ class QueueTrace:
     downstream: str
     messages_total: int = 0
     messages_done: int = 0
-    dlq_messages: int = 0
+    # When each message was sent to the dead-letter queue (virtual seconds), one entry each.
+    dead_lettered_at: list[float] = field(default_factory=list)
     calls_total: int = 0
     calls_rejected: int = 0
     calls_timed_out: int = 0
@@ -53,6 +54,10 @@ class QueueTrace:
     waiting_end_per_s: list[int] = field(default_factory=list)
     # Per message done: its age when done (arrival to the end of its invocation), in seconds.
     ages_s: list[float] = field(default_factory=list)
+
+    @property
+    def dlq_messages(self) -> int:
+        return len(self.dead_lettered_at)
 
 
 @dataclass(slots=True)

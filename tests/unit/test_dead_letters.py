@@ -1,11 +1,11 @@
-"""The dead-letter classification (load/dead_letters.py): its per-event count is the run's own,
-the engine is left as it was, and the classification names every other policy's loss."""
+"""The dead-letter classification (load/dead_letters.py): its messages are the run's own, each
+timed within the run, and the classification names every other policy's loss."""
 
 from __future__ import annotations
 
 from load import dead_letters as dl
 from load.scorecard import scorecard
-from load.sim import engine
+from load.sim.engine import simulate
 from load.sim.families import CAPACITY_SHAPES, draw_scenario
 from load.simulate import make_policy
 
@@ -14,13 +14,11 @@ from load.simulate import make_policy
 DRAW = ("throttling", 7, 6)
 
 
-def test_the_noted_dead_letters_are_the_runs_and_the_engine_is_restored() -> None:
-    dispatch = engine._Run.dispatch
+def test_the_noted_dead_letters_are_the_runs_each_timed_within_it() -> None:
     noted = dl.dead_letters((*DRAW, "static", None))
-    assert engine._Run.dispatch is dispatch
-    run = engine.simulate(draw_scenario(*DRAW), make_policy("static", "adaptive"))
+    run = simulate(draw_scenario(*DRAW), make_policy("static", "adaptive"))
     assert noted.messages == scorecard(run)["totals"]["dlq_messages"] == 2
-    assert all(0 < when <= 1200 and count > 0 for when, count, _ in noted.events)
+    assert all(0 < when <= run.ended_at and cap > 0 for when, cap in noted.events)
 
 
 def test_the_shape_names_what_runs_messages_out_of_receives() -> None:
