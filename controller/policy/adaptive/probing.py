@@ -52,8 +52,8 @@ class Probing(Tuning):
         if memory.timeout_latency_ms > 0 and mean:
             # Where timeouts cut, a step stops under the level whose latency, grown in
             # proportion to the level (on a load line it grows less), would come within the
-            # headroom of theirs: growth held only at that headroom doubled a queue from 0.71
-            # of it, every call timing out again (latency seed 100 draw 36: 50 -> 100).
+            # headroom of theirs: growth held only at that headroom doubled a queue from about
+            # 0.7 of it, every call timing out again (latency seed 100 draw 36: 50 -> 100).
             under = self.timeout_headroom * memory.timeout_latency_ms / mean
             target = min(target, math.ceil(current * under) - 1)
         target = clamp(target, situation.params)
