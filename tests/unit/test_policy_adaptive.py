@@ -810,6 +810,33 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
             decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
             assert (decision.target > 50) is grows, decision.reason
 
+    def test_growth_stops_at_the_level_whose_latency_in_proportion_nears_the_timeout(
+        self,
+    ) -> None:
+        # Load-driven timeouts cut at a slowest second of 160 ms: clean at 50, its calls taking
+        # 120 ms, the queue may double by the poller's ramp, but 50 x 0.8 x 160 / 120 = 53
+        # is as far as the latency, grown in proportion, stays under 0.8 x 160.
+        current = attached(50, at=0.0, timeout_latency_ms=160.0)
+        window = seconds_of(940, [50.0] * self.SPAN, [120.0] * self.SPAN, [0] * self.SPAN)
+        decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
+        assert 50 < decision.target <= 53, decision.reason
+
+    @settings(max_examples=60)
+    @given(
+        level=st.integers(5, 90),
+        latency_ms=st.floats(5.0, 2_000.0),
+        timeout_latency_ms=st.floats(10.0, 5_000.0),
+    )
+    def test_growth_never_goes_past_the_timeout_s_headroom_in_proportion(
+        self, level: int, latency_ms: float, timeout_latency_ms: float
+    ) -> None:
+        current = attached(level, at=0.0, timeout_latency_ms=timeout_latency_ms)
+        window = seconds_of(940, [level] * self.SPAN, [latency_ms] * self.SPAN, [0] * self.SPAN)
+        decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
+        if decision.target > level:
+            headroom = ALGORITHM.timeout_headroom * timeout_latency_ms
+            assert latency_ms * decision.target / level < headroom, decision.reason
+
     @settings(max_examples=40)
     @given(
         latency=st.lists(st.floats(5.0, 2_000.0), min_size=SPAN, max_size=SPAN),

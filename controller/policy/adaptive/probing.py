@@ -48,9 +48,18 @@ class Probing(Tuning):
         target = max(current + 1, min(math.floor(current * self.max_growth), current + ramp))
         if ceiling:
             target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
+        mean = stats.mean_latency_ms
+        if memory.timeout_latency_ms > 0 and mean:
+            # Where timeouts cut, a step stops under the level whose latency, grown in
+            # proportion to the level (on a load line it grows less), would come within the
+            # headroom of theirs: growth held only at that headroom doubled a queue from about
+            # 0.7 of it, every call timing out again (latency seed 100 draw 36: 50 -> 100).
+            under = self.timeout_headroom * memory.timeout_latency_ms / mean
+            target = min(target, math.ceil(current * under) - 1)
         target = clamp(target, situation.params)
         if target <= current:
-            return hold(state, f"At the ceiling ({ceiling}); holding at {current}.", memory)
+            bound = f"the ceiling ({ceiling})" if ceiling else "the latency where calls timed out"
+            return hold(state, f"At {bound}; holding at {current}.", memory)
         limit = f"below the ceiling {ceiling}" if ceiling else "no known ceiling"
         return move(
             target,
