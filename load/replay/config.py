@@ -3,15 +3,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controller.constants import MAX_CONCURRENCY, MIN_CONCURRENCY
-from controller.model import Mode
+from controller.constants import (
+    DEFAULT_PRIORITY,
+    DEFAULT_WEIGHT,
+    MAX_CONCURRENCY,
+    MIN_CONCURRENCY,
+)
+from controller.model import Mode, QueueConfig
 from controller.policy import DEFAULT_ALGORITHM
 from controller.schema import NAMESPACE
 from controller.settings import PolicyParams, SettingsError
@@ -115,6 +121,60 @@ def parse_config(raw: object) -> ReplayConfig:
         namespace,
         algorithm,
         None if schedule_s is None else float(schedule_s),
+    )
+
+
+def config_document(config: ReplayConfig) -> dict[str, Any]:
+    """The JSON form ``parse_config`` reads back as ``config``, every value spelled out (a
+    default that changes later does not change what a written config replays)."""
+    mode_names = {mode: name for name, mode in MODES.items()}
+    document: dict[str, Any] = {
+        "params": dataclasses.asdict(config.params),
+        "batching": {"batch_size": config.batch_size, "window_s": config.batch_window_s},
+        "namespace": config.namespace,
+        "algorithm": config.algorithm,
+        "schedule_s": config.schedule_s,
+    }
+    if config.queues is not None:
+        document["queues"] = {
+            name: {
+                **({"esm_uuid": setup.esm_uuid} if setup.esm_uuid is not None else {}),
+                "mode": mode_names[setup.mode],
+                "overrides": dict(setup.overrides),
+                **({"concurrency": setup.concurrency} if setup.concurrency is not None else {}),
+            }
+            for name, setup in config.queues.items()
+        }
+    return document
+
+
+def deployed_config(
+    environ: Mapping[str, str], configs: Iterable[QueueConfig], concurrency: Mapping[str, int]
+) -> ReplayConfig:
+    """The replay configuration of a deployed controller: the policy and algorithm its
+    environment sets (read as ``controller.handler`` reads them) and the queues its ledger
+    registers, each mapping starting at ``concurrency[queue]`` (a pinned queue at its pin).
+    A queue in a named group, or with a weight or priority, is refused: a replay
+    configuration does not carry them (a queue's group there is the downstream its telemetry
+    names)."""
+    queues: dict[str, QueueSetup] = {}
+    for queue in configs:
+        if (queue.group, queue.weight, queue.priority) != (None, DEFAULT_WEIGHT, DEFAULT_PRIORITY):
+            raise ReplayError(
+                f"queue {queue.queue!r} has a group, weight or priority, which a replay "
+                "configuration does not carry"
+            )
+        pinned = queue.mode is Mode.PINNED
+        queues[queue.queue] = QueueSetup(
+            esm_uuid=queue.esm_uuid,
+            mode=queue.mode,
+            overrides={key: float(value) for key, value in queue.overrides.items()},
+            concurrency=queue.pinned_concurrency if pinned else concurrency.get(queue.queue),
+        )
+    return ReplayConfig(
+        params=PolicyParams.from_env(environ),
+        queues=queues,
+        algorithm=environ.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM),
     )
 
 

@@ -130,6 +130,9 @@ def _run(args: argparse.Namespace) -> int:
             )
     decisions = [d for d in report.decisions if d.changed or not args.changes]
     print(_summary(report, recording, decisions), file=sys.stderr)
+    # After the replay: a replay that fails says so in its one line alone.
+    if args.config is None and not args.endpoint_url:
+        print(_defaults_note(config), file=sys.stderr)
     if args.dry_run:
         view = _plan_view(report, args.changes)
         if view:
@@ -148,6 +151,18 @@ def _run(args: argparse.Namespace) -> int:
     elif decisions:
         print(decisions_table(decisions, report.start))
     return 0
+
+
+def _defaults_note(config: ReplayConfig) -> str:
+    """Without ``--config`` every queue in the recording is decided with the default policy,
+    whatever it ran with when recorded: said, so a replay differing from the live run is not
+    a surprise."""
+    return (
+        f"queuemesh replay: no --config: every queue decided with the default settings "
+        f"(Cmin {config.params.cmin}, Cmax {config.params.cmax}, algorithm {config.algorithm}); "
+        "pass the config the recording was made with (`queuemesh demo --record X.jsonl` "
+        "writes X.config.json)"
+    )
 
 
 def _replay_on_stack(

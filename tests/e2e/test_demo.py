@@ -14,6 +14,7 @@ import pytest
 
 from controller.telemetry import DecodeResult, decode_record_data
 from load.recording import read_recording
+from load.replay import load_config
 from load.sim.scenario import load_scenario
 from stack.cli import main
 from stack.local.demo.command import DEMO_SCENARIO, demo_scenario
@@ -111,6 +112,13 @@ def test_demo_storm_and_cure_end_to_end(tmp_path: Path, capsys: pytest.CaptureFi
     )
     sequences = [int(line["sequence"]) for line in lines]
     assert sequences == sorted(sequences)
+    # Beside the recording, the replay configuration the run's queue was registered with,
+    # read by replay's own parser, and the command that replays the two together.
+    config_path = tmp_path / "telemetry.config.json"
+    config = load_config(config_path)
+    assert config.queues is not None and set(config.queues) == {result["sqs_queues"]["orders"]}
+    assert (config.params.cmin, config.params.cmax) == (2, 12)
+    assert result["replay_command"] == f"queuemesh replay {recording} --config {config_path}"
     # Nothing is left behind: no thread, no container process, no listening port.
     deadline = time.monotonic() + 10
     while True:

@@ -10,8 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Mode, Sample
-from controller.policy import ALGORITHMS, LimitAlgorithm, Situation, Verdict
+from controller.ledger import InMemoryLedger
+from controller.model import Mode, QueueConfig, Sample
+from controller.policy import ALGORITHMS, LimitAlgorithm, Situation, Verdict, memory_type
 from controller.policy.base import NoMemory
 from load.recording import (
     RecordedLine,
@@ -23,13 +24,18 @@ from load.recording import (
 from load.replay import (
     QueueSetup,
     ReplayConfig,
+    ReplayError,
     VirtualClock,
+    config_document,
+    deployed_config,
     in_memory_adapters,
     kinesis_batches,
+    load_config,
     parse_config,
     replay,
 )
 from stack.cli import main
+from stack.local.demo.run import replay_config_path, write_replay_config
 from tests.paths import GOLDEN
 
 START = 1_800_000_000.0
@@ -235,6 +241,68 @@ def test_config_registers_only_the_listed_queues(
     assert not any(d["target"] < d["previous"] for d in decisions)
     assert decisions[0]["previous"] == 40
     assert "samples of unregistered queues ignored" in captured.err
+
+
+def test_a_replay_without_config_says_in_one_line_that_it_decides_with_the_defaults(
+    storm_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["replay", str(storm_file), "--changes"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "no --config" in line]
+    assert len(notes) == 1
+    assert "default settings (Cmin 2, Cmax 100, algorithm adaptive)" in notes[0]
+    config = tmp_path / "replay.json"
+    config.write_text('{"algorithm": "aimd"}')
+    assert main(["replay", str(storm_file), "--changes", "--config", str(config)]) == 0
+    assert "no --config" not in capsys.readouterr().err
+
+
+def test_the_demos_recorded_config_replays_its_queues_as_registered(tmp_path: Path) -> None:
+    """What `queuemesh demo --record` writes beside the recording: the controller's policy
+    from its environment, each queue as the demo registered it (the first under the
+    template's bounds, the others with their own), read back by replay's own parser."""
+    ledger = InMemoryLedger(memory_types=memory_type)
+    ledger.put_config(QueueConfig(queue="stack-orders", esm_uuid="esm-orders"))
+    ledger.put_config(
+        QueueConfig(queue="stack-refunds", esm_uuid="esm-refunds", overrides={"cmin": 2, "cmax": 3})
+    )
+    controller_env = {
+        "QUEUEMESH_TABLE": "ledger",
+        "QUEUEMESH_CMIN": "2",
+        "QUEUEMESH_CMAX": "16",
+        "QUEUEMESH_ALGORITHM": "aimd",
+    }
+    recording = tmp_path / "demo.jsonl"
+    command = write_replay_config(
+        recording, controller_env, ledger, {"stack-orders": 16, "stack-refunds": 3}
+    )
+
+    path = replay_config_path(recording)
+    assert path == tmp_path / "demo.config.json"
+    assert command == f"queuemesh replay {recording} --config {path}"
+    config = load_config(path)
+    assert config.algorithm == "aimd"
+    assert config.queues is not None and set(config.queues) == {"stack-orders", "stack-refunds"}
+    params = {name: config.params.with_overrides(s.overrides) for name, s in config.queues.items()}
+    bounds = {
+        name: (params[name].cmin, params[name].cmax, setup.concurrency)
+        for name, setup in config.queues.items()
+    }
+    assert bounds == {"stack-orders": (2, 16, 16), "stack-refunds": (2, 3, 3)}
+    # Registered as the demo's: no named group, so each queue's group is the downstream its
+    # telemetry names, live and replayed.
+    replayed, _ = in_memory_adapters(config, [], VirtualClock())
+    assert {(c.queue, c.esm_uuid, c.group) for c in replayed.list_configs()} == {
+        ("stack-orders", "esm-orders", None),
+        ("stack-refunds", "esm-refunds", None),
+    }
+    # Spelled out whole: the document is the config, read back unchanged.
+    assert parse_config(config_document(config)) == config
+
+
+def test_a_queue_in_a_named_group_is_refused_not_dropped_from_a_recorded_config() -> None:
+    grouped = QueueConfig(queue="orders", esm_uuid="esm-orders", group="payments")
+    with pytest.raises(ReplayError, match="'orders' has a group"):
+        deployed_config({}, [grouped], {})
 
 
 def test_dry_run_decides_but_never_moves_the_mapping(storm_file: Path) -> None:

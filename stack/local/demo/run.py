@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -190,14 +191,22 @@ def run_demo(
                 sqs, bindings[queue.name].url, queue.arrivals_rps, duration_s
             )
             producers[queue.name].send(queue.backlog, first=0)
+        ledger = DynamoLedger(
+            deployment.table_name, client=aws.client("dynamodb"), memory_types=memory_type
+        )
+        replay_command = None
+        if record is not None:
+            replay_command = write_replay_config(
+                record,
+                controller_env,
+                ledger,
+                {bindings[queue.name].name: queue.max_concurrency for queue in scenario.queues},
+            )
         view.note(
             f"stack {deployment.stack_name} deployed; "
             + ", ".join(
                 f"{producer.sent} messages in {name}" for name, producer in producers.items()
             )
-        )
-        ledger = DynamoLedger(
-            deployment.table_name, client=aws.client("dynamodb"), memory_types=memory_type
         )
         if dashboard:
             settings = DashboardSettings(
@@ -307,6 +316,8 @@ def run_demo(
         result.update(
             telemetry_shards=telemetry_shards, parallelization_factor=parallelization_factor
         )
+        if replay_command is not None:
+            result["replay_command"] = replay_command
         if on_result is not None:
             on_result(result)
         return result
@@ -321,6 +332,25 @@ def run_demo(
         aws.stop()
         downstream.stop()
         recording.close()
+
+
+def replay_config_path(recording: Path) -> Path:
+    """Where ``--record X.jsonl`` writes the run's replay configuration: ``X.config.json``."""
+    return recording.with_name(f"{recording.stem}.config.json")
+
+
+def write_replay_config(
+    recording: Path, controller_env: dict[str, str], ledger: Any, concurrency: dict[str, int]
+) -> str:
+    """Write the replay configuration of the queues just registered (the controller's policy
+    and algorithm, each queue's bounds and starting mapping) beside the recording; return the
+    command that replays the recording with it."""
+    from load.replay import config_document, deployed_config
+
+    path = replay_config_path(recording)
+    config = deployed_config(controller_env, ledger.list_configs(), concurrency)
+    path.write_text(json.dumps(config_document(config), indent=2) + "\n", encoding="utf-8")
+    return shlex.join(["queuemesh", "replay", str(recording), "--config", str(path)])
 
 
 def _add_queues(aws: Any, deployment: Deployment, queues: Sequence[Any]) -> Deployment:

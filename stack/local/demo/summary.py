@@ -53,6 +53,8 @@ def print_summary(result: Mapping[str, Any], out: TextIO) -> None:
             lines.append(f"    no bound card (the capacity known): {result['bound_not_shown']}")
     if "plot" in result:
         lines.append(f"  plot: {result['plot']}")
+    if "replay_command" in result:
+        lines.append(f"  replay the recording as this run decided: {result['replay_command']}")
     out.write("\n".join(lines) + "\n")
     out.flush()
 
