@@ -16,7 +16,7 @@ from controller.events import EventBridgePublisher, EventOutbox
 from controller.executor import AwsExecutor
 from controller.ledger import DynamoLedger
 from controller.loop import ControlLoop
-from controller.policy import DEFAULT_ALGORITHM, algorithm_named, memory_type
+from controller.policy import ALGORITHM_VARIABLE, algorithm_name, algorithm_named, memory_type
 from controller.reducer_app import ReducerApp
 from controller.settings import PolicyParams
 from controller.stream import REDUCED_STREAM_VARIABLE, KinesisHistory, KinesisSink
@@ -39,9 +39,9 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
     if not table:
         raise RuntimeError("QUEUEMESH_TABLE is not set: name the ledger's DynamoDB table")
     try:
-        algorithm = algorithm_named(env.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM))
+        algorithm = algorithm_named(algorithm_name(env))
     except ValueError as error:
-        raise RuntimeError(f"QUEUEMESH_ALGORITHM: {error}") from error
+        raise RuntimeError(f"{ALGORITHM_VARIABLE}: {error}") from error
     ledger, actuator = DynamoLedger(table, memory_types=memory_type), LambdaActuator()
     lanes(env)  # checked at the cold start; each invocation paces its share (handler)
     stream = env.get(REDUCED_STREAM_VARIABLE)

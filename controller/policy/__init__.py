@@ -10,6 +10,7 @@ operator's manual evaluation. Adding an algorithm is one file in this package, o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from controller.policy.adaptive import AdaptiveLimit
@@ -25,11 +26,13 @@ from controller.policy.vegas import Vegas
 
 __all__ = [
     "ALGORITHMS",
+    "ALGORITHM_VARIABLE",
     "DEFAULT_ALGORITHM",
     "EvidenceJudge",
     "LimitAlgorithm",
     "Situation",
     "Verdict",
+    "algorithm_name",
     "algorithm_named",
     "decide",
     "evaluate_manually",
@@ -51,6 +54,15 @@ ALGORITHMS: dict[str, type[LimitAlgorithm[Any]]] = {
 # Measured best on every shipped scenario (docs/simulator.md); the Lambda, replay and the
 # simulator all start from it.
 DEFAULT_ALGORITHM = AdaptiveLimit.name
+# The deployed controller's environment variable naming its algorithm (the template's
+# PolicyAlgorithm).
+ALGORITHM_VARIABLE = "QUEUEMESH_ALGORITHM"
+
+
+def algorithm_name(environ: Mapping[str, str]) -> str:
+    """The algorithm a deployed controller's environment names, ``DEFAULT_ALGORITHM`` where it
+    names none (read the same by the handler, replay's deployed config and the demo)."""
+    return environ.get(ALGORITHM_VARIABLE, DEFAULT_ALGORITHM)
 
 
 def algorithm_named(name: str) -> LimitAlgorithm[Any]:

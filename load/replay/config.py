@@ -18,7 +18,7 @@ from controller.constants import (
     MIN_CONCURRENCY,
 )
 from controller.model import Mode, QueueConfig
-from controller.policy import DEFAULT_ALGORITHM
+from controller.policy import DEFAULT_ALGORITHM, algorithm_name
 from controller.schema import NAMESPACE
 from controller.settings import PolicyParams, SettingsError
 
@@ -174,7 +174,7 @@ def deployed_config(
     return ReplayConfig(
         params=PolicyParams.from_env(environ),
         queues=queues,
-        algorithm=environ.get("QUEUEMESH_ALGORITHM", DEFAULT_ALGORITHM),
+        algorithm=algorithm_name(environ),
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from controller.policy import DEFAULT_ALGORITHM
+from controller.policy import algorithm_name
 from stack.local.demo.result import QueueRun, QueueTimeline, Timeline, demo_result
 from stack.local.demo.view import VIEW_REFRESH_S, LiveView, QueueView
 
@@ -169,7 +169,7 @@ def run_demo(
             .get("Environment", {})
             .get("Variables", {})
         )
-        policy = f"queuemesh-{controller_env.get('QUEUEMESH_ALGORITHM', DEFAULT_ALGORITHM)}"
+        policy = f"queuemesh-{algorithm_name(controller_env)}"
         deployment = _add_queues(aws, deployment, scenario.queues[1:])
         # The template's example queue is the scenario's first; the others follow it.
         bindings = dict(
