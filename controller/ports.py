@@ -213,8 +213,8 @@ class ReducedSink(Protocol):
     """Where the reducer puts its records: the reduced stream (``controller.stream``)."""
 
     def put(self, records: Sequence[ReducedRecord], deadline: float) -> set[str]:
-        """Put ``records`` by ``deadline`` (``time.monotonic()``); the partition keys (queues)
-        of those that could not be put."""
+        """Put ``records`` by ``deadline`` (``time.monotonic()``); the queues of those that
+        could not be put."""
         ...
 
 

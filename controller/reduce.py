@@ -4,8 +4,9 @@ CloudWatch Logs spreads one queue's documents over every shard of the telemetry 
 stream, or at random), so no one invocation reading it sees a queue whole. The reducer reads
 any shard at any parallelization factor, sums what it decoded into one ``QueueSecond`` per
 queue and second of invocation starts (the window's own arithmetic, ``Totals``), and forwards
-them partitioned by queue: the controller that reads a queue's partition sees all of its
-evidence (docs/architecture.md, "Shards").
+them partitioned by the downstream each queue names (else by queue): the controller that reads
+a queue's partition sees all of its evidence, and all of its group's (docs/architecture.md,
+"Shards").
 
 Summing loses which log event said what, so redelivered log events are recognised here, before
 the sum: a ``Reducer`` remembers the log events it has forwarded, as the controller remembered

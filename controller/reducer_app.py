@@ -1,5 +1,6 @@
 """The reducer Lambda's application: a telemetry batch in, per-(queue, second) totals out on
-the reduced stream, partitioned by queue (docs/architecture.md, "Shards").
+the reduced stream, partitioned by the downstream each queue names (docs/architecture.md,
+"Shards").
 
 It reads any shard of the telemetry stream at any parallelization factor; what it forwards
 needs no order but per queue, which the reduced stream's partition key keeps. A batch whose

@@ -74,7 +74,7 @@ class KinesisSink:
             ] + pending[len(results) :]
             if not pending:
                 return set()
-        return {record.partition_key for record in pending}
+        return {record.queue for record in pending}
 
 
 class InMemorySink:
@@ -85,8 +85,8 @@ class InMemorySink:
         self.refuse: set[str] = set()
 
     def put(self, records: Sequence[ReducedRecord], deadline: float) -> set[str]:
-        unsent = {r.partition_key for r in records if r.partition_key in self.refuse}
-        self.records.extend(r for r in records if r.partition_key not in self.refuse)
+        unsent = {r.queue for r in records if r.queue in self.refuse}
+        self.records.extend(r for r in records if r.queue not in self.refuse)
         return unsent
 
 

@@ -1,5 +1,6 @@
 """The reduced record: one queue's per-second totals, as the reducer forwards them to the
-controller on the reduced stream (partition key: the queue). The contract is docs/telemetry.md
+controller on the reduced stream (partition key: the downstream the queue names, else the queue).
+The contract is docs/telemetry.md
 ("The reduced record"); this module is its one encoder and its one decoder.
 
 A record is a JSON object, uncompressed (a second's totals are a few hundred bytes):
@@ -15,6 +16,7 @@ decoder cannot use is skipped whole and counted under a ``SkipReason``, never ra
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections import Counter
@@ -50,11 +52,26 @@ _MAX_DOWNSTREAM_LENGTH: Final = 1024
 _DOWNSTREAM: Final = "downstream"
 
 
+# A partition key naming a downstream, not a queue: SQS queue names have no colon, so the two
+# never meet. The name is hashed: a downstream may be longer than Kinesis' 256-character key.
+_DOWNSTREAM_PARTITION: Final = "downstream:"
+
+
 class ReducedRecord(NamedTuple):
-    """One record to put on the reduced stream."""
+    """One record to put on the reduced stream: ``queue``'s seconds, under ``partition_key``."""
 
     partition_key: str
     data: bytes
+    queue: str
+
+
+def partition_key(queue: str, downstream: str | None) -> str:
+    """The reduced record's partition key: the downstream the queue's seconds name, else the
+    queue. Queues sharing a downstream are one group (``controller.groups``), which one
+    controller must decide whole: one key puts all of them on one shard and one lane."""
+    if downstream is None:
+        return queue
+    return _DOWNSTREAM_PARTITION + hashlib.sha256(downstream.encode()).hexdigest()
 
 
 class DecodedRecord(NamedTuple):
@@ -66,13 +83,17 @@ class DecodedRecord(NamedTuple):
 
 def encode(seconds: Sequence[QueueSecond], source: str) -> list[ReducedRecord]:
     """The records for ``seconds`` (one queue's per record, at most
-    ``MAX_SECONDS_PER_RECORD`` each). ``source`` names what was reduced (the telemetry shard
-    and its batch's sequence numbers): the same batch reduced again gives the same ids."""
+    ``MAX_SECONDS_PER_RECORD`` each), all of a queue's under the partition key of the newest
+    downstream its seconds name. ``source`` names what was reduced (the telemetry shard and
+    its batch's sequence numbers): the same batch reduced again gives the same ids."""
     by_queue: dict[str, list[QueueSecond]] = {}
     for queue_second in seconds:
         by_queue.setdefault(queue_second.queue, []).append(queue_second)
     records = []
     for queue, queue_seconds in by_queue.items():
+        named = [s for s in queue_seconds if s.downstream is not None]
+        newest = max(named, key=lambda s: s.event_time).downstream if named else None
+        key = partition_key(queue, newest)
         for part, start in enumerate(range(0, len(queue_seconds), MAX_SECONDS_PER_RECORD)):
             chunk = queue_seconds[start : start + MAX_SECONDS_PER_RECORD]
             record = {
@@ -82,7 +103,7 @@ def encode(seconds: Sequence[QueueSecond], source: str) -> list[ReducedRecord]:
                 "seconds": [_second_members(queue_second) for queue_second in chunk],
             }
             data = json.dumps(record, separators=(",", ":"), allow_nan=False).encode()
-            records.append(ReducedRecord(queue, data))
+            records.append(ReducedRecord(key, data, queue))
     return records
 
 

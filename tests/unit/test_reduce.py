@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given
@@ -91,7 +92,13 @@ def test_a_window_of_reduced_seconds_holds_what_a_window_of_the_samples_holds(
 def test_reduced_records_read_back_as_written(samples: list[Sample]) -> None:
     seconds = reduce_samples(samples)
     records = reduced.encode(seconds, f"{SHARD}:1-9")
-    assert {record.partition_key for record in records} == {s.queue for s in seconds}
+    assert {record.queue for record in records} == {s.queue for s in seconds}
+    for record in records:
+        # Kinesis takes keys of 1-256 characters; a queue naming no downstream keeps its own.
+        assert 1 <= len(record.partition_key) <= 256
+        named = [s for s in seconds if s.queue == record.queue and s.downstream is not None]
+        newest = max(named, key=lambda s: s.event_time).downstream if named else None
+        assert record.partition_key == reduced.partition_key(record.queue, newest)
     skipped: Counter[str] = Counter()
     decoded = [reduced.decode(record.data, skipped) for record in records]
     assert not skipped
@@ -203,16 +210,44 @@ def _decoded(event: dict[str, Any]) -> DecodeResult:
     return decode_kinesis_event(event)
 
 
+def test_queues_naming_one_downstream_share_one_partition_key() -> None:
+    """A group (the queues sharing a downstream) is decided whole by the one controller lane
+    its partition key lands on; a queue naming none keeps its own key."""
+    long_name = "https://" + "a" * 1000
+    samples = [
+        replace(sample("orders", 1000.9), downstream="payments"),
+        replace(sample("refunds", 1001.9), downstream="payments"),
+        replace(sample("reports", 1000.9), downstream=long_name),
+        sample("invoices", 1000.9),
+    ]
+    keys = {r.queue: r.partition_key for r in reduced.encode(reduce_samples(samples), "s:1-4")}
+    assert keys["orders"] == keys["refunds"] and keys["orders"] not in ("orders", "refunds")
+    assert keys["invoices"] == "invoices"
+    assert keys["reports"] not in (keys["orders"], "reports") and len(keys["reports"]) <= 256
+
+
+def test_a_queue_is_keyed_by_the_newest_downstream_it_named() -> None:
+    """One key for all of a queue's records from one batch: the newest downstream named (a
+    second naming none does not move it back to the queue's own key)."""
+    samples = [
+        replace(sample("orders", 1000.9), downstream="old-api"),
+        replace(sample("orders", 1002.9), downstream="new-api"),
+        sample("orders", 1003.9),
+    ]
+    [record] = reduced.encode(reduce_samples(samples), "s:1-3")
+    assert record.partition_key == reduced.partition_key("orders", "new-api")
+
+
 def test_a_batch_whose_totals_were_not_all_put_is_retried_for_those_alone() -> None:
     sink = InMemorySink()
     app = ReducerApp(sink, clock=lambda: 1010.0)
     event = kinesis_event([sample("orders", 1000.9), sample("invoices", 1000.9)], first_sequence=5)
     sink.refuse = {"invoices"}
     assert app.handle(event, None) == {"batchItemFailures": [{"itemIdentifier": "5"}]}
-    assert [record.partition_key for record in sink.records] == ["orders"]
+    assert [record.queue for record in sink.records] == ["orders"]
     sink.refuse = set()
     assert app.handle(event, None) == {"batchItemFailures": []}
-    assert [record.partition_key for record in sink.records] == ["orders", "invoices"]
+    assert [record.queue for record in sink.records] == ["orders", "invoices"]
 
 
 def test_the_reducer_reports_what_it_could_not_read_as_the_controllers_health() -> None:
