@@ -63,8 +63,8 @@ class Count(StrEnum):
     # Groups' reports (``Plan.groups``) the ledger did not take: tried again with the next.
     GROUP_REPORTS_UNWRITTEN = "group_reports_unwritten"
     # Groups' memories: not read back (the container's copy decided), not stored (tried again
-    # with the next batch that decides the group), stored first by another container (the
-    # copy dropped), or not decodable (learned afresh).
+    # with the container's next batch), stored first by another container (the copy
+    # dropped), or not decodable (learned afresh).
     GROUP_MEMORIES_UNREAD = "group_memories_unread"
     GROUP_MEMORIES_UNSTORED = "group_memories_unstored"
     GROUP_MEMORY_CONFLICTS = "group_memory_conflicts"

@@ -460,8 +460,8 @@ class ControlLoop:
         """Store each group's memory that changed, conditioned on the version it derives from,
         each write started with a step's time in hand. Another container's write first is a
         conflict: this copy is dropped (the ledger's decides next). A write that fails or is
-        not started is counted, tried again with the group's next decision here, and never
-        the batch's failure; after one fails, the rest are not tried."""
+        not started is counted, tried again with this container's next batch, and never the
+        batch's failure; after one fails, the rest are not tried."""
         book = self.book
         failed = False
         for group, copy in sorted(book.unstored_groups().items()):
