@@ -151,14 +151,33 @@ class Unshared(InMemoryLedger):
         return version
 
 
+class Counting(InMemoryLedger):
+    """The twin, counting the group memory's reads and writes."""
+
+    reads = 0
+    writes = 0
+
+    def get_group_memories(self, groups: Any) -> dict[str, StoredGroupMemory]:
+        self.reads += 1
+        return super().get_group_memories(groups)
+
+    def put_group_memory(self, group: str, memory: GroupMemory, version: int) -> int:
+        self.writes += 1
+        return super().put_group_memory(group, memory, version)
+
+
 def test_a_groups_batches_handed_in_turn_to_containers_decide_as_one_container_would() -> None:
     one, _ = _run(1)
     levels = {target for _, queue, _, target in one if queue == "orders"}
     assert len(levels) > 2, one  # the group cut, then probed back up: its memory decided
     for containers in (2, 3):
-        shared, apps = _run(containers)
+        ledger = Counting(memory_types=memory_type)
+        shared, apps = _run(containers, ledger)
         assert shared == one
         assert not any(app.loop.counters["group_memory_conflicts"] for app in apps)
+        # One read a batch (every batch decides the group); a write only where it changed.
+        assert ledger.reads == len(_batches())
+        assert 0 < ledger.writes == ledger.get_group_memories([GROUP])[GROUP].version < 60
     # Each container on its own memory decides otherwise.
     assert _run(2, Unshared(memory_types=memory_type))[0] != one
 
