@@ -440,8 +440,9 @@ class ControlLoop:
         result.done = execution.done
         if execution.fault is not None:
             raise execution.fault
-        self._store_group_memories(deadline)
-        self._write_group_reports(planned, deadline)
+        if self.executor.carries_out:
+            self._store_group_memories(deadline)
+            self._write_group_reports(planned, deadline)
 
     def _read_group_memories(self, groups: Iterable[str]) -> None:
         """Take the groups' memory from the ledger before deciding them (one strongly

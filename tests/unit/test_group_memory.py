@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
+from controller.executor import DisplayExecutor
 from controller.groups import GroupMemory
 from controller.ledger import (
     DynamoLedger,
@@ -220,6 +221,24 @@ def test_the_tick_in_a_third_container_decides_the_group_on_the_shared_estimate(
     latest = ledger.get_group_memories([GROUP])[GROUP]
     assert latest.version >= stored.version
     assert latest.memory == apps[0].loop.book.group_memory()[GROUP]
+
+
+def test_a_dry_run_stores_no_memory_and_no_report_and_decides_as_a_real_run() -> None:
+    """A dry run (``queuemesh replay --dry-run``, also against a live stack's ledger) only
+    reads: it decides the group on its own copy, as a container whose stores land would."""
+    ledger, actuator = _shared()
+    clock, history = Clock(), InMemoryHistory()
+    loop = ControlLoop(
+        ledger, actuator, PolicyParams(), algorithm=Aimd(), executor=DisplayExecutor(lambda _: None)
+    )
+    dry = ControllerApp(loop, clock=clock, emit=lambda _: None, history=history)
+    decisions: list[Decision] = []
+    for at, event in _batches():
+        clock.now = at
+        decisions += dry.process_kinesis(history.deliver(event), 1e12).decisions
+    assert ledger.get_group_memories([GROUP]) == {} and ledger.group_reports() == []
+    assert ledger.get_states(list(QUEUES)) == {}
+    assert _decided(decisions) == _run(1)[0]
 
 
 class Interleaved:
