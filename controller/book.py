@@ -23,7 +23,7 @@ from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES, WINDOW_RETENTION_S
 from controller.groups import GroupMemory
 from controller.model import Action, QueueConfig, QueueState
-from controller.ports import InvalidConfig, Notice
+from controller.ports import InvalidConfig, Notice, StoredGroupMemory
 from controller.window import Evidence, QueueWindow
 
 # A deleted mapping is looked for again after this long; until then its queue costs no call.
@@ -62,6 +62,23 @@ class Count(StrEnum):
     BACKLOG_READ_FAILURES = "backlog_read_failures"
     # Groups' reports (``Plan.groups``) the ledger did not take: tried again with the next.
     GROUP_REPORTS_UNWRITTEN = "group_reports_unwritten"
+    # Groups' memories: not read back (the container's copy decided), not stored (tried again
+    # with the container's next batch), stored first by another container (the copy
+    # dropped), or not decodable (learned afresh).
+    GROUP_MEMORIES_UNREAD = "group_memories_unread"
+    GROUP_MEMORIES_UNSTORED = "group_memories_unstored"
+    GROUP_MEMORY_CONFLICTS = "group_memory_conflicts"
+    GROUP_MEMORIES_UNREADABLE = "group_memories_unreadable"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCopy:
+    """This container's copy of a group's memory: ``version``, the ledger's version it
+    derives from (0: none stored); ``unstored``, changed since (the ledger's is older)."""
+
+    memory: GroupMemory
+    version: int
+    unstored: bool
 
 
 # -- effects: what executing a plan did, for the book to remember ----------------------------
@@ -142,8 +159,9 @@ class QueueBook:
         # their next step reads the mapping, even a HOLD, and reconciles the ledger to it.
         self._unsettled: LruCache[str, bool] = LruCache(capacity)
         self._forgetting_reported = False
-        # What the container learned of each group of queues sharing a downstream.
-        self._groups: LruCache[str, GroupMemory] = LruCache(capacity)
+        # What the container learned of each group of queues sharing a downstream, and the
+        # version of the ledger's copy it derives from.
+        self._groups: LruCache[str, GroupCopy] = LruCache(capacity)
 
     # -- counting and telling -------------------------------------------------------------
     def count(self, count: Count, times: int = 1) -> None:
@@ -206,11 +224,45 @@ class QueueBook:
     # -- groups ---------------------------------------------------------------------------
     def group_memory(self) -> dict[str, GroupMemory]:
         """What the container remembers of each group (``controller.groups``)."""
-        return dict(self._groups.items())
+        return {group: copy.memory for group, copy in self._groups.items()}
 
     def remember_groups(self, memory: Mapping[str, GroupMemory]) -> None:
+        """The groups' memory after a plan: one that changed waits to be stored."""
         for group, remembered in memory.items():
-            self._groups[group] = remembered
+            copy = self._groups.get(group)
+            if copy is None:
+                self._groups[group] = GroupCopy(remembered, 0, unstored=True)
+            elif copy.memory != remembered:
+                self._groups[group] = GroupCopy(remembered, copy.version, unstored=True)
+
+    def learn_group(self, group: str, stored: StoredGroupMemory) -> None:
+        """Take the group's memory as the ledger holds it, unless this copy derives from that
+        very version (it is then as new, or newer: changed and not stored yet). A memory that
+        does not decode is learned afresh (counted), to be replaced at the next write."""
+        copy = self._groups.get(group)
+        if copy is not None and copy.version == stored.version:
+            return
+        memory = stored.memory
+        if memory is None:
+            self.count(Count.GROUP_MEMORIES_UNREADABLE)
+            memory = GroupMemory()
+        self._groups[group] = GroupCopy(memory, stored.version, unstored=False)
+
+    def unstored_groups(self) -> dict[str, GroupCopy]:
+        """The groups whose memory changed since the version it derives from was read or
+        stored."""
+        return {group: copy for group, copy in self._groups.items() if copy.unstored}
+
+    def group_stored(self, group: str, version: int) -> None:
+        copy = self._groups.get(group)
+        if copy is not None:
+            self._groups[group] = GroupCopy(copy.memory, version, unstored=False)
+
+    def forget_group(self, group: str) -> None:
+        """Another container stored the group's memory first: this copy is stale (counted);
+        the next decision of the group takes the ledger's."""
+        self.count(Count.GROUP_MEMORY_CONFLICTS)
+        self._groups.pop(group)
 
     def window(self, queue: str) -> QueueWindow:
         """The queue's evidence (an empty window when none is kept); read, never changed."""

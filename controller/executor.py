@@ -61,6 +61,10 @@ class Execution:
 
 
 class Executor(Protocol):
+    # False for a dry run: nothing is written, neither the plan's steps nor what the loop
+    # writes beside them (groups' memory and reports).
+    carries_out: bool
+
     def execute(self, plan: Plan, book: BookView, deadline: float) -> Execution:
         """Carry out ``plan``; steps that would not fit before ``deadline`` (a
         ``time.monotonic()`` value) are left for the next batch."""
@@ -70,6 +74,8 @@ class Executor(Protocol):
 class DisplayExecutor:
     """The dry run: every step shown (``show``, one line each), none carried out. The book
     then remembers each step as done, so a replay shows what the controller would do next."""
+
+    carries_out = False
 
     def __init__(self, show: Callable[[str], None] = print) -> None:
         self._show = show
@@ -90,6 +96,8 @@ class _OutOfTime(Exception):
 class AwsExecutor:
     """Carries out plans with the ledger and the actuator (see the module's docstring);
     ``on_commit`` hears of every audit item it writes."""
+
+    carries_out = True
 
     def __init__(
         self,

@@ -39,6 +39,7 @@ from controller.ports import (
     MappingNotFound,
     Notice,
     QueueBacklog,
+    VersionConflict,
 )
 from controller.settings import PolicyParams, SettingsError
 from controller.window import Evidence
@@ -417,6 +418,7 @@ class ControlLoop:
                 again = planned_for(sorted(backlogs), backlogs)
                 planned = revised(planned, again)
         if touched:
+            self._read_group_memories(touched)
             planned = governed(
                 planned,
                 groups,
@@ -438,7 +440,44 @@ class ControlLoop:
         result.done = execution.done
         if execution.fault is not None:
             raise execution.fault
-        self._write_group_reports(planned, deadline)
+        if self.executor.carries_out:
+            self._store_group_memories(deadline)
+            self._write_group_reports(planned, deadline)
+
+    def _read_group_memories(self, groups: Iterable[str]) -> None:
+        """Take the groups' memory from the ledger before deciding them (one strongly
+        consistent BatchGetItem): any container may have decided a group since this one did
+        (another lane's batch, the tick), and nothing else would tell. A read that fails is
+        counted and the container's own copy decides."""
+        try:
+            stored = self.ledger.get_group_memories(sorted(groups))
+        except LedgerError:
+            self.book.count(Count.GROUP_MEMORIES_UNREAD)
+            return
+        for group, memory in stored.items():
+            self.book.learn_group(group, memory)
+
+    def _store_group_memories(self, deadline: float) -> None:
+        """Store each group's memory that changed, conditioned on the version it derives from,
+        each write started with a step's time in hand. Another container's write first is a
+        conflict: this copy is dropped (the ledger's decides next). A write that fails or is
+        not started is counted, tried again with this container's next batch, and never the
+        batch's failure; after one fails, the rest are not tried."""
+        book = self.book
+        failed = False
+        for group, copy in sorted(book.unstored_groups().items()):
+            if failed or self._monotonic() + STEP_BUDGET_S > deadline:
+                book.count(Count.GROUP_MEMORIES_UNSTORED)
+                continue
+            try:
+                book.group_stored(
+                    group, self.ledger.put_group_memory(group, copy.memory, copy.version)
+                )
+            except VersionConflict:
+                book.forget_group(group)
+            except LedgerError:
+                book.count(Count.GROUP_MEMORIES_UNSTORED)
+                failed = True
 
     def _write_group_reports(self, planned: Plan, deadline: float) -> None:
         """Each group's report into the ledger where it changed (``queuemesh status`` reads

@@ -7,6 +7,7 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from controller.groups import GroupMemory
 from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
 
 if TYPE_CHECKING:
@@ -18,7 +19,8 @@ class LedgerError(Exception):
 
 
 class VersionConflict(LedgerError):
-    """Another writer changed the queue's state first; re-read and decide again."""
+    """Another writer changed the queue's state (or the group's memory) first; re-read and
+    decide again."""
 
 
 class ActuationError(Exception):
@@ -67,6 +69,16 @@ class WakeUpSweep:
 
     woken: list[QueueState] = field(default_factory=list)
     resume: object | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredGroupMemory:
+    """A group's memory as the ledger holds it: ``version`` (1 after the first write, +1 on
+    each), and the memory (``None``: the item does not decode, a hand edit; the group
+    learns afresh and the next write replaces it)."""
+
+    version: int
+    memory: GroupMemory | None
 
 
 class Ledger(Protocol):
@@ -126,6 +138,16 @@ class Ledger(Protocol):
     def group_reports(self) -> list[GroupReport]:
         """Every group's stored report, by group name: a Scan, for fleet operations
         (``queuemesh status``), not for every evaluation."""
+        ...
+
+    def get_group_memories(self, groups: Iterable[str]) -> dict[str, StoredGroupMemory]:
+        """The stored memory of those groups that have one, read strongly consistent."""
+        ...
+
+    def put_group_memory(self, group: str, memory: GroupMemory, version: int) -> int:
+        """Store the group's memory on top of ``version`` (0: none stored yet); returns the
+        version stored (``version + 1``). Raises ``VersionConflict`` when another writer
+        stored one since."""
         ...
 
 

@@ -20,8 +20,9 @@ for complete seconds: every call the downstream refuses may be the priority queu
 learns a first estimate from the newest seconds' refusals (``Pooled.fresh_accepted_rps``),
 a probe fails at the first second refused after it, and every probe is gentle.
 
-Pure: the memory is a frozen record the caller keeps (``QueueBook``, a warm container's); a
-cold container learns the estimate again from the next refusals.
+Pure: the memory is a frozen record the caller keeps: the ledger's, which every container
+reads before it decides the group and stores where it changed (``ControlLoop``), with a copy
+in the warm container (``QueueBook``).
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ PROBE_JUDGED_AFTER_S = 3.0
 
 @dataclass(frozen=True, slots=True)
 class GroupMemory:
-    """What a warm container remembers of one group between batches.
+    """What the controller remembers of one group between batches (the ledger's MEMORY item).
 
     ``capacity_rps``: the estimate (``None``: nothing refused yet, so no estimate: each member
     is decided alone); ``ceiling_rps``: the group's calls a second when it was last refused

@@ -7,6 +7,7 @@ both ledgers apply to a write are here too, so they cannot drift apart.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import uuid
@@ -23,6 +24,7 @@ from controller.constants import (
     MAX_WEIGHT,
     MIN_WEIGHT,
 )
+from controller.groups import GroupMemory
 from controller.ledger.memory import (
     MemoryCodec,
     encode_memory,
@@ -40,7 +42,7 @@ from controller.model import (
     QueueState,
     QueueStateName,
 )
-from controller.ports import ConfigRead, InvalidConfig, LedgerError
+from controller.ports import ConfigRead, InvalidConfig, LedgerError, StoredGroupMemory
 
 # An item as both ledgers hold it: attribute name -> plain value (numbers as ``Decimal``).
 Item = dict[str, Any]
@@ -400,6 +402,53 @@ def read_group_items(items: Iterable[Mapping[str, Any]]) -> list[GroupReport]:
                 f"item {item.get('PK')!r} does not decode: {type(error).__name__}: {error}"
             ) from error
     return sorted(reports, key=lambda report: report.group)
+
+
+# --- GROUP#<name> / MEMORY ------------------------------------------------------------------
+
+GROUP_MEMORY_SK = "MEMORY"
+
+
+def group_memory_key(group: str) -> Item:
+    return {"PK": GROUP_PREFIX + group, "SK": GROUP_MEMORY_SK}
+
+
+def encode_group_memory(group: str, memory: GroupMemory, version: int) -> Item:
+    """The group's memory at ``version``: the ``GroupMemory`` record by its field names, as
+    an algorithm's memory is stored."""
+    fields = dataclasses.fields(memory)
+    return {
+        **group_memory_key(group),
+        "Version": Decimal(version),
+        "Memory": {f.name: to_attribute(getattr(memory, f.name)) for f in fields},
+    }
+
+
+def decode_group_memory(item: Mapping[str, Any], memory_codec: MemoryCodec) -> StoredGroupMemory:
+    """The stored memory; a field the record no longer has is ignored, one it lacks takes its
+    default, and one that does not decode (a hand edit) leaves the memory ``None``."""
+    try:
+        version = int(item.get("Version", 0))
+    except (TypeError, ValueError, ArithmeticError) as error:
+        raise LedgerError(f"item {item.get('PK')!r} MEMORY has no version: {error}") from error
+    try:
+        fields = memory_codec.fields(GroupMemory, item.get("Memory") or {})
+    except (TypeError, ValueError, ArithmeticError, AttributeError):
+        return StoredGroupMemory(version, None)
+    # Every field is a number (the estimate may be None) or a number per member.
+    if not all(map(_number_or_numbers, fields.values())):
+        return StoredGroupMemory(version, None)
+    return StoredGroupMemory(version, GroupMemory(**fields))  # type: ignore[arg-type]
+
+
+def _number_or_numbers(value: object) -> bool:
+    if isinstance(value, dict):
+        return all(isinstance(v, float) for v in value.values())
+    return value is None or isinstance(value, float)
+
+
+def group_of(item: Mapping[str, Any]) -> str:
+    return str(item["PK"]).removeprefix(GROUP_PREFIX)
 
 
 # --- the rules of a write, the same in both ledgers -----------------------------------------

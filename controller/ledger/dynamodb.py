@@ -18,10 +18,17 @@ from botocore.exceptions import ClientError
 
 from controller.aws import Backoff, CallAbandoned, Clock, PacedCaller, Sleep, error_code
 from controller.aws import client as aws_client
+from controller.groups import GroupMemory
 from controller.ledger import codec
 from controller.ledger.memory import MemoryCodec, MemoryTypes, to_number
 from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
-from controller.ports import ConfigRead, LedgerError, VersionConflict, WakeUpSweep
+from controller.ports import (
+    ConfigRead,
+    LedgerError,
+    StoredGroupMemory,
+    VersionConflict,
+    WakeUpSweep,
+)
 
 BATCH_GET_LIMIT = 100
 BATCH_GET_ROUNDS = 8
@@ -307,12 +314,44 @@ class DynamoLedger:
             },
         )
 
+    def get_group_memories(self, groups: Iterable[str]) -> dict[str, StoredGroupMemory]:
+        keys = [codec.group_memory_key(group) for group in codec.unique(groups)]
+        return {
+            codec.group_of(item): codec.decode_group_memory(item, self._memory)
+            for item in self._batch_get_keys(keys)
+        }
+
+    def put_group_memory(self, group: str, memory: GroupMemory, version: int) -> int:
+        """One PutItem conditioned on the version read (``attribute_not_exists(PK)`` for 0)."""
+        item = codec.encode_group_memory(group, memory, version + 1)
+        put: dict[str, Any] = {"TableName": self.table_name, "Item": self._wire(item)}
+        if version == 0:
+            put["ConditionExpression"] = "attribute_not_exists(PK)"
+        else:
+            put["ConditionExpression"] = "Version = :expected"
+            put["ExpressionAttributeValues"] = {":expected": {"N": str(version)}}
+        try:
+            self._caller.call("put_item", self._deadline(), **put)
+        except CallAbandoned as failure:
+            cause = failure.__cause__
+            if (
+                isinstance(cause, ClientError)
+                and error_code(cause) == "ConditionalCheckFailedException"
+            ):
+                raise VersionConflict(
+                    f"group {group}: memory is no longer at version {version}"
+                ) from cause
+            raise LedgerError(f"group {group}: put memory: {failure}") from cause or failure
+        return version + 1
+
     def _batch_get(self, queues: list[str], sort_key: str) -> list[codec.Item]:
+        return self._batch_get_keys([{"PK": codec.queue_key(q), "SK": sort_key} for q in queues])
+
+    def _batch_get_keys(self, keys: list[codec.Item]) -> list[codec.Item]:
         found: list[codec.Item] = []
-        for start in range(0, len(queues), BATCH_GET_LIMIT):
-            chunk = queues[start : start + BATCH_GET_LIMIT]
-            keys = [{"PK": {"S": codec.queue_key(q)}, "SK": {"S": sort_key}} for q in chunk]
-            found.extend(self._batch_get_chunk(keys))
+        for start in range(0, len(keys), BATCH_GET_LIMIT):
+            chunk = keys[start : start + BATCH_GET_LIMIT]
+            found.extend(self._batch_get_chunk([self._wire(key) for key in chunk]))
         return found
 
     def _batch_get_chunk(self, keys: list[dict[str, Any]]) -> list[codec.Item]:

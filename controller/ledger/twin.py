@@ -6,10 +6,17 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 
+from controller.groups import GroupMemory
 from controller.ledger import codec
 from controller.ledger.memory import MemoryCodec, MemoryTypes
 from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
-from controller.ports import ConfigRead, LedgerError, VersionConflict, WakeUpSweep
+from controller.ports import (
+    ConfigRead,
+    LedgerError,
+    StoredGroupMemory,
+    VersionConflict,
+    WakeUpSweep,
+)
 
 
 class InMemoryLedger:
@@ -144,6 +151,26 @@ class InMemoryLedger:
         with self._lock:
             items = [item for item in self._items.values() if codec.is_group_item(item)]
         return codec.read_group_items(items)
+
+    def get_group_memories(self, groups: Iterable[str]) -> dict[str, StoredGroupMemory]:
+        with self._lock:
+            keys = (codec.group_memory_key(group) for group in codec.unique(groups))
+            found = [self._items.get((key["PK"], key["SK"])) for key in keys]
+        return {
+            codec.group_of(item): codec.decode_group_memory(item, self._memory)
+            for item in found
+            if item is not None
+        }
+
+    def put_group_memory(self, group: str, memory: GroupMemory, version: int) -> int:
+        item = codec.encode_group_memory(group, memory, version + 1)
+        key = (item["PK"], item["SK"])
+        with self._lock:
+            current = self._items.get(key)
+            if (0 if current is None else int(current["Version"])) != version:
+                raise VersionConflict(f"group {group}: memory is no longer at version {version}")
+            self._items[key] = item
+        return version + 1
 
     def audit_items(self, queue: str) -> list[codec.Item]:
         """The raw audit items of a queue in sort-key order (tests and tooling)."""

@@ -10,8 +10,9 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from controller.groups import GroupMemory
 from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
-from controller.ports import ConfigRead, MappingView, WakeUpSweep
+from controller.ports import ConfigRead, MappingView, StoredGroupMemory, WakeUpSweep
 
 
 class Stopwatch:
@@ -97,6 +98,15 @@ class TimedLedger:
     def group_reports(self) -> list[GroupReport]:
         with self._watch.timing("ledger"):
             return list(self._inner.group_reports())
+
+    def get_group_memories(self, groups: Iterable[str]) -> dict[str, StoredGroupMemory]:
+        with self._watch.timing("ledger"):
+            return dict(self._inner.get_group_memories(groups))
+
+    def put_group_memory(self, group: str, memory: GroupMemory, version: int) -> int:
+        with self._watch.timing("ledger"):
+            stored: int = self._inner.put_group_memory(group, memory, version)
+            return stored
 
 
 class TimedActuator:

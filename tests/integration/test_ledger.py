@@ -16,6 +16,7 @@ from botocore.stub import Stubber
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from controller.groups import GroupMemory
 from controller.ledger import (
     BATCH_GET_LIMIT,
     DEFAULT_RETENTION_S,
@@ -41,7 +42,7 @@ from controller.model import (
 )
 from controller.policy import memory_type
 from controller.policy.adaptive import AdaptiveMemory
-from controller.ports import LedgerError, VersionConflict
+from controller.ports import LedgerError, StoredGroupMemory, VersionConflict
 
 T0 = 1_790_000_000.0  # a fixed instant: 2026-09-21
 
@@ -245,6 +246,25 @@ def test_group_reports_replace_each_other_and_stay_apart_from_the_queues(
     assert [config.queue for config in ledger.list_configs()] == ["orders"]
     assert ledger.list_states() == [] and ledger.due_states(T0 + 100) == []
     assert ledger.sweep_wake_ups(T0 + 100).woken == []
+
+
+def test_a_group_memory_is_stored_on_the_version_read_and_stays_apart_from_the_report(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    learned = GroupMemory(capacity_rps=27.5, ceiling_rps=30.25, running_since={"orders": T0})
+    assert ledger.get_group_memories(["payments"]) == {}
+    assert ledger.put_group_memory("payments", GroupMemory(), 0) == 1
+    with pytest.raises(VersionConflict):  # another writer stored one first
+        ledger.put_group_memory("payments", learned, 0)
+    assert ledger.put_group_memory("payments", learned, 1) == 2
+    with pytest.raises(VersionConflict):
+        ledger.put_group_memory("payments", GroupMemory(), 1)
+    ledger.put_group_report(GroupReport("payments", T0, 27.5))
+    assert ledger.get_group_memories(["payments", "crm"]) == {
+        "payments": StoredGroupMemory(2, learned)
+    }
+    assert ledger.group_reports() == [GroupReport("payments", T0, 27.5)]
+    assert ledger.list_states() == [] and ledger.list_configs() == []
 
 
 def test_configs_round_trip_and_unregistered_queues_are_absent(
