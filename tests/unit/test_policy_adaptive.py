@@ -719,6 +719,16 @@ def test_a_poller_climbing_well_under_the_cap_is_not_trimmed() -> None:
     assert (decision.action, decision.target) == (Action.HOLD, 100), decision.reason
 
 
+def test_a_level_used_whole_grows_though_its_newest_reports_still_trail() -> None:
+    # Cut to 3 at 900; three invocations busy ever since. Reports arrive up to 35 s late:
+    # seconds older than that are whole, each newer one holds one report in four so far. The
+    # last window_s of evidence reads under one invocation in use; the settled seconds say 3.
+    current = attached(3, at=900.0)
+    window = window_of(*steady(902, 63, 4, ok=10), *steady(965, 35, 1, ok=10))
+    decision = decide(ALGORITHM, current, config(), window, 1000.0, PARAMS)
+    assert decision.action is Action.ADDITIVE_INCREASE and decision.target > 3, decision.reason
+
+
 def invocations(
     second: int, concurrency: float, latency_ms: float, timed_out: int = 0
 ) -> list[Sample]:

@@ -54,7 +54,7 @@ from controller.policy.adaptive.memory import (
 )
 from controller.policy.adaptive.probing import overload_beneath, pulse_stats, running_stats
 from controller.policy.adaptive.probing import refused as calls_refused
-from controller.policy.adaptive.sizing import busy_concurrency
+from controller.policy.adaptive.sizing import settled_use
 from controller.policy.adaptive.tuning import Tuning
 from controller.policy.base import LimitAlgorithm, clamp, refused
 from controller.policy.evidence import evidence_since, vetted_evidence
@@ -199,7 +199,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         if current >= params.cmax:
             reason = f"Healthy at Cmax ({params.cmax})."
             return hold(state, reason, memory, stats, name=QueueStateName.HEALTHY)
-        used = busy_concurrency(stats, self.estimate_span_s)
+        used = settled_use(situation, self.estimate_span_s)
         if used is not None and used < self.used_share * current:
             return hold(
                 state,

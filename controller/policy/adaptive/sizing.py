@@ -18,6 +18,7 @@ from controller.policy.adaptive.memory import (
 from controller.policy.adaptive.pausing import Pausing, floor_pressure
 from controller.policy.adaptive.probing import refused, reporting_lag
 from controller.policy.base import clamp
+from controller.policy.evidence import evidence_since
 from controller.settings import PolicyParams
 from controller.window import Second, WindowSnapshot, WindowStats
 
@@ -375,6 +376,23 @@ def busy_concurrency(stats: WindowStats, min_span_s: float) -> float | None:
     if span < min_span_s:
         return None
     return stats.busy_ms / 1000.0 / span
+
+
+def settled_use(situation: AdaptiveSituation, min_span_s: float) -> float | None:
+    """The invocations in use at the level set last: the busiest pair of seconds since the
+    change settled, or the busy time over the evidence where that is higher (``None``: too
+    short to tell).
+
+    Telemetry trails the starts: with reports 5-34 s late, a second of the last 30 s holds a
+    third of its invocations on average, and the evidence's busy time read 1.0 of 3 in use
+    for 550 s while 3 ran, 10,000 messages waiting (throttling 1001 draw 66). A second
+    older than the delay is whole, so the busiest one since the change sees what runs."""
+    state, window = situation.state, situation.window
+    since = evidence_since(state, state.last_change_at, situation.params)
+    settled = window.stats(since, situation.now + 1.0)
+    averaged = busy_concurrency(situation.stats, min_span_s)
+    peak = peak_concurrency(settled, window) if averaged is not None else None
+    return None if averaged is None else max(averaged, peak or 0.0)
 
 
 def peak_concurrency(stats: WindowStats, window: WindowSnapshot) -> float | None:
