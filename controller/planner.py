@@ -253,14 +253,19 @@ def step_for(
     event: AuditEvent = AuditEvent.TRANSITION,
 ) -> Step:
     """The step carrying out ``decision``. Only transitions reach the ledger: memory changed
-    without one stays in the warm container, and a cold one re-learns it."""
+    without one stays in the warm container, and a cold one re-learns it, unless the memory
+    is one a HOLD that changes it writes (``written_when_held``)."""
     moves = decision.changes_mapping
     # A decision that wants no more wake-up ends the stored one: written, or the item stays in
     # the WakeUps index, read by every tick, until the queue's next transition.
     ends_wake_up = decided_from.wake_at > 0 and decision.new_state.wake_at <= 0
+    memory, held = decision.new_state.memory, decided_from.memory
+    # Against a fresh record where the queue had none of this kind: a first HOLD writes nothing.
+    before = held if type(held) is type(memory) else type(memory)()
+    remembers = memory != before and getattr(memory, "written_when_held", False)
     claim = None
-    if moves or decision.state != decided_from.state or ends_wake_up:
-        dry_run = config.mode is Mode.DRY_RUN and moves
+    if moves or decision.state != decided_from.state or ends_wake_up or remembers:
+        dry_run = config.mode is Mode.DRY_RUN and (moves or remembers)
         latency_s = 0.0 if evidence_time is None else max(0.0, now - evidence_time)
         claim = Transition(
             decision.new_state.evolve(version=decided_from.version),

@@ -30,7 +30,6 @@ from controller.ledger.memory import MemoryCodec
 from controller.loop import BatchResult, ControlLoop
 from controller.model import Decision, Sample
 from controller.policy import memory_type
-from controller.policy.aimd import Aimd
 from controller.ports import StoredGroupMemory, VersionConflict
 from controller.reduce import reduce_samples
 from controller.settings import PolicyParams
@@ -112,10 +111,10 @@ def _shared() -> tuple[InMemoryLedger, InMemoryActuator]:
 def _container(
     ledger: Any, actuator: InMemoryActuator, clock: Clock, history: InMemoryHistory
 ) -> ControllerApp:
-    """A warm container running the original rule: its HOLDs change no memory (an
-    algorithm's memory changed by a HOLD is not written, docs/algorithms.md), so what the
-    containers share is the group's memory alone."""
-    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    """A warm container running the default algorithm, whose memory a HOLD that changes it
+    writes too (``AdaptiveMemory.written_when_held``): the containers share the queues' state
+    and the group's memory through the ledger alone."""
+    loop = ControlLoop(ledger, actuator, PolicyParams())
     return ControllerApp(loop, clock=clock, emit=lambda _: None, history=history)
 
 
@@ -233,9 +232,7 @@ def test_a_dry_run_stores_no_memory_and_no_report_and_decides_as_a_real_run() ->
     reads: it decides the group on its own copy, as a container whose stores land would."""
     ledger, actuator = _shared()
     clock, history = Clock(), InMemoryHistory()
-    loop = ControlLoop(
-        ledger, actuator, PolicyParams(), algorithm=Aimd(), executor=DisplayExecutor(lambda _: None)
-    )
+    loop = ControlLoop(ledger, actuator, PolicyParams(), executor=DisplayExecutor(lambda _: None))
     dry = ControllerApp(loop, clock=clock, emit=lambda _: None, history=history)
     decisions: list[Decision] = []
     for at, event in _batches():

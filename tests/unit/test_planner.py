@@ -6,9 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.model import Action, AuditEvent, Mode, QueueState, QueueStateName
-from controller.planner import Plan, StepKind, describe, plan
+from controller.model import Action, AuditEvent, Decision, Mode, QueueState, QueueStateName
+from controller.planner import Plan, StepKind, describe, plan, step_for
+from controller.policy.adaptive import AdaptiveMemory
 from controller.policy.aimd import Aimd
+from controller.policy.vegas import VegasMemory
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 from tests.factories import config, sample, state
@@ -72,6 +74,46 @@ def test_a_steady_queue_holds_without_a_write_but_an_unsettled_one_is_checked() 
     assert (steady.kind, steady.claim, steady.checks_mapping) == (StepKind.HOLD, None, False)
     [unsettled] = planned(throttled=0, unsettled=True).steps
     assert unsettled.checks_mapping
+
+
+def held(before: object, after: object) -> Decision:
+    """A HOLD at 10 whose state name stays, its algorithm's memory going from ``before`` to
+    ``after``."""
+    decided_from = state(10).evolve(memory=before)
+    return Decision(
+        "orders",
+        Action.HOLD,
+        10,
+        10,
+        decided_from.state,
+        "held",
+        0.0,
+        1.0,
+        decided_from.evolve(memory=after),
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "written"),
+    [
+        # The adaptive law's memory schedules what comes next: a change is written.
+        (AdaptiveMemory(), AdaptiveMemory(judge_at=120.0), True),
+        (AdaptiveMemory(judge_at=120.0), AdaptiveMemory(judge_at=120.0), False),
+        # A peer's EWMA moves with every batch: it stays in the container.
+        (VegasMemory(), VegasMemory(estimated_limit=11.0), False),
+    ],
+)
+def test_a_hold_is_written_where_it_changes_a_memory_written_when_held(
+    before: object, after: object, written: bool
+) -> None:
+    decision = held(before, after)
+    step = step_for(
+        config("orders"), decision, state(10).evolve(memory=before), 109.0, 110.0, False
+    )
+    assert step.kind is (StepKind.RECORD if written else StepKind.HOLD)
+    assert not step.checks_mapping
+    if written:
+        assert step.claim is not None and step.claim.state.memory == after
 
 
 def test_a_queue_without_a_state_is_left_undecided() -> None:

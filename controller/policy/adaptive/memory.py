@@ -4,6 +4,7 @@ decides in, and its verdicts."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from controller.model import QueueState, QueueStateName
 from controller.policy.base import Situation, Verdict
@@ -17,6 +18,14 @@ class AdaptiveMemory:
 
     Zero means "not set" throughout: a fresh record is a queue never decided.
     """
+
+    # A HOLD that changes the record is written too (a transition that moves no mapping,
+    # ``controller.planner.step_for``): it schedules the probes, pulses and pauses to come,
+    # and whichever warm container decides the queue next reads its state from the ledger
+    # (docs/architecture.md, "Scaling out the controller"). Rare: a verdict the group
+    # overrules, a failed test of Cmin that lengthens the pause. The peers' records (EWMAs
+    # moving with every batch) stay in the container that holds them.
+    written_when_held: ClassVar[bool] = True
 
     # The lowest level known to break (probes near it are pulses), and the level whose
     # overload set it (clean there again: that overload is over).
