@@ -35,11 +35,16 @@ START = 1000.0
 
 
 class Clock:
+    """Virtual time for the containers, and for the ledger's retries (``sleep``)."""
+
     def __init__(self) -> None:
         self.now = START
 
     def __call__(self) -> float:
         return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def _batches(seconds: int = 40) -> list[tuple[float, dict[str, Any]]]:

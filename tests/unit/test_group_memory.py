@@ -38,25 +38,14 @@ from controller.telemetry import reduced
 from load.recording import RecordedLine
 from load.recording import kinesis_event as recorded_event
 from tests.factories import mapped, registered
+from tests.unit.test_catch_up import START, Clock
 
 SHARD = "shardId-000000000001"
-START = 1000.0
 QUEUES = ("orders", "refunds")
 GROUP = "api"
 # The downstream's calls a second, and each queue's invocations a second (two calls each).
 CAPACITY = 30
 INVOCATIONS = 12
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _second(queue: str, at: float, refused_share: float) -> list[Sample]:
