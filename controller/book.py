@@ -13,6 +13,7 @@ many queues one batch names. A window forgotten is counted and reported, never s
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -20,8 +21,9 @@ from enum import StrEnum
 from typing import Protocol
 
 from controller.cache import LruCache
-from controller.constants import CACHED_QUEUES, WINDOW_RETENTION_S
+from controller.constants import CACHED_QUEUES, QUOTA_USE_S, WINDOW_RETENTION_S
 from controller.groups import GroupMemory
+from controller.groups.law import HEADROOM
 from controller.model import Action, QueueConfig, QueueState
 from controller.ports import InvalidConfig, Notice, StoredGroupMemory
 from controller.window import Evidence, QueueWindow
@@ -204,15 +206,21 @@ class QueueBook:
             self._held.pop(queue, None)
             self._states.pop(queue)
 
-    def announcing(self, since: float) -> Counter[str]:
-        """How many queues report each downstream with an announced quota: those whose newest
-        quota was announced at ``since`` or later (the queues that share it now)."""
-        queues: Counter[str] = Counter()
-        for window in itertools.chain(self._held.values(), (w for _, w in self._windows.items())):
+    def announcing(self, since: float) -> dict[str, dict[str, float]]:
+        """The queues that share each downstream's announced quota now (those whose newest
+        quota was announced at ``since`` or later), and the calls a second each may want of
+        it: ``HEADROOM`` over what it sent in the ``QUOTA_USE_S`` seconds of invocation starts
+        up to its newest announcement (a queue younger than that, since its first)."""
+        shared: dict[str, dict[str, float]] = {}
+        for queue, window in itertools.chain(self._held.items(), self._windows.items()):
             quota = window.quota
-            if quota is not None and quota.downstream is not None and quota.event_time >= since:
-                queues[quota.downstream] += 1
-        return queues
+            if quota is None or quota.downstream is None or quota.event_time < since:
+                continue
+            sent = window.stats(quota.event_time - QUOTA_USE_S, math.inf)
+            started = max(sent.since, sent.first_second or sent.since)
+            span_s = max(1.0, quota.event_time - started)
+            shared.setdefault(quota.downstream, {})[queue] = HEADROOM * sent.requests / span_s
+        return shared
 
     def downstreams(self) -> dict[str, str | None]:
         """The downstream each queue with a window kept last named (``None``: none named)."""

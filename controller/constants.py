@@ -47,6 +47,9 @@ WINDOW_RETENTION_S: Final = 600.0
 # Queues whose downstream announced its quota within this long share that quota: each is
 # sized from its share (docs/algorithms.md, "Announced limits").
 QUOTA_SHARED_FOR_S: Final = 60.0
+# The seconds of a queue's newest invocation starts its use of a shared quota is measured on:
+# what it leaves of the quota goes to the queues that want more (max-min fair by demand).
+QUOTA_USE_S: Final = 10.0
 
 # What a warm controller container remembers, at most. Past these sizes the least recently
 # used entries are forgotten and re-read (configs, states) or re-learned (windows) when needed.

@@ -419,9 +419,12 @@ class ControlLoop:
                 planned = revised(planned, again)
         if touched:
             self._read_group_memories(touched)
+            # A queue sized from an announced quota takes its share of it by demand (the
+            # announced law); the group's blind estimate governs the others.
+            announcing = {queue for shared in sharing.values() for queue in shared}
             planned = governed(
                 planned,
-                groups,
+                {queue: group for queue, group in groups.items() if queue not in announcing},
                 windows,
                 self.params_for,
                 book.is_unsettled,

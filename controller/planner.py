@@ -121,13 +121,13 @@ def plan(
     params_for: Callable[[QueueConfig], PolicyParams],
     backlogs: Mapping[str, int] | None = None,
     *,
-    sharing: Mapping[str, int] | None = None,
+    sharing: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Plan:
     """Decide ``queues`` with their windows and, where known, their backlogs (the messages
     waiting), the steps in order of urgency (``Step.urgency``, then the order of ``queues``);
     a queue without a config is not managed, one without a state is left undecided.
-    ``sharing``: how many queues report each downstream with an announced quota
-    (``ControlLoop``)."""
+    ``sharing``: the queues that report each downstream with an announced quota, and the
+    calls a second each may want of it (``QueueBook.announcing``)."""
     backlogs = backlogs or {}
     steps = []
     undecided = []

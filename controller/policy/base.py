@@ -31,8 +31,9 @@ class Situation(Generic[M]):
     the messages waiting in the queue when it was read (``None``: unknown, not read or the
     read failed; the controller reads it only for a queue about to raise). ``quota`` is
     the newest rate limit the queue's downstream announced (``None``: none announced), and
-    ``sharing`` how many queues report that downstream with an announced quota (the queue
-    among them). All of it is frozen: the same situation always gives the same verdict.
+    ``shared_with`` the calls a second each other queue that reports that downstream with an
+    announced quota may want of it (empty: the queue uses it alone). All of it is frozen: the
+    same situation always gives the same verdict.
     """
 
     state: QueueState
@@ -44,7 +45,7 @@ class Situation(Generic[M]):
     params: PolicyParams
     backlog: int | None = None
     quota: Quota | None = None
-    sharing: int = 1
+    shared_with: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,13 +34,14 @@ def decide(
     params: PolicyParams,
     backlog: int | None = None,
     *,
-    sharing: Mapping[str, int] | None = None,
+    sharing: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Decision:
     """The queue's next decision: the shared guards around ``algorithm``'s verdict.
 
-    ``backlog``: the messages waiting in the queue (``None``: unknown). ``sharing`` counts
-    the queues that report each downstream with an announced quota: the situation carries
-    the queue's newest quota and how many queues share it."""
+    ``backlog``: the messages waiting in the queue (``None``: unknown). ``sharing``: the queues
+    that report each downstream with an announced quota, and the calls a second each may want
+    of it (``QueueBook.announcing``): the situation carries the queue's newest quota and what
+    the other queues sharing it want."""
     if config.mode is Mode.PINNED:
         return _pinned(state, now)
     if not params.cmin <= state.concurrency <= params.cmax:
@@ -54,11 +55,12 @@ def decide(
     snapshot = window.snapshot()
     stats, refusal = vetted_evidence(state, snapshot, now, params)
     quota = window.quota
-    sharers = 1
+    shared_with: tuple[float, ...] = ()
     if quota is not None and quota.downstream is not None and sharing:
-        sharers = max(1, sharing.get(quota.downstream, 1))
+        wanted = sharing.get(quota.downstream, {})
+        shared_with = tuple(rps for queue, rps in wanted.items() if queue != state.queue)
     situation = Situation(
-        state, memory, stats, refusal, snapshot, now, params, backlog, quota, sharers
+        state, memory, stats, refusal, snapshot, now, params, backlog, quota, shared_with
     )
     verdict = algorithm.decide(situation)
     target = clamp(verdict.target, params)

@@ -12,12 +12,13 @@ from hypothesis import strategies as st
 
 from controller.actuator import InMemoryActuator
 from controller.backlog import InMemoryBacklog
+from controller.groups import GroupMemory
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.model import Action, Decision, QueueState, QueueStateName, Sample
 from controller.policy import decide, memory_type
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
-from controller.policy.adaptive.announced import Fit
+from controller.policy.adaptive.announced import Fit, max_min_share
 from controller.policy.adaptive.memory import move
 from controller.policy.base import Situation
 from controller.settings import PolicyParams
@@ -79,7 +80,7 @@ def run(
     window: QueueWindow,
     now: float = NOW,
     params: PolicyParams = PARAMS,
-    sharing: Mapping[str, int] | None = None,
+    sharing: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Decision:
     return decide(ALGORITHM, current, config(), window, now, params, sharing=sharing)
 
@@ -104,8 +105,19 @@ class TestAnnouncedPhase:
         assert "Announced quota" in decision.reason
 
     def test_the_quota_is_shared_among_the_queues_reporting_its_downstream(self) -> None:
-        decision = run(queue(100), busy(), sharing={"api": 2, "other": 5})
-        assert decision.target == 4
+        # Another queue on the api wanting at least half of its 100 calls/s: half each, 4
+        # invocations at 12.5 calls per invocation-second; a downstream the queue does not
+        # report takes nothing from it.
+        for wanted in (50.0, 100.0, 500.0):
+            shared = {"api": {"orders": 100.0, "refunds": wanted}, "other": {"mails": 90.0}}
+            assert run(queue(100), busy(), sharing=shared).target == 4
+
+    def test_a_queue_sharing_the_quota_takes_what_the_others_leave(self) -> None:
+        # The other queue wants 10 of the 100 calls/s: 90 are left, 7.2 invocations.
+        shared = {"api": {"orders": 100.0, "refunds": 10.0}}
+        decision = run(queue(100), busy(), sharing=shared)
+        assert decision.target == 7
+        assert "leave 90.0 to this one" in decision.reason
 
     def test_a_rise_of_the_announced_level_is_raised_to_without_a_probe(self) -> None:
         decision = run(queue(2, announced_level=2), busy())
@@ -192,7 +204,7 @@ class TestAnnouncedPhase:
             window.quota,
         )
         blind = move(2, QueueStateName.THROTTLED, "Overload.", AdaptiveMemory(ceiling=3), stats)
-        fit = Fit(8.0, 8.0 * PACE, NOW)
+        fit = Fit(8.0, 8.0 * PACE, NOW, 8.0 * PACE)
         verdict = ALGORITHM.within_announced(situation, fit, blind)
         assert verdict.target == 7
         assert verdict.memory.ceiling == 8
@@ -297,11 +309,50 @@ def test_the_loop_shares_a_quota_among_the_queues_that_report_its_downstream() -
         for name in ("orders", "refunds")
     ]
     loop.run_batch(documents, now=NOW)
-    # 100 calls/s between two queues at 12.5 calls per invocation-second: 4 invocations each.
+    # 100 calls/s between two queues that both want more than half (each sent 41 calls/s,
+    # with headroom 49.2), at 12.5 calls per invocation-second: 4 invocations each.
     assert actuator.read("esm-orders", 0).max_concurrency == 4
     assert actuator.read("esm-refunds", 0).max_concurrency == 4
-    # The book counts the queues announcing per downstream.
-    assert loop.book.announcing(NOW - 60) == {"api": 2}
+    # The book names the queues announcing per downstream, with what each may want of it.
+    assert {api: sorted(wanted) for api, wanted in loop.book.announcing(NOW - 60).items()} == {
+        "api": ["orders", "refunds"]
+    }
+
+
+def test_the_loop_leaves_a_queue_the_quota_another_one_does_not_use() -> None:
+    # The demo's shape: orders drains a backlog, refunds sends a call an invocation (4.1
+    # calls/s over the 9.75 s since its first, 4.9 with headroom). Shared evenly, orders would
+    # get 4 invocations and 50 calls/s would go unused; max-min fair, it takes the 95.1 that
+    # refunds leaves, 7 invocations. Refunds keeps at least half: 4 of its own pace (1.25
+    # calls per invocation-second) would be 40; it is not cut.
+    ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "refunds")
+    actuator = mapped(mapped(InMemoryActuator()), "refunds", concurrency=2)
+    loop = ControlLoop(ledger, actuator, PARAMS)
+    documents = [
+        replace(announced(NOW - 10 + index / 4), queue=name, requests=calls, ok=calls)
+        for index in range(40)
+        for name, calls in (("orders", 10), ("refunds", 1))
+    ]
+    loop.run_batch(documents, now=NOW)
+    assert actuator.read("esm-orders", 0).max_concurrency == 7
+    assert actuator.read("esm-refunds", 0).max_concurrency >= 2
+
+
+def test_a_group_estimate_does_not_size_queues_sharing_an_announced_quota() -> None:
+    # The group of the api remembers a blind estimate of 30 calls/s (the refusals of a drop
+    # before it was announced, say): the quota announced since says 100, shared by demand.
+    ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "refunds")
+    ledger.put_group_memory("api", GroupMemory(capacity_rps=30.0), 0)
+    actuator = mapped(mapped(InMemoryActuator()), "refunds")
+    loop = ControlLoop(ledger, actuator, PARAMS)
+    documents = [
+        replace(announced(NOW - 10 + index / 4), queue=name)
+        for index in range(40)
+        for name in ("orders", "refunds")
+    ]
+    loop.run_batch(documents, now=NOW)
+    assert actuator.read("esm-orders", 0).max_concurrency == 4
+    assert actuator.read("esm-refunds", 0).max_concurrency == 4
 
 
 def test_a_raise_decided_again_with_the_backlog_still_shares_the_quota() -> None:
@@ -349,7 +400,7 @@ quotas = st.fixed_dictionaries(
     quota=quotas,
     current=st.integers(5, 100),
     cmin=st.integers(2, 5),
-    sharing=st.integers(1, 4),
+    others=st.lists(st.floats(0.0, 20_000.0), max_size=3),
     announced_level=st.integers(0, 100),
     later_s=st.floats(0.0, 5.0),
 )
@@ -357,7 +408,7 @@ def test_the_announced_level_bounds_every_decision(
     quota: dict[str, float],
     current: int,
     cmin: int,
-    sharing: int,
+    others: list[float],
     announced_level: int,
     later_s: float,
 ) -> None:
@@ -372,7 +423,7 @@ def test_the_announced_level_bounds_every_decision(
         window,
         now=now,
         params=params,
-        sharing={"api": sharing},
+        sharing={"api": {"orders": 1.0} | {f"q{i}": wanted for i, wanted in enumerate(others)}},
     )
     newest = window.quota
     assert newest is not None
@@ -380,7 +431,7 @@ def test_the_announced_level_bounds_every_decision(
     acts_at = now + 0.8
     rate = newest.sustained_rate(acts_at)
     assert rate is not None
-    fit = rate / sharing / PACE
+    fit = max_min_share(rate, tuple(others)) / PACE
     # Never above the level the quota sustains then (Cmin being the least a mapping runs at)...
     assert decision.target <= max(cmin, math.floor(fit + 1e-9))
     # ...never below Cmin...
@@ -389,3 +440,18 @@ def test_the_announced_level_bounds_every_decision(
     if remaining == 0 and newest.reset_at is not None and newest.reset_at > acts_at:
         assert decision.target <= current
         assert decision.action is not Action.RESUME
+
+
+@given(
+    rate=st.floats(0.0, 10_000.0),
+    others=st.lists(st.floats(0.0, 20_000.0), max_size=5),
+)
+def test_a_share_is_max_min_fair_by_demand(rate: float, others: list[float]) -> None:
+    share = max_min_share(rate, tuple(others))
+    # Never less than an even part, never more than the whole: all of it alone.
+    assert rate / (len(others) + 1) - 1e-6 <= share <= rate + 1e-6
+    if not others:
+        assert share == rate
+    # What the others want, up to the share, and the share itself fill the rate exactly:
+    # none of it is left unused, none given twice.
+    assert math.isclose(sum(min(wanted, share) for wanted in others) + share, rate, abs_tol=1e-6)

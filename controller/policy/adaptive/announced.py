@@ -6,12 +6,13 @@ its quota comes back, so neither needs a probe (``Situation.quota``, the newest 
 
 - **The level.** The quota sustains ``Quota.sustained_rate`` calls a second for all its users:
   its quota over its window, and, until the announced window resets, no more than its
-  remaining spread over the window's rest. Shared equally among the ``Situation.sharing``
-  queues that report the same downstream, at the calls a second one of this queue's
-  invocations makes (``WindowStats.invocation_pace``, measured at the level the mapping now
-  has), it fits ``rate / sharing / pace`` invocations: the announced level is that, rounded
-  down, within Cmin..Cmax. The rate is the one at the time a level set now acts, once the
-  invocations running end (``Fit``).
+  remaining spread over the window's rest. Shared max-min fair by demand among the queues
+  that report the same downstream (``max_min_share``: another queue that wants less than an
+  even part, ``Situation.shared_with``, leaves the rest to those that want more), at the
+  calls a second one of this queue's invocations makes (``WindowStats.invocation_pace``,
+  measured at the level the mapping now has), it fits ``share / pace`` invocations: the
+  announced level is that, rounded down, within Cmin..Cmax. The rate is the one at the time
+  a level set now acts, once the invocations running end (``Fit``).
 - **Step down before the first 429.** A mapping above the announced level is cut to it at
   once, whatever the evidence says: the remaining quota running toward zero faster than the
   reset refills it lowers the rate, and so the level, before it is spent.
@@ -63,12 +64,13 @@ from controller.window import WindowStats
 @dataclass(frozen=True, slots=True)
 class Fit:
     """What an announced quota sustains for one queue: ``rate`` calls a second for all its
-    users once a level set now acts (at ``acts_at``), which is ``invocations`` of the queue's
-    own at its pace."""
+    users once a level set now acts (at ``acts_at``), of which the queue's ``share`` is
+    ``invocations`` of its own at its pace."""
 
     invocations: float
     rate: float
     acts_at: float
+    share: float
 
 
 class Announced(Pausing):
@@ -96,7 +98,8 @@ class Announced(Pausing):
         rate = quota.sustained_rate(acts_at)
         if rate is None:
             return None
-        return Fit(rate / situation.sharing / pace, rate, acts_at)
+        share = max_min_share(rate, situation.shared_with)
+        return Fit(share / pace, rate, acts_at, share)
 
     def _paced(self, situation: AdaptiveSituation, recent: WindowStats) -> WindowStats:
         """The invocations whose pace sizes the level: those started since the mapping last
@@ -269,6 +272,23 @@ def _sized(memory: AdaptiveMemory, level: int, *, broke_at: int = 0) -> Adaptive
     )
 
 
+def max_min_share(rate: float, others: tuple[float, ...]) -> float:
+    """The calls a second of ``rate`` a queue that wants more may take beside ``others``
+    (what each other queue sharing it wants): max-min fair, each other queue that wants less
+    than an even part of what is left takes what it wants, the rest is shared evenly. Never
+    less than ``rate`` over the queues; all of it for a queue alone."""
+    left, sharing = rate, len(others) + 1
+    for wanted in sorted(others):
+        if wanted >= left / sharing:
+            break
+        left, sharing = left - wanted, sharing - 1
+    return left / sharing
+
+
 def _sustains(situation: AdaptiveSituation, fit: Fit) -> str:
-    shared = f" shared by {situation.sharing} queues" if situation.sharing > 1 else ""
-    return f"{fit.rate:.1f} calls/s{shared} sustain {fit.invocations:.1f} invocations"
+    if not situation.shared_with:
+        return f"{fit.rate:.1f} calls/s sustain {fit.invocations:.1f} invocations"
+    return (
+        f"{fit.rate:.1f} calls/s shared by {len(situation.shared_with) + 1} queues leave "
+        f"{fit.share:.1f} to this one, which sustain {fit.invocations:.1f} invocations"
+    )
