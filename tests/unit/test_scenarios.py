@@ -59,7 +59,7 @@ REQUIRED = {
 }
 # Sized for a live two-minute run, not for the scorecard: `queuemesh demo`'s scenario, and the
 # same at the latency the local stack's workers measure.
-LIVE_SIZED = {"demo", "uneven-fit"}
+LIVE_SIZED = {"demo", "demo-announced", "uneven-fit"}
 
 
 def test_the_contract_example_is_shipped_exactly() -> None:
@@ -277,7 +277,7 @@ def test_the_latency_scenarios_are_what_their_names_say() -> None:
 
 
 def test_the_announced_scenarios_are_their_blind_ones_announcing_their_quota() -> None:
-    for blind in ("capacity-drop", "below-floor", "flash-crowd"):
+    for blind in ("capacity-drop", "below-floor", "flash-crowd", "demo"):
         announced = load_scenario(f"{blind}-announced")
         (downstream,) = announced.downstreams
         assert downstream.announce is not None
