@@ -299,16 +299,21 @@ class TestAnnouncedPhase:
                 assert with_phase == blind
 
 
+def both_announcing(refunds_calls: int = 10) -> list[Sample]:
+    """Ten seconds of orders and refunds on one API announcing 100 calls/s: four invocations a
+    second each, orders' of 10 calls, refunds' of ``refunds_calls``, all answered."""
+    return [
+        replace(announced(NOW - 10 + index / 4), queue=name, requests=calls, ok=calls)
+        for index in range(40)
+        for name, calls in (("orders", 10), ("refunds", refunds_calls))
+    ]
+
+
 def test_the_loop_shares_a_quota_among_the_queues_that_report_its_downstream() -> None:
     ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "refunds")
     actuator = mapped(mapped(InMemoryActuator()), "refunds")
     loop = ControlLoop(ledger, actuator, PARAMS)
-    documents = [
-        replace(announced(NOW - 10 + index / 4), queue=name)
-        for index in range(40)
-        for name in ("orders", "refunds")
-    ]
-    loop.run_batch(documents, now=NOW)
+    loop.run_batch(both_announcing(), now=NOW)
     # 100 calls/s between two queues that both want more than half (each sent 41 calls/s,
     # with headroom 49.2), at 12.5 calls per invocation-second: 4 invocations each.
     assert actuator.read("esm-orders", 0).max_concurrency == 4
@@ -328,12 +333,7 @@ def test_the_loop_leaves_a_queue_the_quota_another_one_does_not_use() -> None:
     ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "refunds")
     actuator = mapped(mapped(InMemoryActuator()), "refunds", concurrency=2)
     loop = ControlLoop(ledger, actuator, PARAMS)
-    documents = [
-        replace(announced(NOW - 10 + index / 4), queue=name, requests=calls, ok=calls)
-        for index in range(40)
-        for name, calls in (("orders", 10), ("refunds", 1))
-    ]
-    loop.run_batch(documents, now=NOW)
+    loop.run_batch(both_announcing(refunds_calls=1), now=NOW)
     assert actuator.read("esm-orders", 0).max_concurrency == 7
     assert actuator.read("esm-refunds", 0).max_concurrency >= 2
 
@@ -345,12 +345,7 @@ def test_a_group_estimate_does_not_size_queues_sharing_an_announced_quota() -> N
     ledger.put_group_memory("api", GroupMemory(capacity_rps=30.0), 0)
     actuator = mapped(mapped(InMemoryActuator()), "refunds")
     loop = ControlLoop(ledger, actuator, PARAMS)
-    documents = [
-        replace(announced(NOW - 10 + index / 4), queue=name)
-        for index in range(40)
-        for name in ("orders", "refunds")
-    ]
-    loop.run_batch(documents, now=NOW)
+    loop.run_batch(both_announcing(), now=NOW)
     assert actuator.read("esm-orders", 0).max_concurrency == 4
     assert actuator.read("esm-refunds", 0).max_concurrency == 4
 
@@ -360,12 +355,7 @@ def test_a_raise_decided_again_with_the_backlog_still_shares_the_quota() -> None
     actuator = mapped(mapped(InMemoryActuator(), concurrency=2), "refunds", concurrency=2)
     backlog = InMemoryBacklog(orders=500, refunds=500)
     loop = ControlLoop(ledger, actuator, PARAMS, backlog=backlog)
-    documents = [
-        replace(announced(NOW - 10 + index / 4), queue=name)
-        for index in range(40)
-        for name in ("orders", "refunds")
-    ]
-    loop.run_batch(documents, now=NOW)
+    loop.run_batch(both_announcing(), now=NOW)
     # Both raises were read against their backlogs and decided again: still 4 each, the
     # quota's 100 calls/s shared by the two queues, not 8 each as if each had it alone.
     assert sorted(backlog.reads) == ["orders", "refunds"]
