@@ -1,7 +1,7 @@
 """The reduced record: one queue's per-second totals, as the reducer forwards them to the
-controller on the reduced stream (partition key: the downstream the queue names, else the queue).
-The contract is docs/telemetry.md
-("The reduced record"); this module is its one encoder and its one decoder.
+controller on the reduced stream (partition key: the downstream the queue names, else the
+queue). The contract is docs/telemetry.md ("The reduced record"); this module is its one
+encoder and its one decoder.
 
 A record is a JSON object, uncompressed (a second's totals are a few hundred bytes):
 

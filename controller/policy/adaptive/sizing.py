@@ -387,12 +387,13 @@ def settled_use(situation: AdaptiveSituation, min_span_s: float) -> float | None
     third of its invocations on average, and the evidence's busy time read 1.0 of 3 in use
     for 550 s while 3 ran, 10,000 messages waiting (throttling 1001 draw 66). A second
     older than the delay is whole, so the busiest one since the change sees what runs."""
+    averaged = busy_concurrency(situation.stats, min_span_s)
+    if averaged is None:
+        return None
     state, window = situation.state, situation.window
     since = evidence_since(state, state.last_change_at, situation.params)
-    settled = window.stats(since, situation.now + 1.0)
-    averaged = busy_concurrency(situation.stats, min_span_s)
-    peak = peak_concurrency(settled, window) if averaged is not None else None
-    return None if averaged is None else max(averaged, peak or 0.0)
+    peak = peak_concurrency(window.stats(since, situation.now + 1.0), window)
+    return max(averaged, peak or 0.0)
 
 
 def peak_concurrency(stats: WindowStats, window: WindowSnapshot) -> float | None:
