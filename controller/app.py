@@ -39,19 +39,25 @@ from controller.telemetry import (
 )
 
 # The controller's own health, one document per invocation without dimensions (the reasons
-# behind each are in its log lines): metric -> the loop's count whose growth it reports. The
+# behind each are in its log lines): metric -> the loop's counts whose growth it reports. The
 # other health metrics the application counts from its batches.
-HEALTH_COUNTERS: Final = {
-    HealthMetric.SAMPLES_WINDOWED: Count.SAMPLES_WINDOWED,
-    HealthMetric.MAPPING_UPDATES: Count.ESM_UPDATES,
-    HealthMetric.ACTUATION_FAILURES: Count.ACTUATION_FAILURES,
-    HealthMetric.CONFIGS_INVALID: Count.CONFIGS_INVALID,
-    HealthMetric.MAPPINGS_MISSING: Count.MAPPINGS_MISSING,
-    HealthMetric.DRIFT_ADOPTED: Count.DRIFT_DETECTED,
-    HealthMetric.CLAIMS_RECONCILED: Count.ACTUATIONS_RECONCILED,
-    HealthMetric.VERSION_CONFLICTS: Count.VERSION_CONFLICTS,
-    HealthMetric.BACKLOG_READ_FAILURES: Count.BACKLOG_READ_FAILURES,
-    HealthMetric.GROUP_REPORTS_UNWRITTEN: Count.GROUP_REPORTS_UNWRITTEN,
+HEALTH_COUNTERS: Final[dict[HealthMetric, tuple[Count, ...]]] = {
+    HealthMetric.SAMPLES_WINDOWED: (Count.SAMPLES_WINDOWED,),
+    HealthMetric.MAPPING_UPDATES: (Count.ESM_UPDATES,),
+    HealthMetric.ACTUATION_FAILURES: (Count.ACTUATION_FAILURES,),
+    HealthMetric.CONFIGS_INVALID: (Count.CONFIGS_INVALID,),
+    HealthMetric.MAPPINGS_MISSING: (Count.MAPPINGS_MISSING,),
+    HealthMetric.DRIFT_ADOPTED: (Count.DRIFT_DETECTED,),
+    HealthMetric.CLAIMS_RECONCILED: (Count.ACTUATIONS_RECONCILED,),
+    HealthMetric.VERSION_CONFLICTS: (Count.VERSION_CONFLICTS,),
+    HealthMetric.BACKLOG_READ_FAILURES: (Count.BACKLOG_READ_FAILURES,),
+    HealthMetric.GROUP_REPORTS_UNWRITTEN: (Count.GROUP_REPORTS_UNWRITTEN,),
+    # A conflict is two lanes deciding one group at once, resolved by the ledger: not a fault.
+    HealthMetric.GROUP_MEMORY_FAILURES: (
+        Count.GROUP_MEMORIES_UNREAD,
+        Count.GROUP_MEMORIES_UNSTORED,
+        Count.GROUP_MEMORIES_UNREADABLE,
+    ),
 }
 # The loop's counts of what it skipped, reported by reason (``CONTROLLER_SKIPPED``) with the
 # decoder's skips: samples not windowed, queues not decided this time.
@@ -320,8 +326,8 @@ class ControllerApp:
         skipped anything for."""
         counters = self.loop.counters
         counts: dict[str, int] = {
-            metric: counters[counter] - self._counters_emitted[counter]
-            for metric, counter in HEALTH_COUNTERS.items()
+            metric: sum(counters[counter] - self._counters_emitted[counter] for counter in counted)
+            for metric, counted in HEALTH_COUNTERS.items()
         }
         counts.update(self._batch_health)
         skipped = self._skipped + Counter(

@@ -418,13 +418,15 @@ class ControlLoop:
                 again = planned_for(sorted(backlogs), backlogs)
                 planned = revised(planned, again)
         if touched:
-            self._read_group_memories(touched)
             # A queue sized from an announced quota takes its share of it by demand (the
-            # announced law); the group's blind estimate governs the others.
+            # announced law); the group's blind estimate governs the others, so a group whose
+            # members all announce has no memory to read.
             announcing = {queue for shared in sharing.values() for queue in shared}
+            blind = {queue: group for queue, group in groups.items() if queue not in announcing}
+            self._read_group_memories(touched.intersection(blind.values()))
             planned = governed(
                 planned,
-                {queue: group for queue, group in groups.items() if queue not in announcing},
+                blind,
                 windows,
                 self.params_for,
                 book.is_unsettled,

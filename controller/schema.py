@@ -122,6 +122,9 @@ class HealthMetric(StrEnum):
     # Groups' reports (the ledger's GROUP items) that could not be written: ``queuemesh
     # status`` shows the last one written until a later one is.
     GROUP_REPORTS_UNWRITTEN = "GroupReportsUnwritten"
+    # Groups' memories (the ledger's GROUP MEMORY items) not read back, not stored, or not
+    # decodable: while they fail, containers deciding one group may decide it differently.
+    GROUP_MEMORY_FAILURES = "GroupMemoryFailures"
     # The longest any queue decided in the invocation had been paused (its mapping disabled by
     # the controller, test pulses included), in seconds; 0 when none was.
     LONGEST_PAUSE = "LongestPauseSeconds"

@@ -31,14 +31,14 @@ RUNBOOK = ROOT / "docs" / "operations.md"
 
 def metric_of(counter: Count) -> str:
     """The health metric that reports the loop's count ``counter``."""
-    [metric] = [metric for metric, name in HEALTH_COUNTERS.items() if name == counter]
+    [metric] = [metric for metric, counted in HEALTH_COUNTERS.items() if counter in counted]
     return metric
 
 
 # What an on-call engineer is paged for: telemetry the controller could not read, mapping
 # updates it gave up on, CONFIG items it cannot use, transitions that did not reach the event
-# bus, backlogs it cannot read, groups' reports the ledger does not take, and a queue paused
-# longer than a threshold.
+# bus, backlogs it cannot read, groups' reports and memories the ledger does not take or
+# give, and a queue paused longer than a threshold.
 PAGED = {
     HealthMetric.TELEMETRY_UNREADABLE,
     metric_of(Count.ACTUATION_FAILURES),
@@ -46,6 +46,7 @@ PAGED = {
     HealthMetric.EVENTS_UNPUBLISHED,
     metric_of(Count.BACKLOG_READ_FAILURES),
     metric_of(Count.GROUP_REPORTS_UNWRITTEN),
+    metric_of(Count.GROUP_MEMORIES_UNSTORED),
     HealthMetric.LONGEST_PAUSE,
 }
 # The alarm on a gauge, not a count: the longest pause reported in five minutes.
@@ -139,13 +140,14 @@ def test_a_count_alarm_past_its_first_occurrence_fires_at_the_operators_threshol
         metric_of(Count.ACTUATION_FAILURES): 3,
         metric_of(Count.BACKLOG_READ_FAILURES): 5,
         metric_of(Count.GROUP_REPORTS_UNWRITTEN): 3,
+        metric_of(Count.GROUP_MEMORIES_UNSTORED): 5,
         HealthMetric.LONGEST_PAUSE: 1800,
     }
 
 
 def test_every_alarm_has_a_runbook_entry(template: dict[str, Any]) -> None:
     runbook = RUNBOOK.read_text(encoding="utf-8").split("## Alarms: the runbook", 1)[1]
-    assert len(alarms(template)) == 11
+    assert len(alarms(template)) == 12
     for logical in alarms(template):
         assert f"| `{logical}` |" in runbook, logical
     for metric in PAGED:

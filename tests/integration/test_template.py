@@ -119,6 +119,7 @@ def test_own_least_privilege_and_delivery_rules_pass(cfn: dict[str, Any]) -> Non
         ({**REQUIRED, "AlertEmail": "on-call at example.com"}, "does not match"),
         ({**REQUIRED, "BacklogReadFailuresAlarmThreshold": "0"}, "outside"),
         ({**REQUIRED, "GroupReportsUnwrittenAlarmThreshold": "-3"}, "outside"),
+        ({**REQUIRED, "GroupMemoryFailuresAlarmThreshold": "0"}, "outside"),
     ],
 )
 def test_parameters_are_checked_as_cloudformation_would(

@@ -5,6 +5,8 @@ item)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -32,12 +34,13 @@ from controller.model import Decision, Sample
 from controller.policy import memory_type
 from controller.ports import StoredGroupMemory, VersionConflict
 from controller.reduce import reduce_samples
+from controller.schema import HealthMetric
 from controller.settings import PolicyParams
 from controller.stream import InMemoryHistory
 from controller.telemetry import reduced
 from load.recording import RecordedLine
 from load.recording import kinesis_event as recorded_event
-from tests.factories import mapped, registered
+from tests.factories import health_count, mapped, registered
 from tests.unit.test_catch_up import START, Clock
 
 SHARD = "shardId-000000000001"
@@ -98,13 +101,17 @@ def _shared() -> tuple[InMemoryLedger, InMemoryActuator]:
 
 
 def _container(
-    ledger: Any, actuator: InMemoryActuator, clock: Clock, history: InMemoryHistory
+    ledger: Any,
+    actuator: InMemoryActuator,
+    clock: Clock,
+    history: InMemoryHistory,
+    emit: Callable[[str], None] = lambda _: None,
 ) -> ControllerApp:
     """A warm container running the default algorithm, whose memory a HOLD that changes it
     writes too (``AdaptiveMemory.written_when_held``): the containers share the queues' state
     and the group's memory through the ledger alone."""
     loop = ControlLoop(ledger, actuator, PolicyParams())
-    return ControllerApp(loop, clock=clock, emit=lambda _: None, history=history)
+    return ControllerApp(loop, clock=clock, emit=emit, history=history)
 
 
 # A decision as compared: (time, queue, action, target).
@@ -410,7 +417,8 @@ def test_a_ledger_fault_on_the_memory_write_is_counted_and_the_decisions_land() 
     for queue in QUEUES:
         registered(twin, queue)
     clock, history = Clock(), InMemoryHistory()
-    app = _container(twin, actuator, clock, history)
+    emitted: list[str] = []
+    app = _container(twin, actuator, clock, history, emitted.append)
     decisions: list[Decision] = []
     for at, event in _batches():
         clock.now = at
@@ -420,6 +428,14 @@ def test_a_ledger_fault_on_the_memory_write_is_counted_and_the_decisions_land() 
     assert len(failing) > 1  # retried, then given up
     unstored = app.loop.counters["group_memories_unstored"]
     assert unstored > 0
+    # Each one reached the health document of the container's next invocation (a tick
+    # here: the batches above went through ``process_kinesis``), where its alarm watches.
+    # The tick tries the store again, and fails again.
+    app.handle({"detail-type": "Scheduled Event"}, None)
+    documents = [json.loads(line) for line in emitted]
+    failures = app.loop.counters["group_memories_unstored"]
+    assert failures == unstored + 1
+    assert health_count(documents, HealthMetric.GROUP_MEMORY_FAILURES) == failures
     assert twin.get_group_memories([GROUP]) == {}
     # The decisions landed (the group's cut is in the ledger and on the mappings), and the
     # container decided on its own copy meanwhile, as if its stores had landed.

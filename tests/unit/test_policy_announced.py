@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from hypothesis import given, settings
@@ -21,6 +21,7 @@ from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.policy.adaptive.announced import Fit, max_min_share
 from controller.policy.adaptive.memory import move
 from controller.policy.base import Situation
+from controller.ports import StoredGroupMemory
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 from tests.factories import config, mapped, registered, state
@@ -348,6 +349,40 @@ def test_a_group_estimate_does_not_size_queues_sharing_an_announced_quota() -> N
     loop.run_batch(both_announcing(), now=NOW)
     assert actuator.read("esm-orders", 0).max_concurrency == 4
     assert actuator.read("esm-refunds", 0).max_concurrency == 4
+
+
+class CountingLedger(InMemoryLedger):
+    """The in-memory ledger, counting the groups whose memory was read."""
+
+    def __init__(self) -> None:
+        super().__init__(memory_types=memory_type)
+        self.memories_read: list[str] = []
+
+    def get_group_memories(self, groups: Iterable[str]) -> dict[str, StoredGroupMemory]:
+        names = list(groups)
+        self.memories_read.extend(names)
+        return super().get_group_memories(names)
+
+
+def test_a_group_whose_queues_all_announce_reads_no_group_memory() -> None:
+    ledger = registered(registered(CountingLedger()), "refunds")
+    actuator = mapped(mapped(InMemoryActuator()), "refunds")
+    loop = ControlLoop(ledger, actuator, PARAMS)
+    loop.run_batch(both_announcing(), now=NOW)
+    assert actuator.read("esm-orders", 0).max_concurrency == 4
+    assert ledger.memories_read == []
+    # One of them reporting without the headers puts the group's blind law back in charge
+    # of it, and its memory is read.
+    blind = [
+        replace(
+            sample, quota_remaining=None, quota_limit=None, quota_window_s=None, quota_reset_s=None
+        )
+        if sample.queue == "refunds"
+        else sample
+        for sample in both_announcing()
+    ]
+    loop.run_batch([replace(s, event_time=s.event_time + 60) for s in blind], now=NOW + 60)
+    assert ledger.memories_read == ["api"]
 
 
 def test_a_raise_decided_again_with_the_backlog_still_shares_the_quota() -> None:
