@@ -306,6 +306,9 @@ def family_summary(
         "seed": seed,
         "harmful_draws": sum(1 for draw in draws if _harmful(draw[policy], draw["static"])),
         "dead_letter_draws": sum(1 for totals in runs if totals["dlq_messages"] > 0),
+        # The drain ratio's mean is over the draws that drained: a policy draining more draws
+        # may show a higher mean, so this says how many it left out.
+        "undrained_draws": sum(1 for totals in runs if totals["drain_ratio"] is None),
         "wasted": spread([totals["wasted_ratio"] for totals in runs]),
         "drain_ratio": spread([totals["drain_ratio"] for totals in runs]),
         "timed_out_share": spread(

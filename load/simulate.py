@@ -336,6 +336,7 @@ def _draw_totals(job: tuple[str, int, int, str, str]) -> dict[str, Any]:
 _FAMILY_COLUMNS = (
     ("harmful", "harmful_draws"),
     ("dlq_draws", "dead_letter_draws"),
+    ("undrained", "undrained_draws"),
     ("wasted", "wasted"),
     ("drain_ratio", "drain_ratio"),
     ("timed_out", "timed_out_share"),

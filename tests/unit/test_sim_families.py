@@ -332,6 +332,7 @@ def test_family_summary_keys_counts_and_bound_rule() -> None:
         "seed",
         "harmful_draws",
         "dead_letter_draws",
+        "undrained_draws",
         "wasted",
         "drain_ratio",
         "timed_out_share",
@@ -341,6 +342,7 @@ def test_family_summary_keys_counts_and_bound_rule() -> None:
     ]
     assert summary["draws"] == 4 and summary["seed"] == 1001
     assert summary["dead_letter_draws"] == 1
+    assert summary["undrained_draws"] == 1
     assert summary["draws_within_bound_rule"] == 1
     assert summary["wasted"] == {"mean": 0.0253, "p90": 0.051, "worst": 0.051}
     assert summary["timed_out_share"] == {"mean": 0.05, "p90": 0.2, "worst": 0.2}
