@@ -961,6 +961,28 @@ def test_a_cut_on_the_first_timeouts_is_corrected_on_the_rest() -> None:
     assert again.action is Action.HOLD, again.reason
 
 
+def test_a_cut_on_timeouts_is_corrected_on_each_report_more_of_them() -> None:
+    # Cut 20 -> 15 on the first reports of timeouts (100 calls, 20% timed out). Half as many
+    # calls again come in, every one timed out: an invocation whose calls time out runs a
+    # timeout per message and reports last, so the share only grows as the rest arrive. The
+    # cut is made again on them now (70 of 150 timed out: to 9), not once the reports hold
+    # twice the calls it was sized on, as a cut on refusals waits.
+    current = attached(20, at=0.0)
+    window = window_of(*steady(960, 40, 20, ok=10))
+    for document in timing_out(1000, 10, ok=8, timed_out=2):
+        window.add(document)
+    current, first = run(current, window, 1002.0)
+    assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 15), first.reason
+    for document in timing_out(1000, 5, ok=0, timed_out=10):
+        window.add(document)
+    current, corrected = run(current, window, 1003.0)
+    assert (corrected.action, corrected.target) == (Action.MULTIPLICATIVE_DECREASE, 9)
+    assert corrected.reason.startswith("Correcting the cut"), corrected.reason
+    # No report more, no correction more.
+    _, again = run(current, window, 1004.0)
+    assert again.action is Action.HOLD, again.reason
+
+
 def at_latency(start: int, seconds: int, per_second: int, latency_ms: float) -> list[Sample]:
     """``steady``'s clean invocations of 10 calls, each call taking ``latency_ms``."""
     return [

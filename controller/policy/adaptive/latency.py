@@ -18,7 +18,7 @@ the poller's ramp moves the concurrency, and a load-driven latency moves with it
 takes what the timeouts require: the accepted share of the invocations in use.
 
 Every cut on timeouts remembers the latency they came at (growth and probes stop short of
-it), and one made on the first reports of timeouts is corrected on the rest of them.
+it), and one made on the first reports of timeouts is corrected on each report more of them.
 """
 
 from __future__ import annotations
@@ -157,9 +157,14 @@ class Latency(Sizing):
         The first reports of timeouts after a slowdown or a fall of the capacity are a few
         among a clean history: a cut on them takes a few invocations where every call times
         out (31 -> 28 on 8% of calls timed out, all of them timing out meanwhile), and the
-        next waits for evidence from after it, a telemetry round trip of timeouts. Once the
-        invocations that started before the cut have reported ``correction_evidence`` times
-        the calls it was sized on, their share sizes it again as the cut sizes timeouts."""
+        next waits for evidence from after it, a telemetry round trip of timeouts. So each
+        batch that brings more reports of the invocations that started before the cut sizes
+        it again on their share, as the cut sizes timeouts. Not once they hold
+        ``correction_evidence`` times the calls it was sized on, as refusals wait: an
+        invocation whose calls time out runs a timeout per message, so its reports come last,
+        and the share grows as they arrive (latency family seed 101 draw 10: correcting at
+        each doubling of the evidence took 60 -> 49 -> 47 -> 40 -> 28 -> 16 over 29 s while
+        every call timed out)."""
         refusals = super().correction(situation)
         if refusals is not None:
             return refusals
@@ -167,11 +172,7 @@ class Latency(Sizing):
         if not self.correction_due(situation):
             return None
         before = situation.window.stats(memory.cut_evidence_since, memory.cut_at)
-        if (
-            before.requests < self.correction_evidence * memory.cut_requests
-            or not before.timed_out
-            or refused(before)
-        ):
+        if before.requests <= memory.cut_requests or not before.timed_out or refused(before):
             return None
         current, params = state.concurrency, situation.params
         running = memory.cut_running

@@ -31,7 +31,8 @@ class Tuning:
     storm_factor: float = 2.0
     # A cut sized on the first reports of a storm is corrected, for this long after it (and as
     # long again as the telemetry trails: its reports are still arriving), once
-    # the invocations that started before it have reported this many times the calls.
+    # the invocations that started before it have reported this many times the calls (a cut
+    # on timeouts: on every report more, ``Latency.correction``).
     correction_s: float = 8.0
     correction_evidence: float = 2.0
     # Standard errors added to the pressure that sizes a cut.
