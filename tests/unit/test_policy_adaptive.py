@@ -909,6 +909,33 @@ class TestTelemetryThatTrails:
         _, judged = run(current, window, PULSE_END + ALGORITHM.judge_after_s + 1.0)
         assert judged.reason.startswith("Probe passed"), judged.reason
 
+    @pytest.mark.parametrize("broke_at", [0, 9])
+    def test_a_pulse_retesting_a_level_that_broke_waits_for_what_the_base_level_ran(
+        self, broke_at: int
+    ) -> None:
+        # 9 broke before (a trim, or a failed probe): a few refusals in a hundred calls there.
+        # The pulse's first reports are clean and enough calls, but they show under a third
+        # of the busy time the base level's two seconds before it do (10 invocations of 800
+        # ms a second): committed on them, 9 drew its refusals for a trim's worth of calls,
+        # and each refused message came back a visibility timeout later (issue 29's tails).
+        # A climb's pulse to a level that never broke is judged on them, as before.
+        current, window = pulsed_from_8_to_9(broke_at=broke_at)
+        for document in [*steady(990, 2, 10, ok=10), *steady(992, 1, 6, ok=10)]:
+            window.add(document)
+        current, early = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
+        if not broke_at:
+            assert early.reason.startswith("Probe passed"), early.reason
+            return
+        assert early.action is Action.HOLD
+        assert early.reason.startswith("Waiting for the probe's telemetry"), early.reason
+        # The rest of the pulse's invocations report, two of their calls refused.
+        for document in [*steady(992, 1, 5, ok=10), *steady(993, 1, 9, ok=10)]:
+            window.add(document)
+        window.add(sample(at=993.9, ok=8, throttled=2, invocation_ms=800))
+        current, judged = run(current, window, PULSE_END + ALGORITHM.judge_after_s + 1.0)
+        assert (judged.action, judged.target) == (Action.HOLD, 8), judged.reason
+        assert judged.reason.startswith("Probe failed"), judged.reason
+
     def test_a_pulse_with_too_little_telemetry_moves_no_ceiling(self) -> None:
         # Nothing of the pulse reported, while the base level kept reporting: it failed on no
         # evidence, so what is known to break (15, above the ceiling of 9) stays.
