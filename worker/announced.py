@@ -110,9 +110,10 @@ def _field_name(name: str | bytes) -> str | None:
 
 def least_remaining(headers: Any) -> float | None:
     """The least remaining quota an answer announces (None: none, or no rate-limit field:
-    most answers of most APIs). What every answer is read for, when the calls are folded (by
-    its type's reader: ``remaining_reader``); the rest of its limit (``limit``) is read only
-    for the answer a tally keeps, and the kind of limit only for a 429 (``limit_kind``).
+    most answers of most APIs). What every answer is read for, as it comes (by its type's
+    reader: ``remaining_reader``, or ``remaining_readers`` where a hook looks it up itself);
+    the rest of its limit (``limit``) is read only for the answer a tally keeps, and the kind
+    of limit only for a 429 (``limit_kind``).
 
     One style per answer (an API sending several sends the same limit in each): the draft -08
     fields when present, else the earlier draft's, else X-RateLimit; the remaining quota of a
@@ -123,11 +124,12 @@ def least_remaining(headers: Any) -> float | None:
 
 def remaining_reader(headers: Any) -> Callable[[Any], float | None]:
     """``least_remaining`` for headers of ``headers``' type: the client's own object
-    (``header_pairs``), read the cheapest way its type allows, chosen once per type."""
+    (``header_pairs``), read the cheapest way its type allows, chosen once per type and kept
+    in ``remaining_readers``."""
     try:
-        return _remaining_readers[type(headers)]
+        return remaining_readers[type(headers)]
     except KeyError:
-        found = _remaining_readers[type(headers)] = _remaining_reader(headers)
+        found = remaining_readers[type(headers)] = _remaining_reader(headers)
         return found
 
 
@@ -251,7 +253,9 @@ _RATELIMIT_BYTES: Final = _RATELIMIT.encode()
 _LEGACY_REMAINING_BYTES: Final = _LEGACY[1].encode()
 _X_REMAINING_BYTES: Final = _X[1].encode()
 _REMAINING_BYTES: Final = frozenset((_RATELIMIT_BYTES, _LEGACY_REMAINING_BYTES, _X_REMAINING_BYTES))
-_remaining_readers: dict[type, Callable[[Any], float | None]] = {}
+# ``remaining_reader``'s choices by header type: public, so that a hook reads an answer with a
+# dictionary lookup and one call (``worker.instrument``).
+remaining_readers: dict[type, Callable[[Any], float | None]] = {}
 
 
 def _text(value: str | bytes) -> str:

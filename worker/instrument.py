@@ -7,9 +7,11 @@ headers in a dict by lowercase name; other http.client connections at http.clien
 counted passes through the one below); httpx's transports (httpx does not use http.client).
 A call's start is noted by http.client's ``putrequest``, which every one of those connections
 runs, and taken by the first ``getresponse`` hook that sees it, so nothing is counted twice.
-What a call counts as, and for which queue, is the invocation's (``worker.invocation``); an
-answer's headers are kept as the client's own object and read for announced rate limits only
-when the calls are folded into the tallies (``worker.announced``).
+What a call counts as, and for which queue, is the invocation's (``worker.invocation``). An
+answer is read for the least remaining quota it announces as it comes, in the client's own
+header object, while that is in the cache (``worker.announced``); the object is kept with the
+call only where the answer announces one (the tallies read its whole limit once, for the answer
+they keep) or is a 429 (whose kind of limit the fold reads).
 
 Hooks cost one global read while no invocation is in progress. Their own failures are
 swallowed, counted and logged once: instrumentation never breaks the application.
@@ -31,6 +33,7 @@ from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
 
+from worker.announced import remaining_reader, remaining_readers
 from worker.invocation import FOLD_EVERY, Invocation, current_record, failures
 
 # The invocation in progress (one at a time per Lambda process), read by every hook: a module
@@ -236,6 +239,16 @@ def _hook_getresponse(
         try:
             answered = perf_counter()
             status = response.status
+            headers = headers_of(response)
+            # The answer's announced quota, read now, while its headers are in the cache
+            # (``worker.announced``); kept only if it announces one (or is a 429, whose kind
+            # the fold reads): the rest are let go with the answer.
+            try:
+                read = remaining_readers.get(type(headers)) or remaining_reader(headers)
+                remaining = read(headers)
+            except Exception as error:
+                failures.swallow(error)
+                remaining = None
             held = invocation.calls
             held.append(
                 (
@@ -247,8 +260,8 @@ def _hook_getresponse(
                     else None,
                     call[0],
                     False,
-                    # Read when the calls are folded (worker.announced), not here.
-                    headers_of(response),
+                    headers if remaining is not None or status == 429 else None,
+                    remaining,
                     answered,
                 )
             )
@@ -299,6 +312,13 @@ def _count_httpx_answer(
         answered = perf_counter()
         status = response.status_code
         headers = response.headers
+        # Read now and kept only if announcing or a 429, as the http.client hook does.
+        try:
+            read = remaining_readers.get(type(headers)) or remaining_reader(headers)
+            remaining = read(headers)
+        except Exception as error:
+            failures.swallow(error)
+            remaining = None
         held = invocation.calls
         held.append(
             (
@@ -310,7 +330,8 @@ def _count_httpx_answer(
                 else None,
                 downstream,
                 False,
-                headers,
+                headers if remaining is not None or status == 429 else None,
+                remaining,
                 answered,
             )
         )
