@@ -34,7 +34,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from worker.announced import remaining_reader, remaining_readers
-from worker.invocation import FOLD_EVERY, Invocation, current_record, failures
+from worker.invocation import (
+    FOLD_EVERY,
+    UNREAD,
+    Invocation,
+    Unread,
+    current_record,
+    failures,
+)
 
 # The invocation in progress (one at a time per Lambda process), read by every hook: a module
 # global, so that a hook outside an invocation costs one global read.
@@ -210,13 +217,18 @@ def _hook_getresponse(
     original: Callable[..., Any],
     headers_of: Callable[[Any], Any],
     retry_after_of: Callable[[Any], object],
+    *,
+    read_now: bool,
 ) -> Callable[..., Any]:
     """``getresponse`` hooked: http.client's, and urllib3's above it (``install``). Whichever
     runs first takes the call out of ``in_flight`` and counts it, so a urllib3 call is counted
     once, at urllib3's layer, where its answer's headers are a dict by lowercase name (read for
     rate limits with one membership test: ``worker.announced``), and the http.client hook
     below passes it through. ``headers_of`` is the answer's header object, ``retry_after_of``
-    its Retry-After value (all of them, joined)."""
+    its Retry-After value (all of them, joined). With ``read_now`` the answer is read for
+    its announced quota in the hook (http.client's parsed list of every header), else in the
+    fold (urllib3's dict: its one membership test costs less there, its reader's code warm
+    from the answers before, than in a hook whose code the client's own evicts)."""
 
     def getresponse(self: http.client.HTTPConnection) -> Any:
         invocation = _active
@@ -240,15 +252,19 @@ def _hook_getresponse(
             answered = perf_counter()
             status = response.status
             headers = headers_of(response)
-            # The answer's announced quota, read now, while its headers are in the cache
-            # (``worker.announced``); kept only if it announces one (or is a 429, whose kind
-            # the fold reads): the rest are let go with the answer.
-            try:
-                read = remaining_readers.get(type(headers)) or remaining_reader(headers)
-                remaining = read(headers)
-            except Exception as error:
-                failures.swallow(error)
-                remaining = None
+            remaining: float | Unread | None = UNREAD
+            if read_now:
+                # The answer's announced quota, read now, while its headers are in the cache
+                # (``worker.announced``); kept only if it announces one (or is a 429, whose
+                # kind the fold reads): the rest are let go with the answer.
+                try:
+                    read = remaining_readers.get(type(headers)) or remaining_reader(headers)
+                    remaining = read(headers)
+                except Exception as error:
+                    failures.swallow(error)
+                    remaining = None
+                if remaining is None and status != 429:
+                    headers = None
             held = invocation.calls
             held.append(
                 (
@@ -260,7 +276,7 @@ def _hook_getresponse(
                     else None,
                     call[0],
                     False,
-                    headers if remaining is not None or status == 429 else None,
+                    headers,
                     remaining,
                     answered,
                 )
@@ -417,7 +433,7 @@ def install() -> None:
                 http.client.HTTPConnection,
                 "getresponse",
                 lambda original: _hook_getresponse(
-                    original, attrgetter("msg"), _http_client_retry_after
+                    original, attrgetter("msg"), _http_client_retry_after, read_now=True
                 ),
             )
             urllib3_connection = (
@@ -434,7 +450,7 @@ def install() -> None:
                     urllib3_connection.HTTPConnection,
                     "getresponse",
                     lambda original: _hook_getresponse(
-                        original, attrgetter("headers"), _urllib3_retry_after
+                        original, attrgetter("headers"), _urllib3_retry_after, read_now=False
                     ),
                 )
             if importlib.util.find_spec("httpx") is not None:

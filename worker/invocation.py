@@ -14,10 +14,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from worker import announced
@@ -81,11 +82,21 @@ def queue_from_arn(arn: object) -> str | None:
 
 
 current_record: ContextVar[RecordRef | None] = ContextVar("queuemesh_record", default=None)
+
+
+class Unread(Enum):
+    """An answer whose announced quota the fold reads (``UNREAD``), not its hook."""
+
+    UNREAD = "unread"
+
+
+UNREAD: Final = Unread.UNREAD
 # One call as a hook saw it: the record it was attributed to, status (None: no answer), latency
 # in ms, Retry-After in seconds, downstream, whether it timed out, the answer's headers (the
-# client's own object, kept only where the answer announces a remaining quota or is a 429:
-# None otherwise), the least remaining quota it announces (read as it came:
-# ``worker.announced``; None: none), and when it came (``perf_counter``) (``Invocation.count``).
+# client's own object; None where it was read as it came and neither announces a remaining
+# quota nor is a 429), the least remaining quota it announces (``worker.announced``; None: none;
+# ``UNREAD``: the fold reads it from the headers), and when it came (``perf_counter``)
+# (``Invocation.count``).
 _Call = tuple[
     RecordRef | None,
     int | None,
@@ -94,7 +105,7 @@ _Call = tuple[
     str | None,
     bool,
     Any,
-    float | None,
+    float | Unread | None,
     float,
 ]
 
@@ -281,6 +292,9 @@ class Invocation:
         calls = self.calls
         end = len(calls)
         tallies, default_queue, wall_offset = self._tallies, self.default_queue, self._wall_offset
+        # The reader of the last header type read here: a worker's calls go through one client.
+        header_type: type | None = None
+        read_remaining: Callable[[Any], float | None] = announced.least_remaining
         for (
             ref,
             status,
@@ -300,6 +314,16 @@ class Invocation:
                 if tally is None:
                     tally = tallies[queue] = Tally()
                 tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
+                if remaining is UNREAD:
+                    # As a hook reads it: a reader's failure costs the announcement only.
+                    try:
+                        if type(headers) is not header_type:
+                            header_type = type(headers)
+                            read_remaining = announced.remaining_reader(headers)
+                        remaining = read_remaining(headers)
+                    except Exception as error:
+                        failures.swallow(error)
+                        remaining = None
                 # The answer with the least remaining quota is kept (on a tie the later one's:
                 # the fresher reset), and the latest, to be read whole once (``Tally.limit``).
                 if remaining is not None:
