@@ -8,10 +8,11 @@ counted passes through the one below); httpx's transports (httpx does not use ht
 A call's start is noted by http.client's ``putrequest``, which every one of those connections
 runs, and taken by the first ``getresponse`` hook that sees it, so nothing is counted twice.
 What a call counts as, and for which queue, is the invocation's (``worker.invocation``). An
-answer is read for the least remaining quota it announces as it comes, in the client's own
-header object, while that is in the cache (``worker.announced``); the object is kept with the
-call only where the answer announces one (the tallies read its whole limit once, for the answer
-they keep) or is a 429 (whose kind of limit the fold reads).
+answer's headers are kept as the client's own object and read for announced rate limits when
+the calls are folded into the tallies (``worker.announced``), except httpx's, read as they come,
+while they are in the cache, and kept only where the answer announces a remaining quota (the
+tallies read its whole limit once, for the answer they keep) or is a 429 (whose kind of limit
+the fold reads).
 
 Hooks cost one global read while no invocation is in progress. Their own failures are
 swallowed, counted and logged once: instrumentation never breaks the application.
@@ -38,7 +39,6 @@ from worker.invocation import (
     FOLD_EVERY,
     UNREAD,
     Invocation,
-    Unread,
     current_record,
     failures,
 )
@@ -217,18 +217,16 @@ def _hook_getresponse(
     original: Callable[..., Any],
     headers_of: Callable[[Any], Any],
     retry_after_of: Callable[[Any], object],
-    *,
-    read_now: bool,
 ) -> Callable[..., Any]:
     """``getresponse`` hooked: http.client's, and urllib3's above it (``install``). Whichever
     runs first takes the call out of ``in_flight`` and counts it, so a urllib3 call is counted
     once, at urllib3's layer, where its answer's headers are a dict by lowercase name (read for
     rate limits with one membership test: ``worker.announced``), and the http.client hook
     below passes it through. ``headers_of`` is the answer's header object, ``retry_after_of``
-    its Retry-After value (all of them, joined). With ``read_now`` the answer is read for
-    its announced quota in the hook (http.client's parsed list of every header), else in the
-    fold (urllib3's dict: its one membership test costs less there, its reader's code warm
-    from the answers before, than in a hook whose code the client's own evicts)."""
+    its Retry-After value (all of them, joined), which the fold reads for rate limits: a
+    dict (urllib3's) or a list of (name, value) (http.client's) costs less to read there, the
+    reader's code warm from the answers before, than in a hook whose code the client's own
+    evicts (unlike httpx's: ``_count_httpx_answer``)."""
 
     def getresponse(self: http.client.HTTPConnection) -> Any:
         invocation = _active
@@ -251,20 +249,6 @@ def _hook_getresponse(
         try:
             answered = perf_counter()
             status = response.status
-            headers = headers_of(response)
-            remaining: float | Unread | None = UNREAD
-            if read_now:
-                # The answer's announced quota, read now, while its headers are in the cache
-                # (``worker.announced``); kept only if it announces one (or is a 429, whose
-                # kind the fold reads): the rest are let go with the answer.
-                try:
-                    read = remaining_readers.get(type(headers)) or remaining_reader(headers)
-                    remaining = read(headers)
-                except Exception as error:
-                    failures.swallow(error)
-                    remaining = None
-                if remaining is None and status != 429:
-                    headers = None
             held = invocation.calls
             held.append(
                 (
@@ -276,8 +260,9 @@ def _hook_getresponse(
                     else None,
                     call[0],
                     False,
-                    headers,
-                    remaining,
+                    # Read when the calls are folded (worker.announced), not here.
+                    headers_of(response),
+                    UNREAD,
                     answered,
                 )
             )
@@ -328,7 +313,10 @@ def _count_httpx_answer(
         answered = perf_counter()
         status = response.status_code
         headers = response.headers
-        # Read now and kept only if announcing or a 429, as the http.client hook does.
+        # The answer's announced quota, read now, while its headers are in the cache: httpx's
+        # are some 30 objects an answer (triples of bytes), which the calls in between push out
+        # of it before a fold (``worker.announced``). Kept only if it announces one (or is a
+        # 429, whose kind the fold reads): the rest are let go with the answer.
         try:
             read = remaining_readers.get(type(headers)) or remaining_reader(headers)
             remaining = read(headers)
@@ -433,7 +421,7 @@ def install() -> None:
                 http.client.HTTPConnection,
                 "getresponse",
                 lambda original: _hook_getresponse(
-                    original, attrgetter("msg"), _http_client_retry_after, read_now=True
+                    original, attrgetter("msg"), _http_client_retry_after
                 ),
             )
             urllib3_connection = (
@@ -450,7 +438,7 @@ def install() -> None:
                     urllib3_connection.HTTPConnection,
                     "getresponse",
                     lambda original: _hook_getresponse(
-                        original, attrgetter("headers"), _urllib3_retry_after, read_now=False
+                        original, attrgetter("headers"), _urllib3_retry_after
                     ),
                 )
             if importlib.util.find_spec("httpx") is not None:
