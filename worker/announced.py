@@ -15,8 +15,8 @@ Read from the header fields an answer carries, only those present:
   is on concurrency) makes it a concurrency-kind 429.
 
 One style per answer, in that order of preference (an API sending several sends one limit).
-Every answer is glanced at for its least remaining quota (``glance``); the whole limit is read
-only for the answer a tally keeps (``limit``).
+Every answer is read for its least remaining quota (``least_remaining``); the whole limit is
+read only for the answer a tally keeps (``limit``).
 
 A reset is seconds to wait, except that a value above ``EPOCH_SECONDS`` is an instant in epoch
 seconds (GitHub's ``X-RateLimit-Reset``) and one above ``EPOCH_MILLISECONDS`` in epoch
@@ -110,10 +110,10 @@ def _field_name(name: str | bytes) -> str | None:
 
 def least_remaining(headers: Any) -> float | None:
     """The least remaining quota an answer announces (None: none, or no rate-limit field:
-    most answers of most APIs). What every answer is read for, as it comes (by its type's
-    reader: ``remaining_reader``, or ``remaining_readers`` where a hook looks it up itself);
-    the rest of its limit (``limit``) is read only for the answer a tally keeps, and the kind
-    of limit only for a 429 (``limit_kind``).
+    most answers of most APIs). What every answer is read for, by its type's reader
+    (``remaining_reader``, or ``remaining_readers`` where httpx's hook looks it up itself, as
+    the answer comes; the fold reads the others'); the rest of its limit (``limit``) is read
+    only for the answer a tally keeps, and the kind of limit only for a 429 (``limit_kind``).
 
     One style per answer (an API sending several sends the same limit in each): the draft -08
     fields when present, else the earlier draft's, else X-RateLimit; the remaining quota of a
@@ -342,7 +342,7 @@ def _items(headers: Any) -> Iterable[Sequence[str | bytes]]:
 
 
 def limit(headers: Any, answered_at: float) -> Limit | None:
-    """The announced limit with the least remaining (None: none), in the style ``glance``
+    """The announced limit with the least remaining (None: none), in the style ``least_remaining``
     reads. ``answered_at`` is when the answer came, in epoch seconds: a reset in seconds to
     wait counts from it."""
     found = fields(header_pairs(headers))
