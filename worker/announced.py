@@ -15,8 +15,8 @@ Read from the header fields an answer carries, only those present:
   is on concurrency) makes it a concurrency-kind 429.
 
 One style per answer, in that order of preference (an API sending several sends one limit).
-Every answer is glanced at for its least remaining quota (``glance``); the whole limit is read
-only for the answer a tally keeps (``limit``).
+Every answer is read for its least remaining quota (``least_remaining``); the whole limit is
+read only for the answer a tally keeps (``limit``).
 
 A reset is seconds to wait, except that a value above ``EPOCH_SECONDS`` is an instant in epoch
 seconds (GitHub's ``X-RateLimit-Reset``) and one above ``EPOCH_MILLISECONDS`` in epoch
@@ -110,9 +110,10 @@ def _field_name(name: str | bytes) -> str | None:
 
 def least_remaining(headers: Any) -> float | None:
     """The least remaining quota an answer announces (None: none, or no rate-limit field:
-    most answers of most APIs). What every answer is read for, when the calls are folded (by
-    its type's reader: ``remaining_reader``); the rest of its limit (``limit``) is read only
-    for the answer a tally keeps, and the kind of limit only for a 429 (``limit_kind``).
+    most answers of most APIs). What every answer is read for, by its type's reader
+    (``remaining_reader``, or ``remaining_readers`` where httpx's hook looks it up itself, as
+    the answer comes; the fold reads the others'); the rest of its limit (``limit``) is read
+    only for the answer a tally keeps, and the kind of limit only for a 429 (``limit_kind``).
 
     One style per answer (an API sending several sends the same limit in each): the draft -08
     fields when present, else the earlier draft's, else X-RateLimit; the remaining quota of a
@@ -123,11 +124,12 @@ def least_remaining(headers: Any) -> float | None:
 
 def remaining_reader(headers: Any) -> Callable[[Any], float | None]:
     """``least_remaining`` for headers of ``headers``' type: the client's own object
-    (``header_pairs``), read the cheapest way its type allows, chosen once per type."""
+    (``header_pairs``), read the cheapest way its type allows, chosen once per type and kept
+    in ``remaining_readers``."""
     try:
-        return _remaining_readers[type(headers)]
+        return remaining_readers[type(headers)]
     except KeyError:
-        found = _remaining_readers[type(headers)] = _remaining_reader(headers)
+        found = remaining_readers[type(headers)] = _remaining_reader(headers)
         return found
 
 
@@ -162,20 +164,29 @@ def _remaining_in_lowercase_dict(headers: Any) -> float | None:
 
 def _remaining_in_httpx_entries(headers: Any) -> float | None:
     """httpx's headers: (raw name, lowercase name, raw value) triples, each name tested once
-    against the fields that say what remains."""
-    ietf: list[bytes] = []
-    legacy = x_ratelimit = None
+    against the fields that say what remains. A ``RateLimit`` field's least remaining is
+    remembered by its raw bytes (``_least_by_field``): nothing decoded or built for an answer
+    that sends it once; one that sends it twice is read as any other headers are."""
+    ietf = legacy = x_ratelimit = None
     for _, name, value in headers._list:
         if name in _REMAINING_BYTES:
             if name == _RATELIMIT_BYTES:
-                ietf.append(value)
+                if ietf is not None:
+                    return _least_in_field_sent_twice(headers)
+                ietf = value
             # A field sent twice is one list whose first member counts, as ``fields`` reads it.
             elif name == _LEGACY_REMAINING_BYTES:
                 if legacy is None:
                     legacy = value
             elif x_ratelimit is None:
                 x_ratelimit = value
-    return _remaining_of(ietf, legacy, x_ratelimit)
+    if ietf is not None:
+        try:
+            return _least_by_field[ietf]
+        except KeyError:
+            return _least_in_field(ietf)
+    first = x_ratelimit if legacy is None else legacy
+    return None if first is None else _first_number(first.decode("latin-1"))
 
 
 def _remaining_in_entries(
@@ -186,8 +197,7 @@ def _remaining_in_entries(
     looked up once (``_names``: names in any case)."""
     value_at = name_at + 1
     names = _names
-    ietf: list[str | bytes] = []
-    legacy = x_ratelimit = None
+    ietf = legacy = x_ratelimit = None
     for entry in reader(headers):
         name = entry[name_at]
         try:
@@ -196,31 +206,31 @@ def _remaining_in_entries(
             field = _field_name(name)
         if field is not None:
             if field == _RATELIMIT:
-                ietf.append(entry[value_at])
+                if ietf is not None:
+                    return _least_in_field_sent_twice(headers)
+                ietf = entry[value_at]
             elif field == _LEGACY[1]:
                 if legacy is None:
                     legacy = entry[value_at]
             elif field == _X[1] and x_ratelimit is None:
                 x_ratelimit = entry[value_at]
-    return _remaining_of(ietf, legacy, x_ratelimit)
-
-
-def _remaining_of(
-    ietf: list[str] | list[bytes] | list[str | bytes],
-    legacy: str | bytes | None,
-    x_ratelimit: str | bytes | None,
-) -> float | None:
-    """The least remaining, from the values of an answer's ``RateLimit`` fields and the first
-    of its earlier draft's and X-RateLimit's remaining fields."""
-    if ietf:
-        # Read as ``fields`` and ``limit`` read it (one list, ``_members``): never otherwise.
-        text = _text(ietf[0]) if len(ietf) == 1 else ", ".join([_text(value) for value in ietf])
+    if ietf is not None:
         try:
-            return _least_by_field[text]
+            return _least_by_field[ietf]
         except KeyError:
-            return _least_in_field(text)
+            return _least_in_field(ietf)
     first = x_ratelimit if legacy is None else legacy
     return None if first is None else _first_number(_text(first))
+
+
+def _least_in_field_sent_twice(headers: Any) -> float | None:
+    """The least remaining of an answer that sends its ``RateLimit`` field more than once:
+    one list (RFC 9110, 5.3), read as ``fields`` joins it, and so as ``limit`` reads it."""
+    text = (fields(header_pairs(headers)) or {})[_RATELIMIT]
+    try:
+        return _least_by_field[text]
+    except KeyError:
+        return _least_in_field(text)
 
 
 def limit_kind(headers: Any) -> str | None:
@@ -243,20 +253,23 @@ _RATELIMIT_BYTES: Final = _RATELIMIT.encode()
 _LEGACY_REMAINING_BYTES: Final = _LEGACY[1].encode()
 _X_REMAINING_BYTES: Final = _X[1].encode()
 _REMAINING_BYTES: Final = frozenset((_RATELIMIT_BYTES, _LEGACY_REMAINING_BYTES, _X_REMAINING_BYTES))
-_remaining_readers: dict[type, Callable[[Any], float | None]] = {}
+# ``remaining_reader``'s choices by header type: public, so that a hook reads an answer with a
+# dictionary lookup and one call (``worker.instrument``).
+remaining_readers: dict[type, Callable[[Any], float | None]] = {}
 
 
 def _text(value: str | bytes) -> str:
     return value.decode("latin-1") if isinstance(value, bytes) else value
 
 
-def _least_in_field(field: str) -> float | None:
-    """The least ``r`` among a ``RateLimit`` field's members (None: none is a number),
-    remembered: a pure function of the field's text, read for every answer, and an API's
-    answers repeat their fields as its quota counts down. Forgotten all at once when
-    ``_PARSED_HELD``, as ``_members``' memory is."""
+def _least_in_field(field: str | bytes) -> float | None:
+    """The least ``r`` among a ``RateLimit`` field's members (None: none is a number; the field
+    as text, or as the raw bytes httpx holds), remembered by the field as given: a pure
+    function of the field's text, read for every answer, and an API's answers repeat their
+    fields as its quota counts down. Forgotten all at once when ``_PARSED_HELD``, as
+    ``_members``' memory is."""
     remaining = None
-    for _, parameters in _members(field):
+    for _, parameters in _members(_text(field)):
         member = _number(parameters.get("r"))
         if member is not None and (remaining is None or member < remaining):
             remaining = member
@@ -266,7 +279,8 @@ def _least_in_field(field: str) -> float | None:
     return remaining
 
 
-_least_by_field: dict[str, float | None] = {}
+# By the field's text, or its raw bytes (httpx's): a str and a bytes key are never equal.
+_least_by_field: dict[str | bytes, float | None] = {}
 
 
 def header_pairs(headers: Any) -> Iterable[tuple[str | bytes, str | bytes]]:
@@ -328,7 +342,7 @@ def _items(headers: Any) -> Iterable[Sequence[str | bytes]]:
 
 
 def limit(headers: Any, answered_at: float) -> Limit | None:
-    """The announced limit with the least remaining (None: none), in the style ``glance``
+    """The announced limit with the least remaining (None: none), in the style ``least_remaining``
     reads. ``answered_at`` is when the answer came, in epoch seconds: a reset in seconds to
     wait counts from it."""
     found = fields(header_pairs(headers))

@@ -7,9 +7,12 @@ headers in a dict by lowercase name; other http.client connections at http.clien
 counted passes through the one below); httpx's transports (httpx does not use http.client).
 A call's start is noted by http.client's ``putrequest``, which every one of those connections
 runs, and taken by the first ``getresponse`` hook that sees it, so nothing is counted twice.
-What a call counts as, and for which queue, is the invocation's (``worker.invocation``); an
-answer's headers are kept as the client's own object and read for announced rate limits only
-when the calls are folded into the tallies (``worker.announced``).
+What a call counts as, and for which queue, is the invocation's (``worker.invocation``). An
+answer's headers are kept as the client's own object and read for announced rate limits when
+the calls are folded into the tallies (``worker.announced``), except httpx's, read as they come,
+while they are in the cache, and kept only where the answer announces a remaining quota (the
+tallies read its whole limit once, for the answer they keep) or is a 429 (whose kind of limit
+the fold reads).
 
 Hooks cost one global read while no invocation is in progress. Their own failures are
 swallowed, counted and logged once: instrumentation never breaks the application.
@@ -31,7 +34,14 @@ from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
 
-from worker.invocation import FOLD_EVERY, Invocation, current_record, failures
+from worker.announced import remaining_reader, remaining_readers
+from worker.invocation import (
+    FOLD_EVERY,
+    UNREAD,
+    Invocation,
+    current_record,
+    failures,
+)
 
 # The invocation in progress (one at a time per Lambda process), read by every hook: a module
 # global, so that a hook outside an invocation costs one global read.
@@ -213,7 +223,10 @@ def _hook_getresponse(
     once, at urllib3's layer, where its answer's headers are a dict by lowercase name (read for
     rate limits with one membership test: ``worker.announced``), and the http.client hook
     below passes it through. ``headers_of`` is the answer's header object, ``retry_after_of``
-    its Retry-After value (all of them, joined)."""
+    its Retry-After value (all of them, joined), which the fold reads for rate limits: a
+    dict (urllib3's) or a list of (name, value) (http.client's) costs less to read there, the
+    reader's code warm from the answers before, than in a hook whose code the client's own
+    evicts (unlike httpx's: ``_count_httpx_answer``)."""
 
     def getresponse(self: http.client.HTTPConnection) -> Any:
         invocation = _active
@@ -249,6 +262,7 @@ def _hook_getresponse(
                     False,
                     # Read when the calls are folded (worker.announced), not here.
                     headers_of(response),
+                    UNREAD,
                     answered,
                 )
             )
@@ -299,6 +313,16 @@ def _count_httpx_answer(
         answered = perf_counter()
         status = response.status_code
         headers = response.headers
+        # The answer's announced quota, read now, while its headers are in the cache: httpx's
+        # are some 30 objects an answer (triples of bytes), which the calls in between push out
+        # of it before a fold (``worker.announced``). Kept only if it announces one (or is a
+        # 429, whose kind the fold reads): the rest are let go with the answer.
+        try:
+            read = remaining_readers.get(type(headers)) or remaining_reader(headers)
+            remaining = read(headers)
+        except Exception as error:
+            failures.swallow(error)
+            remaining = None
         held = invocation.calls
         held.append(
             (
@@ -310,7 +334,8 @@ def _count_httpx_answer(
                 else None,
                 downstream,
                 False,
-                headers,
+                headers if remaining is not None or status == 429 else None,
+                remaining,
                 answered,
             )
         )

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
+from typing import Any, Final
 from urllib.parse import urlsplit
 
 from worker import announced
@@ -81,12 +82,31 @@ def queue_from_arn(arn: object) -> str | None:
 
 
 current_record: ContextVar[RecordRef | None] = ContextVar("queuemesh_record", default=None)
+
+
+class Unread(Enum):
+    """An answer whose announced quota the fold reads (``UNREAD``), not its hook."""
+
+    UNREAD = "unread"
+
+
+UNREAD: Final = Unread.UNREAD
 # One call as a hook saw it: the record it was attributed to, status (None: no answer), latency
-# in ms, Retry-After in seconds, downstream, whether it timed out, and the answer's headers
-# (the client's own object, read only when the calls are folded: ``worker.announced``) with
-# when it came (``perf_counter``) (``Invocation.count``).
+# in ms, Retry-After in seconds, downstream, whether it timed out, the answer's headers (the
+# client's own object; None where it was read as it came and neither announces a remaining
+# quota nor is a 429), the least remaining quota it announces (``worker.announced``; None: none;
+# ``UNREAD``: the fold reads it from the headers), and when it came (``perf_counter``)
+# (``Invocation.count``).
 _Call = tuple[
-    RecordRef | None, int | None, float | None, float | None, str | None, bool, Any, float
+    RecordRef | None,
+    int | None,
+    float | None,
+    float | None,
+    str | None,
+    bool,
+    Any,
+    float | Unread | None,
+    float,
 ]
 
 
@@ -205,10 +225,16 @@ class Invocation:
     ) -> None:
         """Count one call for the queue being worked on, as ``Tally.add`` classifies it, with
         the answer's ``headers`` (None: no answer) that came at ``answered_at``
-        (``perf_counter``).
+        (``perf_counter``), read now for the least remaining quota they announce.
 
         The hooks, the hottest callers, append the same tuple themselves, inline.
         """
+        remaining = None
+        if headers is not None:
+            try:
+                remaining = announced.least_remaining(headers)
+            except Exception as error:
+                failures.swallow(error)
         held = self.calls
         held.append(
             (
@@ -218,7 +244,8 @@ class Invocation:
                 retry_after_s,
                 downstream,
                 timed_out,
-                headers,
+                headers if remaining is not None or status == 429 else None,
+                remaining,
                 answered_at,
             )
         )
@@ -265,12 +292,20 @@ class Invocation:
         calls = self.calls
         end = len(calls)
         tallies, default_queue, wall_offset = self._tallies, self.default_queue, self._wall_offset
-        # The reader of the last header type seen: a worker's calls go through one client.
+        # The reader of the last header type read here: a worker's calls go through one client.
         header_type: type | None = None
         read_remaining: Callable[[Any], float | None] = announced.least_remaining
-        for ref, status, latency_ms, retry_after_s, downstream, timed_out, headers, at in calls[
-            :end
-        ]:
+        for (
+            ref,
+            status,
+            latency_ms,
+            retry_after_s,
+            downstream,
+            timed_out,
+            headers,
+            remaining,
+            at,
+        ) in calls[:end]:
             try:
                 queue = ref.queue if ref is not None else default_queue
                 if queue is None:
@@ -279,23 +314,28 @@ class Invocation:
                 if tally is None:
                     tally = tallies[queue] = Tally()
                 tally.add(status, latency_ms, retry_after_s, downstream, timed_out)
-                if headers is not None:  # an answer's (a failed call keeps none)
-                    if type(headers) is not header_type:
-                        header_type = type(headers)
-                        read_remaining = announced.remaining_reader(headers)
-                    remaining = read_remaining(headers)
-                    # The answer with the least remaining quota is kept (on a tie the later
-                    # one's: the fresher reset), and the latest, to be read whole once
-                    # (``Tally.limit``).
-                    if remaining is not None:
-                        answer = tally.latest = (headers, at + wall_offset)
-                        if tally.least_remaining is None or remaining <= tally.least_remaining:
-                            tally.least_remaining = remaining
-                            tally.announcing = answer
-                    if status == 429:
+                if remaining is UNREAD:
+                    # As a hook reads it: a reader's failure costs the announcement only.
+                    try:
+                        if type(headers) is not header_type:
+                            header_type = type(headers)
+                            read_remaining = announced.remaining_reader(headers)
+                        remaining = read_remaining(headers)
+                    except Exception as error:
+                        failures.swallow(error)
+                        remaining = None
+                # The answer with the least remaining quota is kept (on a tie the later one's:
+                # the fresher reset), and the latest, to be read whole once (``Tally.limit``).
+                if remaining is not None:
+                    answer = tally.latest = (headers, at + wall_offset)
+                    if tally.least_remaining is None or remaining <= tally.least_remaining:
+                        tally.least_remaining = remaining
+                        tally.announcing = answer
+                if status == 429:
+                    if headers is not None:
                         tally.throttled_by(announced.limit_kind(headers))
-                if status == 429 and retry_after_s is not None:
-                    self._note_retry_after(ref, queue, retry_after_s)
+                    if retry_after_s is not None:
+                        self._note_retry_after(ref, queue, retry_after_s)
             except Exception as error:
                 failures.swallow(error)
         # One operation under the GIL: calls appended meanwhile, past ``end``, stay.

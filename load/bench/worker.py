@@ -35,12 +35,12 @@ tracked until the tallies take them in. The heap the imports built is frozen (``
 the run, so a collection walks only what the calls left.
 
 The hooks only keep what they saw; the tallies take it in later (when the invocation's
-documents are written, or ``FOLD_EVERY`` calls have piled up), and that is where an answer's
-rate-limit headers are read. So each round ends by taking its calls into the tallies, timed, and
-that fold's CPU time per call is added to the round's overhead (``fold_cpu_us`` shows its share):
-the figure is the whole work a call costs, now or deferred. With ``announced`` every answer
-carries rate-limit headers (IETF and X-RateLimit: ``worker_clients.ANNOUNCED_ANSWER``), the worst
-case for the fold.
+documents are written, or ``FOLD_EVERY`` calls have piled up), and that is where urllib3's (and
+requests') answers' rate-limit headers are read (http.client's and httpx's are read in the hook).
+So each round ends by taking its calls into the tallies, timed, and that fold's CPU time per call
+is added to the round's overhead (``fold_cpu_us`` shows its share): the figure is the whole work a
+call costs, now or deferred. With ``announced`` every answer carries rate-limit headers (IETF
+and X-RateLimit: ``worker_clients.ANNOUNCED_ANSWER``), the worst case for reading them.
 
 A pair's figure is hooked minus plain calling-thread CPU time (the time the host gives other
 work does not count) and, beside it, wall time; a round's figure is the median of its pairs',
@@ -177,9 +177,9 @@ def _time_round(
                 plain_time = plain()
                 hooked_time = hooked()
             by_order[first_is_hooked].append((plain_time, hooked_time))
-        # The hooks keep what they saw for the tallies to take in later (reading an answer's
-        # rate-limit headers among it): that fold is the calls' work too, deferred, so its
-        # CPU time per call counts on the hooked side.
+        # The hooks keep what they saw for the tallies to take in later (reading urllib3's
+        # answers' rate-limit headers among it): that fold is the calls' work too, deferred, so
+        # its CPU time per call counts on the hooked side.
         fold_started = time.thread_time_ns()
         invocation.tallies  # noqa: B018 (the read folds the calls)
         fold_ns = time.thread_time_ns() - fold_started

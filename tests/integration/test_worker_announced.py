@@ -16,7 +16,8 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     load_event,
     worker_output,
 )
-from worker import schema, wrapper
+from worker import announced, schema, wrapper
+from worker.invocation import failures
 
 pytestmark = pytest.mark.usefixtures("instrumentation")
 
@@ -137,3 +138,34 @@ def test_without_rate_limit_headers_no_announced_member_is_written(
     (document,) = [json.loads(line) for line in worker_output(capsys).splitlines()]
     assert document[schema.THROTTLED.name] == 1
     assert not {metric.name for metric in schema.ANNOUNCED} & set(document)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_reader_that_fails_costs_the_announcement_only(
+    client: str,
+    downstream: str,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every answer is read as it comes, in the hook: a reader that raises there is counted as
+    # instrumentation's failure, and the call, its 429 and Retry-After are counted all the same.
+    def broken(headers: object) -> float | None:
+        raise RuntimeError("reader broken")
+
+    readers = dict(announced.remaining_readers)
+    announced.remaining_readers.clear()
+    monkeypatch.setattr(announced, "_remaining_reader", lambda headers: broken)
+    paths = [
+        _path(200, 'RateLimit: "burst";r=7;t=6'),
+        _path(429, "Stripe-Rate-Limited-Reason: global-rate", "Retry-After: 3"),
+    ]
+    try:
+        sample = _sample_of(lambda: [CLIENTS[client](downstream, p) for p in paths], capsys)
+    finally:
+        announced.remaining_readers.clear()
+        announced.remaining_readers.update(readers)
+
+    assert (sample.requests, sample.ok, sample.throttled) == (2, 1, 1)
+    assert sample.throttled_rate == 1
+    assert sample.quota_remaining is None
+    assert failures.count == 2

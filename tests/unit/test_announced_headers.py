@@ -271,3 +271,35 @@ def test_the_remaining_quotas_read_lately_are_held_up_to_their_bound() -> None:
         assert glance([("RateLimit", field)], 200) == (remaining, None)
         assert glance([("RateLimit", field)], 200) == (remaining, None)
         assert len(announced._least_by_field) <= announced._PARSED_HELD
+
+
+ratelimit_fields = st.lists(
+    st.tuples(st.sampled_from(["RateLimit", "ratelimit", "X-RateLimit-Remaining"]), wire_values),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=200)
+@given(
+    ratelimit_fields,
+    st.lists(st.tuples(header_names, wire_values), max_size=4),
+    st.randoms(use_true_random=False),
+)
+def test_every_readers_least_remaining_is_its_limits_read_cold_or_remembered(
+    announcing: list[tuple[str, str]], others: list[tuple[str, str]], random: object
+) -> None:
+    # The readers keep a field sent once as it is (remembered by its text, or by httpx's raw
+    # bytes) and read one sent twice as one list: whichever, cold or remembered, what they
+    # read is the remaining of the whole limit (``limit``, which remembers neither).
+    headers = announcing + others
+    random.shuffle(headers)  # type: ignore[attr-defined]
+    limit = announced.limit(headers, NOW)
+    expected = None if limit is None else limit.remaining
+    held = as_clients_hold_them(headers)
+    held.pop("a mapping")
+    for forgotten in (True, False):
+        if forgotten:
+            announced._least_by_field.clear()
+        for client, headers_held in [("pairs", headers), *held.items()]:
+            assert announced.least_remaining(headers_held) == expected, (client, forgotten)
