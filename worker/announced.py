@@ -111,8 +111,8 @@ def _field_name(name: str | bytes) -> str | None:
 def least_remaining(headers: Any) -> float | None:
     """The least remaining quota an answer announces (None: none, or no rate-limit field:
     most answers of most APIs). What every answer is read for, by its type's reader
-    (``remaining_reader``, or ``remaining_readers`` where httpx's hook looks it up itself, as
-    the answer comes; the fold reads the others'); the rest of its limit (``limit``) is read
+    (``remaining_reader``: httpx's hook reads its answers as they come, the fold the
+    others'); the rest of its limit (``limit``) is read
     only for the answer a tally keeps, and the kind of limit only for a 429 (``limit_kind``).
 
     One style per answer (an API sending several sends the same limit in each): the draft -08
@@ -124,12 +124,11 @@ def least_remaining(headers: Any) -> float | None:
 
 def remaining_reader(headers: Any) -> Callable[[Any], float | None]:
     """``least_remaining`` for headers of ``headers``' type: the client's own object
-    (``header_pairs``), read the cheapest way its type allows, chosen once per type and kept
-    in ``remaining_readers``."""
+    (``header_pairs``), read the cheapest way its type allows, chosen once per type."""
     try:
-        return remaining_readers[type(headers)]
+        return _remaining_readers[type(headers)]
     except KeyError:
-        found = remaining_readers[type(headers)] = _remaining_reader(headers)
+        found = _remaining_readers[type(headers)] = _remaining_reader(headers)
         return found
 
 
@@ -253,9 +252,7 @@ _RATELIMIT_BYTES: Final = _RATELIMIT.encode()
 _LEGACY_REMAINING_BYTES: Final = _LEGACY[1].encode()
 _X_REMAINING_BYTES: Final = _X[1].encode()
 _REMAINING_BYTES: Final = frozenset((_RATELIMIT_BYTES, _LEGACY_REMAINING_BYTES, _X_REMAINING_BYTES))
-# ``remaining_reader``'s choices by header type: public, so that a hook reads an answer with a
-# dictionary lookup and one call (``worker.instrument``).
-remaining_readers: dict[type, Callable[[Any], float | None]] = {}
+_remaining_readers: dict[type, Callable[[Any], float | None]] = {}
 
 
 def _text(value: str | bytes) -> str:

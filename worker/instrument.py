@@ -34,7 +34,7 @@ from time import perf_counter
 from typing import Any
 from urllib.parse import urlsplit
 
-from worker.announced import remaining_reader, remaining_readers
+from worker.announced import remaining_reader
 from worker.invocation import (
     FOLD_EVERY,
     UNREAD,
@@ -318,8 +318,7 @@ def _count_httpx_answer(
         # of it before a fold (``worker.announced``). Kept only if it announces one (or is a
         # 429, whose kind the fold reads): the rest are let go with the answer.
         try:
-            read = remaining_readers.get(type(headers)) or remaining_reader(headers)
-            remaining = read(headers)
+            remaining = remaining_reader(headers)(headers)
         except Exception as error:
             failures.swallow(error)
             remaining = None
