@@ -966,15 +966,20 @@ def timing_out(start: int, count: int, ok: int, timed_out: int) -> list[Sample]:
     ]
 
 
-def test_a_cut_on_the_first_timeouts_is_corrected_on_the_rest() -> None:
-    # At 20 and saturated; the downstream slows past the client's timeout at 1000. The first
-    # reports show 20% of calls timed out: a cut to that share, to 15.
+def cut_on_first_timeouts() -> tuple[QueueState, QueueWindow]:
+    """At 20 and saturated; the downstream slows past the client's timeout at 1000. The
+    first reports show 20% of calls timed out (100 calls): a cut to that share, to 15."""
     current = attached(20, at=0.0)
     window = window_of(*steady(960, 40, 20, ok=10))
     for document in timing_out(1000, 10, ok=8, timed_out=2):
         window.add(document)
     current, first = run(current, window, 1002.0)
     assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 15), first.reason
+    return current, window
+
+
+def test_a_cut_on_the_first_timeouts_is_corrected_on_the_rest() -> None:
+    current, window = cut_on_first_timeouts()
     # The rest of the invocations from before the cut report every call timed out: the cut is
     # made again on them at once, to a quarter of what ran (the accepted share says nothing
     # past a latency cliff), rather than a telemetry round trip later.
@@ -989,17 +994,12 @@ def test_a_cut_on_the_first_timeouts_is_corrected_on_the_rest() -> None:
 
 
 def test_a_cut_on_timeouts_is_corrected_on_each_report_more_of_them() -> None:
-    # Cut 20 -> 15 on the first reports of timeouts (100 calls, 20% timed out). Half as many
-    # calls again come in, every one timed out: an invocation whose calls time out runs a
-    # timeout per message and reports last, so the share only grows as the rest arrive. The
-    # cut is made again on them now (70 of 150 timed out: to 9), not once the reports hold
-    # twice the calls it was sized on, as a cut on refusals waits.
-    current = attached(20, at=0.0)
-    window = window_of(*steady(960, 40, 20, ok=10))
-    for document in timing_out(1000, 10, ok=8, timed_out=2):
-        window.add(document)
-    current, first = run(current, window, 1002.0)
-    assert (first.action, first.target) == (Action.MULTIPLICATIVE_DECREASE, 15), first.reason
+    # Cut 20 -> 15 on the first reports of timeouts. Half as many calls again come in, every
+    # one timed out: an invocation whose calls time out runs a timeout per message and
+    # reports last, so the share only grows as the rest arrive. The cut is made again on them
+    # now (70 of 150 timed out: to 9), not once the reports hold twice the calls it was sized
+    # on, as a cut on refusals waits.
+    current, window = cut_on_first_timeouts()
     for document in timing_out(1000, 5, ok=0, timed_out=10):
         window.add(document)
     current, corrected = run(current, window, 1003.0)
