@@ -13,7 +13,6 @@ many queues one batch names. A window forgotten is counted and reported, never s
 from __future__ import annotations
 
 import itertools
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -210,13 +209,15 @@ class QueueBook:
         """The queues that share each downstream's announced quota now (those whose newest
         quota was announced at ``since`` or later), and the calls a second each may want of
         it: ``HEADROOM`` over what it sent in the ``QUOTA_USE_S`` seconds of invocation starts
-        up to its newest announcement (a queue younger than that, since its first)."""
+        up to its newest announcement (a queue younger than that, since its first). Calls
+        started after it are left out as the span is: an API that stopped announcing must not
+        read as a queue wanting more."""
         shared: dict[str, dict[str, float]] = {}
         for queue, window in itertools.chain(self._held.items(), self._windows.items()):
             quota = window.quota
             if quota is None or quota.downstream is None or quota.event_time < since:
                 continue
-            sent = window.stats(quota.event_time - QUOTA_USE_S, math.inf)
+            sent = window.stats(quota.event_time - QUOTA_USE_S, quota.event_time)
             started = max(sent.since, sent.first_second or sent.since)
             span_s = max(1.0, quota.event_time - started)
             shared.setdefault(quota.downstream, {})[queue] = HEADROOM * sent.requests / span_s

@@ -7,6 +7,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -323,6 +324,29 @@ def test_the_loop_shares_a_quota_among_the_queues_that_report_its_downstream() -
     assert {api: sorted(wanted) for api, wanted in loop.book.announcing(NOW - 60).items()} == {
         "api": ["orders", "refunds"]
     }
+
+
+def test_calls_after_a_queues_newest_announcement_do_not_raise_what_it_wants() -> None:
+    # Orders and refunds announce for ten seconds (nine whole seconds of starts, 360 calls
+    # each, over the 9.75 s since the first), then orders' API stops sending headers and five
+    # more seconds bring it 40 calls/s more: what it wants of the quota is still read from
+    # the seconds it announced, like refunds'.
+    ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "refunds")
+    loop = ControlLoop(ledger, mapped(mapped(InMemoryActuator()), "refunds"), PARAMS)
+    unannounced = [
+        replace(
+            announced(NOW + 1 + index / 4),
+            quota_remaining=None,
+            quota_limit=None,
+            quota_window_s=None,
+            quota_reset_s=None,
+        )
+        for index in range(20)
+    ]
+    loop.run_batch(both_announcing() + unannounced, now=NOW + 5)
+    wanted = loop.book.announcing(NOW - 60)["api"]
+    assert wanted["orders"] == pytest.approx(wanted["refunds"])
+    assert wanted["orders"] == pytest.approx(1.2 * 360 / 9.75)
 
 
 def test_the_loop_leaves_a_queue_the_quota_another_one_does_not_use() -> None:
