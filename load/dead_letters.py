@@ -23,15 +23,23 @@ from load.sim.draw_parts import MIN_CONCURRENCY, calls_sent
 from load.sim.engine import simulate
 from load.sim.families import FAMILIES, draw_document, draw_scenario
 from load.sim.policies import HindsightPolicy
+from load.sim.scenario import Scenario
+from load.sim.trace import SimResult
 from load.simulate import PEER_POLICIES, SEED_WORKERS, make_policy
+
+# The dead letters 5xx noise alone expects from which a draw is likely to lose a message
+# whatever the policy: a one-in-ten chance of at least one (1 - e^-0.1).
+NOISE_LIKELY = 0.1
 
 
 @dataclass(frozen=True, slots=True)
 class DeadLetters:
-    """One run's dead letters: each message's (virtual second, the mapping's cap then)."""
+    """One run's dead letters: each message's (virtual second, the mapping's cap then), and
+    how many 5xx noise alone would dead-letter (``noise_alone``)."""
 
     policy: str
     events: tuple[tuple[float, int], ...]
+    noise_alone: float
 
     @property
     def messages(self) -> int:
@@ -53,7 +61,18 @@ def dead_letters(job: tuple[str, int, int, str, float | None]) -> DeadLetters:
         for trace in result.queues.values()
         for at in trace.dead_lettered_at
     )
-    return DeadLetters(policy, tuple(events))
+    return DeadLetters(policy, tuple(events), noise_alone(scenario, result))
+
+
+def noise_alone(scenario: Scenario, result: SimResult) -> float:
+    """The dead letters 5xx noise alone expects in a run: a message whose every receive's call
+    fails on noise runs out of receives whatever the cap, so each queue's messages times its
+    downstream's highest noise rate to the power of its ``maxReceiveCount``, summed."""
+    expected = 0.0
+    for spec in scenario.queues:
+        noise = max(rate for _, rate in scenario.downstream(spec.downstream).noise_5xx_rate)
+        expected += result.queues[spec.name].messages_total * noise**spec.max_receive_count
+    return expected
 
 
 def shape(family: str, seed: int, draw: int) -> dict[str, Any]:
@@ -84,9 +103,10 @@ def shape(family: str, seed: int, draw: int) -> dict[str, Any]:
 
 def classify(
     family: str, seed: int, draws: int, peers: Sequence[str], schedule: float | None = None
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], int]:
     """The law's dead-letter draws of ``family`` and what every other policy loses on each
-    (``schedule``: as ``dead_letters``')."""
+    (``schedule``: as ``dead_letters``'), and on how many of all the draws noise alone is
+    likely to dead-letter some (``NOISE_LIKELY``)."""
 
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
         law = list(
@@ -113,20 +133,21 @@ def classify(
                 "from_s": events[0][0],
                 "to_s": events[-1][0],
                 "at_cmin": sum(1 for _, cap in events if cap <= MIN_CONCURRENCY),
+                "by_noise": law[draw - 1].noise_alone,
                 **{
                     policy: runs[(family, seed, draw, policy, schedule)].messages
                     for policy in others[draw]
                 },
             }
         )
-    return rows
+    return rows, sum(1 for run in law if run.noise_alone >= NOISE_LIKELY)
 
 
 def render(rows: Sequence[dict[str, Any]], peers: Sequence[str]) -> str:
     head = (
         f"{'draw':>4} {'shape':<12} {'q':>1} {'batch':>5} {'vis':>4} {'mrc':>3} "
-        f"{'delay_s':>11} {'noise':>6} {'floor':>6} {'qm':>5} {'when_s':>9} {'@cmin':>5} "
-        f"{'static':>6} {'bound':>5} " + " ".join(f"{peer[:8]:>8}" for peer in peers)
+        f"{'delay_s':>11} {'noise':>6} {'floor':>6} {'by_noise':>8} {'qm':>5} {'when_s':>9} "
+        f"{'@cmin':>5} {'static':>6} {'bound':>5} " + " ".join(f"{peer[:8]:>8}" for peer in peers)
     )
     lines = [head]
     for row in rows:
@@ -134,7 +155,7 @@ def render(rows: Sequence[dict[str, Any]], peers: Sequence[str]) -> str:
         lines.append(
             f"{row['draw']:>4} {row['shape']:<12} {row['queues']:>1} {row['batch']:>5} "
             f"{row['visibility_s']:>4} {row['receives']:>3} {delay:>11} {row['noise']:>6.3f} "
-            f"{row['floor']:>6.2f} {row['queuemesh']:>5} "
+            f"{row['floor']:>6.2f} {row['by_noise']:>8.2f} {row['queuemesh']:>5} "
             f"{row['from_s']:>4.0f}-{row['to_s']:<4.0f} {row['at_cmin']:>5} {row['static']:>6} "
             f"{row.get('hindsight', '-'):>5} " + " ".join(f"{row[peer]:>8}" for peer in peers)
         )
@@ -163,6 +184,10 @@ def summary(rows: Sequence[dict[str, Any]], peers: Sequence[str]) -> str:
                 [row for row in rows if not any(row.get(name, 0) > 0 for name in others)],
             ),
             line("under the floor", [row for row in rows if row["floor"] < 1]),
+            line(
+                f"noise alone expects {NOISE_LIKELY:g} or more",
+                [row for row in rows if row["by_noise"] >= NOISE_LIKELY],
+            ),
         ]
     )
 
@@ -188,11 +213,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         print(f"unknown peer {unknown[0]!r}; peers: {', '.join(PEER_POLICIES)}", file=sys.stderr)
         return 2
-    rows = classify(args.family, args.seed, args.draws, peers, args.schedule_s)
+    rows, noisy = classify(args.family, args.seed, args.draws, peers, args.schedule_s)
     every = "" if args.schedule_s is None else f", a controller run every {args.schedule_s:g} s"
     print(
         f"family {args.family}, seed {args.seed}, draws 1-{args.draws}{every}: "
-        f"{len(rows)} draws with dead letters under queuemesh"
+        f"{len(rows)} draws with dead letters under queuemesh; on {noisy} draws noise alone "
+        f"expects {NOISE_LIKELY:g} or more"
     )
     print(render(rows, peers))
     print(summary(rows, peers))
