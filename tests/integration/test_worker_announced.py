@@ -16,7 +16,7 @@ from tests.worker_support import (  # noqa: F401 (fixtures)
     load_event,
     worker_output,
 )
-from worker import announced, schema, wrapper
+from worker import announced, instrument, schema, wrapper
 from worker.invocation import failures
 
 pytestmark = pytest.mark.usefixtures("instrumentation")
@@ -152,13 +152,22 @@ def test_a_reader_that_fails_costs_the_announcement_only(
     def broken(headers: object) -> float | None:
         raise RuntimeError("reader broken")
 
-    monkeypatch.setattr(announced, "_remaining_readers", {})
-    monkeypatch.setattr(announced, "_remaining_reader", lambda headers: broken)
     paths = [
         _path(200, 'RateLimit: "burst";r=7;t=6'),
         _path(429, "Stripe-Rate-Limited-Reason: global-rate", "Retry-After: 3"),
     ]
-    sample = _sample_of(lambda: [CLIENTS[client](downstream, p) for p in paths], capsys)
+    # httpx's hooks take their header class's reader when installed: installed again, they
+    # take the broken one, and the real one again afterwards.
+    try:
+        with monkeypatch.context() as patched:
+            patched.setattr(announced, "_remaining_readers", {})
+            patched.setattr(announced, "_remaining_reader", lambda headers: broken)
+            instrument.uninstall()
+            instrument.install()
+            sample = _sample_of(lambda: [CLIENTS[client](downstream, p) for p in paths], capsys)
+    finally:
+        instrument.uninstall()
+        instrument.install()
 
     assert (sample.requests, sample.ok, sample.throttled) == (2, 1, 1)
     assert sample.throttled_rate == 1

@@ -3,6 +3,8 @@ resets as instants, the kinds of a 429, and anything malformed ignored without r
 
 from __future__ import annotations
 
+from functools import partial
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -303,3 +305,53 @@ def test_every_readers_least_remaining_is_its_limits_read_cold_or_remembered(
             announced._least_by_field.clear()
         for client, headers_held in [("pairs", headers), *held.items()]:
             assert announced.least_remaining(headers_held) == expected, (client, forgotten)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    ratelimit_fields,
+    st.lists(st.tuples(header_names, wire_values), max_size=4),
+    st.sampled_from([200, 429]),
+)
+def test_httpxs_hooks_read_their_own_header_class_as_any_other(
+    announcing: list[tuple[str, str]], others: list[tuple[str, str]], status: int
+) -> None:
+    # httpx's hooks read httpx's header class with the reader chosen once, when they are
+    # installed, and any other header object through ``remaining_reader``: both count the
+    # remaining of the whole limit, in the sync hook and in the async one.
+    import asyncio
+
+    import httpx
+
+    from worker import instrument
+
+    class OtherHeaders(httpx.Headers):
+        """Not httpx's own class: read through ``remaining_reader``."""
+
+    headers = announcing + others
+    limit = announced.limit(headers, NOW)
+    expected = None if limit is None else limit.remaining
+    request = httpx.Request("GET", "https://api.example.com/")
+    read_remaining = announced.remaining_reader(httpx.Headers())
+    for header_class in (httpx.Headers, OtherHeaders):
+        response = httpx.Response(status)
+        response.headers = header_class(headers)
+        invocation = Invocation(["orders"], environ={})
+        instrument.begin(invocation)
+        try:
+            instrument._hook_httpx_handle_request(
+                lambda transport, request, answer=response: answer, httpx.Headers, read_remaining
+            )(None, request)
+            asyncio.run(
+                instrument._hook_httpx_handle_async_request(
+                    partial(_answered_async, response), httpx.Headers, read_remaining
+                )(None, request)
+            )
+        finally:
+            instrument.end()
+        assert [call[7] for call in invocation.calls] == [expected, expected], header_class
+
+
+async def _answered_async(response: object, transport: object, request: object) -> object:
+    """An async transport's original method that answers ``response``."""
+    return response
