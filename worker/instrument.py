@@ -304,16 +304,55 @@ def _httpx_downstream(invocation: Invocation, request: Any) -> str | None:
         return name
 
 
-# The two httpx hooks (the sync and async transports) count an answer alike, each inline, down
-# to the tuple ``Invocation.count`` appends, as ``getresponse`` does: the answer's announced quota
-# is read as it comes, while its headers are in the cache (httpx's are some 30 objects an answer,
-# triples of bytes, which the calls in between push out of it before a fold: ``worker.announced``),
-# and the header object is kept only if it announces one (or is a 429, whose kind the fold
-# reads); the rest are let go with the answer. httpx's answers hold httpx's header class, whose
-# reader (``read_remaining``) is chosen once, when the hooks are installed; any other header
-# object is read through ``remaining_reader``. Against a helper's call that looked the reader up
-# per answer, this took 0.3-0.9 us off an httpx call and 0.2-0.4 off an httpx async one with
-# rate-limit headers on every answer (docs/worker.md, "Where httpx's base cost goes").
+def _count_httpx_answer(
+    invocation: Invocation,
+    downstream: str,
+    started: float,
+    response: Any,
+    headers_type: type,
+    read_remaining: Callable[[Any], float | None],
+) -> None:
+    """Count an httpx answer (the sync and async transports alike); never raises. The tuple
+    ``Invocation.count`` appends, appended here: a frame less on every call. httpx's answers
+    hold httpx's header class, read by ``read_remaining``, its reader chosen once when the
+    hooks are installed (0.3-0.9 us off an httpx call with rate-limit headers on every answer
+    against a lookup per answer: docs/worker.md, "Where httpx's base cost goes"); any other
+    header object is read through ``remaining_reader``."""
+    try:
+        answered = perf_counter()
+        status = response.status_code
+        headers = response.headers
+        # The answer's announced quota, read now, while its headers are in the cache: httpx's
+        # are some 30 objects an answer (triples of bytes), which the calls in between push out
+        # of it before a fold (``worker.announced``). Kept only if it announces one (or is a
+        # 429, whose kind the fold reads): the rest are let go with the answer.
+        try:
+            remaining = (
+                read_remaining if type(headers) is headers_type else remaining_reader(headers)
+            )(headers)
+        except Exception as error:
+            failures.swallow(error)
+            remaining = None
+        held = invocation.calls
+        held.append(
+            (
+                current_record.get(),
+                status,
+                (answered - started) * 1000.0,
+                parse_retry_after(headers.get("retry-after"))
+                if status == 429 or status >= 500
+                else None,
+                downstream,
+                False,
+                headers if remaining is not None or status == 429 else None,
+                remaining,
+                answered,
+            )
+        )
+        if len(held) >= FOLD_EVERY:
+            invocation.fold_unless_folding()
+    except Exception as error:
+        failures.swallow(error)
 
 
 def _hook_httpx_handle_request(
@@ -336,37 +375,7 @@ def _hook_httpx_handle_request(
         except Exception as error:
             _count_failure(invocation, downstream, started, error)
             raise
-        try:
-            answered = perf_counter()
-            status = response.status_code
-            headers = response.headers
-            try:
-                remaining = (
-                    read_remaining if type(headers) is headers_type else remaining_reader(headers)
-                )(headers)
-            except Exception as error:
-                failures.swallow(error)
-                remaining = None
-            held = invocation.calls
-            held.append(
-                (
-                    current_record.get(),
-                    status,
-                    (answered - started) * 1000.0,
-                    parse_retry_after(headers.get("retry-after"))
-                    if status == 429 or status >= 500
-                    else None,
-                    downstream,
-                    False,
-                    headers if remaining is not None or status == 429 else None,
-                    remaining,
-                    answered,
-                )
-            )
-            if len(held) >= FOLD_EVERY:
-                invocation.fold_unless_folding()
-        except Exception as error:
-            failures.swallow(error)
+        _count_httpx_answer(invocation, downstream, started, response, headers_type, read_remaining)
         return response
 
     return handle_request
@@ -392,37 +401,7 @@ def _hook_httpx_handle_async_request(
         except Exception as error:
             _count_failure(invocation, downstream, started, error)
             raise
-        try:
-            answered = perf_counter()
-            status = response.status_code
-            headers = response.headers
-            try:
-                remaining = (
-                    read_remaining if type(headers) is headers_type else remaining_reader(headers)
-                )(headers)
-            except Exception as error:
-                failures.swallow(error)
-                remaining = None
-            held = invocation.calls
-            held.append(
-                (
-                    current_record.get(),
-                    status,
-                    (answered - started) * 1000.0,
-                    parse_retry_after(headers.get("retry-after"))
-                    if status == 429 or status >= 500
-                    else None,
-                    downstream,
-                    False,
-                    headers if remaining is not None or status == 429 else None,
-                    remaining,
-                    answered,
-                )
-            )
-            if len(held) >= FOLD_EVERY:
-                invocation.fold_unless_folding()
-        except Exception as error:
-            failures.swallow(error)
+        _count_httpx_answer(invocation, downstream, started, response, headers_type, read_remaining)
         return response
 
     return handle_async_request
