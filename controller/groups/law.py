@@ -8,8 +8,7 @@ adjusts the members' decisions, as Netflix's ``WindowedLimit`` wraps a limit:
 - With no estimate yet (nothing refused), every decision stands.
 - With one (``controller.groups.estimate``), each member's level is its share
   (``controller.groups.shares``). A member whose allowance is in use goes to its level, up or
-  down (up only where none of its own calls timed out: a timeout is its client's); any other
-  keeps its own decision, capped at its level. A cut the algorithm makes on
+  down; any other keeps its own decision, capped at its level. A cut the algorithm makes on
   its own evidence goes through at once (the group's estimate learns a fall only once its
   seconds are complete), and while the newest seconds show refusals the group raises nobody.
 - Below the group's floor the members the group does not run are paused, the others resumed
@@ -88,7 +87,6 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
     """Decide ``members`` (queues sharing the downstream ``group``) together."""
     pool = pooled((member.window for member in members), now, memory.probed_at)
     paces = _paces(members, now)
-    timing_out = {member.config.queue for member in members if _timed_out(member.window)}
     claims = [_claim(member, paces[member.config.queue], memory, pool, now) for member in members]
     protected = _protected(claims)
     estimate = memory.capacity_rps
@@ -118,7 +116,7 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
         queue = member.config.queue
         share = shares.get(queue, 0.0)
         level = levels_of.get(queue, member.state.concurrency)
-        standing = (queue in running, queue in shielded, queue in timing_out)
+        standing = (queue in running, queue in shielded)
         decision = _decided(member, claim, level, share, standing, estimate, pool, now)
         if decision is not member.decision:
             decisions[queue] = decision
@@ -157,12 +155,6 @@ def _paces(members: Sequence[Member], now: float) -> dict[str, float]:
     known = [pace for pace in measured.values() if pace]
     fallback = statistics.median(known) if known else 1.0
     return {queue: pace or fallback for queue, pace in measured.items()}
-
-
-def _timed_out(window: WindowSnapshot) -> bool:
-    """Some call of the member's window (its retention, ``WINDOW_RETENTION_S``) timed out: a
-    timeout is the member's own (its client's), where a refusal is the downstream's."""
-    return any(stats.timed_out for _, stats in window.buckets)
 
 
 def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: float) -> Claim:
@@ -230,23 +222,19 @@ def _decided(
     claim: Claim,
     level: int,
     share: float,
-    standing: tuple[bool, bool, bool],
+    standing: tuple[bool, bool],
     estimate: float,
     pool: Pooled,
     now: float,
 ) -> Decision:
     """``member``'s decision under the group's: the algorithm's where it stands, else one
     that carries out the group's level, pause or resume. ``standing``: whether the group runs
-    it, whether it shields it (protected while a lower priority runs): a shielded member
+    it, and whether it shields it (protected while a lower priority runs): a shielded member
     is cut by nobody, its level goes up to its share or its algorithm's, never down (the lower
     priorities are cut instead; its calls are bounded by its work, and counted in its
-    claim), and whether its own calls timed out (``_timed_out``): such a member is raised by
-    its algorithm only, up to its level. A client with a shorter timeout than its neighbours'
-    times out at a load they take: the group's fair share raised a member its law had cut
-    for its timeouts back into them (``latency`` seed 101 draw 91: 2 -> 17 -> 7 -> 18 -> 4
-    ..., its 359 ms timeout among neighbours' of 2.7 and 3.3 s)."""
+    claim)."""
     state, alone = member.state, member.decision
-    runs, shielded, timing_out = standing
+    runs, shielded = standing
     current = state.concurrency
     why = f"Group {member.config.group or 'downstream'}: ~{estimate:.0f} calls/s accepted"
     if not runs:
@@ -269,7 +257,7 @@ def _decided(
     wanted = alone.target if alone.enabled else current
     if wanted < current:
         target = min(wanted, level)
-    elif claim.demand_rps >= claim.cmax * claim.pace and not pool.pressed and not timing_out:
+    elif claim.demand_rps >= claim.cmax * claim.pace and not pool.pressed:
         target = level
     else:
         target = min(wanted, level)

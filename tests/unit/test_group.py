@@ -48,11 +48,10 @@ def window(
     seconds: range | None = None,
     downstream: str = "api",
     invocations: int = 1,
-    timed_out: int = 0,
 ) -> QueueWindow:
-    """A queue's window: ``invocations`` of ``ok + refused + timed_out`` calls starting each
-    second of ``seconds`` (the last 30 s by default), each taking one second (a pace of ``ok +
-    refused + timed_out``)."""
+    """A queue's window: ``invocations`` of ``ok + refused`` calls starting each second of
+    ``seconds`` (the last 30 s by default), each taking one second (a pace of ``ok +
+    refused``)."""
     kept = QueueWindow()
     for second in seconds or range(int(NOW) - 30, int(NOW)):
         for _ in range(invocations):
@@ -60,10 +59,9 @@ def window(
                 Sample(
                     queue=queue,
                     event_time=second + 1.0,
-                    requests=ok + refused + timed_out,
+                    requests=ok + refused,
                     ok=ok,
                     throttled=refused,
-                    timed_out=timed_out,
                     invocation_ms=1000.0,
                     downstream=downstream,
                 )
@@ -83,10 +81,8 @@ def member(
     paused_since: float = 0.0,
     cmax: int = 10,
     seconds: range | None = None,
-    timed_out: int = 0,
 ) -> Member:
-    """A member decided alone to hold at ``concurrency``, every invocation of it in use
-    (``timed_out``: calls of each invocation that timed out)."""
+    """A member decided alone to hold at ``concurrency``, every invocation of it in use."""
     params = PolicyParams(cmin=2, cmax=cmax)
     config = QueueConfig(queue, f"esm-{queue}", weight=weight, priority=priority)
     held = dataclasses.replace(
@@ -102,9 +98,7 @@ def member(
         Aimd(),
         lambda _: params,
     ).steps
-    snapshot = window(
-        queue, ok, refused, seconds=seconds, invocations=concurrency, timed_out=timed_out
-    ).snapshot()
+    snapshot = window(queue, ok, refused, seconds=seconds, invocations=concurrency).snapshot()
     return Member(config, held, step.decision, params, snapshot)
 
 
@@ -208,43 +202,6 @@ class TestShares:
         assert sorted(share.level for share in decided.report.members) == [2, 3]
         assert sum(share.share_rps for share in decided.report.members) <= 57.0 + 1e-9
         assert sorted(d.target for d in decided.decisions.values()) == [2, 3]
-
-    def test_a_member_whose_own_calls_timed_out_is_raised_by_its_own_law_only(self) -> None:
-        # A timeout is the member's client's, not the downstream's refusal: a member with a
-        # short timeout times out where its neighbours do not. Its law holds it at 2; the
-        # group, whose share fits it more, does not raise it (latency seed 101 draw 91:
-        # raised 2 -> 17 -> 7 -> 18 -> 4 ..., every raise timing out again).
-        complete = range(int(NOW) - 30, int(NOW - LAG_S))
-        neighbour = member("neighbour", 6, 4, concurrency=10, cmax=40, seconds=complete)
-
-        def short(timed_out: int) -> Member:
-            """At 2, ``timed_out`` of each invocation's 10 calls timing out until the newest
-            seconds, clean in them."""
-            kept = window(
-                "short", 10 - timed_out, seconds=complete, invocations=2, timed_out=timed_out
-            )
-            for second in range(int(NOW - LAG_S), int(NOW)):
-                for _ in range(2):
-                    kept.add(
-                        Sample(
-                            queue="short",
-                            event_time=second + 1.0,
-                            requests=10,
-                            ok=10,
-                            invocation_ms=1000.0,
-                            downstream="api",
-                        )
-                    )
-            alone = member("short", 10, concurrency=2, cmax=40)
-            return dataclasses.replace(alone, window=kept.snapshot())
-
-        decided = govern("api", [short(timed_out=4), neighbour], GroupMemory(), NOW)
-        shares = {share.queue: share for share in decided.report.members}
-        assert shares["short"].level > 2
-        assert "short" not in decided.decisions
-        # Without its timeouts, the same member is raised to its share.
-        decided = govern("api", [short(timed_out=0), neighbour], GroupMemory(), NOW)
-        assert decided.decisions["short"].target > 2
 
 
 class TestTimeSharing:
