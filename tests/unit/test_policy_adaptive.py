@@ -831,26 +831,6 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
         decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
         assert 50 < decision.target <= 53, decision.reason
 
-    def test_growth_projects_only_the_latency_above_what_a_much_lower_level_took(
-        self,
-    ) -> None:
-        # Timeouts cut at 341 ms; the queue ran at 2 for a minute, its calls taking 160 ms (a
-        # database's no-load latency, most of a call's), then at 8: 184 ms. In proportion,
-        # 184 ms x 11 / 8 would near 0.8 x 341: growth stopped at 11. Along the line through
-        # the two levels the latency grows 4 ms an invocation: the poller's ramp, at most
-        # doubling, is the bound (latency seed 101 draw 47 climbed back from 2 by one or two
-        # invocations a round trip).
-        current = attached(8, at=0.0, timeout_latency_ms=341.0)
-        levels = [2.0] * self.SPAN + [8.0] * self.SPAN
-        latency = [160.0] * self.SPAN + [184.0] * self.SPAN
-        window = seconds_of(880, levels, latency, [0] * 2 * self.SPAN)
-        decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
-        assert decision.target == 16, decision.reason
-        # Without the lower level in view, all of the latency is taken to grow with it.
-        window = seconds_of(940, [8.0] * self.SPAN, [184.0] * self.SPAN, [0] * self.SPAN)
-        decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
-        assert decision.target == 11, decision.reason
-
     @settings(max_examples=60)
     @given(
         level=st.integers(5, 90),

@@ -50,14 +50,11 @@ class Probing(Tuning):
             target = min(target, current + max(1, (ceiling - current) // 2), ceiling - 1)
         mean = stats.mean_latency_ms
         if memory.timeout_latency_ms > 0 and mean:
-            # Where timeouts cut, a step stops under the level whose latency, grown with the
-            # level (``latency_growth``), would come within the headroom of theirs: growth
-            # held only at that headroom doubled a queue from about 0.7 of it, every call
-            # timing out again (latency seed 100 draw 36: 50 -> 100).
-            reach = self.timeout_headroom * memory.timeout_latency_ms / mean
-            # The share of the latency that grows with the level (1: all of it).
-            grows = self.latency_growth(situation, current, mean, 2.0) - 1.0
-            under = 1.0 + (reach - 1.0) / grows
+            # Where timeouts cut, a step stops under the level whose latency, grown in
+            # proportion to the level (on a load line it grows less), would come within the
+            # headroom of theirs: growth held only at that headroom doubled a queue from about
+            # 0.7 of it, every call timing out again (latency seed 100 draw 36: 50 -> 100).
+            under = self.timeout_headroom * memory.timeout_latency_ms / mean
             target = min(target, math.ceil(current * under) - 1)
         target = clamp(target, situation.params)
         if target <= current:
@@ -73,38 +70,6 @@ class Probing(Tuning):
             stats,
             breaches=0,
         )
-
-    def latency_growth(
-        self, situation: AdaptiveSituation, level: int, mean_ms: float, growth: float
-    ) -> float:
-        """How many times the calls' mean latency ``mean_ms`` at ``level`` grows when the level
-        grows ``growth`` times: in proportion (``growth``), unless the window shows what the
-        calls took at a much lower load. Then only the part above that grows, along the line
-        through the two: the least mean latency of a second in which the queue ran at most half
-        ``level``'s invocations (by Little's law, its invocations' busy time), none of its calls
-        timing out. Never faster than in proportion (a line steeper than that is a slower
-        downstream then, not load).
-
-        Read in proportion, a ``queueing`` database whose no-load latency is most of a call's
-        (170 of 184 ms at 4 invocations, a 341 ms timeout) held every chained pulse and every
-        expiry: the queue climbed back from 2 by one or two invocations a telemetry round trip
-        (37 s) while 16,000 messages waited (latency seed 101 draw 47, 7.4 x the ideal drain).
-        """
-        low = min(
-            (
-                (bucket.latency_ms_sum / bucket.latency_count, bucket.busy_ms / 1000.0)
-                for _, bucket in situation.window.buckets
-                if bucket.latency_count
-                and not bucket.timed_out
-                and 0 < bucket.busy_ms <= 500.0 * level
-            ),
-            default=None,
-        )
-        if low is None or low[0] >= mean_ms:
-            return growth
-        unloaded_ms, running = low
-        grows = (mean_ms - unloaded_ms) / mean_ms * level / (level - running)
-        return 1.0 + min(1.0, grows) * (growth - 1.0)
 
     def probe(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
         """Near the ceiling: a pulse probe once the backoff has passed (``probe_step``)."""
@@ -288,19 +253,11 @@ class Probing(Tuning):
         # as elsewhere (committed one step at a time, a queue cut to 2 took 35 s a level back
         # up).
         chained_step = self.probe_step(probed, 2 * max(1, streak), memory)
-        mean = pulse.mean_latency_ms or 0.0
-        step_growth = (probed + chained_step) / max(1, probed)
         near_timeouts = near_timeout(
-            memory,
-            pulse,
-            self.timeout_headroom,
-            self.latency_growth(situation, probed, mean, step_growth),
+            memory, pulse, self.timeout_headroom, (probed + chained_step) / max(1, probed)
         )
         expired = probed > max(ceiling, broke_at) and not near_timeout(
-            memory,
-            pulse,
-            self.timeout_headroom,
-            self.latency_growth(situation, probed, mean, self.max_growth),
+            memory, pulse, self.timeout_headroom, self.max_growth
         )
         # Past the ceiling but not yet above the level that broke, or above it where 429s set
         # the ceiling: the pulse was the fresh evidence for its level, so the next probe, a
