@@ -226,7 +226,7 @@ def _hook_getresponse(
     its Retry-After value (all of them, joined), which the fold reads for rate limits: a
     dict (urllib3's) or a list of (name, value) (http.client's) costs less to read there, the
     reader's code warm from the answers before, than in a hook whose code the client's own
-    evicts (unlike httpx's, read in its hooks as they come)."""
+    evicts (unlike httpx's: ``_count_httpx_answer``)."""
 
     def getresponse(self: http.client.HTTPConnection) -> Any:
         invocation = _active
