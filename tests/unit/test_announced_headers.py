@@ -3,13 +3,15 @@ resets as instants, the kinds of a 429, and anything malformed ignored without r
 
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 
+import httpx
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from worker import announced
+from worker import announced, instrument
 from worker.announced import Limit
 from worker.invocation import Invocation
 
@@ -319,12 +321,6 @@ def test_httpxs_hooks_read_their_own_header_class_as_any_other(
     # httpx's hooks read httpx's header class with the reader chosen once, when they are
     # installed, and any other header object through ``remaining_reader``: both count the
     # remaining of the whole limit, in the sync hook and in the async one.
-    import asyncio
-
-    import httpx
-
-    from worker import instrument
-
     class OtherHeaders(httpx.Headers):
         """Not httpx's own class: read through ``remaining_reader``."""
 
