@@ -315,7 +315,7 @@ def family_summary(
             [_ratio(totals["calls_timed_out"], totals["calls_total"]) for totals in runs]
         ),
         "draws_within_bound_rule": sum(
-            1 for draw in bounded if _within_bound(draw[policy], draw["hindsight"])
+            1 for draw in bounded if not bound_limits_missed(draw[policy], draw["hindsight"])
         )
         if bounded
         else None,
@@ -361,8 +361,11 @@ def _worse(value: float | None, reference: float | None, factor: float) -> bool:
     return reference is not None and value > factor * reference
 
 
-def _within_bound(totals: Mapping[str, Any], bound: Mapping[str, Any]) -> bool:
-    wastes = totals["wasted_ratio"] <= (
+def bound_limits_missed(totals: Mapping[str, Any], bound: Mapping[str, Any]) -> tuple[str, ...]:
+    """Which of the bound rule's limits a run's ``totals`` miss against the bound's on the same
+    draw: ``("waste",)``, ``("drain",)``, both, or none (the run is within the rule)."""
+    wastes = totals["wasted_ratio"] > (
         BOUND_WASTE_FACTOR * bound["wasted_ratio"] + BOUND_WASTE_SLACK
     )
-    return wastes and not _worse(totals["drain_ratio"], bound["drain_ratio"], BOUND_DRAIN_FACTOR)
+    drains = _worse(totals["drain_ratio"], bound["drain_ratio"], BOUND_DRAIN_FACTOR)
+    return (*(("waste",) if wastes else ()), *(("drain",) if drains else ()))

@@ -446,6 +446,37 @@ def test_a_correction_keeps_a_level_the_storm_s_full_reports_say_fits() -> None:
     assert deeper.target == 5
 
 
+def test_a_cut_the_storm_s_full_reports_show_landed_low_is_raised_to_what_they_fit() -> None:
+    # Cut from 16 to 3 on first reports that showed a few of the invocations in use. The rest
+    # of them show 16 invocations a second, half their calls refused: about 6 fit, more than
+    # one level over 3, and the cut is made again, up, still under the level that broke.
+    def cut_to_3(ceiling: int) -> QueueState:
+        return attached(
+            3,
+            at=1002.0,
+            cut_at=1002.0,
+            cut_evidence_since=1000.0,
+            cut_requests=100,
+            cut_running=4.0,
+            ceiling=ceiling,
+            broke_at=16,
+        )
+
+    window = window_of(*steady(960, 40, 16, ok=10))
+    for second in (1000, 1001):
+        for document in storm_seconds(second, 16, ok=5, throttled=5):
+            window.add(document)
+    raised, decision = run(cut_to_3(ceiling=4), window, 1003.0)
+    assert decision.reason.startswith("Correcting the cut up"), decision.reason
+    assert 3 + 1 < decision.target < 16
+    assert memory_of(raised).ceiling == decision.target + 1
+    assert memory_of(raised).broke_at == 16
+    # A level the cut did not set (its ceiling is over another: a group's share since) is
+    # not the law's to raise.
+    _, shared = run(cut_to_3(ceiling=9), window, 1003.0)
+    assert shared.target <= 3, shared.reason
+
+
 def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_reports() -> None:
     # A mapping at 100 the poller is still climbing (5 more a second): the reports show about
     # 25 running on average, the poller runs 50 or more by now. The cut starts from what runs

@@ -1,0 +1,75 @@
+"""The bound-miss listing (load/bound_misses.py): its lines are the draws the scorecard counts
+outside the bound rule, and its cause reads where the law fell behind the bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from load import bound_misses as bm
+from load.simulate import run_family
+
+# throttling seed 7, draws 1-4: the bound applies to all four; the law misses on drain alone on
+# draw 3 (below the floor, then back: a slow climb) and draw 4 (a drop, 39 messages behind).
+FAMILY, SEED, DRAWS = "throttling", 7, 4
+
+
+def test_the_lines_and_the_summary_are_the_scorecards_count() -> None:
+    bounded, rows = bm.classify(FAMILY, SEED, DRAWS)
+    (card,) = run_family(FAMILY, SEED, DRAWS, ["queuemesh"], "adaptive")
+    assert bounded - len(rows) == card["draws_within_bound_rule"] == 2
+    assert [(row["draw"], row["missed"], row["cause"]) for row in rows] == [
+        (3, "drain", "slow climb"),
+        (4, "drain", "tail"),
+    ]
+    assert all(row["drain"] > 1.1 * row["bound_drain"] for row in rows)
+    assert len(bm.render(rows).splitlines()) == 1 + len(rows)
+    assert bm.summary(bounded, rows).splitlines() == [
+        "within the rule: 2 of 4 draws the bound applies to",
+        "by shape: below-floor 1 (drain 1); drop 1 (drain 1)",
+        "by limit: drain 2",
+        "by cause (drain alone): slow climb 1, tail 1",
+    ]
+
+
+def _run(ok_per_s: list[int], drain_s: float, caps: list[int]) -> bm.Run:
+    # A capacity that falls at 10 s and returns at 20 s.
+    return bm.Run(
+        {"drain_s": drain_s}, tuple(ok_per_s), tuple(caps), ((0, 100), (10, 20), (20, 100))
+    )
+
+
+def test_a_law_far_behind_after_the_return_climbs_slowly() -> None:
+    bound = _run([100] * 30, 30, [10] * 30)
+    law = _run([100] * 20 + [10] * 10 + [100] * 9, 39, [10] * 20 + [2] * 19)
+    assert bm.cause(law, bound) == {
+        "lag_s": 9.0,
+        "behind": 800,
+        "caps": "2/10",
+        "cause": "slow climb",
+    }
+
+
+def test_a_law_behind_before_the_return_cut_too_low() -> None:
+    bound = _run([100] * 30, 30, [10] * 30)
+    law = _run([100] * 10 + [10] * 10 + [100] * 19, 39, [10] * 39)
+    assert bm.cause(law, bound)["cause"] == "before return"
+
+
+def test_a_few_messages_behind_is_a_tail_and_an_undrained_bound_says_nothing() -> None:
+    bound = _run([100] * 30, 30, [10] * 30)
+    law = _run([100] * 29 + [90, 10], 31, [10] * 31)
+    assert bm.cause(law, bound)["cause"] == "tail"
+    undrained = bm.Run({"drain_s": None}, (1,), (1,), ((0, 1),))
+    assert bm.cause(law, undrained)["cause"] == "-"
+
+
+@pytest.mark.parametrize("argv", [["--draws", "0"], ["--family", "nope"], ["--seed", "x"]])
+def test_a_bad_argument_is_one_line_and_exit_2(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        bm.main(argv)
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert len(captured.err.splitlines()) == 1
