@@ -35,8 +35,8 @@ tracked until the tallies take them in. The heap the imports built is frozen (``
 the run, so a collection walks only what the calls left.
 
 The hooks only keep what they saw; the tallies take it in later (when the invocation's
-documents are written, or ``FOLD_EVERY`` calls have piled up), and that is where urllib3's (and
-requests') answers' rate-limit headers are read (http.client's and httpx's are read in the hook).
+documents are written, or ``FOLD_EVERY`` calls have piled up), and that is where http.client's,
+urllib3's and requests' answers' rate-limit headers are read (httpx's are read in its hooks).
 So each round ends by taking its calls into the tallies, timed, and that fold's CPU time per call
 is added to the round's overhead (``fold_cpu_us`` shows its share): the figure is the whole work a
 call costs, now or deferred. With ``announced`` every answer carries rate-limit headers (IETF
@@ -177,9 +177,9 @@ def _time_round(
                 plain_time = plain()
                 hooked_time = hooked()
             by_order[first_is_hooked].append((plain_time, hooked_time))
-        # The hooks keep what they saw for the tallies to take in later (reading urllib3's
-        # answers' rate-limit headers among it): that fold is the calls' work too, deferred, so
-        # its CPU time per call counts on the hooked side.
+        # The hooks keep what they saw for the tallies to take in later (reading every client's
+        # answers' rate-limit headers but httpx's among it): that fold is the calls' work too,
+        # deferred, so its CPU time per call counts on the hooked side.
         fold_started = time.thread_time_ns()
         invocation.tallies  # noqa: B018 (the read folds the calls)
         fold_ns = time.thread_time_ns() - fold_started
