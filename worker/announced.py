@@ -313,7 +313,7 @@ def _entry_reader(headers: Any) -> _EntryReader:
         return _HTTPX_ENTRIES, 1
     if type(getattr(headers, "raw", None)) is list:
         return _RAW_ENTRIES, 0
-    if type(headers) is list:
+    if type(headers) in (list, tuple):
         return _as_given, 0
     return _items, 0
 

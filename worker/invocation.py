@@ -221,11 +221,11 @@ class Invocation:
         downstream: str | None,
         timed_out: bool = False,
         headers: Any = None,
-        answered_at: float = 0.0,
+        answered_at: float | None = None,
     ) -> None:
         """Count one call for the queue being worked on, as ``Tally.add`` classifies it, with
         the answer's ``headers`` (None: no answer) that came at ``answered_at``
-        (``perf_counter``), read now for the least remaining quota they announce.
+        (``perf_counter``; None: now), read now for the least remaining quota they announce.
 
         The hooks, the hottest callers, append the same tuple themselves, inline.
         """
@@ -246,7 +246,7 @@ class Invocation:
                 timed_out,
                 headers if remaining is not None or status == 429 else None,
                 remaining,
-                answered_at,
+                time.perf_counter() if answered_at is None else answered_at,
             )
         )
         if len(held) >= FOLD_EVERY:

@@ -337,6 +337,44 @@ def test_record_outside_an_invocation_is_a_no_op_and_never_raises() -> None:
     assert failures.count == 1
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"RateLimit-Policy": '"q";q=30;w=1', "RateLimit": '"q";r=4;t=1', "Retry-After": "2"},
+        # gRPC's metadata: a tuple of (name, value) pairs, lowercase names.
+        (("ratelimit-policy", '"q";q=30;w=1'), ("ratelimit", '"q";r=4;t=1'), ("retry-after", "2")),
+        [
+            (b"RateLimit-Policy", b'"q";q=30;w=1'),
+            (b"RateLimit", b'"q";r=4;t=1'),
+            (b"Retry-After", b"2"),
+        ],
+    ],
+    ids=["mapping", "grpc-metadata", "raw-pairs"],
+)
+def test_record_reads_an_answers_announced_quota_and_retry_after_from_its_headers(
+    headers: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def application() -> None:
+        api.record(200, 10.0, downstream="payments", headers={"Content-Type": "text/plain"})
+        api.record(429, 12.0, downstream="payments", headers=headers)
+
+    sample = _sample_of(application, capsys)
+
+    assert (sample.requests, sample.throttled) == (2, 1)
+    assert (sample.quota_remaining, sample.quota_limit, sample.quota_window_s) == (4, 30, 1)
+    assert sample.quota_reset_s is not None and 0 < sample.quota_reset_s <= 1.5
+    assert sample.retry_after_s == 2
+
+
+def test_record_prefers_the_retry_after_it_is_given_to_its_headers(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    sample = _sample_of(
+        lambda: api.record(429, 12.0, retry_after=7, headers={"Retry-After": "2"}), capsys
+    )
+    assert sample.retry_after_s == 7
+
+
 @settings(max_examples=50)
 @given(
     statuses=st.lists(st.sampled_from([200, 204, 301, 404, 429, 500, 503]), max_size=40),
