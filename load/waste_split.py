@@ -15,8 +15,9 @@ each second). The phases, first match wins:
 - ``no level`` (timeouts only): the downstream's own latency was at or past the client's
   timeout then: every level times out, only a pause avoids them.
 - ``at Cmin``: the mapping at Cmin (a test of Cmin after a pause, or cut to the floor).
-- ``raised``: the policy's last change before it raised the level (growth, a probe, a cut
-  corrected up, a resume).
+- ``raised``: the policy's last change before it raised the level (growth, a probe, whose
+  pulse's end back to the level it probed from counts as the probe's, a cut corrected up, a
+  resume).
 - ``held``: its last change cut the level, which still does not fit.
 
 A policy with no ledger (``static``) makes no cut: all it wastes after the blind seconds is
@@ -34,7 +35,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from controller.model import Action
+from controller.model import Action, AuditEntry
 from load.blind_waste import blind_seconds, hurting_changes
 from load.sim.engine import SIM_EPOCH, simulate
 from load.sim.families import FAMILIES, draw_scenario
@@ -74,6 +75,23 @@ class DrawSplit:
         return f"{self.description.split(',')[0]} ({self.latency_model})"
 
 
+def level_changes(trail: Sequence[AuditEntry]) -> list[tuple[float, bool]]:
+    """A queue's changes of level in its audit trail, oldest first, as (virtual second,
+    raised): a pause is a cut and a resume a raise; a pulse's end is its probe's, neither a
+    cut nor a raise of its own."""
+    return sorted(
+        (
+            entry.timestamp - SIM_EPOCH,
+            entry.new_value > entry.previous_value or entry.action == Action.RESUME,
+        )
+        for entry in trail
+        if entry.action != Action.PROBE_END
+        and (
+            entry.new_value != entry.previous_value or entry.action in (Action.PAUSE, Action.RESUME)
+        )
+    )
+
+
 def draw_split(job: tuple[str, int, int, str]) -> DrawSplit:
     """One (family, seed, draw, policy) run, its wasted calls classified."""
     family, seed, draw, name = job
@@ -87,19 +105,12 @@ def draw_split(job: tuple[str, int, int, str]) -> DrawSplit:
         name: sorted({0.0, *hurting_changes(downstream)})
         for name, downstream in downstreams.items()
     }
-    # Each queue's changes of level, oldest first: (virtual time, raised).
-    moves: dict[str, list[tuple[float, bool]]] = {}
-    for queue in specs:
-        trail = policy.ledger.audit_trail(queue) if isinstance(policy, QueueMeshPolicy) else []
-        moves[queue] = sorted(
-            (
-                entry.timestamp - SIM_EPOCH,
-                entry.new_value > entry.previous_value or entry.action == Action.RESUME,
-            )
-            for entry in trail
-            if entry.new_value != entry.previous_value
-            or entry.action in (Action.PAUSE, Action.RESUME)
+    moves = {
+        queue: level_changes(
+            policy.ledger.audit_trail(queue) if isinstance(policy, QueueMeshPolicy) else []
         )
+        for queue in specs
+    }
     reported = defaultdict(list)
     for delivery in result.telemetry:
         if delivery.sample.throttled or delivery.sample.timed_out:

@@ -4,10 +4,11 @@ follow the policy's own decisions."""
 
 from __future__ import annotations
 
+from controller.model import Action, AuditEntry, AuditEvent
 from load import blind_waste as bw
 from load import waste_split as ws
 from load.scorecard import scorecard
-from load.sim.engine import simulate
+from load.sim.engine import SIM_EPOCH, simulate
 from load.sim.families import draw_scenario
 from load.simulate import make_policy
 
@@ -36,6 +37,21 @@ def test_every_wasted_call_of_the_run_is_in_one_phase_and_the_blind_ones_as_coun
 def test_a_policy_that_never_cuts_wastes_only_before_its_first_cut() -> None:
     split = ws.draw_split((*DRAW, "static"))
     assert {phase for phase, _ in split.wasted} <= {"blind", "unseen", "seen", "no level"}
+
+
+def test_a_pulses_end_is_its_probes_and_a_pause_a_cut() -> None:
+    def entry(at: float, action: Action, before: int, after: int) -> AuditEntry:
+        return AuditEntry("q", SIM_EPOCH + at, AuditEvent.TRANSITION, before, after, action, "")
+
+    trail = [
+        entry(30.0, Action.HOLD, 20, 20),
+        entry(10.0, Action.MULTIPLICATIVE_DECREASE, 40, 20),
+        entry(50.0, Action.ADDITIVE_INCREASE, 20, 25),
+        entry(52.0, Action.PROBE_END, 25, 20),
+        entry(90.0, Action.PAUSE, 2, 2),
+        entry(120.0, Action.RESUME, 2, 2),
+    ]
+    assert ws.level_changes(trail) == [(10.0, False), (50.0, True), (90.0, False), (120.0, True)]
 
 
 def test_the_report_splits_the_mean_by_kind_phase_and_shape() -> None:
