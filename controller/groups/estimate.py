@@ -4,12 +4,10 @@
 The members' evidence is pooled second by second (invocation starts). A second in which the
 group's calls were refused (at least ``REFUSED_SHARE`` of them) says what the downstream
 accepted: its 2xx calls. The estimate is their mean over the complete seconds of the span (a
-second is complete once every invocation that started in it has reported: ``LAG_S`` later),
-but for the seconds that may have begun before the newest fall (the first refused after clean
-ones, and those within one invocation's length of it: their early calls met the capacity
-before it). While no second is refused the estimate is held; the group raises it (a probe of
-the whole downstream, not of each queue) only when its members want more than it allows, the
-span is clean, and no probe is being judged. A probe passes once two seconds since it took more
+second is complete once every invocation that started in it has reported: ``LAG_S`` later).
+While no second is refused the estimate is held; the group raises it (a probe of the whole
+downstream, not of each queue) only when its members want more than it allows, the span is
+clean, and no probe is being judged. A probe passes once two seconds since it took more
 than the members were given before it (``UTILISATION`` of the estimate), nothing refused
 (the next may follow at once), or once its seconds are complete and clean; one that meets
 refusals goes back to what the downstream took in them (at least where it began) and
@@ -43,9 +41,6 @@ SPAN_S = 8.0
 # make the span unclean (one second's calls bunching is not a capacity).
 REFUSED_SHARE = 0.02
 REFUSED_SECONDS = 2
-# A refused second after this many clean ones (seconds with calls) is a fall's first: one
-# clean second between refused ones is calls bunching, or reports not in yet.
-CLEAN_BEFORE_FALL = 2
 # A second refused this much says what the downstream accepts (one refused less may be the
 # group cutting into the capacity, its 2xx calls fewer than the downstream takes).
 MEASURED_SHARE = 0.10
@@ -98,19 +93,19 @@ class GroupMemory:
 class Pooled:
     """The group's evidence, all members' seconds added up.
 
-    ``accepted_rps``: the mean 2xx calls of the complete seconds refused enough to measure,
-    those straddling a fall left out (``None``: fewer than ``REFUSED_SECONDS``);
-    ``refused_sent_rps``: the calls sent in those seconds; ``sent_rps``: the calls a second over
-    the complete span; ``clean``: no second of the complete span was refused; ``pressed``: the
-    seconds too recent to be complete already show refusals; ``took_rps``: the mean 2xx calls of
-    the refused complete seconds, however little refused (0: none), what a probe that met
-    refusals found the downstream takes; ``peak_ok_rps``: the 2xx calls that two seconds since
-    the probe being judged reached, complete or not (0: no probe); ``fresh_accepted_rps``: the
-    complete span's calls a second times the share accepted in the lower half of the newest
-    seconds refused enough to measure (``None``: fewer than ``REFUSED_SECONDS``), what the
-    downstream takes if the group still sends as it did (those seconds' reports are not all in,
-    but the share accepted needs none missing); ``last_refused_at``: the newest second with
-    ``REFUSED_SHARE`` of its calls refused (0: none in the span).
+    ``accepted_rps``: the mean 2xx calls of the complete seconds refused enough to measure
+    (``None``: fewer than ``REFUSED_SECONDS``); ``refused_sent_rps``: the calls sent in those
+    seconds; ``sent_rps``: the calls a second over the complete span; ``clean``: no second of
+    the complete span was refused; ``pressed``: the seconds too recent to be complete already
+    show refusals; ``took_rps``: the mean 2xx calls of the refused complete seconds, however
+    little refused (0: none), what a probe that met refusals found the downstream takes;
+    ``peak_ok_rps``: the 2xx calls that two seconds since the probe being judged reached,
+    complete or not (0: no probe); ``fresh_accepted_rps``: the complete span's calls a second
+    times the share accepted in the lower half of the newest seconds refused enough to measure
+    (``None``: fewer than ``REFUSED_SECONDS``), what the downstream takes if the group still
+    sends as it did (those seconds' reports are not all in, but the share accepted needs none
+    missing); ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls
+    refused (0: none in the span).
     """
 
     accepted_rps: float | None
@@ -128,33 +123,20 @@ def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0
     """The members' ``windows`` added up second by second, as of ``now``; ``probed_at``:
     when the probe being judged began (0: none)."""
     complete_from, recent_from = now - LAG_S - SPAN_S, now - LAG_S
-    # The seconds before the span only say where the newest fall began.
-    looked_from = complete_from - SPAN_S
     calls: dict[int, int] = {}
     ok: dict[int, int] = {}
     refused: dict[int, int] = {}
-    busy_ms, timed = 0.0, 0
     for window in windows:
         for second, stats in window.buckets:
-            if second < looked_from:
+            if second < complete_from:
                 continue
             calls[second] = calls.get(second, 0) + stats.requests
             ok[second] = ok.get(second, 0) + stats.ok
             refused[second] = refused.get(second, 0) + stats.pressure
-            busy_ms += stats.busy_ms
-            timed += stats.timed_samples
-    refused_at = {s for s in calls if refused[s] >= REFUSED_SHARE * calls[s] > 0}
-    invocation_s = busy_ms / timed / 1000.0 if timed else 0.0
-    straddling = _straddling(sorted(calls), refused_at, invocation_s)
-    calls = {s: n for s, n in calls.items() if s >= complete_from}
-    refused_at = {s for s in refused_at if s >= complete_from}
     complete = [second for second in calls if second < recent_from]
+    refused_at = {s for s in calls if refused[s] >= REFUSED_SHARE * calls[s] > 0}
     refused_seconds = [s for s in complete if s in refused_at]
-    measured = [
-        s
-        for s in refused_seconds
-        if refused[s] >= MEASURED_SHARE * calls[s] and s not in straddling
-    ]
+    measured = [s for s in refused_seconds if refused[s] >= MEASURED_SHARE * calls[s]]
     recent = [second for second in calls if second >= recent_from]
     recent_calls = sum(calls[s] for s in recent)
     recent_refused = sum(refused[s] for s in recent)
@@ -179,7 +161,7 @@ def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0
         refused_sent = sum(calls[s] for s in top) / len(top)
     took = upper(refused_seconds)
     # The 2xx calls two seconds since the probe reached (one second's bunching is no rise).
-    risen = sorted((ok[s] for s in calls if s >= probed_at), reverse=True)[:REFUSED_SECONDS]
+    risen = sorted((ok[s] for s in ok if s >= probed_at), reverse=True)[:REFUSED_SECONDS]
     return Pooled(
         accepted_rps=accepted,
         refused_sent_rps=refused_sent,
@@ -191,24 +173,6 @@ def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0
         fresh_accepted_rps=fresh_accepted,
         last_refused_at=max(refused_at, default=0.0),
     )
-
-
-def _straddling(seconds: list[int], refused_at: set[int], invocation_s: float) -> set[int]:
-    """The ``seconds`` (in order) whose invocations may have begun before a fall: from each
-    refused second after ``CLEAN_BEFORE_FALL`` clean ones, for one invocation's length
-    (``invocation_s``, at least the second itself). Their early calls met the capacity
-    before it, so their 2xx calls read what the downstream no longer takes."""
-    straddling: set[int] = set()
-    onsets = [
-        second
-        for index, second in enumerate(seconds)
-        if second in refused_at
-        and index >= CLEAN_BEFORE_FALL
-        and not refused_at.intersection(seconds[index - CLEAN_BEFORE_FALL : index])
-    ]
-    for onset in onsets:
-        straddling.update(s for s in seconds if onset <= s < onset + max(invocation_s, 1.0))
-    return straddling
 
 
 def estimated(

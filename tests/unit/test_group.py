@@ -48,11 +48,10 @@ def window(
     seconds: range | None = None,
     downstream: str = "api",
     invocations: int = 1,
-    invocation_ms: float = 1000.0,
 ) -> QueueWindow:
     """A queue's window: ``invocations`` of ``ok + refused`` calls starting each second of
-    ``seconds`` (the last 30 s by default), each taking ``invocation_ms`` (one second: a pace
-    of ``ok + refused``)."""
+    ``seconds`` (the last 30 s by default), each taking one second (a pace of ``ok +
+    refused``)."""
     kept = QueueWindow()
     for second in seconds or range(int(NOW) - 30, int(NOW)):
         for _ in range(invocations):
@@ -63,7 +62,7 @@ def window(
                     requests=ok + refused,
                     ok=ok,
                     throttled=refused,
-                    invocation_ms=invocation_ms,
+                    invocation_ms=1000.0,
                     downstream=downstream,
                 )
             )
@@ -140,38 +139,6 @@ class TestEstimate:
         assert not pool.clean and pool.pressed
         learned = estimated(GroupMemory(), pool, wanting=True, step_rps=10.0, now=NOW)
         assert learned.capacity_rps == pytest.approx(80.0)
-
-    def test_seconds_that_began_before_the_fall_do_not_measure_it(self) -> None:
-        # The downstream falls from 100 to 30 calls/s: the invocations that started before it
-        # met it only with their last calls, and read more than it takes (on
-        # `shared-downstream` such a second read 206 of a capacity of 90).
-        def fell(straddling: list[tuple[int, int]], invocation_ms: float) -> Pooled:
-            first = int(NOW) - 16
-            seconds = [(100, 0, range(int(NOW) - 30, first))]
-            seconds += [
-                (ok, no, range(first + i, first + i + 1)) for i, (ok, no) in enumerate(straddling)
-            ]
-            seconds.append((30, 70, range(first + len(straddling), int(NOW))))
-            return pooled(
-                [
-                    window("a", ok, refused, seconds=span, invocation_ms=invocation_ms).snapshot()
-                    for ok, refused, span in seconds
-                ],
-                NOW,
-            )
-
-        # Invocations of one second: the first refused second alone began before the fall.
-        assert fell([(90, 10)], 1000.0).accepted_rps == pytest.approx(30.0)
-        # Of 2.5 s: so did those starting within 2.5 s of it.
-        assert fell([(90, 10), (60, 40), (45, 55)], 2500.0).accepted_rps == pytest.approx(30.0)
-
-    def test_one_clean_second_between_refused_ones_is_no_fall(self) -> None:
-        # Refusals every other second (calls bunching, or reports not all in): each refused
-        # second measures, none is taken for a fall's first.
-        now = int(NOW)
-        refused = window("a", 60, 40, seconds=range(now - 30, now, 2)).snapshot()
-        clean = window("a", 50, seconds=range(now - 29, now, 2)).snapshot()
-        assert pooled([refused, clean], NOW).accepted_rps == pytest.approx(60.0)
 
     def test_seconds_refused_too_little_to_measure_still_say_what_was_taken(self) -> None:
         pool = pooled([window("a", 97, 3).snapshot()], NOW)
