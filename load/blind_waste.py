@@ -21,7 +21,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from load.sim.engine import simulate
-from load.sim.families import FAMILIES, draw_scenario
+from load.sim.families import FAMILIES, MAX_DRAWS, draw_scenario
 from load.sim.scenario import DownstreamSpec, Scenario, Schedule
 from load.simulate import SEED_WORKERS, make_policy
 
@@ -117,14 +117,28 @@ def render(family: str, seed: int, rows: Sequence[DrawWaste], most: int = 10) ->
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def draw_arguments(
+    doc: str, argv: Sequence[str] | None, policies: Sequence[str] = ()
+) -> argparse.Namespace | None:
+    """The arguments of a tool that runs a family's draws (this one, ``load.waste_split``):
+    ``--family``, ``--seed``, ``--draws`` and, given ``policies``, ``--policy``; None, said in
+    one line on stderr, where ``--draws`` is outside 1..``MAX_DRAWS``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--family", default="mixed", choices=FAMILIES)
     parser.add_argument("--seed", type=int, default=101)
     parser.add_argument("--draws", type=int, default=100)
+    if policies:
+        parser.add_argument("--policy", default="queuemesh", choices=policies)
     args = parser.parse_args(argv)
-    if not 1 <= args.draws <= 1000:
-        print(f"--draws {args.draws}: give 1 to 1000 draws", file=sys.stderr)
+    if not 1 <= args.draws <= MAX_DRAWS:
+        print(f"--draws {args.draws}: give 1 to {MAX_DRAWS} draws", file=sys.stderr)
+        return None
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = draw_arguments(__doc__, argv)
+    if args is None:
         return 2
     jobs = [(args.family, args.seed, draw) for draw in range(1, args.draws + 1)]
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:

@@ -27,7 +27,6 @@ does.
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import sys
 from collections import Counter, defaultdict
@@ -36,9 +35,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from controller.model import Action, AuditEntry
-from load.blind_waste import blind_seconds, hurting_changes
+from load.blind_waste import blind_seconds, draw_arguments, hurting_changes
 from load.sim.engine import SIM_EPOCH, simulate
-from load.sim.families import FAMILIES, draw_scenario
+from load.sim.families import draw_scenario
 from load.sim.policies import QueueMeshPolicy
 from load.sim.scenario import value_at
 from load.simulate import POLICY_NAMES, SEED_WORKERS, make_policy
@@ -200,14 +199,8 @@ def render(family: str, seed: int, policy: str, rows: Sequence[DrawSplit], most:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", default="mixed", choices=FAMILIES)
-    parser.add_argument("--seed", type=int, default=101)
-    parser.add_argument("--draws", type=int, default=100)
-    parser.add_argument("--policy", default="queuemesh", choices=POLICY_NAMES)
-    args = parser.parse_args(argv)
-    if not 1 <= args.draws <= 1000:
-        print(f"--draws {args.draws}: give 1 to 1000 draws", file=sys.stderr)
+    args = draw_arguments(__doc__, argv, POLICY_NAMES)
+    if args is None:
         return 2
     jobs = [(args.family, args.seed, draw, args.policy) for draw in range(1, args.draws + 1)]
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
