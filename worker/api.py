@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from time import perf_counter
 from typing import Any
 
 from worker import announced, instrument
@@ -48,7 +47,6 @@ def record(
             instrument.parse_retry_after(retry_after),
             downstream,
             headers=headers,
-            answered_at=perf_counter(),
         )
     except Exception as error:
         failures.swallow(error)
