@@ -12,7 +12,6 @@ fast it cuts. Runs go to a pool of two processes, as ``queuemesh simulate --fami
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 import sys
@@ -20,8 +19,9 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from load.arguments import draw_parser, parse_draws
 from load.sim.engine import simulate
-from load.sim.families import FAMILIES, MAX_DRAWS, draw_scenario
+from load.sim.families import draw_scenario
 from load.sim.scenario import DownstreamSpec, Scenario, Schedule
 from load.simulate import SEED_WORKERS, make_policy
 
@@ -117,29 +117,9 @@ def render(family: str, seed: int, rows: Sequence[DrawWaste], most: int = 10) ->
     return "\n".join(lines)
 
 
-def draw_arguments(
-    doc: str, argv: Sequence[str] | None, policies: Sequence[str] = ()
-) -> argparse.Namespace | None:
-    """The arguments of a tool that runs a family's draws (this one, ``load.waste_split``):
-    ``--family``, ``--seed``, ``--draws`` and, given ``policies``, ``--policy``; None, said in
-    one line on stderr, where ``--draws`` is outside 1..``MAX_DRAWS``."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--family", default="mixed", choices=FAMILIES)
-    parser.add_argument("--seed", type=int, default=101)
-    parser.add_argument("--draws", type=int, default=100)
-    if policies:
-        parser.add_argument("--policy", default="queuemesh", choices=policies)
-    args = parser.parse_args(argv)
-    if not 1 <= args.draws <= MAX_DRAWS:
-        print(f"--draws {args.draws}: give 1 to {MAX_DRAWS} draws", file=sys.stderr)
-        return None
-    return args
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = draw_arguments(__doc__, argv)
-    if args is None:
-        return 2
+    parser = draw_parser("load.blind_waste", __doc__, family="mixed", seed=101, draws=100)
+    args = parse_draws(parser, argv)
     jobs = [(args.family, args.seed, draw) for draw in range(1, args.draws + 1)]
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
         rows = list(pool.map(draw_waste, jobs))

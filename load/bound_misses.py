@@ -14,19 +14,19 @@ law drains (``lag_s``), how many messages it had left to do when the bound had d
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from itertools import accumulate
-from typing import Any, NoReturn
+from typing import Any
 
+from load.arguments import draw_parser, parse_draws
 from load.dead_letters import shape
 from load.scorecard import bound_limits_missed, scorecard
 from load.sim.engine import simulate
-from load.sim.families import FAMILIES, MAX_DRAWS, draw_scenario
+from load.sim.families import draw_scenario
 from load.sim.policies import HindsightPolicy
 from load.sim.scenario import Schedule
 from load.simulate import SEED_WORKERS, make_policy
@@ -200,22 +200,9 @@ def summary(bounded: int, rows: Sequence[dict[str, Any]]) -> str:
     )
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse's, but a bad argument is one line on stderr (and exit 2), not the usage too."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"bound_misses: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _Parser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", default="throttling", choices=FAMILIES)
-    parser.add_argument("--seed", type=int, default=1001)
-    parser.add_argument("--draws", type=int, default=200)
-    args = parser.parse_args(argv)
-    if not 1 <= args.draws <= MAX_DRAWS:
-        parser.error(f"--draws must be 1-{MAX_DRAWS}, not {args.draws}")
+    parser = draw_parser("load.bound_misses", __doc__, family="throttling", seed=1001, draws=200)
+    args = parse_draws(parser, argv)
     bounded, rows = classify(args.family, args.seed, args.draws)
     print(
         f"family {args.family}, seed {args.seed}, draws 1-{args.draws}: {len(rows)} of the "

@@ -12,16 +12,16 @@ Runs go to a pool of two processes, as ``queuemesh simulate --family`` does.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from load.arguments import draw_parser, parse_draws
 from load.sim.draw_parts import MIN_CONCURRENCY, calls_sent
 from load.sim.engine import simulate
-from load.sim.families import FAMILIES, draw_document, draw_scenario
+from load.sim.families import draw_document, draw_scenario
 from load.sim.policies import HindsightPolicy
 from load.sim.scenario import Scenario
 from load.sim.trace import SimResult
@@ -193,10 +193,7 @@ def summary(rows: Sequence[dict[str, Any]], peers: Sequence[str]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--family", default="throttling", choices=FAMILIES)
-    parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--draws", type=int, default=60)
+    parser = draw_parser("load.dead_letters", __doc__, family="throttling", seed=7, draws=60)
     parser.add_argument(
         "--peers", default=",".join(PEER_POLICIES), help="comma-separated; empty for none"
     )
@@ -207,12 +204,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "60): with 1, a paused mapping's pause and test end within a second of when the law "
         "asks to be woken",
     )
-    args = parser.parse_args(argv)
+    args = parse_draws(parser, argv)
     peers = [name for name in args.peers.split(",") if name]
     unknown = [name for name in peers if name not in PEER_POLICIES]
     if unknown:
-        print(f"unknown peer {unknown[0]!r}; peers: {', '.join(PEER_POLICIES)}", file=sys.stderr)
-        return 2
+        parser.error(f"--peers: unknown peer {unknown[0]!r}; peers: {', '.join(PEER_POLICIES)}")
     rows, noisy = classify(args.family, args.seed, args.draws, peers, args.schedule_s)
     every = "" if args.schedule_s is None else f", a controller run every {args.schedule_s:g} s"
     print(

@@ -14,7 +14,6 @@ The same generator runs a few hundred examples in the normal test suite
 
 from __future__ import annotations
 
-import argparse
 import base64
 import gzip
 import json
@@ -36,6 +35,7 @@ from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from controller.telemetry import decode_kinesis_event
+from load.arguments import tool_parser
 from load.recording import emf_document
 from worker import schema
 
@@ -263,9 +263,7 @@ def check_handler(app: ControllerApp, actuator: InMemoryActuator, event: Any) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m load.fuzz", description=__doc__.splitlines()[0]
-    )
+    parser = tool_parser("load.fuzz", __doc__)
     parser.add_argument("--inputs", type=int, default=DEFAULT_INPUTS, help="events to generate")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)

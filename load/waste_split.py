@@ -35,7 +35,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from controller.model import Action, AuditEntry
-from load.blind_waste import blind_seconds, draw_arguments, hurting_changes
+from load.arguments import draw_parser, parse_draws
+from load.blind_waste import blind_seconds, hurting_changes
 from load.sim.engine import SIM_EPOCH, simulate
 from load.sim.families import draw_scenario
 from load.sim.policies import QueueMeshPolicy
@@ -199,9 +200,9 @@ def render(family: str, seed: int, policy: str, rows: Sequence[DrawSplit], most:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = draw_arguments(__doc__, argv, POLICY_NAMES)
-    if args is None:
-        return 2
+    parser = draw_parser("load.waste_split", __doc__, family="mixed", seed=101, draws=100)
+    parser.add_argument("--policy", default="queuemesh", choices=POLICY_NAMES)
+    args = parse_draws(parser, argv)
     jobs = [(args.family, args.seed, draw, args.policy) for draw in range(1, args.draws + 1)]
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
         rows = list(pool.map(draw_split, jobs))

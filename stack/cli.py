@@ -14,8 +14,8 @@ import importlib
 import re
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
+from load.arguments import OneLineParser
 from stack.errors import CliError, quoted
 
 COMMAND_MODULES: tuple[str, ...] = (
@@ -30,13 +30,6 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 # pyproject.toml's optional dependencies for the local stack (stack/local/) and the plots.
 LOCAL_EXTRA = "local"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse prints usage plus an error; a bad argument deserves a single line."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

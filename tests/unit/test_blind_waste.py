@@ -55,7 +55,3 @@ def test_the_report_splits_the_mean_and_lists_the_draws_wasting_most_outside() -
     report = bw.render("mixed", 101, rows, most=2)
     assert "mean wasted 0.0533 = blind 0.0333 + the rest 0.0200" in report
     assert report.splitlines()[2:] == ["     2: 0.060 / 0.010  b", "     1: 0.100 / 0.090  a"]
-
-
-def test_a_bad_draw_count_is_one_line() -> None:
-    assert bw.main(["--draws", "0"]) == 2

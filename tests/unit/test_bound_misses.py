@@ -3,8 +3,6 @@ outside the bound rule, and its cause reads where the law fell behind the bound.
 
 from __future__ import annotations
 
-import pytest
-
 from load import bound_misses as bm
 from load.simulate import run_family
 
@@ -61,15 +59,3 @@ def test_a_few_messages_behind_is_a_tail_and_an_undrained_bound_says_nothing() -
     assert bm.cause(law, bound)["cause"] == "tail"
     undrained = bm.Run({"drain_s": None}, (1,), (1,), ((0, 1),))
     assert bm.cause(law, undrained)["cause"] == "-"
-
-
-@pytest.mark.parametrize("argv", [["--draws", "0"], ["--family", "nope"], ["--seed", "x"]])
-def test_a_bad_argument_is_one_line_and_exit_2(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exited:
-        bm.main(argv)
-    assert exited.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    assert len(captured.err.splitlines()) == 1

@@ -68,7 +68,3 @@ def test_the_report_splits_the_mean_by_kind_phase_and_shape() -> None:
     assert lines[8] == "held        0.0000     0.0150"
     assert "mixed: cliff capacity (queueing)" in lines[10]
     assert lines[-1] == "     2: 0.040 / 0.010  mixed: cliff capacity, 2 ms"
-
-
-def test_a_bad_draw_count_is_one_line() -> None:
-    assert ws.main(["--draws", "0"]) == 2
