@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from controller.ledger import WAKE_UP_INDEX, DynamoLedger
+from controller.ledger import GROUP_INDEX, WAKE_UP_INDEX, DynamoLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
 from controller.policy import memory_type
 from stack.local.deployment import Deployment
@@ -133,12 +133,14 @@ def test_the_deploy_runs_the_registrar_and_register_queue_writes_the_same_item(
 def test_the_deployed_table_answers_the_ticks_wake_up_query(
     aws: EmbeddedAws, deployment: Deployment
 ) -> None:
-    """The template's sparse index survives the deploy, so the tick's Query works there."""
+    """The template's sparse indexes survive the deploy, so the tick's Queries work there."""
     client = aws.client("dynamodb")
     table = client.describe_table(TableName=deployment.table_name)["Table"]
-    assert [index["IndexName"] for index in table["GlobalSecondaryIndexes"]] == [WAKE_UP_INDEX]
+    indexes = {index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
+    assert indexes == {WAKE_UP_INDEX, GROUP_INDEX}
     ledger = DynamoLedger(deployment.table_name, client, memory_types=memory_type)
-    ledger.put_config(QueueConfig("woken", "esm-woken"))
+    ledger.put_config(QueueConfig("woken", "esm-woken", group="billing"))
+    assert ledger.group_members("billing") == ["woken"]
     state = QueueState("woken", "esm-woken", QueueStateName.HEALTHY, 2, 100, wake_at=1_000.0)
     ledger.commit(state, AuditEntry("woken", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))
     assert [due.queue for due in ledger.due_states(1_000.0)] == ["woken"]
