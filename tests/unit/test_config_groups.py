@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 import boto3
+import pytest
 from botocore.exceptions import ClientError
 
 from controller.actuator import InMemoryActuator
@@ -105,8 +106,10 @@ def test_the_cache_holds_at_most_its_capacity() -> None:
         _grouped(ledger, queue, "g")
     groups = ConfiguredGroups(ledger, ttl_s=60.0, capacity=2)
     groups.read(["a", "b", "c"], 1000.0, math.inf)
-    assert len(groups._known) == 2
-    # "a", the least recently used, was forgotten: asked again, it is read again.
+    # "b" and "c", the two most recent, are held; "a" was forgotten: asked again, it alone is
+    # read again.
+    assert groups.read(["b", "c"], 1001.0, math.inf).groups == {"b": "g", "c": "g"}
+    assert len(ledger.reads) == 1
     assert groups.read(["a"], 1001.0, math.inf).groups == {"a": "g"}
     assert ledger.reads[1:] == [["a"]]
 
@@ -274,3 +277,18 @@ def test_a_group_the_ledger_does_not_list_costs_only_itself() -> None:
     assert [step.queue for step in ticked.plan.steps] == ["orders"]
     assert ticked.groups == ()
     assert loop.counters["group_members_unread"] == 1
+
+
+def test_the_deployed_reducer_reads_the_ledger_its_template_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from controller import handler
+
+    # The AWS clients are built (never called) at the cold start.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    with pytest.raises(RuntimeError, match="QUEUEMESH_TABLE is not set"):
+        handler.build_reducer({"QUEUEMESH_REDUCED_STREAM": "reduced"})
+    app = handler.build_reducer({"QUEUEMESH_REDUCED_STREAM": "reduced", "QUEUEMESH_TABLE": "t"})
+    ledger = app.groups._ledger
+    assert isinstance(ledger, DynamoLedger) and ledger.table_name == "t"
+    assert ledger.call_timeout_s == CONFIG_READ_TIMEOUT_S
