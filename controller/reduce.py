@@ -133,7 +133,8 @@ class Reducer:
 @dataclass(frozen=True, slots=True)
 class GroupsRead:
     """The CONFIG ``Group`` of each queue asked for that has one, and the queues whose CONFIG
-    item could not be read (``fault`` says why): keyed as if they had none this batch."""
+    item could not be read (``fault`` says why): keyed by the group last read for them, else
+    as if they had none, this batch."""
 
     groups: dict[str, str]
     unread: tuple[str, ...] = ()
@@ -143,28 +144,34 @@ class GroupsRead:
 class ConfiguredGroups:
     """Each queue's CONFIG ``Group``, as the reducer keys its records by: read through the
     ledger (one ``read_configs`` per batch for the queues not known, a BatchGetItem per 100),
-    each answer (a group, or none: no ``Group``, not registered, not decodable) kept
-    ``ttl_s`` for at most ``capacity`` queues. A new or changed ``Group`` reaches the key
-    within ``ttl_s``. A read that fails costs only the queues it was for, this batch: they
-    are keyed by their telemetry (the downstream they name, else the queue), reported in
-    ``GroupsRead.unread``, and read again with the next batch."""
+    each answer (a group, or none: no ``Group``, not registered, not decodable) kept for at
+    most ``capacity`` queues until the end of the ``ttl_s``-long period of epoch time it was
+    read in. Every reducer container forgets its answers at the same moments, so a new or
+    changed ``Group`` moves the queue's key in all of them at their first batch after the
+    next period's start (the whole minute), not at as many moments as there are containers:
+    only a change written while they read it anew (about a batch) can leave them apart, for
+    one period. A read that fails costs only the queues it was for, this batch: they keep the
+    group this container last read for them, else are keyed by their telemetry (the
+    downstream they name, else the queue); reported in ``GroupsRead.unread``, and read again
+    with the next batch."""
 
     def __init__(
         self, ledger: ConfigSource, ttl_s: float = CONFIG_TTL_S, capacity: int = CACHED_QUEUES
     ) -> None:
         self.ttl_s = ttl_s
         self._ledger = ledger
-        # queue -> (when it was read, its group); ``None``: it has none.
-        self._known: LruCache[str, tuple[float, str | None]] = LruCache(capacity)
+        # queue -> (the period it was read in, its group); ``None``: it has none.
+        self._known: LruCache[str, tuple[int, str | None]] = LruCache(capacity)
 
     def read(self, queues: Iterable[str], now: float, deadline: float) -> GroupsRead:
         """The groups of ``queues`` at ``now`` (epoch seconds); the ledger's calls end by
         ``deadline`` (``time.monotonic()``)."""
+        period = math.floor(now / self.ttl_s)
         groups: dict[str, str] = {}
         unknown = []
         for queue in sorted(set(queues)):
             known = self._known.get(queue)
-            if known is None or now - known[0] > self.ttl_s:
+            if known is None or known[0] != period:
                 unknown.append(queue)
             elif known[1] is not None:
                 groups[queue] = known[1]
@@ -174,11 +181,16 @@ class ConfiguredGroups:
         try:
             configs = self._ledger.read_configs(unknown).valid
         except LedgerError as fault:
+            # An older answer still says where the queue's records went: keep them there.
+            for queue in unknown:
+                known = self._known.get(queue)
+                if known is not None and known[1] is not None:
+                    groups[queue] = known[1]
             return GroupsRead(groups, tuple(unknown), str(fault))
         for queue in unknown:
             config = configs.get(queue)
             group = None if config is None else config.group
-            self._known[queue] = (now, group)
+            self._known[queue] = (period, group)
             if group is not None:
                 groups[queue] = group
         return GroupsRead(groups)

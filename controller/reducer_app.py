@@ -84,8 +84,8 @@ class ReducerApp:
         read = self.groups.read({second.queue for second in reduction.seconds}, now, deadline)
         if read.unread:
             self._logger.warning(
-                "CONFIG items not read: those queues keyed by the downstream they name, else "
-                "by queue, this batch",
+                "CONFIG items not read: those queues keyed by the group last read for them, "
+                "else by the downstream they name, else by queue, this batch",
                 extra={
                     "queues": list(read.unread[:20]),
                     "unread": len(read.unread),

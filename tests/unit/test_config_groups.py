@@ -73,7 +73,10 @@ def test_a_config_group_keys_its_members_together_over_what_their_telemetry_name
     assert plain["orders"] == "orders" and plain["refunds"] != plain["invoices"]
 
 
-def test_groups_are_read_once_per_ttl_and_a_change_is_picked_up_after_it() -> None:
+def test_groups_are_read_once_per_period_and_a_change_is_picked_up_after_it() -> None:
+    """Answers hold until the end of the 60 s of epoch time they were read in (960-1020 here),
+    whenever in it they were read: every reducer container takes a change at the same
+    moment."""
     ledger = CountingLedger()
     _grouped(ledger, "orders", "billing")
     _grouped(ledger, "refunds", None)
@@ -82,21 +85,23 @@ def test_groups_are_read_once_per_ttl_and_a_change_is_picked_up_after_it() -> No
         "orders": "billing"
     }
     assert ledger.reads == [["orders", "refunds", "unknown"]]
-    # Within the TTL nothing is read, even after a change (and a queue registered since).
+    # Within the period nothing is read, even after a change (and a queue registered since).
     _grouped(ledger, "orders", "payments")
     _grouped(ledger, "unknown", "payments")
-    assert groups.read(["orders", "refunds", "unknown"], 1060.0, math.inf).groups == {
+    assert groups.read(["orders", "refunds", "unknown"], 1019.9, math.inf).groups == {
         "orders": "billing"
     }
     assert len(ledger.reads) == 1
-    # Past the TTL each is read again: the changed group and the new registration are keyed.
-    assert groups.read(["orders", "unknown"], 1060.5, math.inf).groups == {
+    # From the next period on each is read again: the changed group and the new registration
+    # are keyed, 20 s after the first read (another container that read them at 961 s would
+    # read them again now too).
+    assert groups.read(["orders", "unknown"], 1020.0, math.inf).groups == {
         "orders": "payments",
         "unknown": "payments",
     }
     assert ledger.reads[1:] == [["orders", "unknown"]]
-    # Only the queues not known are read.
-    groups.read(["orders", "refunds", "unknown"], 1061.0, math.inf)
+    # Only the queues not known in this period are read.
+    groups.read(["orders", "refunds", "unknown"], 1021.0, math.inf)
     assert ledger.reads[2:] == [["refunds"]]
 
 
@@ -174,13 +179,18 @@ def test_a_failed_read_costs_only_the_queues_it_was_for_and_is_tried_again() -> 
     assert groups.read(["orders"], 1000.0, math.inf).groups == {"orders": "billing"}
     ledger.down = True
     read = groups.read(["orders", "refunds"], 1010.0, math.inf)
-    # "orders" is still known; "refunds" alone could not be read.
+    # "orders" is known for this period; "refunds" alone could not be read.
     assert read.groups == {"orders": "billing"}
     assert read.unread == ("refunds",) and read.fault
     assert len(calls) > 1  # retried, then given up
+    # In the next period neither can be read: "orders" keeps the group last read for it
+    # (its records stay on its group's lane), "refunds" is keyed by its telemetry.
+    read = groups.read(["orders", "refunds"], 1030.0, math.inf)
+    assert read.groups == {"orders": "billing"}
+    assert read.unread == ("orders", "refunds")
     _grouped(twin, "refunds", "billing")
     ledger.down = False
-    assert groups.read(["orders", "refunds"], 1011.0, math.inf).groups == {
+    assert groups.read(["orders", "refunds"], 1031.0, math.inf).groups == {
         "orders": "billing",
         "refunds": "billing",
     }
