@@ -147,6 +147,48 @@ def test_the_deployed_table_answers_the_ticks_wake_up_query(
     assert ledger.due_states(999.0) == []
 
 
+def test_the_deployed_reducer_keys_a_config_group_from_the_deployed_ledger(
+    aws: EmbeddedAws,
+    deployment: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Built from its function's environment as Lambda builds it, the reducer reads the
+    queues' CONFIG groups from the stack's table (its role's one ledger grant) and puts the
+    group's records under one key of the stack's reduced stream."""
+    from controller import handler
+    from controller.telemetry import reduced
+    from tests.factories import kinesis_event, sample
+
+    for name, value in aws.environment().items():
+        monkeypatch.setenv(name, value)
+    variables = aws.client("lambda").get_function_configuration(
+        FunctionName=deployment.reducer_function
+    )["Environment"]["Variables"]
+    assert variables["QUEUEMESH_TABLE"] == deployment.table_name
+    ledger = DynamoLedger(deployment.table_name, aws.client("dynamodb"), memory_types=memory_type)
+    for queue in ("billing-eu", "billing-us"):
+        ledger.put_config(QueueConfig(queue, f"esm-{queue}", group="billing"))
+    app = handler.build_reducer(dict(variables))
+    at = time.time() - 5.0
+    batch = kinesis_event([sample("billing-eu", at), sample("billing-us", at)])
+    assert app.handle(batch, None) == {"batchItemFailures": []}
+    printed = capsys.readouterr().out
+    assert "GroupKeysUnread" not in printed and "CONFIG items not read" not in printed
+    kinesis = aws.client("kinesis")
+    keys = set()
+    for shard in kinesis.list_shards(StreamName=deployment.reduced_stream_name)["Shards"]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=deployment.reduced_stream_name,
+            ShardId=shard["ShardId"],
+            ShardIteratorType="TRIM_HORIZON",
+        )["ShardIterator"]
+        for record in kinesis.get_records(ShardIterator=iterator)["Records"]:
+            if b'"queue":"billing-' in record["Data"]:
+                keys.add(record["PartitionKey"])
+    assert keys == {reduced.partition_key("billing-eu", "billing")}
+
+
 class _Ungrouped:
     group_id = None
 
