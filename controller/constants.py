@@ -57,6 +57,9 @@ QUOTA_USE_S: Final = 10.0
 # retention's one-second buckets, about 100 KB when every second has telemetry), and the queue
 # names the decoder has checked.
 CACHED_QUEUES: Final = 2000
+# How long a CONFIG item read from the ledger is trusted (the controller's configs, the
+# reducer's groups): an operator's change reaches every warm container within it.
+CONFIG_TTL_S: Final = 60.0
 # Kinesis partitions (shard and partition key: Lambda keeps order per partition key, even with
 # a parallelization factor) whose last ingested sequence number is remembered (redelivery).
 CACHED_PARTITIONS: Final = 2000
@@ -103,3 +106,8 @@ CONTROL_PLANE_WINDOW_MARGIN_S: Final = 0.01
 CONNECT_TIMEOUT_S: Final = 1.0
 READ_TIMEOUT_S: Final = 2.0
 ATTEMPT_TIMEOUT_S: Final = CONNECT_TIMEOUT_S + READ_TIMEOUT_S
+# Each of the reducer's reads of the CONFIG items it keys by (a BatchGetItem of up to 100),
+# retries included: one attempt's worst case, and a second for quick retries (a throttle, a
+# 500). A ledger that does not answer delays the reduced stream by about this much a batch (the
+# first read that fails ends the lookup; its queues are keyed without their group).
+CONFIG_READ_TIMEOUT_S: Final = ATTEMPT_TIMEOUT_S + 1.0

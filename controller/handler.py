@@ -11,7 +11,7 @@ from aws_lambda_powertools import Logger
 from controller.actuator import LambdaActuator, lane_pace
 from controller.app import ControllerApp
 from controller.backlog import SqsBacklog
-from controller.constants import TICK_CALLS_PER_S
+from controller.constants import CONFIG_READ_TIMEOUT_S, TICK_CALLS_PER_S
 from controller.events import EventBridgePublisher, EventOutbox
 from controller.executor import AwsExecutor
 from controller.ledger import DynamoLedger
@@ -90,11 +90,16 @@ def invocation_pace(event: object, env: Mapping[str, str]) -> tuple[int, float]:
 
 
 def build_reducer(environ: dict[str, str] | None = None) -> ReducerApp:
+    """The reducer as deployed: it reads the queues' CONFIG groups from the ledger."""
     env = dict(os.environ) if environ is None else environ
     stream = env.get(REDUCED_STREAM_VARIABLE)
     if not stream:
         raise RuntimeError(f"{REDUCED_STREAM_VARIABLE} is not set: name the reduced Kinesis stream")
-    return ReducerApp(KinesisSink(stream), logger=reducer_logger)
+    table = env.get("QUEUEMESH_TABLE")
+    if not table:
+        raise RuntimeError("QUEUEMESH_TABLE is not set: name the ledger's DynamoDB table")
+    ledger = DynamoLedger(table, memory_types=memory_type, call_timeout_s=CONFIG_READ_TIMEOUT_S)
+    return ReducerApp(KinesisSink(stream), ledger, logger=reducer_logger)
 
 
 @reducer_logger.inject_lambda_context

@@ -21,6 +21,7 @@ from controller.backlog import BacklogReadings
 from controller.book import Count, QueueBook
 from controller.constants import (
     CACHED_QUEUES,
+    CONFIG_TTL_S,
     MAX_CLOCK_SKEW_S,
     QUOTA_SHARED_FOR_S,
     WINDOW_RETENTION_S,
@@ -100,7 +101,7 @@ class ControlLoop:
         params: PolicyParams,
         *,
         algorithm: LimitAlgorithm[Any] | None = None,
-        config_ttl_s: float = 60.0,
+        config_ttl_s: float = CONFIG_TTL_S,
         retention_s: float = WINDOW_RETENTION_S,
         capacity: int = CACHED_QUEUES,
         monotonic: Callable[[], float] = time.monotonic,
@@ -378,9 +379,12 @@ class ControlLoop:
         book = self.book
         waiting = book.pending() | book.due(now)
         queues = sorted(q for q in waiting if not book.is_set_aside(q, now))
-        # The queues sharing a downstream with a waiting one are decided with it, as a group.
+        # The queues sharing a downstream or a CONFIG group with a waiting one are decided
+        # with it, as a group.
         downstreams = book.downstreams()
-        groups = groups_of(self.configs(set(downstreams) | set(queues), now), downstreams)
+        known = self.configs(set(downstreams) | set(queues), now)
+        known.update(self.configs(self._config_group_members(queues, known, now), now))
+        groups = groups_of(known, downstreams)
         touched = {groups[queue] for queue in queues if queue in groups}
         if touched:
             members = [q for q, group in groups.items() if group in touched]
@@ -448,6 +452,30 @@ class ControlLoop:
         if self.executor.carries_out:
             self._store_group_memories(deadline)
             self._write_group_reports(planned, deadline)
+
+    def _config_group_members(
+        self, queues: Iterable[str], configs: Mapping[str, QueueConfig], now: float
+    ) -> set[str]:
+        """The members of the CONFIG groups of ``queues`` that ``configs`` lacks: a container
+        holds the configs of the queues it windows or finds due, so a cold one (the tick)
+        would decide a due member alone. Listed by the ledger's ``Groups`` index, one Query
+        per group not listed within the config TTL; a group the ledger does not list costs
+        only itself (decided with the members held), counted."""
+        named = sorted(
+            {config.group for queue in queues if (config := configs.get(queue)) and config.group}
+        )
+        members: set[str] = set()
+        for group in named:
+            listed = self.book.cached_group_members(group, now, self._config_ttl_s)
+            if listed is None:
+                try:
+                    listed = tuple(self.ledger.group_members(group))
+                except LedgerError:
+                    self.book.count(Count.GROUP_MEMBERS_UNREAD)
+                    continue
+                self.book.remember_group_members(group, listed, now)
+            members.update(listed)
+        return members.difference(configs)
 
     def _read_group_memories(self, groups: Iterable[str]) -> None:
         """Take the groups' memory from the ledger before deciding them (one strongly

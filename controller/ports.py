@@ -93,6 +93,12 @@ class Ledger(Protocol):
 
     def list_configs(self) -> list[QueueConfig]: ...
 
+    def group_members(self, group: str) -> list[str]:
+        """The queues whose CONFIG ``Group`` is ``group``, read without a scan (the ledger's
+        ``Groups`` index, eventually consistent: a CONFIG item written a moment ago may be
+        missing, or still show its old group)."""
+        ...
+
     def set_deadline(self, deadline: float) -> None:
         """Every later call (retries included) ends by ``deadline``, a ``time.monotonic()``
         value: the invocation's own; ``math.inf`` lifts it."""
@@ -149,6 +155,15 @@ class Ledger(Protocol):
         version stored (``version + 1``). Raises ``VersionConflict`` when another writer
         stored one since."""
         ...
+
+
+class ConfigSource(Protocol):
+    """What the reducer needs of the ledger (``Ledger`` has it): the CONFIG items of the
+    queues it keys by their group (docs/architecture.md, "A group on one lane")."""
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead: ...
+
+    def set_deadline(self, deadline: float) -> None: ...
 
 
 class DeployedConfigs(Protocol):

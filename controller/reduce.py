@@ -4,9 +4,10 @@ CloudWatch Logs spreads one queue's documents over every shard of the telemetry 
 stream, or at random), so no one invocation reading it sees a queue whole. The reducer reads
 any shard at any parallelization factor, sums what it decoded into one ``QueueSecond`` per
 queue and second of invocation starts (the window's own arithmetic, ``Totals``), and forwards
-them partitioned by the downstream each queue names (else by queue): the controller that reads
-a queue's partition sees all of its evidence, and all of its group's (docs/architecture.md,
-"Shards").
+them partitioned by each queue's group (its CONFIG ``Group``, read through the ledger and
+cached by ``ConfiguredGroups``, else the downstream it names, else the queue): the controller
+that reads a queue's partition sees all of its evidence, and all of its group's
+(docs/architecture.md, "Shards").
 
 Summing loses which log event said what, so redelivered log events are recognised here, before
 the sum: a ``Reducer`` remembers the log events it has forwarded, as the controller remembered
@@ -22,8 +23,15 @@ from dataclasses import dataclass, field
 
 from controller.book import Count
 from controller.cache import LruCache
-from controller.constants import CACHED_LOG_EVENTS, MAX_CLOCK_SKEW_S, WINDOW_RETENTION_S
+from controller.constants import (
+    CACHED_LOG_EVENTS,
+    CACHED_QUEUES,
+    CONFIG_TTL_S,
+    MAX_CLOCK_SKEW_S,
+    WINDOW_RETENTION_S,
+)
 from controller.model import Sample
+from controller.ports import ConfigSource, LedgerError
 from controller.telemetry import DecodeResult, LogEventKey, SkipReason
 from controller.window import QueueSecond, Quota, Totals
 
@@ -120,3 +128,69 @@ class Reducer:
             remembered[log_event] = log_event[2]
         horizon = now - self.retention_s
         remembered.evict_oldest_while(lambda event_time: event_time < horizon)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupsRead:
+    """The CONFIG ``Group`` of each queue asked for that has one, and the queues whose CONFIG
+    item could not be read (``fault`` says why): keyed by the group last read for them, else
+    as if they had none, this batch."""
+
+    groups: dict[str, str]
+    unread: tuple[str, ...] = ()
+    fault: str = ""
+
+
+class ConfiguredGroups:
+    """Each queue's CONFIG ``Group``, as the reducer keys its records by: read through the
+    ledger (one ``read_configs`` per batch for the queues not known, a BatchGetItem per 100),
+    each answer (a group, or none: no ``Group``, not registered, not decodable) kept for at
+    most ``capacity`` queues until the end of the ``ttl_s``-long period of epoch time it was
+    read in. Every reducer container forgets its answers at the same moments, so a new or
+    changed ``Group`` moves the queue's key in all of them at their first batch after the
+    next period's start (the whole minute), not at as many moments as there are containers:
+    only a change written while they read it anew (about a batch) can leave them apart, for
+    one period. A read that fails costs only the queues it was for, this batch: they keep the
+    group this container last read for them, else are keyed by their telemetry (the
+    downstream they name, else the queue); reported in ``GroupsRead.unread``, and read again
+    with the next batch."""
+
+    def __init__(
+        self, ledger: ConfigSource, ttl_s: float = CONFIG_TTL_S, capacity: int = CACHED_QUEUES
+    ) -> None:
+        self.ttl_s = ttl_s
+        self._ledger = ledger
+        # queue -> (the period it was read in, its group); ``None``: it has none.
+        self._known: LruCache[str, tuple[int, str | None]] = LruCache(capacity)
+
+    def read(self, queues: Iterable[str], now: float, deadline: float) -> GroupsRead:
+        """The groups of ``queues`` at ``now`` (epoch seconds); the ledger's calls end by
+        ``deadline`` (``time.monotonic()``)."""
+        period = math.floor(now / self.ttl_s)
+        groups: dict[str, str] = {}
+        unknown = []
+        for queue in sorted(set(queues)):
+            known = self._known.get(queue)
+            if known is None or known[0] != period:
+                unknown.append(queue)
+            elif known[1] is not None:
+                groups[queue] = known[1]
+        if not unknown:
+            return GroupsRead(groups)
+        self._ledger.set_deadline(deadline)
+        try:
+            configs = self._ledger.read_configs(unknown).valid
+        except LedgerError as fault:
+            # An older answer still says where the queue's records went: keep them there.
+            for queue in unknown:
+                known = self._known.get(queue)
+                if known is not None and known[1] is not None:
+                    groups[queue] = known[1]
+            return GroupsRead(groups, tuple(unknown), str(fault))
+        for queue in unknown:
+            config = configs.get(queue)
+            group = None if config is None else config.group
+            self._known[queue] = (period, group)
+            if group is not None:
+                groups[queue] = group
+        return GroupsRead(groups)

@@ -1,5 +1,6 @@
 """The reducer Lambda's application: a telemetry batch in, per-(queue, second) totals out on
-the reduced stream, partitioned by the downstream each queue names (docs/architecture.md,
+the reduced stream, partitioned by each queue's group: its CONFIG ``Group`` (read from the
+ledger, cached), else the downstream it names, else the queue (docs/architecture.md,
 "Shards").
 
 It reads any shard of the telemetry stream at any parallelization factor; what it forwards
@@ -22,8 +23,8 @@ from aws_lambda_powertools import Logger
 from controller.book import Count
 from controller.evidence import position
 from controller.health import health_document, skip_documents
-from controller.ports import ReducedSink
-from controller.reduce import Reducer
+from controller.ports import ConfigSource, ReducedSink
+from controller.reduce import ConfiguredGroups, Reducer
 from controller.schema import HealthMetric
 from controller.telemetry import (
     DEFAULT_NAMESPACE,
@@ -38,11 +39,13 @@ RESPONSE_MARGIN_S = 0.5
 
 
 class ReducerApp:
-    """One warm reducer container: a decoder, a ``Reducer`` and the sink it puts to."""
+    """One warm reducer container: a decoder, a ``Reducer``, the queues' CONFIG groups read
+    from ``ledger`` and the sink it puts to."""
 
     def __init__(
         self,
         sink: ReducedSink,
+        ledger: ConfigSource,
         *,
         clock: Callable[[], float] = time.time,
         monotonic: Callable[[], float] = time.monotonic,
@@ -53,6 +56,7 @@ class ReducerApp:
         self.sink = sink
         self._emit = emit
         self.reducer = Reducer()
+        self.groups = ConfiguredGroups(ledger)
         self._decoder = TelemetryDecoder(namespace)
         self._clock = clock
         self._monotonic = monotonic
@@ -70,12 +74,26 @@ class ReducerApp:
         records = event.get("Records") if isinstance(event, Mapping) else None
         if not isinstance(records, list):
             self._logger.info("telemetry skipped", extra={"skipped": {SkipReason.BAD_RECORD: 1}})
-            self._report_health(Counter({SkipReason.BAD_RECORD: 1}), Counter(), retried=False)
+            self._report_health(
+                Counter({SkipReason.BAD_RECORD: 1}), Counter(), retried=False, unread_groups=0
+            )
             return {"batchItemFailures": []}
         now = self._clock()
         decoded = self._decoder.decode_kinesis_event({"Records": records})
         reduction = self.reducer.reduce(decoded, now)
-        unsent = self.sink.put(reduced.encode(reduction.seconds, batch_source(records)), deadline)
+        read = self.groups.read({second.queue for second in reduction.seconds}, now, deadline)
+        if read.unread:
+            self._logger.warning(
+                "CONFIG items not read: those queues keyed by the group last read for them, "
+                "else by the downstream they name, else by queue, this batch",
+                extra={
+                    "queues": list(read.unread[:20]),
+                    "unread": len(read.unread),
+                    "fault": read.fault,
+                },
+            )
+        records_out = reduced.encode(reduction.seconds, batch_source(records), read.groups)
+        unsent = self.sink.put(records_out, deadline)
         for queue, log_events in reduction.log_events.items():
             if queue not in unsent:
                 self.reducer.forwarded(log_events, now)
@@ -84,7 +102,9 @@ class ReducerApp:
                 "telemetry skipped",
                 extra={"skipped": dict(decoded.skipped), "dropped": dict(reduction.dropped)},
             )
-        self._report_health(decoded.skipped, reduction.dropped, retried=bool(unsent))
+        self._report_health(
+            decoded.skipped, reduction.dropped, retried=bool(unsent), unread_groups=len(read.unread)
+        )
         if not unsent:
             return {"batchItemFailures": []}
         self._logger.error(
@@ -96,12 +116,18 @@ class ReducerApp:
         return {"batchItemFailures": failures}
 
     def _report_health(
-        self, skipped: Counter[str], dropped: Counter[Count], *, retried: bool
+        self,
+        skipped: Counter[str],
+        dropped: Counter[Count],
+        *,
+        retried: bool,
+        unread_groups: int,
     ) -> None:
         """This batch's share of the controller's health, from where telemetry is read now:
         what could not be read or was too far from now to window, by reason, and the counts
         the alarms watch (``TelemetryUnreadable``, ``SamplesNotWindowed``,
-        ``BatchesRetried``)."""
+        ``BatchesRetried``), and the queues keyed without their CONFIG group
+        (``GroupKeysUnread``)."""
         for document in skip_documents({**skipped, **{str(k): v for k, v in dropped.items()}}):
             self._emit(document)
         counts: dict[str, int] = {
@@ -110,6 +136,7 @@ class ReducerApp:
             ),
             HealthMetric.SAMPLES_NOT_WINDOWED: sum(dropped.values()),
             HealthMetric.BATCHES_RETRIED: int(retried),
+            HealthMetric.GROUP_KEYS_UNREAD: unread_groups,
         }
         if any(counts.values()):
             self._emit(health_document(counts))

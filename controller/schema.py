@@ -125,6 +125,10 @@ class HealthMetric(StrEnum):
     # Groups' memories (the ledger's GROUP MEMORY items) not read back, not stored, or not
     # decodable: while they fail, containers deciding one group may decide it differently.
     GROUP_MEMORY_FAILURES = "GroupMemoryFailures"
+    # Queues the reducer keyed without reading their CONFIG ``Group`` (the ledger did not
+    # answer): their records went by the group last read for them, else by the downstream they
+    # name, else by queue, so a CONFIG-only group may have spanned lanes for that batch.
+    GROUP_KEYS_UNREAD = "GroupKeysUnread"
     # The longest any queue decided in the invocation had been paused (its mapping disabled by
     # the controller, test pulses included), in seconds; 0 when none was.
     LONGEST_PAUSE = "LongestPauseSeconds"

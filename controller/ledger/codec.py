@@ -57,6 +57,10 @@ AUDIT_END = AUDIT_PREFIX + "~"
 WAKE_UP_INDEX = "WakeUps"
 WAKE_UP_ATTRIBUTE = "WakeUp"
 WAKE_UP_KEY = "DUE"
+# A CONFIG item's group, and the global index on it (keys only): the queues an operator put in
+# one group, read without a scan (``Ledger.group_members``). No other item has the attribute.
+GROUP_ATTRIBUTE = "Group"
+GROUP_INDEX = "Groups"
 DEFAULT_RETENTION_S = 30 * 24 * 3600
 # The CONFIG attribute naming the queue's mapping: the one a registration always writes.
 ESM_UUID_ATTRIBUTE = "EsmUuid"
@@ -260,7 +264,7 @@ def encode_config(config: QueueConfig) -> Item:
     if config.pinned_concurrency is not None:
         item["PinnedConcurrency"] = Decimal(config.pinned_concurrency)
     if config.group is not None:
-        item["Group"] = config.group
+        item[GROUP_ATTRIBUTE] = config.group
     if config.weight != DEFAULT_WEIGHT:
         item["Weight"] = to_number(config.weight)
     if config.priority != DEFAULT_PRIORITY:
@@ -279,7 +283,7 @@ def decode_config(item: Mapping[str, Any]) -> QueueConfig:
         mode=Mode(item.get("Mode", Mode.ACTIVE)),
         pinned_concurrency=None if pinned is None else int(pinned),
         overrides={name: _override(name, value) for name, value in overrides.items()},
-        group=_group(item.get("Group")),
+        group=_group(item.get(GROUP_ATTRIBUTE)),
         weight=_bounded("Weight", item.get("Weight", DEFAULT_WEIGHT), MIN_WEIGHT, MAX_WEIGHT),
         priority=_priority(item.get("Priority", DEFAULT_PRIORITY)),
     )

@@ -142,6 +142,18 @@ class DynamoLedger:
         items = self._scan(codec.CONFIG_SK)
         return sorted((codec.decode_config(item) for item in items), key=lambda c: c.queue)
 
+    def group_members(self, group: str) -> list[str]:
+        items = self._pages(
+            "group members",
+            "query",
+            consistent=False,
+            IndexName=codec.GROUP_INDEX,
+            KeyConditionExpression="#group = :group",
+            ExpressionAttributeNames={"#group": codec.GROUP_ATTRIBUTE},
+            ExpressionAttributeValues={":group": {"S": group}},
+        )
+        return sorted(codec.queue_of(item) for item in items if item["SK"] == codec.CONFIG_SK)
+
     def list_states(self) -> list[QueueState]:
         items = self._scan(codec.STATE_SK)
         return sorted(

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.ledger.codec import GUARD_ATTRIBUTES, WAKE_UP_ATTRIBUTE, WAKE_UP_INDEX
+from controller.ledger.codec import (
+    GROUP_ATTRIBUTE,
+    GROUP_INDEX,
+    GUARD_ATTRIBUTES,
+    WAKE_UP_ATTRIBUTE,
+    WAKE_UP_INDEX,
+)
 
 
 def create_ledger_table(client: Any, name: str) -> str:
@@ -21,6 +27,7 @@ def create_ledger_table(client: Any, name: str) -> str:
             {"AttributeName": "SK", "AttributeType": "S"},
             {"AttributeName": WAKE_UP_ATTRIBUTE, "AttributeType": "S"},
             {"AttributeName": GUARD_ATTRIBUTES["wake_at"], "AttributeType": "N"},
+            {"AttributeName": GROUP_ATTRIBUTE, "AttributeType": "S"},
         ],
         GlobalSecondaryIndexes=[
             {
@@ -30,7 +37,12 @@ def create_ledger_table(client: Any, name: str) -> str:
                     {"AttributeName": GUARD_ATTRIBUTES["wake_at"], "KeyType": "RANGE"},
                 ],
                 "Projection": {"ProjectionType": "ALL"},
-            }
+            },
+            {
+                "IndexName": GROUP_INDEX,
+                "KeySchema": [{"AttributeName": GROUP_ATTRIBUTE, "KeyType": "HASH"}],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            },
         ],
         BillingMode="PAY_PER_REQUEST",
     )

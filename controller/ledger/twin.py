@@ -80,6 +80,13 @@ class InMemoryLedger:
     def list_configs(self) -> list[QueueConfig]:
         return [codec.decode_config(item) for item in self._with_sort_key(codec.CONFIG_SK)]
 
+    def group_members(self, group: str) -> list[str]:
+        return sorted(
+            codec.queue_of(item)
+            for item in self._with_sort_key(codec.CONFIG_SK)
+            if item.get(codec.GROUP_ATTRIBUTE) == group
+        )
+
     def list_states(self) -> list[QueueState]:
         return [
             codec.decode_state(item, self._memory) for item in self._with_sort_key(codec.STATE_SK)

@@ -1,7 +1,7 @@
 """The reduced record: one queue's per-second totals, as the reducer forwards them to the
-controller on the reduced stream (partition key: the downstream the queue names, else the
-queue). The contract is docs/telemetry.md ("The reduced record"); this module is its one
-encoder and its one decoder.
+controller on the reduced stream (partition key: the queue's group, its CONFIG ``Group`` else
+the downstream it names, else the queue). The contract is docs/telemetry.md ("The reduced
+record"); this module is its one encoder and its one decoder.
 
 A record is a JSON object, uncompressed (a second's totals are a few hundred bytes):
 
@@ -20,7 +20,7 @@ import hashlib
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import fields
 from typing import Any, Final, NamedTuple, TypeGuard
 
@@ -52,9 +52,10 @@ _MAX_DOWNSTREAM_LENGTH: Final = 1024
 _DOWNSTREAM: Final = "downstream"
 
 
-# A partition key naming a downstream, not a queue: SQS queue names have no colon, so the two
-# never meet. The name is hashed: a downstream may be longer than Kinesis' 256-character key.
-_DOWNSTREAM_PARTITION: Final = "downstream:"
+# A partition key naming a group, not a queue: SQS queue names have no colon, so the two never
+# meet. The name is hashed: a downstream may be longer than Kinesis' 256-character key. (The
+# prefix predates CONFIG groups; kept, so that a group its telemetry names keeps its shard.)
+_GROUP_PARTITION: Final = "downstream:"
 
 
 class ReducedRecord(NamedTuple):
@@ -65,13 +66,14 @@ class ReducedRecord(NamedTuple):
     queue: str
 
 
-def partition_key(queue: str, downstream: str | None) -> str:
-    """The reduced record's partition key: the downstream the queue's seconds name, else the
-    queue. Queues sharing a downstream are one group (``controller.groups``), which one
-    controller must decide whole: one key puts all of them on one shard and one lane."""
-    if downstream is None:
+def partition_key(queue: str, group: str | None) -> str:
+    """The reduced record's partition key: the queue's group (its CONFIG ``Group``, else the
+    downstream its seconds name: one namespace, as ``planner.groups_of`` reads them), else the
+    queue. A group (``controller.groups``) is decided whole by one controller: one key puts
+    all of its members on one shard and one lane."""
+    if group is None:
         return queue
-    return _DOWNSTREAM_PARTITION + hashlib.sha256(downstream.encode()).hexdigest()
+    return _GROUP_PARTITION + hashlib.sha256(group.encode()).hexdigest()
 
 
 class DecodedRecord(NamedTuple):
@@ -81,11 +83,15 @@ class DecodedRecord(NamedTuple):
     seconds: list[QueueSecond]
 
 
-def encode(seconds: Sequence[QueueSecond], source: str) -> list[ReducedRecord]:
+def encode(
+    seconds: Sequence[QueueSecond], source: str, groups: Mapping[str, str] | None = None
+) -> list[ReducedRecord]:
     """The records for ``seconds`` (one queue's per record, at most
-    ``MAX_SECONDS_PER_RECORD`` each), all of a queue's under the partition key of the newest
-    downstream its seconds name. ``source`` names what was reduced (the telemetry shard and
-    its batch's sequence numbers): the same batch reduced again gives the same ids."""
+    ``MAX_SECONDS_PER_RECORD`` each), all of a queue's under one partition key: its CONFIG
+    ``Group`` where ``groups`` (queue -> group) has one, else the newest downstream its
+    seconds name. ``source`` names what was reduced (the telemetry shard and its batch's
+    sequence numbers): the same batch reduced again gives the same ids."""
+    groups = groups or {}
     by_queue: dict[str, list[QueueSecond]] = {}
     for queue_second in seconds:
         by_queue.setdefault(queue_second.queue, []).append(queue_second)
@@ -93,7 +99,7 @@ def encode(seconds: Sequence[QueueSecond], source: str) -> list[ReducedRecord]:
     for queue, queue_seconds in by_queue.items():
         named = [s for s in queue_seconds if s.downstream is not None]
         newest = max(named, key=lambda s: s.event_time).downstream if named else None
-        key = partition_key(queue, newest)
+        key = partition_key(queue, groups.get(queue) or newest)
         for part, start in enumerate(range(0, len(queue_seconds), MAX_SECONDS_PER_RECORD)):
             chunk = queue_seconds[start : start + MAX_SECONDS_PER_RECORD]
             record = {

@@ -60,6 +60,10 @@ class TimedLedger:
         with self._watch.timing("ledger"):
             return list(self._inner.list_configs())
 
+    def group_members(self, group: str) -> list[str]:
+        with self._watch.timing("ledger"):
+            return list(self._inner.group_members(group))
+
     def put_config(self, config: QueueConfig) -> None:
         with self._watch.timing("ledger"):
             self._inner.put_config(config)

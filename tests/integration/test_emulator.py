@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from controller.ledger import WAKE_UP_INDEX, DynamoLedger
+from controller.ledger import GROUP_INDEX, WAKE_UP_INDEX, DynamoLedger
 from controller.model import AuditEntry, AuditEvent, QueueConfig, QueueState, QueueStateName
 from controller.policy import memory_type
 from stack.local.deployment import Deployment
@@ -133,16 +133,60 @@ def test_the_deploy_runs_the_registrar_and_register_queue_writes_the_same_item(
 def test_the_deployed_table_answers_the_ticks_wake_up_query(
     aws: EmbeddedAws, deployment: Deployment
 ) -> None:
-    """The template's sparse index survives the deploy, so the tick's Query works there."""
+    """The template's sparse indexes survive the deploy, so the tick's Queries work there."""
     client = aws.client("dynamodb")
     table = client.describe_table(TableName=deployment.table_name)["Table"]
-    assert [index["IndexName"] for index in table["GlobalSecondaryIndexes"]] == [WAKE_UP_INDEX]
+    indexes = {index["IndexName"] for index in table["GlobalSecondaryIndexes"]}
+    assert indexes == {WAKE_UP_INDEX, GROUP_INDEX}
     ledger = DynamoLedger(deployment.table_name, client, memory_types=memory_type)
-    ledger.put_config(QueueConfig("woken", "esm-woken"))
+    ledger.put_config(QueueConfig("woken", "esm-woken", group="billing"))
+    assert ledger.group_members("billing") == ["woken"]
     state = QueueState("woken", "esm-woken", QueueStateName.HEALTHY, 2, 100, wake_at=1_000.0)
     ledger.commit(state, AuditEntry("woken", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))
     assert [due.queue for due in ledger.due_states(1_000.0)] == ["woken"]
     assert ledger.due_states(999.0) == []
+
+
+def test_the_deployed_reducer_keys_a_config_group_from_the_deployed_ledger(
+    aws: EmbeddedAws,
+    deployment: Deployment,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Built from its function's environment as Lambda builds it, the reducer reads the
+    queues' CONFIG groups from the stack's table (its role's one ledger grant) and puts the
+    group's records under one key of the stack's reduced stream."""
+    from controller import handler
+    from controller.telemetry import reduced
+    from tests.factories import kinesis_event, sample
+
+    for name, value in aws.environment().items():
+        monkeypatch.setenv(name, value)
+    variables = aws.client("lambda").get_function_configuration(
+        FunctionName=deployment.reducer_function
+    )["Environment"]["Variables"]
+    assert variables["QUEUEMESH_TABLE"] == deployment.table_name
+    ledger = DynamoLedger(deployment.table_name, aws.client("dynamodb"), memory_types=memory_type)
+    for queue in ("billing-eu", "billing-us"):
+        ledger.put_config(QueueConfig(queue, f"esm-{queue}", group="billing"))
+    app = handler.build_reducer(dict(variables))
+    at = time.time() - 5.0
+    batch = kinesis_event([sample("billing-eu", at), sample("billing-us", at)])
+    assert app.handle(batch, None) == {"batchItemFailures": []}
+    printed = capsys.readouterr().out
+    assert "GroupKeysUnread" not in printed and "CONFIG items not read" not in printed
+    kinesis = aws.client("kinesis")
+    keys = set()
+    for shard in kinesis.list_shards(StreamName=deployment.reduced_stream_name)["Shards"]:
+        iterator = kinesis.get_shard_iterator(
+            StreamName=deployment.reduced_stream_name,
+            ShardId=shard["ShardId"],
+            ShardIteratorType="TRIM_HORIZON",
+        )["ShardIterator"]
+        for record in kinesis.get_records(ShardIterator=iterator)["Records"]:
+            if b'"queue":"billing-' in record["Data"]:
+                keys.add(record["PartitionKey"])
+    assert keys == {reduced.partition_key("billing-eu", "billing")}
 
 
 class _Ungrouped:

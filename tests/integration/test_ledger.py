@@ -290,6 +290,23 @@ def test_configs_round_trip_and_unregistered_queues_are_absent(
     assert ledger.list_states() == []
 
 
+def test_group_members_lists_the_queues_of_one_config_group(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    """Read from the Groups index (no scan): only CONFIG items carry ``Group``; a group's
+    report and memory, under ``GROUP#<name>``, are not its members."""
+    for queue, group in (("orders", "billing"), ("refunds", "billing"), ("reports", "other")):
+        ledger.put_config(QueueConfig(queue=queue, esm_uuid=f"esm-{queue}", group=group))
+    ledger.put_config(QueueConfig(queue="invoices", esm_uuid="esm-invoices"))
+    ledger.put_group_report(GroupReport("billing", T0, 30.0))
+    assert ledger.group_members("billing") == ["orders", "refunds"]
+    assert ledger.group_members("nobody") == []
+    # A changed group moves the queue.
+    ledger.put_config(QueueConfig(queue="refunds", esm_uuid="esm-refunds", group="other"))
+    assert ledger.group_members("billing") == ["orders"]
+    assert ledger.group_members("other") == ["refunds", "reports"]
+
+
 def test_put_config_replaces_the_previous_config(ledger: DynamoLedger | InMemoryLedger) -> None:
     ledger.put_config(QueueConfig(queue="orders", esm_uuid="esm-1", overrides={"t1": 0.1}))
     replacement = QueueConfig(queue="orders", esm_uuid="esm-9", mode=Mode.DRY_RUN)

@@ -1,6 +1,6 @@
-"""The reduced stream on the embedded AWS's Kinesis: the queues sharing a downstream land on
-one shard, however their names hash, so one controller lane decides their group whole
-(docs/architecture.md, "Shards: evidence whole per queue")."""
+"""The reduced stream on the embedded AWS's Kinesis: the queues of one group (sharing a
+downstream, or one CONFIG ``Group``) land on one shard, however their names hash, so one
+controller lane decides their group whole (docs/architecture.md, "A group on one lane")."""
 
 from __future__ import annotations
 
@@ -9,10 +9,13 @@ from collections import Counter
 from dataclasses import replace
 from typing import Any
 
+from controller.ledger import DynamoLedger, create_ledger_table
+from controller.policy import memory_type
 from controller.reduce import reduce_samples
+from controller.reducer_app import ReducerApp
 from controller.stream import KinesisSink
 from controller.telemetry import reduced
-from tests.factories import sample
+from tests.factories import config, kinesis_event, sample
 
 # Names Kinesis hashes onto three different shards of four when each is its own key.
 GROUP = ("orders", "payments-api", "demo-api")
@@ -47,6 +50,29 @@ def test_a_group_spread_by_its_names_lands_on_one_shard() -> None:
         )
         assert len({_shard_of_each_queue(kinesis, "by-queue")[q] for q in GROUP}) == 3
         assert KinesisSink("reduced", kinesis).put(records, deadline=math.inf) == set()
+        where = _shard_of_each_queue(kinesis, "reduced")
+    assert set(where) == {*GROUP, "invoices"}
+    assert len({where[q] for q in GROUP}) == 1
+
+
+def test_a_group_made_by_config_alone_lands_on_one_shard() -> None:
+    """The members name no downstream: the reducer reads their CONFIG ``Group`` from the
+    ledger (the embedded DynamoDB) and keys them by it."""
+    from stack.local.emulator import EmbeddedAws
+
+    with EmbeddedAws() as aws:
+        kinesis = aws.client("kinesis")
+        kinesis.create_stream(StreamName="reduced", ShardCount=4)
+        dynamodb = aws.client("dynamodb")
+        ledger = DynamoLedger(
+            create_ledger_table(dynamodb, "ledger"), dynamodb, memory_types=memory_type
+        )
+        for queue in GROUP:
+            ledger.put_config(replace(config(queue), group="billing"))
+        ledger.put_config(config("invoices"))
+        app = ReducerApp(KinesisSink("reduced", kinesis), ledger, clock=lambda: 1010.0)
+        batch = kinesis_event([sample(queue, 1000.9) for queue in (*GROUP, "invoices")])
+        assert app.handle(batch, None) == {"batchItemFailures": []}
         where = _shard_of_each_queue(kinesis, "reduced")
     assert set(where) == {*GROUP, "invoices"}
     assert len({where[q] for q in GROUP}) == 1

@@ -27,7 +27,7 @@ from moto import mock_aws
 
 from controller import registrar as registrar_module
 from controller.events import SOURCE, DetailType
-from controller.ledger import create_ledger_table
+from controller.ledger import GROUP_INDEX, WAKE_UP_INDEX, create_ledger_table
 from controller.policy import memory_type
 from controller.schema import (
     CONTROLLER_GROUP_DIMENSION,
@@ -424,6 +424,7 @@ def test_ledger_table_keys_capacity_ttl_recovery_encryption(resources: dict[str,
         ("SK", "S"),
         ("WakeUp", "S"),
         ("WakeAt", "N"),
+        ("Group", "S"),
     }
     assert props["KeySchema"] == [
         {"AttributeName": "PK", "KeyType": "HASH"},
@@ -436,10 +437,11 @@ def test_ledger_table_keys_capacity_ttl_recovery_encryption(resources: dict[str,
     assert table["DeletionPolicy"] == "Retain"
 
 
-def test_ledger_table_wake_up_index_matches_the_local_table_and_is_granted(
+def test_ledger_table_indexes_match_the_local_table_and_are_granted(
     resources: dict[str, Any],
 ) -> None:
-    """The tick queries the sparse index: template, local table and IAM must agree."""
+    """The tick queries the sparse indexes (wake-ups, a CONFIG group's members): template,
+    local table and IAM must agree."""
     props = resources["LedgerTable"]["Properties"]
     with mock_aws():
         client = boto3.client("dynamodb", region_name=REGION)
@@ -458,7 +460,10 @@ def test_ledger_table_wake_up_index_matches_the_local_table_and_is_granted(
         statement
         for statement in statements(resources, "ControllerRole")
         if "dynamodb:Query" in as_list(statement["Action"])
-        and any("/index/WakeUps" in json.dumps(r) for r in as_list(statement["Resource"]))
+        and all(
+            any(f"/index/{index}" in json.dumps(r) for r in as_list(statement["Resource"]))
+            for index in (WAKE_UP_INDEX, GROUP_INDEX)
+        )
     ]
     assert len(grants) == 1
 
@@ -874,13 +879,15 @@ def test_controller_updates_only_event_source_mappings(resources: dict[str, Any]
     assert granted["lambda:ListEventSourceMappings"] == ["*"]
     stream = {"Fn::GetAtt": ["ReducedStream", "Arn"]}
     table = {"Fn::GetAtt": ["LedgerTable", "Arn"]}
-    # The tick's Query also reads the table's sparse wake-up index, and nothing else does.
-    wake_ups = {"Fn::Sub": "${LedgerTable.Arn}/index/WakeUps"}
+    # The tick's Query also reads the table's sparse indexes, and nothing else does.
+    indexes = [
+        {"Fn::Sub": f"${{LedgerTable.Arn}}/index/{index}"} for index in (WAKE_UP_INDEX, GROUP_INDEX)
+    ]
     for action, targets in granted.items():
         if action.startswith("kinesis:"):
             assert targets == [stream], action
         if action == "dynamodb:Query":
-            assert targets == [table, wake_ups], action
+            assert targets == [table, *indexes], action
         elif action.startswith("dynamodb:"):
             assert targets == [table], action
     for role in of_type(resources, "AWS::IAM::Role"):
@@ -919,12 +926,17 @@ def test_the_reducer_reads_telemetry_and_puts_only_to_the_reduced_stream(
             assert targets == [{"Fn::GetAtt": ["ReducedStream", "Arn"]}], action
         elif action.startswith("kinesis:"):
             assert targets == [{"Fn::GetAtt": ["TelemetryStream", "Arn"]}], action
-    assert not any(action.startswith(("dynamodb:", "lambda:")) for action in granted)
+    # Of the ledger, it reads the CONFIG items (their groups key its records) and nothing else.
+    assert granted["dynamodb:BatchGetItem"] == [{"Fn::GetAtt": ["LedgerTable", "Arn"]}]
+    assert not any(
+        action.startswith(("dynamodb:", "lambda:")) and action != "dynamodb:BatchGetItem"
+        for action in granted
+    )
     function = resources["ReducerFunction"]["Properties"]
     assert function["Handler"] == "controller.handler.reduce"
-    assert function["Environment"]["Variables"]["QUEUEMESH_REDUCED_STREAM"] == {
-        "Ref": "ReducedStream"
-    }
+    variables = function["Environment"]["Variables"]
+    assert variables["QUEUEMESH_REDUCED_STREAM"] == {"Ref": "ReducedStream"}
+    assert variables["QUEUEMESH_TABLE"] == {"Ref": "LedgerTable"}
 
 
 # ------------------------------------------------------------------ samconfig

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Mapping
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -89,9 +91,16 @@ def actuator_for_fleet() -> InMemoryActuator:
     return actuator
 
 
-def tick(ledger: DynamoLedger | InMemoryLedger, actuator: InMemoryActuator) -> dict[str, Any]:
+def tick(
+    ledger: DynamoLedger | InMemoryLedger,
+    actuator: InMemoryActuator,
+    groups: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """A cold container's tick, every queue registered (in the CONFIG ``groups`` named)."""
+    groups = groups or {}
     for index in range(QUEUES):
-        ledger.put_config(config(f"q{index:02d}"))
+        queue = f"q{index:02d}"
+        ledger.put_config(replace(config(queue), group=groups.get(queue)))
     cold = ControllerApp(
         ControlLoop(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS["adaptive"]()),
         clock=lambda: NOW,
@@ -143,6 +152,21 @@ def test_the_tick_reads_only_the_due_states_and_wakes_a_paused_queue(
     assert read["Query"] == len(DUE)
     # Besides the due states, the tick reads only those queues' configs (BatchGetItem).
     assert read["BatchGetItem"] == len(DUE)
+
+
+def test_the_tick_decides_a_due_queue_with_the_members_of_its_config_group(
+    counted_ledger: tuple[DynamoLedger, Counter[str]],
+) -> None:
+    """The paused due queue's CONFIG group names two queues that are not due: the cold
+    container lists them from the sparse Groups index (a Query, no scan) and decides them with
+    it, reading their configs and states by key."""
+    ledger, read = counted_ledger
+    billing = {"q00": "billing", "q10": "billing", "q11": "billing"}
+    assert tick(ledger, actuator_for_fleet(), billing) == {"due": len(DUE), "decided": 5}
+    assert read["Scan"] == 0
+    assert read["Query"] == len(DUE) + len(billing)
+    # The due queues' configs, then the two members' configs and states.
+    assert read["BatchGetItem"] == len(DUE) + 2 + 2
 
 
 def test_the_status_listing_still_shows_every_state(

@@ -240,7 +240,7 @@ def test_a_queue_is_keyed_by_the_newest_downstream_it_named() -> None:
 
 def test_a_batch_whose_totals_were_not_all_put_is_retried_for_those_alone() -> None:
     sink = InMemorySink()
-    app = ReducerApp(sink, clock=lambda: 1010.0)
+    app = ReducerApp(sink, InMemoryLedger(memory_types=memory_type), clock=lambda: 1010.0)
     event = kinesis_event([sample("orders", 1000.9), sample("invoices", 1000.9)], first_sequence=5)
     sink.refuse = {"invoices"}
     assert app.handle(event, None) == {"batchItemFailures": [{"itemIdentifier": "5"}]}
@@ -254,7 +254,12 @@ def test_the_reducer_reports_what_it_could_not_read_as_the_controllers_health() 
     """Telemetry is read in the reducer now: its skips feed the same metrics (and alarms) as
     the controller's own."""
     printed: list[str] = []
-    app = ReducerApp(InMemorySink(), clock=lambda: 1010.0, emit=printed.append)
+    app = ReducerApp(
+        InMemorySink(),
+        InMemoryLedger(memory_types=memory_type),
+        clock=lambda: 1010.0,
+        emit=printed.append,
+    )
     event = kinesis_event([sample("orders", 1000.9), sample("orders", 5000.0)], first_sequence=5)
     event["Records"].append({"kinesis": {"data": "not base64!", "sequenceNumber": "9"}})
     app.handle(event, None)
@@ -310,7 +315,9 @@ def test_evidence_split_over_four_shards_is_decided_whole() -> None:
     for shard in range(4):
         sink = InMemorySink()
         share = kinesis_event(storm[shard::4], shard=f"shardId-00000000000{shard}")
-        ReducerApp(sink, clock=lambda: 111.0).handle(share, None)
+        ReducerApp(sink, InMemoryLedger(memory_types=memory_type), clock=lambda: 111.0).handle(
+            share, None
+        )
         reduced_records += sink.records
     split = _controller()
     [decision] = split.process_kinesis(_reduced_event(reduced_records), 1e12).decisions

@@ -1,0 +1,304 @@
+"""A group made by CONFIG ``Group`` alone, decided whole: the reducer keys a queue's records by
+its CONFIG group (read through the ledger, cached), else by the downstream it names, else by
+queue, so one lane reads the group (docs/architecture.md, "A group on one lane"); and a
+container that holds only a due member's config (the tick) gathers the group's members from
+the ledger (docs/algorithms.md, "Groups")."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from controller.actuator import InMemoryActuator
+from controller.constants import CONFIG_READ_TIMEOUT_S
+from controller.executor import DisplayExecutor
+from controller.ledger import DynamoLedger, InMemoryLedger
+from controller.ledger.codec import encode_config, encode_state
+from controller.loop import ControlLoop
+from controller.model import QueueState
+from controller.policy import memory_type
+from controller.ports import ConfigRead, LedgerError
+from controller.reduce import ConfiguredGroups, reduce_samples
+from controller.reducer_app import ReducerApp
+from controller.schema import HealthMetric
+from controller.settings import PolicyParams
+from controller.stream import InMemorySink
+from controller.telemetry import reduced
+from tests.factories import config, health_count, kinesis_event, mapped, sample
+from tests.unit.test_catch_up import Clock
+
+
+class CountingLedger(InMemoryLedger):
+    """The twin, counting the queues each CONFIG read asked for."""
+
+    def __init__(self) -> None:
+        super().__init__(memory_types=memory_type)
+        self.reads: list[list[str]] = []
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        asked = list(queues)
+        self.reads.append(asked)
+        return super().read_configs(asked)
+
+
+def _grouped(ledger: InMemoryLedger, queue: str, group: str | None) -> None:
+    ledger.put_config(replace(config(queue), group=group))
+
+
+def test_a_config_group_keys_its_members_together_over_what_their_telemetry_names() -> None:
+    samples = [
+        sample("orders", 1000.9),
+        replace(sample("refunds", 1000.9), downstream="refunds-api"),
+        replace(sample("invoices", 1000.9), downstream="billing"),
+        sample("reports", 1000.9),
+    ]
+    groups = {"orders": "billing", "refunds": "billing"}
+    keys = {
+        r.queue: r.partition_key for r in reduced.encode(reduce_samples(samples), "s:1", groups)
+    }
+    # The CONFIG group wins over the downstream named, and names the key a downstream of that
+    # name gives: one namespace, as ``planner.groups_of`` reads them.
+    assert keys["orders"] == keys["refunds"] == keys["invoices"]
+    assert keys["orders"] == reduced.partition_key("orders", "billing")
+    assert keys["reports"] == "reports"
+    # Without the groups, as before: each keyed by its telemetry.
+    plain = {r.queue: r.partition_key for r in reduced.encode(reduce_samples(samples), "s:1")}
+    assert plain["orders"] == "orders" and plain["refunds"] != plain["invoices"]
+
+
+def test_groups_are_read_once_per_period_and_a_change_is_picked_up_after_it() -> None:
+    """Answers hold until the end of the 60 s of epoch time they were read in (960-1020 here),
+    whenever in it they were read: every reducer container takes a change at the same
+    moment."""
+    ledger = CountingLedger()
+    _grouped(ledger, "orders", "billing")
+    _grouped(ledger, "refunds", None)
+    groups = ConfiguredGroups(ledger, ttl_s=60.0)
+    assert groups.read(["orders", "refunds", "unknown"], 1000.0, math.inf).groups == {
+        "orders": "billing"
+    }
+    assert ledger.reads == [["orders", "refunds", "unknown"]]
+    # Within the period nothing is read, even after a change (and a queue registered since).
+    _grouped(ledger, "orders", "payments")
+    _grouped(ledger, "unknown", "payments")
+    assert groups.read(["orders", "refunds", "unknown"], 1019.9, math.inf).groups == {
+        "orders": "billing"
+    }
+    assert len(ledger.reads) == 1
+    # From the next period on each is read again: the changed group and the new registration
+    # are keyed, 20 s after the first read (another container that read them at 961 s would
+    # read them again now too).
+    assert groups.read(["orders", "unknown"], 1020.0, math.inf).groups == {
+        "orders": "payments",
+        "unknown": "payments",
+    }
+    assert ledger.reads[1:] == [["orders", "unknown"]]
+    # Only the queues not known in this period are read.
+    groups.read(["orders", "refunds", "unknown"], 1021.0, math.inf)
+    assert ledger.reads[2:] == [["refunds"]]
+
+
+def test_the_cache_holds_at_most_its_capacity() -> None:
+    ledger = CountingLedger()
+    for queue in ("a", "b", "c"):
+        _grouped(ledger, queue, "g")
+    groups = ConfiguredGroups(ledger, ttl_s=60.0, capacity=2)
+    groups.read(["a", "b", "c"], 1000.0, math.inf)
+    # "b" and "c", the two most recent, are held; "a" was forgotten: asked again, it alone is
+    # read again.
+    assert groups.read(["b", "c"], 1001.0, math.inf).groups == {"b": "g", "c": "g"}
+    assert len(ledger.reads) == 1
+    assert groups.read(["a"], 1001.0, math.inf).groups == {"a": "g"}
+    assert ledger.reads[1:] == [["a"]]
+
+
+def test_an_invalid_config_costs_only_its_queue() -> None:
+    ledger = CountingLedger()
+    _grouped(ledger, "orders", "billing")
+    _grouped(ledger, "refunds", "billing")
+    broken = encode_config(replace(config("refunds"), group="billing"))
+    ledger.put_item({**broken, "Mode": "SIDEWAYS"})
+    read = ConfiguredGroups(ledger).read(["orders", "refunds"], 1000.0, math.inf)
+    assert read.groups == {"orders": "billing"}
+    assert read.unread == ()
+
+
+def _failing_dynamo(clock: Clock) -> tuple[DynamoLedger, list[int]]:
+    """The boto3 adapter whose every BatchGetItem DynamoDB answers with a 500, on virtual time
+    (its retries pass no real time)."""
+    client = boto3.client(
+        "dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
+    )
+    calls: list[int] = []
+
+    def internal_error(**_: Any) -> None:
+        calls.append(1)
+        error = {"Code": "InternalServerError", "Message": "injected"}
+        raise ClientError(
+            {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 500}}, "BatchGetItem"
+        )
+
+    client.meta.events.register("before-call.dynamodb.BatchGetItem", internal_error)
+    ledger = DynamoLedger(
+        "ledger",
+        client,
+        memory_types=memory_type,
+        call_timeout_s=CONFIG_READ_TIMEOUT_S,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    return ledger, calls
+
+
+def test_a_failed_read_costs_only_the_queues_it_was_for_and_is_tried_again() -> None:
+    twin = CountingLedger()
+    _grouped(twin, "orders", "billing")
+    clock = Clock()
+    failing, calls = _failing_dynamo(clock)
+
+    class Flaky(InMemoryLedger):
+        """The twin's items, read through the failing adapter while ``down``."""
+
+        down = False
+
+        def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+            return failing.read_configs(queues) if self.down else twin.read_configs(queues)
+
+        def set_deadline(self, deadline: float) -> None:
+            failing.set_deadline(deadline)
+
+    ledger = Flaky(memory_types=memory_type)
+    groups = ConfiguredGroups(ledger, ttl_s=60.0)
+    assert groups.read(["orders"], 1000.0, math.inf).groups == {"orders": "billing"}
+    ledger.down = True
+    read = groups.read(["orders", "refunds"], 1010.0, math.inf)
+    # "orders" is known for this period; "refunds" alone could not be read.
+    assert read.groups == {"orders": "billing"}
+    assert read.unread == ("refunds",) and read.fault
+    assert len(calls) > 1  # retried, then given up
+    # In the next period neither can be read: "orders" keeps the group last read for it
+    # (its records stay on its group's lane), "refunds" is keyed by its telemetry.
+    read = groups.read(["orders", "refunds"], 1030.0, math.inf)
+    assert read.groups == {"orders": "billing"}
+    assert read.unread == ("orders", "refunds")
+    _grouped(twin, "refunds", "billing")
+    ledger.down = False
+    assert groups.read(["orders", "refunds"], 1031.0, math.inf).groups == {
+        "orders": "billing",
+        "refunds": "billing",
+    }
+
+
+def test_the_reducer_keys_a_config_group_on_one_key_and_counts_what_it_could_not_read() -> None:
+    ledger = CountingLedger()
+    _grouped(ledger, "orders", "billing")
+    _grouped(ledger, "refunds", "billing")
+    printed: list[str] = []
+    sink = InMemorySink()
+    app = ReducerApp(sink, ledger, clock=lambda: 1010.0, emit=printed.append)
+    batch = [sample("orders", 1000.9), sample("refunds", 1000.9), sample("invoices", 1000.9)]
+    assert app.handle(kinesis_event(batch), None) == {"batchItemFailures": []}
+    keys = {record.queue: record.partition_key for record in sink.records}
+    assert keys["orders"] == keys["refunds"] == reduced.partition_key("orders", "billing")
+    assert keys["invoices"] == "invoices"
+    assert health_count([json.loads(line) for line in printed], HealthMetric.GROUP_KEYS_UNREAD) == 0
+
+    class Down(CountingLedger):
+        def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+            raise LedgerError("injected")
+
+    printed.clear()
+    sink = InMemorySink()
+    app = ReducerApp(sink, Down(), clock=lambda: 1010.0, emit=printed.append)
+    # Not retried: the records go out keyed by their telemetry, counted.
+    assert app.handle(kinesis_event(batch, first_sequence=9), None) == {"batchItemFailures": []}
+    assert {record.partition_key for record in sink.records} == {"orders", "refunds", "invoices"}
+    assert health_count([json.loads(line) for line in printed], HealthMetric.GROUP_KEYS_UNREAD) == 3
+
+
+START = 1000.0
+
+
+class ListingLedger(InMemoryLedger):
+    """The twin, counting its listings of a group's members; failing them while ``down``."""
+
+    def __init__(self) -> None:
+        super().__init__(memory_types=memory_type)
+        self.listed: list[str] = []
+        self.down = False
+
+    def group_members(self, group: str) -> list[str]:
+        self.listed.append(group)
+        if self.down:
+            raise LedgerError("injected")
+        return super().group_members(group)
+
+
+def _billing(ledger: InMemoryLedger, actuator: InMemoryActuator) -> None:
+    """``orders`` and ``refunds`` in the CONFIG group ``billing``, naming no downstream;
+    ``orders`` paused by the controller, its wake-up due at ``START``; ``invoices`` alone."""
+    for queue in ("orders", "refunds", "invoices"):
+        _grouped(ledger, queue, None if queue == "invoices" else "billing")
+        mapped(actuator, queue, concurrency=4)
+    paused = QueueState.first("orders", "esm-orders", 4, enabled=False, at=START - 60.0)
+    ledger.put_item(
+        encode_state(paused.evolve(version=1, paused_since=START - 60.0, wake_at=START))
+    )
+    running = QueueState.first("refunds", "esm-refunds", 4, at=START - 60.0)
+    ledger.put_item(encode_state(running.evolve(version=1)))
+
+
+def _cold_loop(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControlLoop:
+    return ControlLoop(ledger, actuator, PolicyParams(), executor=DisplayExecutor(lambda _: None))
+
+
+def test_the_tick_in_a_cold_container_decides_a_due_member_with_its_config_group() -> None:
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    _billing(ledger, actuator)
+    loop = _cold_loop(ledger, actuator)
+    ticked = loop.tick(START + 0.5)
+    assert ticked.fault is None and ticked.plan is not None
+    assert {step.queue for step in ticked.plan.steps} == {"orders", "refunds"}
+    [report] = ticked.groups
+    assert report.group == "billing"
+    assert {share.queue for share in report.members} == {"orders", "refunds"}
+    assert ledger.listed == ["billing"]
+    # Listed once per config TTL: the next ticks within it ask the ledger nothing more.
+    ledger.put_item(encode_state(ledger.get_states(["orders"])["orders"].evolve(wake_at=START)))
+    loop.tick(START + 30.0)
+    assert ledger.listed == ["billing"]
+
+
+def test_a_group_the_ledger_does_not_list_costs_only_itself() -> None:
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    _billing(ledger, actuator)
+    ledger.down = True
+    loop = _cold_loop(ledger, actuator)
+    ticked = loop.tick(START + 0.5)
+    # Decided alone, as before, and counted; the tick goes on.
+    assert ticked.fault is None and ticked.plan is not None
+    assert [step.queue for step in ticked.plan.steps] == ["orders"]
+    assert ticked.groups == ()
+    assert loop.counters["group_members_unread"] == 1
+
+
+def test_the_deployed_reducer_reads_the_ledger_its_template_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from controller import handler
+
+    # The AWS clients are built (never called) at the cold start.
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")
+    with pytest.raises(RuntimeError, match="QUEUEMESH_TABLE is not set"):
+        handler.build_reducer({"QUEUEMESH_REDUCED_STREAM": "reduced"})
+    app = handler.build_reducer({"QUEUEMESH_REDUCED_STREAM": "reduced", "QUEUEMESH_TABLE": "t"})
+    ledger = app.groups._ledger
+    assert isinstance(ledger, DynamoLedger) and ledger.table_name == "t"
+    assert ledger.call_timeout_s == CONFIG_READ_TIMEOUT_S
