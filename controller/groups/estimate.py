@@ -13,7 +13,7 @@ than the members were given before it (``UTILISATION`` of the estimate), nothing
 refusals goes back to what the downstream took in them (at least where it began) and
 doubles the wait before the next one (``PROBE_INTERVAL_S``), one that passes resets it.
 Near the rate that last broke (``ceiling_rps``) a probe grows the estimate gently, far below
-it fast; reached, it expires.
+it fast; a probe that began at it or past it and passed expires it.
 
 A group protecting a priority (members of more than one ``Priority`` with work) cannot wait
 for complete seconds: every call the downstream refuses may be the priority queue's. It
@@ -235,14 +235,16 @@ def estimated(
         if not risen and now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
             return memory
         # Risen, or the probe's seconds complete and none refused: the raised estimate
-        # holds (a ceiling reached expires), and the next probe may follow at once.
-        passed = memory.ceiling_rps and estimate >= memory.ceiling_rps
+        # holds, and the next probe may follow at once. A ceiling expires only under a probe
+        # that began at it or past it: one that merely reached it shows the rate that broke,
+        # read a little high (calls bunch within seconds), fits, not that more does.
+        past_ceiling = memory.ceiling_rps and memory.probed_from >= memory.ceiling_rps
         memory = replace(
             memory,
             probed_at=0.0,
             probe_interval_s=low,
             next_probe_at=now,
-            ceiling_rps=0.0 if passed else memory.ceiling_rps,
+            ceiling_rps=0.0 if past_ceiling else memory.ceiling_rps,
         )
     used = risen or pool.sent_rps >= USED_SHARE * estimate
     if not wanting or not used or now < memory.next_probe_at:

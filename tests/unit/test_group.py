@@ -428,13 +428,62 @@ class TestOneProbe:
         unrisen = dataclasses.replace(risen, peak_ok_rps=95.0)
         assert estimated(memory, unrisen, True, 10.0, NOW) == memory
 
-    def test_a_probe_that_reaches_the_rate_that_broke_clean_expires_it(self) -> None:
+    def test_a_probe_that_began_at_the_rate_that_broke_and_passed_expires_it(self) -> None:
         memory = GroupMemory(
-            capacity_rps=104.0, ceiling_rps=104.0, probed_at=NOW - LAG_S - 4, probed_from=100.0
+            capacity_rps=109.2, ceiling_rps=104.0, probed_at=NOW - LAG_S - 4, probed_from=104.0
         )
         passed = estimated(memory, self.clean, wanting=False, step_rps=1.0, now=NOW)
-        assert passed.ceiling_rps == 0.0 and passed.capacity_rps == 104.0
+        assert passed.ceiling_rps == 0.0 and passed.capacity_rps == 109.2
         assert passed.probed_at == 0.0
+        # Free of it, the next probe grows half as much again.
+        probed = estimated(passed, self.clean, wanting=True, step_rps=1.0, now=NOW)
+        assert probed.capacity_rps == pytest.approx(109.2 * 1.5)
+
+    def test_a_probe_that_only_reached_the_rate_that_broke_keeps_it_and_the_next_is_gentle(
+        self,
+    ) -> None:
+        # The demo after its drop (docs/algorithms.md, "One probe per downstream"): refused at
+        # 32 calls/s sent (the capacity, 30, read high: calls bunch), the group probed 28 -> 32
+        # and its rise was seen at once, clean. 32 fits; more need not: the next probe goes
+        # one invocation's calls past the ceiling (4 calls/s), not half as much again (48).
+        memory = GroupMemory(
+            capacity_rps=32.0, ceiling_rps=32.0, probed_at=NOW - 6, probed_from=28.0
+        )
+        risen = dataclasses.replace(self.clean, sent_rps=27.6, peak_ok_rps=32.0)
+        probed = estimated(memory, risen, wanting=True, step_rps=4.0, now=NOW)
+        assert probed.ceiling_rps == 32.0
+        assert probed.probed_at == NOW and probed.probed_from == 32.0
+        assert probed.capacity_rps == pytest.approx(36.0)
+
+    @given(
+        ceiling=st.floats(1.0, 1000.0),
+        below=st.floats(0.01, 1.0),
+        raised=st.floats(1.0, 2.0),
+        peak=st.floats(0.0, 2000.0),
+        judged_after=st.floats(0.0, 60.0),
+        wanting=st.booleans(),
+    )
+    def test_a_ceiling_outlives_every_clean_probe_that_began_below_it(
+        self,
+        ceiling: float,
+        below: float,
+        raised: float,
+        peak: float,
+        judged_after: float,
+        wanting: bool,
+    ) -> None:
+        # However the probe is judged (by its rise or by its complete seconds) and whatever the
+        # group does next, a rate that broke is forgotten only past it.
+        start = ceiling * (1.0 - below)
+        memory = GroupMemory(
+            capacity_rps=start * raised,
+            ceiling_rps=ceiling,
+            probed_at=NOW - judged_after,
+            probed_from=start,
+        )
+        pool = dataclasses.replace(self.clean, peak_ok_rps=peak)
+        after = estimated(memory, pool, wanting, step_rps=1.0, now=NOW)
+        assert after.ceiling_rps == ceiling
 
     def test_near_the_rate_that_broke_a_probe_is_gentle(self) -> None:
         memory = GroupMemory(capacity_rps=100.0, ceiling_rps=104.0)
