@@ -57,6 +57,7 @@ HEALTH_COUNTERS: Final[dict[HealthMetric, tuple[Count, ...]]] = {
         Count.GROUP_MEMORIES_UNREAD,
         Count.GROUP_MEMORIES_UNSTORED,
         Count.GROUP_MEMORIES_UNREADABLE,
+        Count.GROUP_MEMBERS_UNREAD,
     ),
 }
 # The loop's counts of what it skipped, reported by reason (``CONTROLLER_SKIPPED``) with the

@@ -123,7 +123,8 @@ class HealthMetric(StrEnum):
     # status`` shows the last one written until a later one is.
     GROUP_REPORTS_UNWRITTEN = "GroupReportsUnwritten"
     # Groups' memories (the ledger's GROUP MEMORY items) not read back, not stored, or not
-    # decodable: while they fail, containers deciding one group may decide it differently.
+    # decodable, and CONFIG groups whose members the ledger did not list (the Groups index):
+    # while they fail, containers deciding one group may decide it differently.
     GROUP_MEMORY_FAILURES = "GroupMemoryFailures"
     # Queues the reducer keyed without reading their CONFIG ``Group`` (the ledger did not
     # answer): their records went by the group last read for them, else by the downstream they

@@ -17,6 +17,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from controller.actuator import InMemoryActuator
+from controller.app import ControllerApp
 from controller.constants import CONFIG_READ_TIMEOUT_S
 from controller.executor import DisplayExecutor
 from controller.ledger import DynamoLedger, InMemoryLedger
@@ -287,6 +288,19 @@ def test_a_group_the_ledger_does_not_list_costs_only_itself() -> None:
     assert [step.queue for step in ticked.plan.steps] == ["orders"]
     assert ticked.groups == ()
     assert loop.counters["group_members_unread"] == 1
+
+
+def test_a_group_the_ledger_does_not_list_reaches_the_health_alarm() -> None:
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    _billing(ledger, actuator)
+    ledger.down = True
+    clock, emitted = Clock(), []
+    clock.now = START + 0.5
+    app = ControllerApp(_cold_loop(ledger, actuator), clock=clock, emit=emitted.append)
+    app.handle({"detail-type": "Scheduled Event"}, None)
+    documents = [json.loads(line) for line in emitted]
+    # GroupMemoryFailures, which ControllerGroupMemoryFailuresAlarm watches.
+    assert health_count(documents, HealthMetric.GROUP_MEMORY_FAILURES) == 1
 
 
 def test_the_deployed_reducer_reads_the_ledger_its_template_names(
