@@ -30,11 +30,10 @@ class Situation(Generic[M]):
     whole window as it stood, for an algorithm that selects its own evidence. ``backlog`` is
     the queue's backlog when it was read (the messages waiting, and its visibility timeout;
     ``None``: unknown, not read or the read failed; the controller reads it only for a queue
-    about to raise). ``quota`` is
-    the newest rate limit the queue's downstream announced (``None``: none announced), and
-    ``shared_with`` the calls a second each other queue that reports that downstream with an
-    announced quota may want of it (empty: the queue uses it alone). All of it is frozen: the
-    same situation always gives the same verdict.
+    about to raise). ``quota`` is the newest rate limit the queue's downstream announced
+    (``None``: none announced), and ``shared_with`` the calls a second each other queue that
+    reports that downstream with an announced quota may want of it (empty: the queue uses it
+    alone). All of it is frozen: the same situation always gives the same verdict.
     """
 
     state: QueueState

@@ -167,7 +167,7 @@ class Probing(Tuning):
         drained sooner; a probe that passes can shorten only what is left to drain. Held until
         the verdict alone, near a backlog's end probes kept drawing refusals whose messages
         came back after it (issue 29's tails; throttling seed 7 draw 44: a pulse to 9 with
-        2,438 waiting, 78 calls a second, refused 76 calls whose messages were done 85 s
+        2,438 waiting at 78 calls a second had 78 calls refused, their messages done 85 s
         later). Elsewhere a probe refuses nothing: held, it kept a healthy queue of bursts
         under its cap into the next burst (healthy 1001 draw 163: p99 age 1.08x)."""
         backlog = situation.backlog
