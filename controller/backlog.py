@@ -20,10 +20,13 @@ from botocore.exceptions import BotoCoreError
 from controller.aws import CallAbandoned, Clock, Sleep, brief_caller
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES
+from controller.model import Backlog
 from controller.ports import BacklogUnavailable, QueueBacklog
 
-# The attribute GetQueueAttributes names it by (the CloudWatch metric's name differs).
+# The attributes GetQueueAttributes names them by (the CloudWatch metric's name differs).
 VISIBLE_ATTRIBUTE = "ApproximateNumberOfMessages"
+VISIBILITY_ATTRIBUTE = "VisibilityTimeout"
+BACKLOG_ATTRIBUTES = (VISIBLE_ATTRIBUTE, VISIBILITY_ATTRIBUTE)
 # SQS's answers worth one more try; any 5xx is retried too (controller.aws).
 RETRYABLE_CODES = frozenset({"RequestThrottled", "ThrottlingException", "ServiceUnavailable"})
 
@@ -51,10 +54,10 @@ class BacklogReadings:
 
     def __init__(self, backlog: QueueBacklog, capacity: int = CACHED_QUEUES) -> None:
         self._backlog = backlog
-        self._kept: LruCache[str, tuple[float, int]] = LruCache(capacity)
+        self._kept: LruCache[str, tuple[float, Backlog]] = LruCache(capacity)
 
-    def read(self, queues: list[str], now: float, read_by: float) -> tuple[dict[str, int], int]:
-        """The messages waiting in each of ``queues`` (those about to raise): the reading
+    def read(self, queues: list[str], now: float, read_by: float) -> tuple[dict[str, Backlog], int]:
+        """The backlog of each of ``queues`` (those about to raise): the reading
         kept from less than ``REREAD_AFTER_S`` ago, else one read; and how many reads failed
         (a queue whose read fails is left out: its backlog unknown, decided as without it)."""
         known, failed = {}, 0
@@ -64,7 +67,7 @@ class BacklogReadings:
                 known[queue] = kept[1]
                 continue
             try:
-                known[queue] = self._backlog.visible(queue, read_by)
+                known[queue] = self._backlog.read(queue, read_by)
             except BacklogUnavailable:
                 failed += 1
                 continue
@@ -78,7 +81,7 @@ class BacklogReadings:
 
 
 class SqsBacklog:
-    """``GetQueueAttributes(ApproximateNumberOfMessages)`` of the queue named in the CONFIG.
+    """``GetQueueAttributes`` (``BACKLOG_ATTRIBUTES``) of the queue named in the CONFIG.
 
     The queue's URL is looked up once per warm container (``GetQueueUrl``: a queue's URL never
     changes) and remembered for ``CACHED_QUEUES`` queues. Retries are few and short: the read
@@ -106,30 +109,46 @@ class SqsBacklog:
         )
         self._urls: LruCache[str, str] = LruCache(CACHED_QUEUES)
 
-    def visible(self, queue: str, deadline: float) -> int:
+    def read(self, queue: str, deadline: float) -> Backlog:
         try:
             url = self._urls.get(queue)
             if url is None:
                 url = str(self._caller.call("get_queue_url", deadline, QueueName=queue)["QueueUrl"])
                 self._urls[queue] = url
             answer = self._caller.call(
-                "get_queue_attributes", deadline, QueueUrl=url, AttributeNames=[VISIBLE_ATTRIBUTE]
+                "get_queue_attributes",
+                deadline,
+                QueueUrl=url,
+                AttributeNames=list(BACKLOG_ATTRIBUTES),
             )
-            return int(answer["Attributes"][VISIBLE_ATTRIBUTE])
+            attributes = answer["Attributes"]
+            return Backlog(
+                visible=int(attributes[VISIBLE_ATTRIBUTE]),
+                visibility_timeout_s=float(attributes[VISIBILITY_ATTRIBUTE]),
+            )
         except (CallAbandoned, BotoCoreError, KeyError, TypeError, ValueError) as error:
             raise BacklogUnavailable(f"backlog of {queue}: {error}") from error
 
 
-class InMemoryBacklog:
-    """The twin: backlogs given by the test, every read recorded, faults injectable.
+# SQS's default VisibilityTimeout: what the twin's queues given as a count read with.
+TWIN_VISIBILITY_TIMEOUT_S = 30.0
 
-    A queue not given reads as unavailable. ``reads`` lists the queues read, in order;
+
+class InMemoryBacklog:
+    """The twin: backlogs given by the test (a count of visible messages, or a whole
+    ``Backlog``), every read recorded, faults injectable.
+
+    A count reads with ``TWIN_VISIBILITY_TIMEOUT_S``, SQS's default visibility timeout. A
+    queue not given reads as unavailable. ``reads`` lists the queues read, in order;
     ``fail_next`` queues exceptions raised by the next reads.
     """
 
-    def __init__(self, **backlogs: int) -> None:
+    def __init__(self, **backlogs: int | Backlog) -> None:
         self._lock = threading.Lock()
-        self._backlogs = dict(backlogs)
+        self._backlogs = {
+            queue: Backlog(given, TWIN_VISIBILITY_TIMEOUT_S) if isinstance(given, int) else given
+            for queue, given in backlogs.items()
+        }
         self._faults: deque[Exception] = deque()
         self.reads: list[str] = []
 
@@ -137,7 +156,7 @@ class InMemoryBacklog:
         with self._lock:
             self._faults.extend(errors)
 
-    def visible(self, queue: str, deadline: float) -> int:
+    def read(self, queue: str, deadline: float) -> Backlog:
         with self._lock:
             self.reads.append(queue)
             if self._faults:

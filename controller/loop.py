@@ -28,7 +28,7 @@ from controller.constants import (
 )
 from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.group_reports import GroupReportWriter
-from controller.model import AuditEvent, Decision, GroupReport, QueueConfig, QueueState
+from controller.model import AuditEvent, Backlog, Decision, GroupReport, QueueConfig, QueueState
 from controller.planner import Plan, governed, groups_of, plan, probing, revised, step_for
 from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, algorithm_named, evaluate_manually
 from controller.ports import (
@@ -394,7 +394,7 @@ class ControlLoop:
         windows = {queue: book.window(queue) for queue in queues if queue in states}
         sharing = book.announcing(now - QUOTA_SHARED_FOR_S)
 
-        def planned_for(names: list[str], backlogs: Mapping[str, int] | None = None) -> Plan:
+        def planned_for(names: list[str], backlogs: Mapping[str, Backlog] | None = None) -> Plan:
             return plan(
                 now,
                 names,
@@ -413,7 +413,7 @@ class ControlLoop:
         # while it holds the raise: ``BacklogReadings``).
         # With less than a step's time left none is read: the plan's execution comes first.
         read_by = deadline - STEP_BUDGET_S
-        backlogs: dict[str, int] = {}
+        backlogs: dict[str, Backlog] = {}
         if self.backlogs is not None and self._monotonic() < read_by:
             backlogs, failed = self.backlogs.read(probing(planned), now, read_by)
             if failed:

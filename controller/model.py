@@ -251,3 +251,14 @@ class AuditEntry:
     error_rate: float = 0.0
     success_rate: float = 1.0
     control_loop_latency_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """A queue's backlog as one SQS ``GetQueueAttributes`` answers it: ``visible``, the
+    messages waiting (``ApproximateNumberOfMessagesVisible``: not in flight, not delayed), and
+    ``visibility_timeout_s``, how long a received message stays hidden (the queue's
+    ``VisibilityTimeout``): a message whose call was refused comes back that much later."""
+
+    visible: int
+    visibility_timeout_s: float

@@ -22,6 +22,7 @@ from typing import Any
 from controller.groups import GroupMemory, Member, govern
 from controller.model import (
     AuditEvent,
+    Backlog,
     Decision,
     GroupReport,
     Mode,
@@ -119,7 +120,7 @@ def plan(
     unsettled: Callable[[str], bool],
     algorithm: LimitAlgorithm[Any],
     params_for: Callable[[QueueConfig], PolicyParams],
-    backlogs: Mapping[str, int] | None = None,
+    backlogs: Mapping[str, Backlog] | None = None,
     *,
     sharing: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Plan:
@@ -192,7 +193,7 @@ def governed(
     params_for: Callable[[QueueConfig], PolicyParams],
     unsettled: Callable[[str], bool],
     memory: Mapping[str, GroupMemory],
-    backlogs: Mapping[str, int] | None = None,
+    backlogs: Mapping[str, Backlog] | None = None,
 ) -> Plan:
     """``plan`` with the steps of the queues in ``groups`` (queue -> group, ``groups_of``)
     decided by their group's law (``controller.groups``) around each one's own decision, and

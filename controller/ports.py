@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from controller.groups import GroupMemory
-from controller.model import AuditEntry, GroupReport, QueueConfig, QueueState
+from controller.model import AuditEntry, Backlog, GroupReport, QueueConfig, QueueState
 
 if TYPE_CHECKING:
     from controller.telemetry.reduced import ReducedRecord
@@ -232,9 +232,8 @@ class BacklogUnavailable(Exception):
 
 
 class QueueBacklog(Protocol):
-    def visible(self, queue: str, deadline: float) -> int:
-        """The messages waiting in ``queue`` (SQS's ``ApproximateNumberOfMessagesVisible``):
-        not in flight, not delayed. ``deadline`` is a ``time.monotonic()`` value by which every
+    def read(self, queue: str, deadline: float) -> Backlog:
+        """``queue``'s backlog. ``deadline`` is a ``time.monotonic()`` value by which every
         retry must be over; raises ``BacklogUnavailable`` when no answer comes by then."""
         ...
 

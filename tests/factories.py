@@ -18,6 +18,7 @@ from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.model import (
     AuditEntry,
+    Backlog,
     GroupReport,
     Mode,
     QueueConfig,
@@ -81,6 +82,12 @@ def state(
 
 def config(queue: str = "orders", mode: Mode = Mode.ACTIVE, **overrides: float) -> QueueConfig:
     return QueueConfig(queue=queue, esm_uuid=f"esm-{queue}", mode=mode, overrides=overrides)
+
+
+def waiting(visible: int, visibility_timeout_s: float = 30.0) -> Backlog:
+    """A backlog read of ``visible`` messages waiting (SQS's default visibility timeout
+    unless told)."""
+    return Backlog(visible, visibility_timeout_s)
 
 
 def kinesis_event(

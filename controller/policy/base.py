@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Generic, TypeVar
 
-from controller.model import QueueState, QueueStateName
+from controller.model import Backlog, QueueState, QueueStateName
 from controller.policy.evidence import Refusal
 from controller.settings import PolicyParams
 from controller.window import Quota, WindowSnapshot, WindowStats
@@ -28,12 +28,12 @@ class Situation(Generic[M]):
     its settle margin). ``refusal`` says why no verdict may rest on it yet (``None``: it is
     admissible: at least ``params.min_samples`` calls, none stale). ``window`` is the queue's
     whole window as it stood, for an algorithm that selects its own evidence. ``backlog`` is
-    the messages waiting in the queue when it was read (``None``: unknown, not read or the
-    read failed; the controller reads it only for a queue about to raise). ``quota`` is
-    the newest rate limit the queue's downstream announced (``None``: none announced), and
-    ``shared_with`` the calls a second each other queue that reports that downstream with an
-    announced quota may want of it (empty: the queue uses it alone). All of it is frozen: the
-    same situation always gives the same verdict.
+    the queue's backlog when it was read (the messages waiting, and its visibility timeout;
+    ``None``: unknown, not read or the read failed; the controller reads it only for a queue
+    about to raise). ``quota`` is the newest rate limit the queue's downstream announced
+    (``None``: none announced), and ``shared_with`` the calls a second each other queue that
+    reports that downstream with an announced quota may want of it (empty: the queue uses it
+    alone). All of it is frozen: the same situation always gives the same verdict.
     """
 
     state: QueueState
@@ -43,7 +43,7 @@ class Situation(Generic[M]):
     window: WindowSnapshot
     now: float
     params: PolicyParams
-    backlog: int | None = None
+    backlog: Backlog | None = None
     quota: Quota | None = None
     shared_with: tuple[float, ...] = ()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controller.model import Action, Decision, Mode, QueueConfig, QueueState
+from controller.model import Action, Backlog, Decision, Mode, QueueConfig, QueueState
 from controller.policy.aimd import aimd_rule
 from controller.policy.base import LimitAlgorithm, Situation, Verdict, clamp
 from controller.policy.evidence import vetted_evidence
@@ -32,13 +32,13 @@ def decide(
     window: QueueWindow,
     now: float,
     params: PolicyParams,
-    backlog: int | None = None,
+    backlog: Backlog | None = None,
     *,
     sharing: Mapping[str, Mapping[str, float]] | None = None,
 ) -> Decision:
     """The queue's next decision: the shared guards around ``algorithm``'s verdict.
 
-    ``backlog``: the messages waiting in the queue (``None``: unknown). ``sharing``: the queues
+    ``backlog``: the queue's backlog as read (``None``: unknown). ``sharing``: the queues
     that report each downstream with an announced quota, and the calls a second each may want
     of it (``QueueBook.announcing``): the situation carries the queue's newest quota and what
     the other queues sharing it want."""
@@ -76,7 +76,7 @@ def decide(
     decision = decision_from(
         state, verdict, now, algorithm.name, target=target, hold_until=hold_until
     )
-    if backlog == 0 and decision.probes:
+    if backlog is not None and backlog.visible == 0 and decision.probes:
         reason = (
             f"Nothing waiting in the queue: no raise to {target}; holding at {state.concurrency}."
         )

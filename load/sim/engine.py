@@ -18,7 +18,7 @@ import random
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Protocol
 
-from controller.model import Sample
+from controller.model import Backlog, Sample
 from load.sim.control_plane import ControllerRun, ControlPlaneUse
 from load.sim.environments import Environments
 from load.sim.scenario import Scenario
@@ -40,8 +40,8 @@ TIMED_OUT = 0
 
 _CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK, _MAPPING = range(8)
 
-# A queue's visible messages now, by its name: what the controller's backlog read answers.
-VisibleBacklog = Callable[[str], int]
+# A queue's backlog now, by its name: what the controller's backlog read answers.
+BacklogNow = Callable[[str], Backlog]
 
 
 class SimPolicy(Protocol):
@@ -49,7 +49,7 @@ class SimPolicy(Protocol):
 
     name: str
 
-    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+    def start(self, scenario: Scenario, backlog: BacklogNow) -> None:
         """Attach to the scenario's mappings and queues (called once, before time 0)."""
         ...
 
@@ -173,7 +173,7 @@ class _Run:
     def run(self) -> SimResult:
         scenario = self.scenario
         by_name = {queue.spec.name: queue for queue in self.queues}
-        self.policy.start(scenario, lambda name: by_name[name].visible)
+        self.policy.start(scenario, lambda name: by_name[name].backlog)
         self.apply_mappings()
         self.push(0.0, _ARRIVALS, 0)
         self.push(0.0, _SECOND, 0)

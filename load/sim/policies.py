@@ -15,13 +15,13 @@ from controller.actuator import InMemoryActuator, LambdaActuator
 from controller.constants import MAX_CONCURRENCY
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
-from controller.model import Mode, QueueConfig, QueueState, QueueStateName, Sample
+from controller.model import Backlog, Mode, QueueConfig, QueueState, QueueStateName, Sample
 from controller.policy import DEFAULT_ALGORITHM, algorithm_named, evaluate_manually, memory_type
 from controller.registration import register_queue
 from controller.settings import PolicyParams
 from load.oracle import invocation_pace
 from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
-from load.sim.engine import SIM_EPOCH, SimPolicy, VisibleBacklog
+from load.sim.engine import SIM_EPOCH, BacklogNow, SimPolicy
 from load.sim.scenario import QueueSpec, Scenario, value_at
 from load.sim.trace import MappingSetting
 
@@ -42,7 +42,7 @@ class StaticPolicy:
     def __init__(self) -> None:
         self._mappings: dict[str, MappingSetting] = {}
 
-    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+    def start(self, scenario: Scenario, backlog: BacklogNow) -> None:
         self._mappings = {
             spec.name: MappingSetting(spec.max_concurrency) for spec in scenario.queues
         }
@@ -78,7 +78,7 @@ class SeedPolicy:
         self._states: dict[str, QueueState] = {}
         self._updates: dict[str, int] = {}
 
-    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+    def start(self, scenario: Scenario, backlog: BacklogNow) -> None:
         for spec in scenario.queues:
             params = queue_params(self._base, spec.max_concurrency, spec.min_concurrency)
             self._params[spec.name] = params
@@ -169,7 +169,7 @@ class QueueMeshPolicy:
     def ledger(self) -> InMemoryLedger:
         return self._ledger
 
-    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+    def start(self, scenario: Scenario, backlog: BacklogNow) -> None:
         for spec in scenario.queues:
             uuid = f"esm-{spec.name}"
             self._uuids[spec.name] = uuid
@@ -261,11 +261,11 @@ class QueueMeshPolicy:
 class SimulatedBacklog:
     """The controller's backlog port on the simulated queues: an SQS read that never fails."""
 
-    def __init__(self, visible: VisibleBacklog) -> None:
-        self._visible = visible
+    def __init__(self, backlog: BacklogNow) -> None:
+        self._backlog = backlog
 
-    def visible(self, queue: str, deadline: float) -> int:
-        return self._visible(queue)
+    def read(self, queue: str, deadline: float) -> Backlog:
+        return self._backlog(queue)
 
 
 class HindsightPolicy(QueueMeshPolicy):
@@ -308,7 +308,7 @@ class HindsightPolicy(QueueMeshPolicy):
         reasons = [_unknown_because(scenario, spec) for spec in scenario.queues]
         return None if None in reasons else reasons[0]
 
-    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+    def start(self, scenario: Scenario, backlog: BacklogNow) -> None:
         super().start(scenario, backlog)
         for spec in scenario.queues:
             self._registered[spec.name] = spec.max_concurrency

@@ -10,6 +10,7 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING
 
+from controller.model import Backlog
 from load.announce import HeaderStyle
 from load.latency import pareto_factor, queueing_latency
 from load.sim.scenario import DownstreamSpec, QueueSpec, Schedule, value_at
@@ -231,6 +232,12 @@ class SimQueue:
     def visible(self) -> int:
         """Messages a receive could take now (SQS's ``ApproximateNumberOfMessagesVisible``)."""
         return self.fresh + len(self.retry)
+
+    @property
+    def backlog(self) -> Backlog:
+        """What SQS's ``GetQueueAttributes`` answers now: the visible messages and the
+        queue's visibility timeout."""
+        return Backlog(self.visible, self.spec.visibility_timeout_s)
 
     @property
     def waiting(self) -> int:

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from controller.model import Decision, QueueState
+from controller.model import Backlog, Decision, QueueState
 from controller.policy import (
     ALGORITHMS,
     DEFAULT_ALGORITHM,
@@ -21,7 +21,7 @@ from controller.policy import (
 from controller.settings import PolicyParams
 from controller.window import QueueWindow, WindowStats
 from stack.local.template import load_template
-from tests.factories import config, sample, state
+from tests.factories import config, sample, state, waiting
 from tests.paths import ROOT
 
 PARAMS = PolicyParams()
@@ -48,7 +48,7 @@ def run(
     found: list[tuple[float, int, int, int]],
     params: PolicyParams,
     start: int,
-    backlog: int | None = None,
+    backlog: Backlog | None = None,
 ) -> list[tuple[Decision, WindowStats]]:
     """Decide once a second while the documents arrive (the queue's backlog always
     ``backlog``); each decision with the evidence since the last change (and its settle
@@ -123,7 +123,7 @@ def test_never_raises_on_evidence_of_pressure(
 def test_never_probes_a_queue_with_nothing_waiting(
     name: str, found: list[tuple[float, int, int, int]], start: int
 ) -> None:
-    steps = run(algorithm_named(name), found, PARAMS, start, backlog=0)
+    steps = run(algorithm_named(name), found, PARAMS, start, backlog=waiting(0))
     assert not [decision for decision, _ in steps if decision.probes]
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Action, Decision, Mode, QueueState, QueueStateName
+from controller.model import Action, Backlog, Decision, Mode, QueueState, QueueStateName
 from controller.policy import (
     ALGORITHMS,
     EvidenceJudge,
@@ -24,7 +24,7 @@ from controller.policy.guards import decision_from
 from controller.policy.vegas import VegasMemory
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
-from tests.factories import config, sample, state
+from tests.factories import config, sample, state, waiting
 
 PARAMS = PolicyParams()
 
@@ -262,7 +262,7 @@ def test_retry_after_holds_any_algorithms_raise() -> None:
 def test_an_empty_queue_holds_any_algorithms_raise() -> None:
     healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
     before = state(50).evolve(algorithm="reckless", memory=NoMemory())
-    decision = decide(Reckless(80), before, config(), healthy, 110.0, PARAMS, backlog=0)
+    decision = decide(Reckless(80), before, config(), healthy, 110.0, PARAMS, backlog=waiting(0))
     assert (decision.action, decision.target) == (Action.HOLD, 50)
     assert decision.reason == "Nothing waiting in the queue: no raise to 80; holding at 50."
     assert decision.new_state.wake_at == before.wake_at  # the raise's other wishes are dropped
@@ -270,9 +270,10 @@ def test_an_empty_queue_holds_any_algorithms_raise() -> None:
     assert not decision.probes
 
 
-@pytest.mark.parametrize("backlog", [None, 1, 5000])
-def test_a_queue_with_messages_waiting_or_unknown_is_raised(backlog: int | None) -> None:
+@pytest.mark.parametrize("visible", [None, 1, 5000])
+def test_a_queue_with_messages_waiting_or_unknown_is_raised(visible: int | None) -> None:
     healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    backlog = None if visible is None else waiting(visible)
     decision = decide(Reckless(80), state(50), config(), healthy, 110.0, PARAMS, backlog=backlog)
     assert (decision.action, decision.target, decision.probes) == (
         Action.ADDITIVE_INCREASE,
@@ -282,15 +283,15 @@ def test_a_queue_with_messages_waiting_or_unknown_is_raised(backlog: int | None)
 
 
 def test_an_empty_queue_is_still_cut_and_kept_within_bounds() -> None:
-    cut = decide(Reckless(20), state(50), config(), storm(100), 110.0, PARAMS, backlog=0)
+    cut = decide(Reckless(20), state(50), config(), storm(100), 110.0, PARAMS, backlog=waiting(0))
     assert (cut.action, cut.target) == (Action.MULTIPLICATIVE_DECREASE, 20)
-    below = decide(Reckless(20), state(1), config(), storm(100), 110.0, PARAMS, backlog=0)
+    below = decide(Reckless(20), state(1), config(), storm(100), 110.0, PARAMS, backlog=waiting(0))
     assert below.target == PARAMS.cmin
     assert below.reason.startswith("Bounds are")
 
 
 def test_the_situation_carries_the_backlog() -> None:
-    seen: list[int | None] = []
+    seen: list[Backlog | None] = []
 
     class Watching(Reckless):
         def judge(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
@@ -298,9 +299,10 @@ def test_the_situation_carries_the_backlog() -> None:
             return super().judge(situation)
 
     healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
-    for backlog in (None, 0, 7):
+    backlogs = [None, waiting(0), waiting(7, visibility_timeout_s=45.0)]
+    for backlog in backlogs:
         decide(Watching(80), state(50), config(), healthy, 110.0, PARAMS, backlog=backlog)
-    assert seen == [None, 0, 7]
+    assert seen == backlogs
 
 
 def test_a_cut_on_evidence_with_retry_after_holds_raises_until_it_passes() -> None:

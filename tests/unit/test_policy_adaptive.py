@@ -15,7 +15,7 @@ from controller.policy import ALGORITHMS, decide
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
-from tests.factories import config, sample, state
+from tests.factories import config, sample, state, waiting
 
 PARAMS = PolicyParams()
 ALGORITHM = AdaptiveLimit()
@@ -1173,14 +1173,37 @@ def test_no_probe_when_the_backlog_drains_before_its_verdict() -> None:
     # later, so none is started on a backlog that drains first.
     current = attached(8, ceiling=9, ceiling_refused=True)
     window = window_of(*steady(960, 30, 10, ok=10))
-    held = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=50)
-    assert held.action is Action.HOLD and "before a probe's verdict" in held.reason
-    probed = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=5000)
+    held = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=waiting(50, 1.0))
+    assert held.action is Action.HOLD and "before its verdict" in held.reason
+    probed = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=waiting(5000))
     assert probed.target == 9, probed.reason
     # Where latency or timeouts set it, a probe refuses nothing: it runs on any backlog.
     unrefused = attached(8, ceiling=9)
-    probed = decide(ALGORITHM, unrefused, config(), window, 992.0, PARAMS, backlog=50)
+    probed = decide(ALGORITHM, unrefused, config(), window, 992.0, PARAMS, backlog=waiting(50))
     assert probed.target == 9, probed.reason
+
+
+@pytest.mark.parametrize(
+    ("visible", "visibility_timeout_s", "probes"),
+    [
+        (2000, 60.0, False),  # drains in 20 s, before a refused message would be back
+        (2000, 10.0, True),  # its refused messages would be back while 1,000 still wait
+        (10000, 60.0, True),  # a long backlog: 100 s of it left when they are back
+    ],
+)
+def test_no_probe_when_the_backlog_drains_before_a_refused_message_would_come_back(
+    visible: int, visibility_timeout_s: float, probes: bool
+) -> None:
+    # 100 calls a second (as above), the verdict some 6 s away: a refused message of the
+    # probe comes back a visibility timeout later, and the drain then waits for it.
+    current = attached(8, ceiling=9, ceiling_refused=True)
+    window = window_of(*steady(960, 30, 10, ok=10))
+    backlog = waiting(visible, visibility_timeout_s)
+    decision = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=backlog)
+    assert decision.probes is probes, decision.reason
+    if not probes:
+        assert decision.action is Action.HOLD and decision.target == 8
+        assert f"after the {visibility_timeout_s:.0f}s visibility timeout" in decision.reason
 
 
 def test_a_probe_held_for_the_backlog_leaves_no_pulse_in_memory() -> None:
@@ -1191,7 +1214,7 @@ def test_a_probe_held_for_the_backlog_leaves_no_pulse_in_memory() -> None:
     window = window_of(*steady(960, 30, 10, ok=10))
     asked = decide(ALGORITHM, current, config(), window, 992.0, PARAMS)
     assert asked.probes and memory_of(asked.new_state).probe_until > 992.0
-    held = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=50)
+    held = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=waiting(50))
     assert not held.changes_mapping and held.new_state.concurrency == 8
     memory = memory_of(held.new_state)
     assert (memory.probe_until, memory.judge_at) == (0.0, 0.0)

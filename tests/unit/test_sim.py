@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,12 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Action
+from controller.model import Action, Backlog
 from controller.policy import DEFAULT_ALGORITHM
 from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.plot import policy_colours
 from load.scorecard import scorecard
-from load.sim.engine import ARRIVAL_STEP_S, SIM_EPOCH, simulate
+from load.sim.engine import ARRIVAL_STEP_S, SIM_EPOCH, BacklogNow, simulate
 from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
 from load.sim.services import POLLER_START, POLLER_STEP_PER_S, Arrivals, arrived_by
@@ -230,21 +230,23 @@ def test_queuemesh_runs_the_real_controller_and_the_poller_follows_its_mapping()
 
 def test_a_policy_reads_the_visible_messages_the_controller_would() -> None:
     """What the engine hands a policy as the backlog read: the messages a receive could take
-    (not those in flight), at the policy's own time."""
-    seen: list[int] = []
+    (not those in flight), at the policy's own time, and the queue's visibility timeout."""
+    seen: list[Backlog] = []
 
     class Watching(StaticPolicy):
-        def start(self, scenario: Scenario, backlog: Callable[[str], int]) -> None:
+        def start(self, scenario: Scenario, backlog: BacklogNow) -> None:
             super().start(scenario, backlog)
             self.backlog = backlog
 
         def on_tick(self, now: float) -> None:
             seen.append(self.backlog("q"))
 
-    simulate(tiny(max_concurrency=5, controller_schedule_s=5), Watching())
-    assert seen[0] == 2000 - POLLER_START * 10  # five batches of ten received at time 0
-    assert seen == sorted(seen, reverse=True)  # no arrivals, no failures: it only drains
-    assert seen[-1] < seen[0]
+    simulate(tiny(max_concurrency=5, controller_schedule_s=5, visibility_timeout_s=45), Watching())
+    # Five batches of ten received at time 0.
+    assert seen[0] == Backlog(2000 - POLLER_START * 10, visibility_timeout_s=45.0)
+    visible = [backlog.visible for backlog in seen]
+    assert visible == sorted(visible, reverse=True)  # no arrivals, no failures: it only drains
+    assert visible[-1] < visible[0]
 
 
 def test_queuemesh_pauses_a_mapping_whose_floor_overloads_the_downstream() -> None:

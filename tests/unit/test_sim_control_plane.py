@@ -13,7 +13,7 @@ from controller.actuator import InMemoryActuator, LambdaActuator
 from controller.constants import CONTROL_PLANE_QUOTA_PER_S
 from controller.model import Sample
 from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
-from load.sim.engine import SIM_EPOCH, VisibleBacklog, simulate
+from load.sim.engine import SIM_EPOCH, BacklogNow, simulate
 from load.sim.scenario import Scenario
 from load.sim.trace import MappingSetting
 from tests.unit.test_sim import tiny
@@ -95,7 +95,7 @@ class SlowController:
         self.setting = MappingSetting(20)
         self.invoked_at: list[float] = []
 
-    def start(self, scenario: Scenario, backlog: VisibleBacklog) -> None:
+    def start(self, scenario: Scenario, backlog: BacklogNow) -> None:
         return None
 
     def on_batch(self, samples: Sequence[Sample], now: float) -> ControllerRun | None:
