@@ -4,7 +4,8 @@
 The members' evidence is pooled second by second (invocation starts). A second in which the
 group's calls were refused (at least ``REFUSED_SHARE`` of them) says what the downstream
 accepted: its 2xx calls. The estimate is their mean over the complete seconds of the span (a
-second is complete once every invocation that started in it has reported: ``LAG_S`` later).
+second is complete once every invocation that started in it has reported: ``LAG_S`` later);
+outside a probe a reading above the estimate moves it half way, one below it whole.
 While no second is refused the estimate is held; the group raises it (a probe of the whole
 downstream, not of each queue) only when its members want more than it allows, the span is
 clean, and no probe is being judged. A probe passes once two seconds since it took more
@@ -201,9 +202,15 @@ def estimated(
     )
     if pool.accepted_rps is not None:
         after = failed if probing else replace(memory, next_probe_at=now + memory.probe_interval_s)
+        measured = pool.accepted_rps
+        if not probing and memory.capacity_rps is not None:
+            # Outside a probe a higher reading is mostly the upper half picking seconds whose
+            # bunched calls spilled into the next: it moves the estimate half way (a rise that
+            # holds is reached within a few batches); a lower one is taken whole.
+            measured = min(measured, (measured + memory.capacity_rps) / 2)
         return replace(
             after,
-            capacity_rps=pool.accepted_rps,
+            capacity_rps=measured,
             ceiling_rps=max(pool.refused_sent_rps, pool.accepted_rps),
         )
     estimate = memory.capacity_rps
