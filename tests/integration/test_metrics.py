@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +23,8 @@ from controller.loop import ControlLoop
 from controller.model import GroupReport, GroupShare
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
+from controller.ports import ConfigRead, LedgerError
+from controller.reducer_app import ReducerApp
 from controller.schema import (
     CONTROLLER_GROUP_DIMENSION,
     CONTROLLER_NAMESPACE,
@@ -33,6 +35,7 @@ from controller.schema import (
     HealthMetric,
 )
 from controller.settings import PolicyParams
+from controller.stream import InMemorySink
 from stack.local.emulator import DEFAULT_TEMPLATE, EmbeddedAws
 from stack.local.metrics import EmfMetricsPublisher, InvalidDocument, extract
 from stack.local.runtime.service_metrics import (
@@ -257,6 +260,23 @@ def controller_output(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return emitted
 
 
+class LedgerDown(InMemoryLedger):
+    """A ledger whose CONFIG items cannot be read (the reducer's ``ConfigSource``)."""
+
+    def read_configs(self, queues: Iterable[str]) -> ConfigRead:
+        raise LedgerError("injected")
+
+
+def reducer_output() -> list[str]:
+    """The reducer's documents for a batch whose queues' CONFIG groups the ledger did not give
+    (its own health metric, ``GroupKeysUnread``)."""
+    emitted: list[str] = []
+    ledger = LedgerDown(memory_types=memory_type)
+    app = ReducerApp(InMemorySink(), ledger, clock=lambda: 110.0, emit=emitted.append)
+    app.handle(kinesis_event([sample(at=100.9, ok=8, throttled=2)]), None)
+    return emitted
+
+
 def worker_output(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -287,8 +307,10 @@ def test_every_dashboard_metric_is_what_the_controller_and_worker_emit(
     # The template's environment: no service dimension from powertools on the controller.
     monkeypatch.delenv("POWERTOOLS_SERVICE_NAME", raising=False)
     monkeypatch.setenv("POWERTOOLS_METRICS_NAMESPACE", CONTROLLER_NAMESPACE)
-    emitted = emitted_metrics(controller_output(monkeypatch)) | emitted_metrics(
-        worker_output(monkeypatch, capsys, downstream)
+    emitted = (
+        emitted_metrics(controller_output(monkeypatch))
+        | emitted_metrics(reducer_output())
+        | emitted_metrics(worker_output(monkeypatch, capsys, downstream))
     )
     graphed = dashboard_metrics()
     assert {namespace for namespace, _, _ in graphed} == {NAMESPACE, CONTROLLER_NAMESPACE}
