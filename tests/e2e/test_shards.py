@@ -60,7 +60,7 @@ def _demo(
 # What the law says of a step that finishes a cut: sized on the storm's first reports, the cut
 # is made again on all of the reports from before it (controller/policy/adaptive/sizing.py).
 CORRECTION = "Correcting the cut"
-CUT_ACTIONS = ("MULTIPLICATIVE_DECREASE", "PAUSE")
+CUT, PAUSE, RESUME = "MULTIPLICATIVE_DECREASE", "PAUSE", "RESUME"
 
 
 class Cut(NamedTuple):
@@ -82,8 +82,11 @@ def _cuts(result: dict[str, Any], until: float) -> list[Cut]:
             break
         if cuts and transition["reason"].startswith(CORRECTION):
             cuts[-1] = cuts[-1]._replace(done=transition["t"], level=transition["target"])
-        elif transition["action"] in CUT_ACTIONS:
-            cuts.append(Cut(transition["t"], transition["t"], transition["target"]))
+        elif transition["action"] in (CUT, PAUSE, RESUME):
+            # A paused mapping runs nothing, whatever level it keeps: a pause is a cut to 0,
+            # and its resume that cut's end.
+            level = 0 if transition["action"] == PAUSE else transition["target"]
+            cuts.append(Cut(transition["t"], transition["t"], level))
     return cuts
 
 
@@ -145,7 +148,7 @@ def test_four_shards_at_parallelization_two_cut_as_one_shard(
 
 
 def _first_cut(result: dict[str, Any]) -> dict[str, Any]:
-    return next(t for t in result["transitions"] if t["action"] in CUT_ACTIONS)
+    return next(t for t in result["transitions"] if t["action"] == CUT)
 
 
 IN_USE = re.compile(r"about ([0-9.]+) invocations in use")
