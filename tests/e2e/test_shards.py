@@ -9,7 +9,6 @@ longest: every batch is decided after reading back what other containers were ha
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -142,19 +141,3 @@ def test_four_shards_at_parallelization_two_cut_as_one_shard(
     differences = [("4 shards at", *d) for d in _differences(cuts, expected, horizon)]
     differences += [("1 shard at", *d) for d in _differences(expected, cuts, horizon)]
     assert not differences, (cuts, expected, differences[:3])
-    # The in-use estimate behind the cut is the whole queue's, not a shard's share (an eighth
-    # of it, at 4 shards and 2 lanes, before the reducing stage).
-    assert _in_use(_first_cut(four)) >= 0.75 * _in_use(_first_cut(one)), (expected, cuts)
-
-
-def _first_cut(result: dict[str, Any]) -> dict[str, Any]:
-    return next(t for t in result["transitions"] if t["action"] == CUT)
-
-
-IN_USE = re.compile(r"about ([0-9.]+) invocations in use")
-
-
-def _in_use(transition: dict[str, Any]) -> float:
-    found = IN_USE.search(transition["reason"])
-    assert found is not None, transition
-    return float(found.group(1))
