@@ -1,9 +1,10 @@
 """Reading a queue's backlog: SQS's ``GetQueueAttributes``, and an in-memory twin.
 
 The controller reads a backlog only for a queue about to raise its mapping (a probe for
-capacity), so a read is one SQS call per such queue, never a Lambda control-plane call (those
-are the account's scarce 15 a second), and at most one every ``REREAD_AFTER_S`` while the
-backlog holds its probe. A read that fails is the backlog unknown: the caller
+capacity) or held running on evidence of some pressure (a level the adaptive law trims near
+the backlog's end), so a read is one SQS call per such queue, never a Lambda control-plane call
+(those are the account's scarce 15 a second), and at most one every ``REREAD_AFTER_S`` while it
+stays so. A read that fails is the backlog unknown: the caller
 decides as it would without one.
 """
 
