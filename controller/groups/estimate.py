@@ -5,7 +5,11 @@ The members' evidence is pooled second by second (invocation starts). A second i
 group's calls were refused (at least ``REFUSED_SHARE`` of them) says what the downstream
 accepted: its 2xx calls. The estimate is their mean over the complete seconds of the span (a
 second is complete once every invocation that started in it has reported: ``LAG_S`` later);
-outside a probe a reading above the estimate moves it half way, one below it whole.
+outside a probe a reading above the estimate moves it half way, one below it whole while its
+refusals are fresh (the newest second it measured is among the span's newest ``FRESH_S``),
+else not at all: a span sliding past the end of the refusals keeps only their last seconds,
+whose starts thinned after a cut and were refused beside the calls of the seconds before
+them, so that their 2xx are what they sent, not what the downstream takes.
 While no second is refused the estimate is held; the group raises it (a probe of the whole
 downstream, not of each queue) only when its members want more than it allows, the span is
 clean, and no probe is being judged. A probe passes once two seconds since it took more
@@ -45,6 +49,9 @@ REFUSED_SECONDS = 2
 # A second refused this much says what the downstream accepts (one refused less may be the
 # group cutting into the capacity, its 2xx calls fewer than the downstream takes).
 MEASURED_SHARE = 0.10
+# Outside a probe, a reading below the estimate lowers it only while the newest second it
+# measured is among the complete span's newest this many seconds (the module says why).
+FRESH_S = 3.0
 # The wait between the group's probes: the first, and the longest after failed ones.
 PROBE_INTERVAL_S = (10.0, 20.0)
 # The longest wait after failed probes of a group protecting a priority: each failed probe
@@ -106,7 +113,8 @@ class Pooled:
     (``None``: fewer than ``REFUSED_SECONDS``), what the downstream takes if the group still
     sends as it did (those seconds' reports are not all in, but the share accepted needs none
     missing); ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls
-    refused (0: none in the span).
+    refused (0: none in the span); ``measured_until``: the newest complete second refused
+    enough to measure (0: none).
     """
 
     accepted_rps: float | None
@@ -118,6 +126,7 @@ class Pooled:
     peak_ok_rps: float = 0.0
     fresh_accepted_rps: float | None = None
     last_refused_at: float = 0.0
+    measured_until: float = 0.0
 
 
 def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0) -> Pooled:
@@ -173,6 +182,7 @@ def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0
         peak_ok_rps=float(risen[-1]) if probed_at and len(risen) == REFUSED_SECONDS else 0.0,
         fresh_accepted_rps=fresh_accepted,
         last_refused_at=max(refused_at, default=0.0),
+        measured_until=max(measured, default=0.0),
     )
 
 
@@ -206,8 +216,11 @@ def estimated(
         if not probing and memory.capacity_rps is not None:
             # Outside a probe a higher reading is mostly the upper half picking seconds whose
             # bunched calls spilled into the next: it moves the estimate half way (a rise that
-            # holds is reached within a few batches); a lower one is taken whole.
+            # holds is reached within a few batches); a lower one is taken whole, unless the
+            # refusals it read are over: then it reads their last seconds, and is no fall.
             measured = min(measured, (measured + memory.capacity_rps) / 2)
+            if measured < memory.capacity_rps and pool.measured_until < now - LAG_S - FRESH_S:
+                return replace(memory, next_probe_at=now + memory.probe_interval_s)
         return replace(
             after,
             capacity_rps=measured,

@@ -152,6 +152,36 @@ class TestEstimate:
         # A lower reading is taken whole: a fall costs no batch.
         assert estimated(GroupMemory(capacity_rps=45.0), pool, True, 4.0, NOW).capacity_rps == 37.0
 
+    def test_a_lower_reading_lowers_the_estimate_only_while_its_refusals_are_fresh(
+        self,
+    ) -> None:
+        # The README demo's cut 7 -> 5: the span slid past the refusals' end keeps their last
+        # seconds, starts thinned by a cut (25 calls, 20 2xx) beside clean seconds of 30.
+        complete_from = int(NOW - LAG_S - SPAN_S)
+        refused_at = (complete_from, complete_from + 1)
+        clean = [s for s in range(complete_from, int(NOW)) if s not in refused_at]
+        ended = pooled(
+            [
+                window("a", 20, 5, seconds=range(refused_at[0], refused_at[1] + 1)).snapshot(),
+                window("a", 30, seconds=range(clean[0], clean[-1] + 1)).snapshot(),
+            ],
+            NOW,
+        )
+        assert ended.accepted_rps == pytest.approx(20.0)
+        held = GroupMemory(capacity_rps=30.0)
+        assert estimated(held, ended, True, 4.0, NOW).capacity_rps == 30.0
+        # The same seconds the newest of the complete span: the refusals go on, taken whole.
+        newest = int(NOW - LAG_S) - 2
+        going_on = pooled(
+            [
+                window("a", 30, seconds=range(complete_from, newest)).snapshot(),
+                window("a", 20, 5, seconds=range(newest, newest + 2)).snapshot(),
+            ],
+            NOW,
+        )
+        assert going_on.accepted_rps == pytest.approx(20.0)
+        assert estimated(held, going_on, True, 4.0, NOW).capacity_rps == 20.0
+
     def test_a_rise_that_holds_is_reached_within_a_few_batches(self) -> None:
         # The downstream took 40 where the group held 30, and goes on taking it.
         pool = pooled([window("a", 40, 10).snapshot()], NOW)
