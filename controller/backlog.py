@@ -1,10 +1,9 @@
 """Reading a queue's backlog: SQS's ``GetQueueAttributes``, and an in-memory twin.
 
 The controller reads a backlog only for a queue about to raise its mapping (a probe for
-capacity) or held running on evidence of some pressure (a level the adaptive law trims near
-the backlog's end), so a read is one SQS call per such queue, never a Lambda control-plane call
-(those are the account's scarce 15 a second), and at most one every ``REREAD_AFTER_S`` while it
-stays so. A read that fails is the backlog unknown: the caller
+capacity), so a read is one SQS call per such queue, never a Lambda control-plane call (those
+are the account's scarce 15 a second), and at most one every ``REREAD_AFTER_S`` while the
+backlog holds its probe. A read that fails is the backlog unknown: the caller
 decides as it would without one.
 """
 
@@ -14,7 +13,6 @@ import random
 import threading
 import time
 from collections import deque
-from dataclasses import replace
 from typing import Any
 
 from botocore.exceptions import BotoCoreError
@@ -43,11 +41,6 @@ RETRYABLE_CODES = frozenset({"RequestThrottled", "ThrottlingException", "Service
 # 1 s and 3 s in the adaptive law), and the law's shortest wait after a failed probe
 # (``probe_backoff_s``): no probe is judged sooner than that anyway.
 REREAD_AFTER_S = 5.0
-# A reading taken again is ``Backlog.rising`` where it shows more messages visible than the one
-# before it, when that one is less than twice ``REREAD_AFTER_S`` old: a probe held while the
-# visible backlog "drains within a visibility timeout" was held on while bursts arrived
-# (throttling seed 7 draw 4: 2,151 -> 5,925 waiting in 70 s at a level of 3-6 where about 7
-# fit). An older reading says nothing of the arrivals now.
 
 
 class BacklogReadings:
@@ -74,14 +67,11 @@ class BacklogReadings:
                 known[queue] = kept[1]
                 continue
             try:
-                reading = self._backlog.read(queue, read_by)
+                known[queue] = self._backlog.read(queue, read_by)
             except BacklogUnavailable:
                 failed += 1
                 continue
-            if kept is not None and now - kept[0] < 2 * REREAD_AFTER_S:
-                reading = replace(reading, rising=reading.visible > kept[1].visible)
-            known[queue] = reading
-            self._kept[queue] = (now, reading)
+            self._kept[queue] = (now, known[queue])
         return known, failed
 
     def forget(self, queues: list[str]) -> None:
@@ -150,26 +140,17 @@ class InMemoryBacklog:
 
     A count reads with ``TWIN_VISIBILITY_TIMEOUT_S``, SQS's default visibility timeout. A
     queue not given reads as unavailable. ``reads`` lists the queues read, in order;
-    ``fail_next`` queues exceptions raised by the next reads; ``tell`` changes what the next
-    reads answer (messages arrived or drained).
+    ``fail_next`` queues exceptions raised by the next reads.
     """
 
     def __init__(self, **backlogs: int | Backlog) -> None:
         self._lock = threading.Lock()
-        self._backlogs: dict[str, Backlog] = {}
+        self._backlogs = {
+            queue: Backlog(given, TWIN_VISIBILITY_TIMEOUT_S) if isinstance(given, int) else given
+            for queue, given in backlogs.items()
+        }
         self._faults: deque[Exception] = deque()
         self.reads: list[str] = []
-        self.tell(**backlogs)
-
-    def tell(self, **backlogs: int | Backlog) -> None:
-        with self._lock:
-            self._backlogs.update(
-                (
-                    queue,
-                    Backlog(given, TWIN_VISIBILITY_TIMEOUT_S) if isinstance(given, int) else given,
-                )
-                for queue, given in backlogs.items()
-            )
 
     def fail_next(self, *errors: Exception) -> None:
         with self._lock:

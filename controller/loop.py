@@ -29,16 +29,7 @@ from controller.constants import (
 from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.group_reports import GroupReportWriter
 from controller.model import AuditEvent, Backlog, Decision, GroupReport, QueueConfig, QueueState
-from controller.planner import (
-    Plan,
-    asking_backlog,
-    governed,
-    groups_of,
-    plan,
-    probing,
-    revised,
-    step_for,
-)
+from controller.planner import Plan, governed, groups_of, plan, probing, revised, step_for
 from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, algorithm_named, evaluate_manually
 from controller.ports import (
     ActuationError,
@@ -418,13 +409,13 @@ class ControlLoop:
             )
 
         planned = planned_for(queues)
-        # A raise, or a hold on evidence of some pressure, is decided again once its queue's
-        # backlog is known (one SQS read each, kept ``REREAD_AFTER_S``: ``BacklogReadings``).
+        # A raise is decided again once its queue's backlog is known (one SQS read each, kept
+        # while it holds the raise: ``BacklogReadings``).
         # With less than a step's time left none is read: the plan's execution comes first.
         read_by = deadline - STEP_BUDGET_S
         backlogs: dict[str, Backlog] = {}
         if self.backlogs is not None and self._monotonic() < read_by:
-            backlogs, failed = self.backlogs.read(asking_backlog(planned), now, read_by)
+            backlogs, failed = self.backlogs.read(probing(planned), now, read_by)
             if failed:
                 book.count(Count.BACKLOG_READ_FAILURES, failed)
             if backlogs:

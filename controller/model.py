@@ -199,18 +199,6 @@ class Decision:
         which only a queue with messages waiting can answer."""
         return self.target > self.previous and self.previous_enabled and self.enabled
 
-    @property
-    def holds_under_pressure(self) -> bool:
-        """Whether it keeps a running mapping where its evidence shows some pressure: a level
-        refusing a little, which the backlog's end may call to step down (each refused message
-        comes back a visibility timeout later)."""
-        return (
-            self.target == self.previous
-            and self.previous_enabled
-            and self.enabled
-            and self.pressure_rate > 0
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class GroupShare:
@@ -270,11 +258,7 @@ class Backlog:
     """A queue's backlog as one SQS ``GetQueueAttributes`` answers it: ``visible``, the
     messages waiting (``ApproximateNumberOfMessagesVisible``: not in flight, not delayed), and
     ``visibility_timeout_s``, how long a received message stays hidden (the queue's
-    ``VisibilityTimeout``): a message whose call was refused comes back that much later;
-    ``rising``: more visible than at the queue's reading before it (``BacklogReadings``, at
-    least ``REREAD_AFTER_S`` earlier): messages arrive faster than the level drains them, so
-    the backlog is not ending, however few wait now."""
+    ``VisibilityTimeout``): a message whose call was refused comes back that much later."""
 
     visible: int
     visibility_timeout_s: float
-    rising: bool = False

@@ -158,19 +158,9 @@ def plan(
 
 
 def probing(plan: Plan) -> list[str]:
-    """The queues whose planned decision probes (raises a polling mapping)."""
+    """The queues whose planned decision probes (raises a polling mapping): those whose
+    backlog the decision should know."""
     return [step.queue for step in plan.steps if step.decision.probes]
-
-
-def asking_backlog(plan: Plan) -> list[str]:
-    """The queues whose backlog their planned decision should know: those it probes, and
-    those it holds running on evidence of some pressure (``Decision.holds_under_pressure``:
-    near the backlog's end a level refusing a little is stepped down)."""
-    return [
-        step.queue
-        for step in plan.steps
-        if step.decision.probes or step.decision.holds_under_pressure
-    ]
 
 
 def revised(plan: Plan, revisions: Plan) -> Plan:

@@ -10,10 +10,8 @@ from botocore.stub import Stubber
 
 from controller.backlog import (
     BACKLOG_ATTRIBUTES,
-    REREAD_AFTER_S,
     VISIBILITY_ATTRIBUTE,
     VISIBLE_ATTRIBUTE,
-    BacklogReadings,
     InMemoryBacklog,
     SqsBacklog,
 )
@@ -87,25 +85,3 @@ def test_the_twin_answers_what_it_was_told_and_records_each_read() -> None:
     with pytest.raises(BacklogUnavailable, match="no such queue"):
         twin.read("billing", math.inf)
     assert twin.reads == ["orders", "orders", "refunds", "billing"]
-
-
-@pytest.mark.parametrize(
-    ("then", "after_s", "rising"),
-    [
-        (900, REREAD_AFTER_S, True),  # more than 5 s ago: messages arrive faster than drained
-        (1100, REREAD_AFTER_S, False),  # fewer: draining
-        (1000, REREAD_AFTER_S, False),  # as many
-        (900, 2 * REREAD_AFTER_S, False),  # a reading that old says nothing of arrivals now
-    ],
-)
-def test_a_reading_taken_again_says_whether_the_backlog_rises(
-    then: int, after_s: float, rising: bool
-) -> None:
-    twin = InMemoryBacklog(orders=then)
-    readings = BacklogReadings(twin)
-    first, _ = readings.read(["orders"], 100.0, math.inf)
-    assert not first["orders"].rising  # nothing to compare with
-    twin.tell(orders=1000)
-    again, _ = readings.read(["orders"], 100.0 + after_s, math.inf)
-    assert again["orders"] == Backlog(1000, 30.0, rising=rising)
-    assert twin.reads == ["orders", "orders"]

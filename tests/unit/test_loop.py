@@ -308,7 +308,7 @@ def test_manual_evaluation_follows_the_original_sequence(controller: ControlLoop
     ]
 
 
-# -- the backlog: read before a probe or a hold on some pressure, never for anything else ---
+# -- the backlog: read before a probe, never for anything else ------------------------------
 
 
 def backlogged(ledger: InMemoryLedger, backlog: InMemoryBacklog) -> ControlLoop:
@@ -368,21 +368,6 @@ def test_the_backlog_is_read_only_before_a_raise(ledger: InMemoryLedger) -> None
     [cut] = loop.run_batch(storm(100), now=110.0).done
     assert cut.action is Action.MULTIPLICATIVE_DECREASE
     assert backlog.reads == []
-
-
-def test_a_level_held_on_some_pressure_is_decided_knowing_its_backlog(
-    ledger: InMemoryLedger,
-) -> None:
-    # Near the backlog's end a level refusing a little is stepped down (each refused message
-    # comes back a visibility timeout later): a hold on evidence with pressure reads the
-    # backlog, kept as a held probe's is, so such a queue costs one read every REREAD_AFTER_S.
-    backlog = InMemoryBacklog(orders=5000)
-    loop = backlogged(ledger, backlog)
-    for now in (110.0, 111.0, 110.0 + REREAD_AFTER_S):
-        refused = sample("orders", at=now - 0.5, ok=9, throttled=1, invocation_ms=500)
-        [decision] = loop.run_batch([*healthy(now - 10), refused], now=now).done
-        assert decision.holds_under_pressure and not decision.changes_mapping, decision.reason
-    assert backlog.reads == ["orders", "orders"]
 
 
 def test_a_failed_read_is_counted_and_the_probe_goes_on(ledger: InMemoryLedger) -> None:

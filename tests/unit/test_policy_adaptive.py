@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Action, Backlog, Decision, QueueState, Sample
+from controller.model import Action, Decision, QueueState, Sample
 from controller.policy import ALGORITHMS, decide
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.settings import PolicyParams
@@ -1204,54 +1204,6 @@ def test_no_probe_when_the_backlog_drains_before_a_refused_message_would_come_ba
     if not probes:
         assert decision.action is Action.HOLD and decision.target == 8
         assert f"after the {visibility_timeout_s:.0f}s visibility timeout" in decision.reason
-
-
-def test_a_probe_is_not_held_for_a_backlog_that_rises() -> None:
-    # 50 waiting would drain before the verdict, but more wait than at the reading before:
-    # messages arrive faster than the level drains them, and the backlog is not ending
-    # (throttling seed 7 draw 4: held at 3-6 while 2,151 -> 5,925 waited, about 7 fitting).
-    current = attached(8, ceiling=9, ceiling_refused=True)
-    window = window_of(*steady(960, 30, 10, ok=10))
-    rising = dataclasses.replace(waiting(50), rising=True)
-    probed = decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=rising)
-    assert probed.target == 9, probed.reason
-
-
-def refusing_a_little(backlog: Backlog | None, *, ceiling_refused: bool = True) -> Decision:
-    """8 invocations of 800 ms running since a change at 985 (10 started a second, 10 calls
-    each: 100 calls a second), 2 of their 300 calls refused in the first two seconds: a level
-    just over the capacity, under the 400 calls a trim needs."""
-    current = attached(8, at=985.0, ceiling=9, ceiling_refused=ceiling_refused)
-    documents = steady(987, 3, 10, ok=10)
-    for second in (987, 988):
-        documents.remove(sample(at=second + 0.9, ok=10, invocation_ms=800))
-        documents.append(sample(at=second + 0.9, ok=9, throttled=1, invocation_ms=800))
-    return decide(ALGORITHM, current, config(), window_of(*documents), 990.0, PARAMS, backlog)
-
-
-@pytest.mark.parametrize(
-    ("backlog", "ceiling_refused", "trimmed"),
-    [
-        (waiting(1000, 60.0), True, True),  # drains in 10 s: a refusal now would end it
-        (None, True, False),  # unknown
-        (waiting(100_000, 60.0), True, False),  # 1,000 s left when a refused one is back
-        (waiting(0, 60.0), True, False),  # nothing left to drain
-        (waiting(1000, 60.0), False, False),  # no ceiling refused calls set: not near one
-    ],
-)
-def test_near_the_backlogs_end_a_level_refusing_a_little_is_trimmed(
-    backlog: Backlog | None, ceiling_refused: bool, trimmed: bool
-) -> None:
-    # Each refused message comes back a visibility timeout later: near the backlog's end that
-    # is the drain's end, where one level less drains what is left at 7/8 of the pace.
-    decision = refusing_a_little(backlog, ceiling_refused=ceiling_refused)
-    if trimmed:
-        assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 7)
-        assert "near the backlog's end (1000 messages waiting" in decision.reason
-        assert memory_of(decision.new_state).broke_at == 8
-    else:
-        assert (decision.action, decision.target) == (Action.HOLD, 8), decision.reason
-        assert decision.reason.startswith("Within band"), decision.reason
 
 
 def test_a_probe_held_for_the_backlog_leaves_no_pulse_in_memory() -> None:

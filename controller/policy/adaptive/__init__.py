@@ -172,13 +172,14 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
             )
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
-        # Timeouts under T1 cut only as load-driven (above); a few rejections trim, and near
-        # the backlog's end any.
-        if pressure > 0 and calls_refused(stats) and current > params.cmin:
-            if pressure >= self.trim_above and stats.requests >= self.trim_evidence:
-                return self.trim(situation, sizing_pressure)
-            if self.refusing_near_end(situation):
-                return self.trim(situation, sizing_pressure, near_end=True)
+        # Timeouts under T1 cut only as load-driven (above); a few rejections trim.
+        if (
+            pressure >= self.trim_above
+            and stats.requests >= self.trim_evidence
+            and calls_refused(stats)
+            and current > params.cmin
+        ):
+            return self.trim(situation, sizing_pressure)
         if pressure >= self.grow_below:
             return hold(
                 state,

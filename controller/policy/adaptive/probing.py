@@ -171,14 +171,12 @@ class Probing(Tuning):
         later). Elsewhere a probe refuses nothing: held, it kept a healthy queue of bursts
         under its cap into the next burst (healthy 1001 draw 163: p99 age 1.08x)."""
         backlog = situation.backlog
-        if not situation.memory.ceiling_refused or backlog is None or backlog.rising:
+        if not situation.memory.ceiling_refused or backlog is None or not stats.timed_samples:
             return False
-        verdict_in = (
-            max(self.pulse_s, stats.mean_invocation_s)
-            + self.judge_after_s
-            + reporting_lag(situation)
-        )
-        return drains_within(situation, stats, max(verdict_in, backlog.visibility_timeout_s))
+        invocation_s = stats.mean_invocation_s
+        calls_per_s = situation.state.concurrency * stats.requests / stats.samples / invocation_s
+        verdict_in = max(self.pulse_s, invocation_s) + self.judge_after_s + reporting_lag(situation)
+        return backlog.visible < calls_per_s * max(verdict_in, backlog.visibility_timeout_s)
 
     def end_pulse(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
         """The pulse is over: back to the base level, and judge the pulse's invocations once
@@ -415,19 +413,6 @@ class Probing(Tuning):
         digest = zlib.crc32(f"{situation.state.queue}:{situation.now:.3f}".encode())
         unit = digest / 0xFFFFFFFF * 2.0 - 1.0
         return base * (1.0 + self.probe_jitter * unit)
-
-
-def drains_within(situation: AdaptiveSituation, stats: WindowStats, seconds: float) -> bool:
-    """The messages waiting (``situation.backlog``, when known) drain within ``seconds`` at
-    the current level, each invocation making the calls ``stats`` show, in the time they
-    show (``False``: unknown)."""
-    backlog = situation.backlog
-    if backlog is None or not stats.timed_samples:
-        return False
-    calls_per_s = (
-        situation.state.concurrency * stats.requests / stats.samples / stats.mean_invocation_s
-    )
-    return backlog.visible < calls_per_s * seconds
 
 
 def newest_report(window: WindowSnapshot) -> float | None:

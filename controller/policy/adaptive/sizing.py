@@ -16,7 +16,7 @@ from controller.policy.adaptive.memory import (
     move,
 )
 from controller.policy.adaptive.pausing import Pausing, floor_pressure
-from controller.policy.adaptive.probing import drains_within, refused, reporting_lag
+from controller.policy.adaptive.probing import refused, reporting_lag
 from controller.policy.base import clamp
 from controller.policy.evidence import evidence_since
 from controller.settings import PolicyParams
@@ -340,30 +340,10 @@ class Sizing(Pausing):
             and situation.now - memory.cut_at <= self.correction_s + reporting_lag(situation)
         )
 
-    def refusing_near_end(self, situation: AdaptiveSituation) -> bool:
-        """The messages waiting (when known) drain at the current level before a message
-        refused now would come back, a visibility timeout later: any refusal then sets the
-        drain's end, that long after it, where a level one lower drains what is left at
-        (L - 1) / L of the pace, refusing nothing. So near the backlog's end a level refusing
-        a little is trimmed on any refusal, not only past ``trim_above`` over
-        ``trim_evidence`` calls (throttling seed 100 draw 15: a level 1-2% over a constant
-        capacity refused calls for 80 s into the backlog's last 53 s, its visibility
-        timeout)."""
-        backlog = situation.backlog
-        return (
-            situation.memory.ceiling_refused
-            and backlog is not None
-            and backlog.visible > 0
-            and drains_within(situation, situation.stats, backlog.visibility_timeout_s)
-        )
-
-    def trim(
-        self, situation: AdaptiveSituation, newest_pressure: float, *, near_end: bool = False
-    ) -> AdaptiveVerdict:
+    def trim(self, situation: AdaptiveSituation, newest_pressure: float) -> AdaptiveVerdict:
         """A level that keeps drawing a few rejections is just over the capacity: each rejected
         message comes back a visibility timeout later, which is what a drain waits for at the
-        end. Step down one and remember the level (``near_end``: on any rejection, the backlog
-        draining before they would come back, ``refusing_near_end``).
+        end. Step down one and remember the level.
 
         Not while the poller is still climbing well below the cap: a lower cap would not lower
         what runs, and the change would only restart the evidence a storm's cut waits for. Nor
@@ -398,19 +378,12 @@ class Sizing(Pausing):
                 stats,
             )
         target = current - 1
-        backlog = situation.backlog
-        why = (
-            f"near the backlog's end ({backlog.visible} messages waiting drain at {current} "
-            f"before the {backlog.visibility_timeout_s:.0f}s visibility timeout brings a "
-            "refused one back)"
-            if near_end and backlog is not None
-            else f"stays above {self.trim_above:.2%}"
-        )
         return move(
             target,
             state.state,
-            f"Trim: pressure {stats.pressure_rate:.2%} over {stats.requests} calls {why} (under "
-            f"T1 {params.t1:.1%}). Scaled from {current} -> {target}.",
+            f"Trim: pressure {stats.pressure_rate:.2%} over {stats.requests} calls stays above "
+            f"{self.trim_above:.2%} (under T1 {params.t1:.1%}). Scaled from {current} -> "
+            f"{target}.",
             replace(
                 memory,
                 ceiling=current,
