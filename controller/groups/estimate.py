@@ -220,7 +220,7 @@ def estimated(
             # refusals it read are over: then it reads their last seconds, and is no fall.
             measured = min(measured, (measured + memory.capacity_rps) / 2)
             if measured < memory.capacity_rps and pool.measured_until < now - LAG_S - FRESH_S:
-                return replace(memory, next_probe_at=now + memory.probe_interval_s)
+                return after
         return replace(
             after,
             capacity_rps=measured,
