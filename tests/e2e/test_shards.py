@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from controller.model import Action
 from stack.cli import main
 
 # Short: a capacity drop at 6 s, load until 22 s, no grace (two demos run here).
@@ -59,7 +60,7 @@ def _demo(
 # What the law says of a step that finishes a cut: sized on the storm's first reports, the cut
 # is made again on all of the reports from before it (controller/policy/adaptive/sizing.py).
 CORRECTION = "Correcting the cut"
-CUT, PAUSE, RESUME = "MULTIPLICATIVE_DECREASE", "PAUSE", "RESUME"
+CUTS = (Action.MULTIPLICATIVE_DECREASE, Action.PAUSE, Action.RESUME)
 
 
 class Cut(NamedTuple):
@@ -81,10 +82,10 @@ def _cuts(result: dict[str, Any], until: float) -> list[Cut]:
             break
         if cuts and transition["reason"].startswith(CORRECTION):
             cuts[-1] = cuts[-1]._replace(done=transition["t"], level=transition["target"])
-        elif transition["action"] in (CUT, PAUSE, RESUME):
+        elif transition["action"] in CUTS:
             # A paused mapping runs nothing, whatever level it keeps: a pause is a cut to 0,
             # and its resume that cut's end.
-            level = 0 if transition["action"] == PAUSE else transition["target"]
+            level = 0 if transition["action"] == Action.PAUSE else transition["target"]
             cuts.append(Cut(transition["t"], transition["t"], level))
     return cuts
 
