@@ -70,7 +70,7 @@ class Count(StrEnum):
     GROUP_MEMORIES_UNSTORED = "group_memories_unstored"
     GROUP_MEMORY_CONFLICTS = "group_memory_conflicts"
     GROUP_MEMORIES_UNREADABLE = "group_memories_unreadable"
-    # CONFIG groups whose members the ledger did not list: decided with the members the
+    # Groups whose members the ledger did not list: decided with the members the
     # container holds (a cold one: the queue alone), listed again with the next decision.
     GROUP_MEMBERS_UNREAD = "group_members_unread"
 
@@ -166,7 +166,7 @@ class QueueBook:
         # What the container learned of each group of queues sharing a downstream, and the
         # version of the ledger's copy it derives from.
         self._groups: LruCache[str, GroupCopy] = LruCache(capacity)
-        # The queues of each CONFIG group as the ledger's Groups index listed them, and when.
+        # The queues of each group as the ledger's Groups index listed them, and when.
         self._group_members: LruCache[str, tuple[float, tuple[str, ...]]] = LruCache(capacity)
 
     # -- counting and telling -------------------------------------------------------------
@@ -345,14 +345,14 @@ class QueueBook:
         self._configs[queue] = (now, config)
 
     def cached_group_members(self, group: str, now: float, ttl_s: float) -> tuple[str, ...] | None:
-        """The CONFIG group's members read within ``ttl_s``; ``None`` when none were."""
+        """The group's members listed within ``ttl_s``; ``None`` when none were."""
         cached = self._group_members.get(group)
         if cached is None or now - cached[0] > ttl_s:
             return None
         return cached[1]
 
     def remember_group_members(self, group: str, members: Iterable[str], now: float) -> None:
-        """The CONFIG group's members as the ledger listed them at ``now``."""
+        """The group's members as the ledger listed them at ``now``."""
         self._group_members[group] = (now, tuple(members))
 
     def note_invalid(self, invalid: InvalidConfig) -> None:

@@ -29,7 +29,16 @@ from controller.constants import (
 from controller.executor import STEP_BUDGET_S, AwsExecutor, Executor
 from controller.group_reports import GroupReportWriter
 from controller.model import AuditEvent, Backlog, Decision, GroupReport, QueueConfig, QueueState
-from controller.planner import Plan, governed, groups_of, plan, probing, revised, step_for
+from controller.planner import (
+    Plan,
+    governed,
+    group_named,
+    groups_of,
+    plan,
+    probing,
+    revised,
+    step_for,
+)
 from controller.policy import DEFAULT_ALGORITHM, LimitAlgorithm, algorithm_named, evaluate_manually
 from controller.ports import (
     ActuationError,
@@ -380,17 +389,29 @@ class ControlLoop:
         waiting = book.pending() | book.due(now)
         queues = sorted(q for q in waiting if not book.is_set_aside(q, now))
         # The queues sharing a downstream or a CONFIG group with a waiting one are decided
-        # with it, as a group.
+        # with it, as a group: those whose telemetry this container holds, and those the
+        # ledger lists in the group. A queue whose telemetry it does not hold is grouped by
+        # the downstream its STATE names.
         downstreams = book.downstreams()
         known = self.configs(set(downstreams) | set(queues), now)
-        known.update(self.configs(self._config_group_members(queues, known, now), now))
+        downstreams.update(self._stored_downstreams(queues, known, downstreams))
+        listed = self.configs(self._listed_group_members(queues, known, downstreams, now), now)
+        known.update(listed)
+        downstreams.update(self._stored_downstreams(listed, known, downstreams))
         groups = groups_of(known, downstreams)
         touched = {groups[queue] for queue in queues if queue in groups}
         if touched:
             members = [q for q, group in groups.items() if group in touched]
             queues = sorted(set(queues).union(q for q in members if not book.is_set_aside(q, now)))
         configs = self.configs(queues, now)
-        states = self.states(configs.values(), now, deadline)
+        # Each state decided names the downstream its queue's telemetry names now, so a
+        # transition stores it with the rest (a steady queue writes nothing for it).
+        states = {
+            queue: state
+            if downstreams.get(queue, state.downstream) == state.downstream
+            else state.evolve(downstream=downstreams[queue])
+            for queue, state in self.states(configs.values(), now, deadline).items()
+        }
         windows = {queue: book.window(queue) for queue in queues if queue in states}
         sharing = book.announcing(now - QUOTA_SHARED_FOR_S)
 
@@ -453,16 +474,44 @@ class ControlLoop:
             self._store_group_memories(deadline)
             self._write_group_reports(planned, deadline)
 
-    def _config_group_members(
-        self, queues: Iterable[str], configs: Mapping[str, QueueConfig], now: float
+    def _stored_downstreams(
+        self,
+        queues: Iterable[str],
+        configs: Mapping[str, QueueConfig],
+        held: Mapping[str, str | None],
+    ) -> dict[str, str | None]:
+        """The downstream each of ``queues`` named when it was last decided (its STATE),
+        where this container holds none of its telemetry (``held``: a paused queue sends
+        none) and no CONFIG ``Group`` makes its group. From the book, else the ledger (one
+        BatchGetItem; a queue without a STATE item names none, its mapping is not read)."""
+        book = self.book
+        wanted = [q for q in queues if q in configs and q not in held and not configs[q].group]
+        missing = [queue for queue in wanted if book.state(queue) is None]
+        if missing:
+            for read in self.ledger.get_states(missing).values():
+                book.learn(read)
+        return {q: state.downstream for q in wanted if (state := book.state(q)) is not None}
+
+    def _listed_group_members(
+        self,
+        queues: Iterable[str],
+        configs: Mapping[str, QueueConfig],
+        downstreams: Mapping[str, str | None],
+        now: float,
     ) -> set[str]:
-        """The members of the CONFIG groups of ``queues`` that ``configs`` lacks: a container
-        holds the configs of the queues it windows or finds due, so a cold one (the tick)
-        would decide a due member alone. Listed by the ledger's ``Groups`` index, one Query
-        per group not listed within the config TTL; a group the ledger does not list costs
-        only itself (decided with the members held), counted."""
+        """The members of the groups of ``queues`` that ``configs`` lacks: a container holds
+        the configs of the queues it windows or finds due, so a cold one (the tick) would
+        decide a due member alone. Listed by the ledger's ``Groups`` index (the queues whose
+        CONFIG ``Group`` or STATE downstream names the group), one Query per group not listed
+        within the config TTL; a group the ledger does not list costs only itself (decided
+        with the members held), counted."""
         named = sorted(
-            {config.group for queue in queues if (config := configs.get(queue)) and config.group}
+            {
+                group
+                for queue in queues
+                if (config := configs.get(queue))
+                and (group := group_named(config, downstreams.get(queue))) is not None
+            }
         )
         members: set[str] = set()
         for group in named:

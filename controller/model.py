@@ -152,6 +152,9 @@ class QueueState:
     paused_since: float = 0.0
     algorithm: str = ""
     memory: object = None
+    # The downstream the queue's telemetry named when it was last decided (``None``: none):
+    # a container that holds no telemetry of it (a paused queue sends none) groups it by this.
+    downstream: str | None = None
 
     @classmethod
     def first(

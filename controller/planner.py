@@ -179,11 +179,19 @@ def groups_of(
     queue and a queue naming neither are decided alone, and left out."""
     named = {}
     for queue, config in configs.items():
-        group = config.group or downstreams.get(queue)
-        if group is not None and config.mode is not Mode.PINNED:
+        group = group_named(config, downstreams.get(queue))
+        if group is not None:
             named[queue] = group
     sizes = Counter(named.values())
     return {queue: group for queue, group in named.items() if sizes[group] > 1}
+
+
+def group_named(config: QueueConfig, downstream: str | None) -> str | None:
+    """The group a queue joins: its CONFIG ``Group``, else the ``downstream`` its telemetry
+    names; ``None`` for a pinned queue (decided alone) or one naming neither."""
+    if config.mode is Mode.PINNED:
+        return None
+    return config.group or downstream
 
 
 def governed(

@@ -94,9 +94,12 @@ class Ledger(Protocol):
     def list_configs(self) -> list[QueueConfig]: ...
 
     def group_members(self, group: str) -> list[str]:
-        """The queues whose CONFIG ``Group`` is ``group``, read without a scan (the ledger's
-        ``Groups`` index, eventually consistent: a CONFIG item written a moment ago may be
-        missing, or still show its old group)."""
+        """The queues whose CONFIG ``Group`` is ``group``, and those whose STATE names it as
+        the downstream their telemetry named when last decided, read without a scan (the
+        ledger's ``Groups`` index, eventually consistent: an item written a moment ago may be
+        missing, or still show its old group). A queue listed by its STATE may be in another
+        CONFIG group: its CONFIG item says. A name no index key can hold (empty, over 2,048
+        bytes) lists none."""
         ...
 
     def set_deadline(self, deadline: float) -> None:

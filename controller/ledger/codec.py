@@ -57,10 +57,17 @@ AUDIT_END = AUDIT_PREFIX + "~"
 WAKE_UP_INDEX = "WakeUps"
 WAKE_UP_ATTRIBUTE = "WakeUp"
 WAKE_UP_KEY = "DUE"
-# A CONFIG item's group, and the global index on it (keys only): the queues an operator put in
-# one group, read without a scan (``Ledger.group_members``). No other item has the attribute.
+# The group a queue item names, and the global index on it (keys only): the queues of one
+# group, read without a scan (``Ledger.group_members``). A CONFIG item's is the operator's
+# group; a STATE item's the downstream the queue's telemetry named when it was last decided
+# (``QueueState.downstream``), so a container that never saw that telemetry (a paused queue
+# sends none) finds the queue's group, and the group's members, all in one Query. No other
+# item has the attribute.
 GROUP_ATTRIBUTE = "Group"
 GROUP_INDEX = "Groups"
+# What DynamoDB takes as an index's partition key: a non-empty string of at most 2,048 bytes
+# (UTF-8); a write carrying any other value in ``Group`` is refused whole.
+MAX_INDEX_KEY_BYTES = 2048
 DEFAULT_RETENTION_S = 30 * 24 * 3600
 # The CONFIG attribute naming the queue's mapping: the one a registration always writes.
 ESM_UUID_ATTRIBUTE = "EsmUuid"
@@ -126,7 +133,23 @@ def encode_state(state: QueueState) -> Item:
         item[attribute] = to_attribute(getattr(state, name))
     if state.wake_at > 0:
         item[WAKE_UP_ATTRIBUTE] = WAKE_UP_KEY
+    if state.downstream is not None and indexable(state.downstream):
+        item[GROUP_ATTRIBUTE] = state.downstream
     return item
+
+
+def members_listed(items: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The queues the ``Groups`` index lists under one group, each once: by its CONFIG item,
+    its STATE item or both."""
+    listing = (CONFIG_SK, STATE_SK)
+    return sorted({queue_of(item) for item in items if item["SK"] in listing})
+
+
+def indexable(group: str) -> bool:
+    """Whether ``group`` can key the ``Groups`` index. Telemetry names a downstream in up to
+    1,024 characters, up to 4,096 bytes: a longer one is not stored, and its queue is grouped
+    only where its telemetry is held."""
+    return 0 < len(group.encode()) <= MAX_INDEX_KEY_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +219,8 @@ def decode_state(item: Mapping[str, Any], memory: MemoryCodec) -> QueueState:
         version=int(item["Version"]),
         algorithm=algorithm,
         memory=record,
+        # An index key: DynamoDB stores nothing but a non-empty string there.
+        downstream=item.get(GROUP_ATTRIBUTE),
         **memory.fields(QueueState, stored_guards),  # type: ignore[arg-type]
     )
 

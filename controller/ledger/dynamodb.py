@@ -143,6 +143,8 @@ class DynamoLedger:
         return sorted((codec.decode_config(item) for item in items), key=lambda c: c.queue)
 
     def group_members(self, group: str) -> list[str]:
+        if not codec.indexable(group):
+            return []  # no item can name it: DynamoDB would refuse the Query
         items = self._pages(
             "group members",
             "query",
@@ -152,7 +154,7 @@ class DynamoLedger:
             ExpressionAttributeNames={"#group": codec.GROUP_ATTRIBUTE},
             ExpressionAttributeValues={":group": {"S": group}},
         )
-        return sorted(codec.queue_of(item) for item in items if item["SK"] == codec.CONFIG_SK)
+        return codec.members_listed(items)
 
     def list_states(self) -> list[QueueState]:
         items = self._scan(codec.STATE_SK)

@@ -81,11 +81,12 @@ class InMemoryLedger:
         return [codec.decode_config(item) for item in self._with_sort_key(codec.CONFIG_SK)]
 
     def group_members(self, group: str) -> list[str]:
-        return sorted(
-            codec.queue_of(item)
-            for item in self._with_sort_key(codec.CONFIG_SK)
-            if item.get(codec.GROUP_ATTRIBUTE) == group
-        )
+        if not codec.indexable(group):
+            return []
+        with self._lock:
+            return codec.members_listed(
+                item for item in self._items.values() if item.get(codec.GROUP_ATTRIBUTE) == group
+            )
 
     def list_states(self) -> list[QueueState]:
         return [

@@ -145,6 +145,10 @@ def test_the_deployed_table_answers_the_ticks_wake_up_query(
     ledger.commit(state, AuditEntry("woken", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))
     assert [due.queue for due in ledger.due_states(1_000.0)] == ["woken"]
     assert ledger.due_states(999.0) == []
+    # A STATE naming the downstream its telemetry named is listed by the same index.
+    named = QueueState("named", "esm-named", QueueStateName.HEALTHY, 2, 100, downstream="billing")
+    ledger.commit(named, AuditEntry("named", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))
+    assert ledger.group_members("billing") == ["named", "woken"]
 
 
 def test_the_deployed_reducer_keys_a_config_group_from_the_deployed_ledger(

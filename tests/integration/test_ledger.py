@@ -307,6 +307,32 @@ def test_group_members_lists_the_queues_of_one_config_group(
     assert ledger.group_members("other") == ["refunds", "reports"]
 
 
+def test_group_members_lists_the_queues_whose_state_names_the_group_as_downstream(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    """A transition stores the downstream the queue's telemetry named (``Group`` on its STATE
+    item, in the same index): a container that never saw that telemetry lists the group's
+    members all in one Query, whichever item names them, each once."""
+    ledger.put_config(QueueConfig(queue="orders", esm_uuid="esm-orders", group="billing"))
+    named = fresh_state("refunds", downstream="billing")
+    assert ledger.commit(named, audit("refunds")).downstream == "billing"
+    ledger.commit(fresh_state("orders", downstream="billing"), audit("orders"))
+    ledger.commit(fresh_state("reports", downstream="reports-api"), audit("reports"))
+    assert ledger.group_members("billing") == ["orders", "refunds"]
+    assert ledger.get_states(["refunds"])["refunds"].downstream == "billing"
+    # A later transition naming none (or no key the index takes: empty, or over 2,048 bytes)
+    # leaves the index; the state commits all the same.
+    stored = ledger.get_states(["refunds"])["refunds"]
+    ledger.commit(stored.evolve(downstream=None), audit("refunds", at=T0 + 1))
+    assert ledger.group_members("billing") == ["orders"]
+    for index, unkeyable in enumerate(("", "é" * 1025), start=2):
+        stored = ledger.get_states(["reports"])["reports"]
+        ledger.commit(stored.evolve(downstream=unkeyable), audit("reports", at=T0 + index))
+        assert ledger.get_states(["reports"])["reports"].downstream is None
+        assert ledger.group_members(unkeyable) == []
+    assert ledger.group_members("reports-api") == []
+
+
 def test_put_config_replaces_the_previous_config(ledger: DynamoLedger | InMemoryLedger) -> None:
     ledger.put_config(QueueConfig(queue="orders", esm_uuid="esm-1", overrides={"t1": 0.1}))
     replacement = QueueConfig(queue="orders", esm_uuid="esm-9", mode=Mode.DRY_RUN)
@@ -517,6 +543,7 @@ finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)
     hold_until=finite,
     enabled=st.booleans(),
     version=st.integers(1, 10**9),
+    downstream=st.none() | st.text(max_size=1024),
 )
 def test_state_items_round_trip(
     concurrency: int,
@@ -526,6 +553,7 @@ def test_state_items_round_trip(
     hold_until: float,
     enabled: bool,
     version: int,
+    downstream: str | None,
 ) -> None:
     state = fresh_state(
         concurrency=concurrency,
@@ -535,12 +563,15 @@ def test_state_items_round_trip(
         hold_until=hold_until,
         enabled=enabled,
         version=version,
+        downstream=downstream,
     )
 
     item = encode_state(state)
     decoded = decode_state(item, MemoryCodec(memory_type))
 
-    assert decoded == state
+    # A downstream the Groups index cannot key (empty, over 2,048 bytes) is not stored.
+    keyable = downstream is not None and 0 < len(downstream.encode()) <= 2048
+    assert decoded == state.evolve(downstream=downstream if keyable else None)
     assert item["Enabled"] is enabled
     assert isinstance(item["HoldUntil"], Decimal)
 

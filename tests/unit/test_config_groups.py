@@ -23,8 +23,9 @@ from controller.executor import DisplayExecutor
 from controller.ledger import DynamoLedger, InMemoryLedger
 from controller.ledger.codec import encode_config, encode_state
 from controller.loop import ControlLoop
-from controller.model import QueueState
-from controller.policy import memory_type
+from controller.model import Action, QueueState, Sample
+from controller.policy import ALGORITHMS, memory_type
+from controller.policy.aimd import Aimd
 from controller.ports import ConfigRead, LedgerError
 from controller.reduce import ConfiguredGroups, reduce_samples
 from controller.reducer_app import ReducerApp
@@ -316,3 +317,117 @@ def test_the_deployed_reducer_reads_the_ledger_its_template_names(
     ledger = app.groups._ledger
     assert isinstance(ledger, DynamoLedger) and ledger.table_name == "t"
     assert ledger.call_timeout_s == CONFIG_READ_TIMEOUT_S
+
+
+# -- a group made by the downstream its members' telemetry names ----------------------------
+
+
+def _named(samples: list[Sample], downstream: str) -> list[Sample]:
+    return [replace(s, downstream=downstream) for s in samples]
+
+
+def _storm(queue: str, downstream: str) -> list[Sample]:
+    """Ten seconds of ``queue`` under a 20% 429 storm, its telemetry naming ``downstream``."""
+    seconds = [sample(queue, at=START - 10.0 + s + 0.9, ok=8, throttled=2) for s in range(10)]
+    return _named(seconds, downstream)
+
+
+def _payments(ledger: ListingLedger, actuator: InMemoryActuator) -> list[str]:
+    """A warm container decides ``orders`` and ``refunds``, whose telemetry names the
+    downstream ``payments-api`` (no CONFIG group), ``reports``, whose telemetry names it too
+    but whose CONFIG ``Group`` is ``billing``, and ``invoices`` on ``other-api``: each cut once
+    by a storm. Then ``orders`` is paused, its wake-up due 60 s later, and sends nothing.
+    Returns the groups the warm container listed."""
+    for queue in ("orders", "refunds", "reports", "invoices"):
+        _grouped(ledger, queue, "billing" if queue == "reports" else None)
+        mapped(actuator, queue, concurrency=8)
+    warm = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    storms = [
+        *_storm("orders", "payments-api"),
+        *_storm("refunds", "payments-api"),
+        *_storm("reports", "payments-api"),
+        *_storm("invoices", "other-api"),
+    ]
+    decided = warm.run_batch(storms, now=START)
+    assert decided.fault is None
+    assert {d.queue for d in decided.done if d.action is Action.MULTIPLICATIVE_DECREASE} == {
+        "orders",
+        "refunds",
+        "reports",
+        "invoices",
+    }
+    listed_warm = list(ledger.listed)
+    ledger.listed.clear()
+    orders = ledger.get_states(["orders"])["orders"]
+    ledger.put_item(
+        encode_state(orders.evolve(enabled=False, paused_since=START, wake_at=START + 60.0))
+    )
+    return listed_warm
+
+
+def test_a_transition_stores_the_downstream_its_telemetry_names_not_the_config() -> None:
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    # The warm container listed each group it decided (one Query each per config TTL).
+    assert _payments(ledger, actuator) == ["billing", "other-api", "payments-api"]
+    states = ledger.get_states(["orders", "refunds", "reports", "invoices"])
+    assert {queue: state.downstream for queue, state in states.items()} == {
+        "orders": "payments-api",
+        "refunds": "payments-api",
+        "reports": "payments-api",
+        "invoices": "other-api",
+    }
+    # The operator's CONFIG items are as registered: the learned downstream is the STATE's.
+    configs = ledger.get_configs(["orders", "reports"])
+    assert configs["orders"].group is None and configs["reports"].group == "billing"
+    # The index lists a group by both kinds of item; the CONFIG item decides (``reports``).
+    assert ledger.group_members("payments-api") == ["orders", "refunds", "reports"]
+    assert ledger.group_members("billing") == ["reports"]
+
+
+def test_the_tick_in_a_cold_container_decides_a_due_member_with_the_group_its_telemetry_named() -> (
+    None
+):
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    _payments(ledger, actuator)
+    cold = _cold_loop(ledger, actuator)
+    ticked = cold.tick(START + 60.5)
+    assert ticked.fault is None and ticked.plan is not None
+    # ``reports`` names the downstream too, but its CONFIG group wins: not a member.
+    assert {step.queue for step in ticked.plan.steps} == {"orders", "refunds"}
+    [report] = ticked.groups
+    assert report.group == "payments-api"
+    assert {share.queue for share in report.members} == {"orders", "refunds"}
+    assert ledger.listed == ["payments-api"]
+    # Holding none of their telemetry, it keeps what their STATEs named for their next write.
+    assert {step.decision.new_state.downstream for step in ticked.plan.steps} == {"payments-api"}
+
+
+def test_a_learned_group_the_ledger_does_not_list_costs_only_itself() -> None:
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    _payments(ledger, actuator)
+    ledger.down = True
+    cold = _cold_loop(ledger, actuator)
+    ticked = cold.tick(START + 60.5)
+    # Decided alone, as before, and counted; the tick goes on.
+    assert ticked.fault is None and ticked.plan is not None
+    assert [step.queue for step in ticked.plan.steps] == ["orders"]
+    assert ticked.groups == ()
+    assert cold.counters["group_members_unread"] == 1
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_a_steady_queue_writes_nothing_for_a_downstream_it_names_anew(algorithm: str) -> None:
+    """A STATE naming another downstream than the telemetry does now is rewritten with the
+    queue's next transition, never on its own."""
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
+    _grouped(ledger, "orders", None)
+    mapped(actuator, "orders", concurrency=100)
+    old = QueueState.first("orders", "esm-orders", 100, at=START - 60.0)
+    ledger.put_item(encode_state(old.evolve(version=1, downstream="old-api")))
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS[algorithm]())
+    for second in range(300):
+        at = START + second
+        samples = [sample(at=at + 0.99, ok=10, invocation_ms=990) for _ in range(3)]
+        loop.run_batch(_named(samples, "new-api"), now=at + 2)
+    assert ledger.audit_trail("orders") == []
+    assert ledger.get_states(["orders"])["orders"].downstream == "old-api"
