@@ -1175,8 +1175,8 @@ def chained_pulse(current: QueueState, visible: int) -> Decision:
 
 def test_a_chained_step_past_refusals_is_no_bigger_than_the_backlog_pays_in_receives() -> None:
     # Refused calls set the ceiling: a step of 8 for its pulse (2.5 s, the poller's climb to
-    # 16 included) would have 250 calls refused were the capacity at 8, a tenth of 2,500
-    # receives. With 5,000 waiting, 3% of them pay for a step of 5 (about 119 refused calls).
+    # 16 included) would have 250 calls refused were the capacity at 8, more than 3% of 5,000
+    # waiting (150): a step of 5 is what they pay for (about 119 refused calls).
     refused = attached(8, ceiling=9, probe_streak=8, ceiling_refused=True)
     bounded = chained_pulse(refused, 5000)
     assert bounded.target == 13, bounded.reason

@@ -164,13 +164,13 @@ class Probing(Tuning):
         backlog, pace = situation.backlog, stats.invocation_pace
         if not memory.ceiling_refused or backlog is None or pace is None:
             return step
-        affordable = self.chain_refusal_share * backlog.visible
+        refusals_paid_for = self.chain_refusal_share * backlog.visible
 
         def refused_at_most(raise_by: int) -> float:
             target = clamp(base + raise_by, situation.params)
             return (target - base) * pace * self.pulse_length(situation, target, stats)
 
-        while step > 1 and refused_at_most(step) > affordable:
+        while step > 1 and refused_at_most(step) > refusals_paid_for:
             step -= 1
         return step
 
