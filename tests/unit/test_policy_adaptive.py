@@ -1166,6 +1166,42 @@ def test_a_big_step_refused_in_part_is_sized_on_the_pulse_s_accepted_share() -> 
     assert memory_of(current).broke_at == 16
 
 
+def chained_pulse(current: QueueState, visible: int) -> Decision:
+    """The pulse a queue at 8 with three passes in a row starts (the whole level: 8 -> 16),
+    its backlog read: 8 invocations of 800 ms, 10 calls each, 12.5 calls an invocation-second."""
+    window = window_of(*steady(960, 30, 10, ok=10))
+    return decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=waiting(visible))
+
+
+def test_a_chained_step_past_refusals_is_no_bigger_than_the_backlog_pays_in_receives() -> None:
+    # Refused calls set the ceiling: a step of 8 for its pulse (2.5 s, the poller's climb to
+    # 16 included) would have 250 calls refused were the capacity at 8, more than 3% of 5,000
+    # waiting (150): a step of 5 is what they pay for (about 119 refused calls).
+    refused = attached(8, ceiling=9, probe_streak=8, ceiling_refused=True)
+    bounded = chained_pulse(refused, 5000)
+    assert bounded.target == 13, bounded.reason
+    assert "a step of 5, not 8" in bounded.reason
+    # A backlog that pays for it takes the streak's step; so does a ceiling set by timeouts
+    # (their cost is what the latency rules bound).
+    assert chained_pulse(refused, 100_000).target == 16
+    timed_out = attached(8, ceiling=9, probe_streak=8)
+    assert chained_pulse(timed_out, 5000).target == 16
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    streak=st.sampled_from([0, 2, 4, 8, 16]),
+    visible=st.integers(3000, 200_000),
+    more=st.integers(0, 200_000),
+)
+def test_a_bigger_backlog_never_takes_a_smaller_step(streak: int, visible: int, more: int) -> None:
+    # At least one, never more than the streak's step, and growing with the messages waiting.
+    current = attached(8, ceiling=9, probe_streak=streak, ceiling_refused=True)
+    step = chained_pulse(current, visible).target - 8
+    assert 1 <= step <= ALGORITHM.probe_step(8, streak, memory_of(current))
+    assert chained_pulse(current, visible + more).target - 8 >= step
+
+
 def test_no_probe_when_the_backlog_drains_before_its_verdict() -> None:
     # 8 invocations of 800 ms, 10 calls each: 100 calls a second; a pulse's verdict comes some
     # 6 s later (its pulse, the wait to judge, the telemetry's lag).

@@ -50,6 +50,9 @@ class Tuning:
     probe_backoff_s: tuple[float, float] = (5.0, 25.0)
     probe_budget: float = 0.01
     probe_jitter: float = 0.2
+    # Where refused calls set the ceiling, a pulse's refused calls, were the capacity at its
+    # base, stay within this share of the messages waiting (``Probing.affordable_step``).
+    chain_refusal_share: float = 0.03
     # A pulse that failed with fewer than this share of its calls refused found a
     # level just over the capacity: its next wait doubles the last (within
     # ``probe_backoff_s``) rather than following its small cost.
