@@ -4,8 +4,7 @@
 The members' evidence is pooled second by second (invocation starts). A second in which the
 group's calls were refused (at least ``REFUSED_SHARE`` of them) says what the downstream
 accepted: its 2xx calls. The estimate is their mean over the complete seconds of the span (a
-second is complete once every invocation that started in it has reported: the group's lag
-later, ``followed_lag``, which follows how late the members' reports come, ``LAG_S`` at least);
+second is complete once every invocation that started in it has reported: ``LAG_S`` later);
 outside a probe a reading above the estimate moves it half way, one below it whole while its
 refusals are fresh (the newest second it measured is among the span's newest ``FRESH_S``),
 else not at all: a span sliding past the end of the refusals keeps only their last seconds,
@@ -33,7 +32,6 @@ in the warm container (``QueueBook``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -41,19 +39,7 @@ from controller.window import WindowSnapshot
 
 # Invocations that started this recently may not all have reported (their run, then the
 # telemetry's delay): their seconds are judged for pressure only, never counted as complete.
-# The shortest lag: the group's follows the delay its reports show (``followed_lag``).
 LAG_S = 10.0
-# A second's reports come in over the spread of the telemetry's delays and of the invocations'
-# runs: it counts as complete this long after the newest invocation start any member reported
-# was that old.
-REPORT_SPREAD_S = 6.0
-# The longest lag: the telemetry's delays reach 40 s, an invocation's run comes on top (and a
-# group whose members all went quiet shows a reach that grows without bound).
-LONGEST_LAG_S = 60.0
-# A lag the newest reports no longer show is held this long after it was last raised before
-# it falls to what they show: the reach jumps with every report that arrives, and a lag that
-# followed it each batch moved the members' spans back and forth (their shares swung).
-LAG_HELD_S = 30.0
 # The complete seconds an estimate, and each member's use, is measured on.
 SPAN_S = 8.0
 # A second is refused when this share of the group's calls in it were refused; two of them
@@ -93,9 +79,8 @@ class GroupMemory:
 
     ``capacity_rps``: the estimate (``None``: nothing refused yet, so no estimate: each member
     is decided alone); ``ceiling_rps``: the group's calls a second when it was last refused
-    (0: none, or a probe passed above it); the probe's pacing; per member, since when it
-    runs or waits paused while the group time-shares (``controller.groups.shares``); and the
-    lag its seconds count as complete after (``followed_lag``).
+    (0: none, or a probe passed above it); the probe's pacing; and, per member, since when it
+    runs or waits paused while the group time-shares (``controller.groups.shares``).
     """
 
     capacity_rps: float | None = None
@@ -110,10 +95,6 @@ class GroupMemory:
     # Per member resumed within its first slice, since when it waited before (the wait counts
     # on if the group takes the resume back).
     resumed_from: Mapping[str, float] = field(default_factory=dict)
-    # The seconds after which a second counts as complete (``followed_lag``), and when it was
-    # last set.
-    lag_s: float = LAG_S
-    lag_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +114,7 @@ class Pooled:
     sends as it did (those seconds' reports are not all in, but the share accepted needs none
     missing); ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls
     refused (0: none in the span); ``measured_until``: the newest complete second refused
-    enough to measure (0: none); ``lag_s``: how old a second is once counted complete.
+    enough to measure (0: none).
     """
 
     accepted_rps: float | None
@@ -146,31 +127,12 @@ class Pooled:
     fresh_accepted_rps: float | None = None
     last_refused_at: float = 0.0
     measured_until: float = 0.0
-    lag_s: float = LAG_S
 
 
-def followed_lag(memory: GroupMemory, windows: Iterable[WindowSnapshot], now: float) -> GroupMemory:
-    """``memory`` with the lag the members' reports show as of ``now``: the age of the newest
-    invocation start any member reported, plus ``REPORT_SPREAD_S``, within ``LAG_S`` and
-    ``LONGEST_LAG_S``, in whole seconds. It rises at once; it falls to what the reports show
-    only once it has been held ``LAG_HELD_S`` since it was last set, so the spans the members
-    are judged on move on with the clock between (the memory changes only then)."""
-    reach = max((second for window in windows for second, _ in window.buckets), default=None)
-    if reach is None:
-        return memory
-    shown = math.ceil(min(LONGEST_LAG_S, max(LAG_S, now - reach + REPORT_SPREAD_S)))
-    held = now - memory.lag_at < LAG_HELD_S
-    if shown > memory.lag_s or (shown < memory.lag_s and not held):
-        return replace(memory, lag_s=float(shown), lag_at=now)
-    return memory
-
-
-def pooled(
-    windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0, lag_s: float = LAG_S
-) -> Pooled:
-    """The members' ``windows`` added up second by second, as of ``now``, each second counted
-    complete ``lag_s`` after it; ``probed_at``: when the probe being judged began (0: none)."""
-    complete_from, recent_from = now - lag_s - SPAN_S, now - lag_s
+def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0) -> Pooled:
+    """The members' ``windows`` added up second by second, as of ``now``; ``probed_at``:
+    when the probe being judged began (0: none)."""
+    complete_from, recent_from = now - LAG_S - SPAN_S, now - LAG_S
     calls: dict[int, int] = {}
     ok: dict[int, int] = {}
     refused: dict[int, int] = {}
@@ -221,7 +183,6 @@ def pooled(
         fresh_accepted_rps=fresh_accepted,
         last_refused_at=max(refused_at, default=0.0),
         measured_until=max(measured, default=0.0),
-        lag_s=lag_s,
     )
 
 
@@ -258,7 +219,7 @@ def estimated(
             # holds is reached within a few batches); a lower one is taken whole, unless the
             # refusals it read are over: then it reads their last seconds, and is no fall.
             measured = min(measured, (measured + memory.capacity_rps) / 2)
-            if measured < memory.capacity_rps and pool.measured_until < now - pool.lag_s - FRESH_S:
+            if measured < memory.capacity_rps and pool.measured_until < now - LAG_S - FRESH_S:
                 return after
         return replace(
             after,
@@ -291,7 +252,7 @@ def estimated(
     # given before it, and nothing refused since: the probe passed, and its use is shown.
     risen = probing and pool.peak_ok_rps > UTILISATION * memory.probed_from
     if probing:
-        if not risen and now - memory.probed_at < pool.lag_s + PROBE_JUDGED_AFTER_S:
+        if not risen and now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
             return memory
         # Risen, or the probe's seconds complete and none refused: the raised estimate
         # holds, and the next probe may follow at once. A ceiling expires only under a probe

@@ -34,7 +34,6 @@ from controller.groups.estimate import (
     GroupMemory,
     Pooled,
     estimated,
-    followed_lag,
     pooled,
 )
 from controller.groups.shares import (
@@ -86,9 +85,7 @@ class Governed:
 
 def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: float) -> Governed:
     """Decide ``members`` (queues sharing the downstream ``group``) together."""
-    windows = [member.window for member in members]
-    memory = followed_lag(memory, windows, now)
-    pool = pooled(windows, now, memory.probed_at, memory.lag_s)
+    pool = pooled((member.window for member in members), now, memory.probed_at)
     paces = _paces(members, now)
     claims = [_claim(member, paces[member.config.queue], memory, pool, now) for member in members]
     protected = _protected(claims)
@@ -99,9 +96,7 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
     memory = estimated(memory, pool, wanting, step_rps, now, protecting=bool(protected))
     estimate = memory.capacity_rps
     if estimate is None:
-        report = GroupReport(
-            group, now, None, tuple(_measured(member, now, memory.lag_s) for member in members)
-        )
+        report = GroupReport(group, now, None, tuple(_measured(member, now) for member in members))
         return Governed({}, report, memory)
     budget = UTILISATION * estimate
     bounds = {member.config.queue: member.params.group_pause_max_s for member in members}
@@ -166,8 +161,8 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
     """What ``member`` claims of the downstream, from its evidence over the complete span
     since it began to run. A member paused, or resumed too recently for that to hold
     ``JUDGED_AFTER_S``, wants to run (its pause was the controller's: a queue the operator
-    disabled is no member, ``planner.governed``); one that has run the group's lag
-    (``GroupMemory.lag_s``) and started nothing in the seconds younger than it has no work."""
+    disabled is no member, ``planner.governed``); one that has run ``LAG_S`` and started
+    nothing since has no work."""
     state, params, queue = member.state, member.params, member.config.queue
     running = state.enabled
     since = memory.running_since.get(queue, 0.0) if running else memory.paused_since.get(queue, now)
@@ -177,10 +172,9 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
         paused_since = memory.resumed_from.get(queue, 0.0) if now - since < SHORTEST_TURN_S else 0.0
     else:
         paused_since = min(start for start in (state.paused_since, since) if start > 0)
-    lag = memory.lag_s
-    judged_from = max(since, now - lag - SPAN_S)
-    judged_s = now - lag - judged_from
-    calls, busy_ms, started = _since(member.window, judged_from, now - lag)
+    judged_from = max(since, now - LAG_S - SPAN_S)
+    judged_s = now - LAG_S - judged_from
+    calls, busy_ms, started = _since(member.window, judged_from, now - LAG_S)
     sent = calls / judged_s if judged_s > 0 else 0.0
     in_use = busy_ms / 1000.0 / judged_s if judged_s > 0 else 0.0
     # The level the span ran at: a change within it ran partly at the level before.
@@ -188,19 +182,12 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
     if state.last_change_at > judged_from:
         during = min(during, state.previous_concurrency)
     unjudged = not running or judged_s < JUDGED_AFTER_S
-    idle = running and now - since >= lag and not started
+    idle = running and now - since >= LAG_S and not started
     nothing_waiting = member.backlog is not None and member.backlog.visible == 0
     saturated = not nothing_waiting and not idle and (unjudged or in_use >= SATURATED * during)
     if idle:
         sent = 0.0
     demand = params.cmax * pace if saturated else HEADROOM * sent
-    if not saturated and not idle and lag > LAG_S and state.last_change_at > judged_from:
-        # A span this old ran before the member's last change (and, likely, others before
-        # it) and says nothing of its use at the level since: it keeps that level until its
-        # seconds show it (with a lag of 30 s, cut on the span and raised on the next,
-        # `shared` seed 7 draw 5 swung 2 <-> 9 every few seconds). Within ``LAG_S`` the
-        # level before the change (``during``) is enough.
-        demand = max(demand, state.concurrency * pace)
     floor = params.cmin * pace
     return Claim(
         queue=queue,
@@ -349,10 +336,10 @@ def _carried(
     )
 
 
-def _measured(member: Member, now: float, lag_s: float) -> GroupShare:
-    """A member's line in a report with no estimate: the calls a second it sends over the
-    complete seconds (``lag_s`` old), at the level it was decided alone."""
-    span = member.window.stats(now - lag_s - SPAN_S, now - lag_s)
+def _measured(member: Member, now: float) -> GroupShare:
+    """A member's line in a report with no estimate: the calls a second it sends, at the level
+    it was decided alone."""
+    span = member.window.stats(now - LAG_S - SPAN_S, now - LAG_S)
     decision = member.decision
     sent = round(span.requests / SPAN_S, 3)
     return GroupShare(member.config.queue, sent, decision.target, not decision.enabled)

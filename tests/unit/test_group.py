@@ -13,15 +13,11 @@ from hypothesis import strategies as st
 
 from controller.groups import GroupMemory, Member, govern
 from controller.groups.estimate import (
-    LAG_HELD_S,
     LAG_S,
-    LONGEST_LAG_S,
     PROTECTING_PROBE_INTERVAL_S,
-    REPORT_SPREAD_S,
     SPAN_S,
     Pooled,
     estimated,
-    followed_lag,
     grown,
     pooled,
 )
@@ -38,7 +34,7 @@ from controller.planner import Plan, governed, groups_of, plan
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.policy.aimd import Aimd
 from controller.settings import BOUNDS, PolicyParams, SettingsError
-from controller.window import QueueWindow, WindowSnapshot
+from controller.window import QueueWindow
 from tests.factories import state
 
 NOW = 1000.0
@@ -548,85 +544,6 @@ class TestOneProbe:
         memory = GroupMemory(capacity_rps=100.0, ceiling_rps=104.0)
         probed = estimated(memory, self.clean, True, 1.0, NOW)
         assert probed.capacity_rps == pytest.approx(105.0)
-
-
-class TestLagFollowsTheReports:
-    """A second counts as complete once the members' reports show it could be: the group's
-    lag follows the age of the newest invocation start any member reported (issue 29:
-    `shared` seed 7 draw 27, reports 14-19 s late, read every member idle at ``LAG_S``), and
-    each member is judged on the seconds it counts complete."""
-
-    # Reports 15 s late: the newest invocation start reported began 16 s ago.
-    late = range(int(NOW) - 60, int(NOW) - 15)
-
-    def test_members_with_work_whose_reports_are_late_are_not_read_idle_and_the_group_probes(
-        self,
-    ) -> None:
-        members = [member(queue, 10, seconds=self.late) for queue in ("a", "b")]
-        memory = GroupMemory(capacity_rps=24.0)
-        decided = govern("api", members, memory, NOW)
-        assert decided.memory.lag_s == 16 + REPORT_SPREAD_S
-        assert decided.memory.probed_at == NOW
-        assert decided.memory.capacity_rps == pytest.approx(grown(24.0, 0.0))
-
-    def test_a_member_whose_reports_stopped_while_the_others_come_in_is_idle(self) -> None:
-        working = member("a", 10, seconds=self.late)
-        stopped = member("b", 10, seconds=range(int(NOW) - 120, int(NOW) - 60))
-        decided = govern("api", [working, stopped], GroupMemory(capacity_rps=24.0), NOW)
-        shares = {share.queue: share for share in decided.report.members}
-        # The idle member claims nothing: the working one's demand takes the estimate.
-        assert shares["a"].share_rps > shares["b"].share_rps
-
-    def test_a_member_changed_since_its_span_keeps_its_level_until_its_seconds_show_it(
-        self,
-    ) -> None:
-        # `a` was raised 4 -> 6 three seconds ago: its span, 22 s old (reports 15 s late),
-        # ran at 4 with one invocation in use (10 calls/s), and says nothing of its use at 6.
-        raised = member("a", 10, concurrency=6)
-        raised = dataclasses.replace(
-            raised,
-            state=dataclasses.replace(raised.state, previous_concurrency=4, last_change_at=NOW - 3),
-            window=window("a", 10, seconds=self.late).snapshot(),
-        )
-        quiet = member("b", 10, concurrency=4)
-        quiet = dataclasses.replace(quiet, window=window("b", 10, seconds=self.late).snapshot())
-        decided = govern("api", [raised, quiet], GroupMemory(capacity_rps=90.0), NOW)
-        levels_of = {share.queue: share.level for share in decided.report.members}
-        assert levels_of["a"] == 6
-
-    def test_prompt_reports_keep_the_shortest_lag(self) -> None:
-        prompt = [window("a", 10).snapshot()]
-        assert followed_lag(GroupMemory(), prompt, NOW).lag_s == LAG_S
-
-    def test_the_lag_rises_at_once_and_falls_only_once_held(self) -> None:
-        def reported(age: int, at: float) -> list[WindowSnapshot]:
-            """Reports until ``age`` seconds before ``at``."""
-            return [window("a", 10, seconds=range(int(at) - 60, int(at) - age)).snapshot()]
-
-        risen = followed_lag(GroupMemory(), reported(20, NOW), NOW)
-        assert (risen.lag_s, risen.lag_at) == (21 + REPORT_SPREAD_S, NOW)
-        # Reports arrive sooner: the spans move on with the clock while the lag is held.
-        soon = NOW + LAG_HELD_S - 1
-        assert followed_lag(risen, reported(1, soon), soon) is risen
-        later = NOW + LAG_HELD_S
-        assert followed_lag(risen, reported(1, later), later).lag_s == LAG_S
-
-    @given(ages=st.lists(st.tuples(st.integers(1, 400), st.floats(0.5, 5.0)), max_size=40))
-    @settings(max_examples=60, deadline=None)
-    def test_the_lag_stays_within_bounds_and_covers_what_the_reports_show(
-        self, ages: list[tuple[int, float]]
-    ) -> None:
-        memory, now = GroupMemory(), NOW
-        for age, step in ages:
-            now += step
-            newest = int(now) - age
-            reported = [window("a", 1, seconds=range(newest, newest + 1)).snapshot()]
-            before = memory
-            memory = followed_lag(memory, reported, now)
-            assert LAG_S <= memory.lag_s <= LONGEST_LAG_S
-            assert memory.lag_s >= min(LONGEST_LAG_S, now - newest + REPORT_SPREAD_S) or (
-                memory is before and now - before.lag_at < LAG_HELD_S
-            )
 
 
 class TestPriorityProtection:

@@ -20,7 +20,6 @@ from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.executor import DisplayExecutor
 from controller.groups import GroupMemory
-from controller.groups.estimate import LAG_S
 from controller.ledger import (
     DynamoLedger,
     InMemoryLedger,
@@ -312,8 +311,6 @@ memories = st.builds(
     probed_at=seconds,
     running_since=st.dictionaries(st.sampled_from(QUEUES), seconds),
     paused_since=st.dictionaries(st.sampled_from(QUEUES), seconds),
-    lag_s=st.floats(10, 60, allow_nan=False),
-    lag_at=seconds,
 )
 
 
@@ -321,13 +318,6 @@ memories = st.builds(
 def test_a_memory_round_trips_through_its_item(memory: GroupMemory, version: int) -> None:
     item = encode_group_memory(GROUP, memory, version)
     assert decode_group_memory(item, MemoryCodec(memory_type)) == StoredGroupMemory(version, memory)
-
-
-def test_an_item_stored_before_the_lag_reads_the_shortest_lag() -> None:
-    item = encode_group_memory(GROUP, GroupMemory(capacity_rps=9.0, lag_s=27.0, lag_at=5.0), 3)
-    del item["Memory"]["lag_s"], item["Memory"]["lag_at"]
-    stored = decode_group_memory(item, MemoryCodec(memory_type))
-    assert stored == StoredGroupMemory(3, GroupMemory(capacity_rps=9.0, lag_s=LAG_S))
 
 
 def test_an_old_or_hand_edited_item_is_learned_afresh() -> None:
