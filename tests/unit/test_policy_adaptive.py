@@ -1166,11 +1166,11 @@ def test_a_big_step_refused_in_part_is_sized_on_the_pulse_s_accepted_share() -> 
     assert memory_of(current).broke_at == 16
 
 
-def chained_pulse(current: QueueState, visible: int) -> Decision:
+def chained_pulse(current: QueueState, visible: int, params: PolicyParams = PARAMS) -> Decision:
     """The pulse a queue at 8 with three passes in a row starts (the whole level: 8 -> 16),
     its backlog read: 8 invocations of 800 ms, 10 calls each, 12.5 calls an invocation-second."""
     window = window_of(*steady(960, 30, 10, ok=10))
-    return decide(ALGORITHM, current, config(), window, 992.0, PARAMS, backlog=waiting(visible))
+    return decide(ALGORITHM, current, config(), window, 992.0, params, backlog=waiting(visible))
 
 
 def test_a_chained_step_past_refusals_is_no_bigger_than_the_backlog_pays_in_receives() -> None:
@@ -1186,6 +1186,15 @@ def test_a_chained_step_past_refusals_is_no_bigger_than_the_backlog_pays_in_rece
     assert chained_pulse(refused, 100_000).target == 16
     timed_out = attached(8, ceiling=9, probe_streak=8)
     assert chained_pulse(timed_out, 5000).target == 16
+
+
+def test_a_bounded_step_near_cmax_names_the_step_cmax_leaves() -> None:
+    # Cmax 14 leaves the streak's step of 8 at 6; the backlog pays for 5: the reason compares
+    # it with the 6 the queue could have taken, not the 8 it never could.
+    refused = attached(8, ceiling=9, probe_streak=8, ceiling_refused=True)
+    bounded = chained_pulse(refused, 5000, dataclasses.replace(PARAMS, cmax=14))
+    assert bounded.target == 13, bounded.reason
+    assert "a step of 5, not 6" in bounded.reason
 
 
 @settings(max_examples=40, deadline=None)

@@ -109,7 +109,8 @@ class Probing(Tuning):
         """Raise the cap above ``base`` by ``affordable_step`` for about one invocation time,
         then back to ``base``."""
         now, params = situation.now, situation.params
-        step = self.probe_step(base, memory.probe_streak, memory)
+        # The streak's step as far as Cmax lets it go: the one a bounded step's reason names.
+        step = clamp(base + self.probe_step(base, memory.probe_streak, memory), params) - base
         affordable = self.affordable_step(situation, memory, base, step, stats)
         if affordable < step:
             # Said in the audit trail: the climb is slower than the streak's steps on purpose.
