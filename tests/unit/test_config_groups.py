@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +24,7 @@ from controller.ledger import DynamoLedger, InMemoryLedger
 from controller.ledger.codec import encode_config, encode_state
 from controller.loop import ControlLoop
 from controller.model import Action, QueueState, Sample
+from controller.planner import Plan
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.aimd import Aimd
 from controller.ports import ConfigRead, LedgerError
@@ -261,34 +262,30 @@ def _cold_loop(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControlLoo
     return ControlLoop(ledger, actuator, PolicyParams(), executor=DisplayExecutor(lambda _: None))
 
 
-def test_the_tick_in_a_cold_container_decides_a_due_member_with_its_config_group() -> None:
-    ledger, actuator = ListingLedger(), InMemoryActuator()
-    _billing(ledger, actuator)
+def _ticked_with_group(
+    ledger: ListingLedger, actuator: InMemoryActuator, at: float, group: str
+) -> tuple[ControlLoop, Plan]:
+    """A cold container's tick at ``at``, which decides the due ``orders`` with ``refunds``
+    as ``group``, listed once; the loop and its plan."""
     loop = _cold_loop(ledger, actuator)
-    ticked = loop.tick(START + 0.5)
+    ticked = loop.tick(at)
     assert ticked.fault is None and ticked.plan is not None
     assert {step.queue for step in ticked.plan.steps} == {"orders", "refunds"}
     [report] = ticked.groups
-    assert report.group == "billing"
+    assert report.group == group
     assert {share.queue for share in report.members} == {"orders", "refunds"}
-    assert ledger.listed == ["billing"]
+    assert ledger.listed == [group]
+    return loop, ticked.plan
+
+
+def test_the_tick_in_a_cold_container_decides_a_due_member_with_its_config_group() -> None:
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    _billing(ledger, actuator)
+    loop, _ = _ticked_with_group(ledger, actuator, START + 0.5, "billing")
     # Listed once per config TTL: the next ticks within it ask the ledger nothing more.
     ledger.put_item(encode_state(ledger.get_states(["orders"])["orders"].evolve(wake_at=START)))
     loop.tick(START + 30.0)
     assert ledger.listed == ["billing"]
-
-
-def test_a_group_the_ledger_does_not_list_costs_only_itself() -> None:
-    ledger, actuator = ListingLedger(), InMemoryActuator()
-    _billing(ledger, actuator)
-    ledger.down = True
-    loop = _cold_loop(ledger, actuator)
-    ticked = loop.tick(START + 0.5)
-    # Decided alone, as before, and counted; the tick goes on.
-    assert ticked.fault is None and ticked.plan is not None
-    assert [step.queue for step in ticked.plan.steps] == ["orders"]
-    assert ticked.groups == ()
-    assert loop.counters["group_members_unread"] == 1
 
 
 def test_a_group_the_ledger_does_not_list_reaches_the_health_alarm() -> None:
@@ -389,30 +386,30 @@ def test_the_tick_in_a_cold_container_decides_a_due_member_with_the_group_its_te
 ):
     ledger, actuator = ListingLedger(), InMemoryActuator()
     _payments(ledger, actuator)
-    cold = _cold_loop(ledger, actuator)
-    ticked = cold.tick(START + 60.5)
-    assert ticked.fault is None and ticked.plan is not None
     # ``reports`` names the downstream too, but its CONFIG group wins: not a member.
-    assert {step.queue for step in ticked.plan.steps} == {"orders", "refunds"}
-    [report] = ticked.groups
-    assert report.group == "payments-api"
-    assert {share.queue for share in report.members} == {"orders", "refunds"}
-    assert ledger.listed == ["payments-api"]
+    _, plan = _ticked_with_group(ledger, actuator, START + 60.5, "payments-api")
     # Holding none of their telemetry, it keeps what their STATEs named for their next write.
-    assert {step.decision.new_state.downstream for step in ticked.plan.steps} == {"payments-api"}
+    assert {step.decision.new_state.downstream for step in plan.steps} == {"payments-api"}
 
 
-def test_a_learned_group_the_ledger_does_not_list_costs_only_itself() -> None:
+@pytest.mark.parametrize(
+    ("made_by", "due_at"),
+    [(_billing, START + 0.5), (_payments, START + 60.5)],
+    ids=["config-group", "learned-downstream"],
+)
+def test_a_group_the_ledger_does_not_list_costs_only_itself(
+    made_by: Callable[[ListingLedger, InMemoryActuator], object], due_at: float
+) -> None:
     ledger, actuator = ListingLedger(), InMemoryActuator()
-    _payments(ledger, actuator)
+    made_by(ledger, actuator)
     ledger.down = True
-    cold = _cold_loop(ledger, actuator)
-    ticked = cold.tick(START + 60.5)
+    loop = _cold_loop(ledger, actuator)
+    ticked = loop.tick(due_at)
     # Decided alone, as before, and counted; the tick goes on.
     assert ticked.fault is None and ticked.plan is not None
     assert [step.queue for step in ticked.plan.steps] == ["orders"]
     assert ticked.groups == ()
-    assert cold.counters["group_members_unread"] == 1
+    assert loop.counters["group_members_unread"] == 1
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
