@@ -1,10 +1,10 @@
 """The live demo on a 4-shard telemetry stream read at a parallelization factor of 2 makes the
-same cuts (within one level and two seconds) as on one shard (issue 31's target): the reducer
-hands the controller each queue's evidence whole, however the stream spreads it. Both runs
-read a reduced stream of two shards (the template's default), the second at a parallelization
-factor of 2 too, and the local runtime hands each controller batch to the container idle
-longest: every batch is decided after reading back what other containers were handed
-(docs/architecture.md, "Scaling out the controller")."""
+same cuts (within one level and two seconds, or one level of what fits) as on one shard
+(issue 31's target): the reducer hands the controller each queue's evidence whole, however the
+stream spreads it. Both runs read a reduced stream of two shards (the template's default), the
+second at a parallelization factor of 2 too, and the local runtime hands each controller batch
+to the container idle longest: every batch is decided after reading back what other containers
+were handed (docs/architecture.md, "Scaling out the controller")."""
 
 from __future__ import annotations
 
@@ -20,12 +20,23 @@ from stack.cli import main
 # Short: a capacity drop at 6 s, load until 22 s, no grace (two demos run here).
 DURATION_S = 22
 MAX_CONCURRENCY = 12
+CAPACITY_AFTER_DROP_RPS = 25
+LATENCY_MS = 200
+# The level the capacity after the drop fits: an invocation makes one call at a time, so
+# capacity x latency invocations keep the API busy (25 calls/s x 0.2 s = 5).
+FITTING_LEVEL = round(CAPACITY_AFTER_DROP_RPS * LATENCY_MS / 1000)
 SCENARIO = {
     "name": "shards-test",
     "duration_s": DURATION_S,
     "seed": 1,
     "telemetry_delay_s": [1, 2],
-    "downstreams": [{"name": "payments", "capacity_rps": [[0, 100], [6, 25]], "latency_ms": 200}],
+    "downstreams": [
+        {
+            "name": "payments",
+            "capacity_rps": [[0, 100], [6, CAPACITY_AFTER_DROP_RPS]],
+            "latency_ms": LATENCY_MS,
+        }
+    ],
     "queues": [
         {
             "name": "orders",
@@ -106,14 +117,20 @@ def _differences(
     cuts: list[Cut], others: list[Cut], until: float
 ) -> list[tuple[float, set[int], set[int]]]:
     """The moments (every tenth of a second before ``until``) at which the level ``cuts`` set
-    is more than one level from every level ``others`` set within two seconds of that moment:
-    (when, the levels, the others' levels then)."""
+    is more than one level from every level ``others`` set within two seconds of that moment,
+    and more than one from ``FITTING_LEVEL``: (when, the levels, the others' levels then).
+
+    Two cuts to either side of the level that fits are the same cut: the law keeps a level its
+    evidence fits, and which side a cut on a storm's first reports lands on is live timing (two
+    one-shard runs, one at 4 from 9.6 s, the other at 6 from 10.1 s until it cut to 5 at 17.1 s
+    on fresh evidence, docs/architecture.md, "Shards")."""
     differences = []
     for tenth in range(int(until * 10)):
         at = tenth / 10
         levels = _levels(cuts, at)
         near = set().union(*(_levels(others, at + shift / 10) for shift in range(-20, 21)))
-        if min(abs(level - other) for level in levels for other in near) > 1:
+        apart = min(abs(level - other) for level in levels for other in near) > 1
+        if apart and min(abs(level - FITTING_LEVEL) for level in levels) > 1:
             differences.append((at, levels, near))
     return differences
 
@@ -132,7 +149,8 @@ def test_four_shards_at_parallelization_two_cut_as_one_shard(
     assert len({line["shard"] for line in lines}) >= 3
     # The same cuts within one level and two seconds: at every moment until 3 s before the load
     # ends, the level each run's cuts set is within one level of a level the other's set within
-    # two seconds of that moment. Cuts, not every level held: a probe's pulse goes by its own
+    # two seconds of that moment, or within one of the level that fits (both runs then cut to
+    # it, one from either side). Cuts, not every level held: a probe's pulse goes by its own
     # backoff and clock. A cut made in two steps is one cut to its final level, made somewhen
     # between them: a live run takes the first step on the storm's first reports, sooner or
     # later as its telemetry arrives, and corrects it on the rest (12 -> 8 -> 4 against 12 -> 4).
