@@ -52,12 +52,15 @@ HEALTH_COUNTERS: Final[dict[HealthMetric, tuple[Count, ...]]] = {
     HealthMetric.VERSION_CONFLICTS: (Count.VERSION_CONFLICTS,),
     HealthMetric.BACKLOG_READ_FAILURES: (Count.BACKLOG_READ_FAILURES,),
     HealthMetric.GROUP_REPORTS_UNWRITTEN: (Count.GROUP_REPORTS_UNWRITTEN,),
-    # A conflict is two lanes deciding one group at once, resolved by the ledger: not a fault.
+    # A conflict is two lanes deciding one group at once, resolved by the ledger: not a fault
+    # (nor a downstream's record a transition made needless). A downstream not recorded is a
+    # group's member the Groups index does not list under it.
     HealthMetric.GROUP_MEMORY_FAILURES: (
         Count.GROUP_MEMORIES_UNREAD,
         Count.GROUP_MEMORIES_UNSTORED,
         Count.GROUP_MEMORIES_UNREADABLE,
         Count.GROUP_MEMBERS_UNREAD,
+        Count.DOWNSTREAMS_UNRECORDED,
     ),
 }
 # The loop's counts of what it skipped, reported by reason (``CONTROLLER_SKIPPED``) with the

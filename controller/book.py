@@ -73,6 +73,13 @@ class Count(StrEnum):
     # Groups whose members the ledger did not list: decided with the members the
     # container holds (a cold one: the queue alone), listed again with the next decision.
     GROUP_MEMBERS_UNREAD = "group_members_unread"
+    # Downstreams a queue's telemetry names anew, recorded on its STATE item without a
+    # transition (``Ledger.record_downstream``); not recorded (the ledger failing, or no time
+    # left: tried again with the queue's next decision); or not needed, a transition having
+    # come first (it stores its own).
+    DOWNSTREAMS_RECORDED = "downstreams_recorded"
+    DOWNSTREAMS_UNRECORDED = "downstreams_unrecorded"
+    DOWNSTREAM_CONFLICTS = "downstream_conflicts"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +112,9 @@ class Mark(StrEnum):
     UNSETTLED = "unsettled"
     # The queue's mapping was read: it exists.
     MAPPING_FOUND = "mapping_found"
+    # Another writer moved the queue since its state was read, which the step (it wrote no
+    # transition) did not need: read the state again before the queue's next decision.
+    STALE = "stale"
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +144,11 @@ Effect = Learned | Marked | MappingGone | Counted
 class BookView(Protocol):
     """What executing a plan may ask of the book (it changes the book only through effects)."""
 
-    def state(self, queue: str) -> QueueState | None: ...
+    def state(self, queue: str) -> QueueState | None:
+        """The queue's state as its STATE item stores it (the version last read or written,
+        its downstream included) plus the memory a HOLD did not write (a dry run's: as the
+        steps shown would leave it); ``None``: not held."""
+        ...
 
     def mapping_known_missing(self, queue: str) -> bool: ...
 
@@ -442,6 +456,7 @@ class QueueBook:
     def _mark(self, queue: str, mark: Mark) -> None:
         if mark is Mark.CONFLICTED:
             self.count(Count.VERSION_CONFLICTS)
+        if mark in (Mark.CONFLICTED, Mark.STALE):
             self._states.pop(queue)
         if mark in (Mark.CONFLICTED, Mark.RETRY):
             self.mark_pending([queue])

@@ -58,6 +58,9 @@ class Execution:
     done: list[Decision] = field(default_factory=list)
     effects: list[Effect] = field(default_factory=list)
     fault: LedgerError | None = None
+    # A downstream's record failed (``AwsExecutor._hold``): the ledger's retries spent their
+    # time, so the rest of the plan's records are not tried.
+    records_failed: bool = False
 
 
 class Executor(Protocol):
@@ -129,7 +132,7 @@ class AwsExecutor:
                 if step.claim is not None and not self._fits(STEP_BUDGET_S, deadline):
                     raise _OutOfTime
                 try:
-                    waits = self._run(step, plan.now, deadline, listed, execution)
+                    waits = self._run(step, plan.now, deadline, listed, book, execution)
                     cut_waits = cut_waits or (waits and step.cuts)
                 except MappingNotFound:
                     self._set_aside(step, book, plan.now, execution)
@@ -173,6 +176,7 @@ class AwsExecutor:
         now: float,
         deadline: float,
         listed: dict[str, MappingView],
+        book: BookView,
         execution: Execution,
     ) -> bool:
         """Carry ``step`` out; ``True`` when its update failed and it waits for the next
@@ -188,7 +192,7 @@ class AwsExecutor:
                 self._commit(self._adopted(step, view, now, effects), execution)
                 return False
         if step.claim is None:
-            effects.append(Learned(decision.new_state))
+            self._hold(step, book, deadline, execution)
             execution.done.append(decision)
             return False
         if step.actuates and not self._fits(CLAIM_BUDGET_S, deadline):
@@ -211,6 +215,46 @@ class AwsExecutor:
         effects.append(Counted(Count.ESM_UPDATES))
         execution.done.append(decision)
         return False
+
+    def _hold(self, step: Step, book: BookView, deadline: float, execution: Execution) -> None:
+        """A step that writes no transition: its decision's state is remembered. Where the
+        queue's telemetry names another downstream than its STATE item stores (the book's
+        state), that downstream is recorded on the item alone (``Ledger.record_downstream``),
+        so a container without the queue's telemetry (a paused member's tick) groups it by
+        it: once per change, as the book then holds it stored. Started with a step's time in
+        hand, after the plan's moves (the plan puts them first). A transition that came first
+        stored its own downstream: nothing to record (counted), and the state is read again.
+        A record that fails or is not started is counted, never the plan's failure: the book
+        keeps the stored downstream, so the queue's next decision tries again. After one
+        fails (the ledger's retries spent their time), the plan's other records wait for
+        their queues' next decisions too, and its steps go on."""
+        decision, effects = step.decision, execution.effects
+        held, stored = decision.new_state, book.state(step.queue)
+        if (
+            stored is None
+            or stored.version == 0  # no STATE item yet: its first transition stores it
+            or stored.version != step.decided_from.version
+            or stored.downstream == held.downstream
+        ):
+            effects.append(Learned(held))
+            return
+        unrecorded: list[Effect] = [
+            Counted(Count.DOWNSTREAMS_UNRECORDED),
+            Learned(held.evolve(downstream=stored.downstream)),
+        ]
+        if execution.records_failed or not self._fits(STEP_BUDGET_S, deadline):
+            effects += unrecorded
+            return
+        try:
+            self.ledger.record_downstream(step.queue, held.downstream, stored.version)
+        except VersionConflict:
+            effects += [Counted(Count.DOWNSTREAM_CONFLICTS), Marked(step.queue, Mark.STALE)]
+            return
+        except LedgerError:
+            execution.records_failed = True
+            effects += unrecorded
+            return
+        effects += [Counted(Count.DOWNSTREAMS_RECORDED), Learned(held)]
 
     def _adopted(
         self, step: Step, view: MappingView, now: float, effects: list[Effect]
@@ -316,6 +360,6 @@ def _latest_state(queue: str, book: BookView, effects: list[Effect]) -> QueueSta
     for effect in effects:
         if isinstance(effect, Learned) and effect.state.queue == queue:
             state = effect.state
-        elif effect == Marked(queue, Mark.CONFLICTED):
+        elif effect in (Marked(queue, Mark.CONFLICTED), Marked(queue, Mark.STALE)):
             state = None
     return state

@@ -405,7 +405,8 @@ class ControlLoop:
             queues = sorted(set(queues).union(q for q in members if not book.is_set_aside(q, now)))
         configs = self.configs(queues, now)
         # Each state decided names the downstream its queue's telemetry names now, so a
-        # transition stores it with the rest (a steady queue writes nothing for it).
+        # transition stores it with the rest; a step without one where it differs from the
+        # stored one records it alone (``AwsExecutor._hold``: once per change).
         states = {
             queue: state
             if downstreams.get(queue, state.downstream) == state.downstream

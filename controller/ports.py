@@ -135,6 +135,14 @@ class Ledger(Protocol):
         """
         ...
 
+    def record_downstream(self, queue: str, downstream: str | None, version: int) -> None:
+        """Store ``downstream``, the one the queue's telemetry names now, as its STATE item's
+        ``Group`` (removed for none, or a name no index key can hold) and nothing else: no
+        audit item, ``Version`` unchanged, so a transition read before it still commits (and
+        stores its own downstream). Only while the stored version is ``version``: raises
+        ``VersionConflict`` otherwise (a transition came first, or there is no STATE item)."""
+        ...
+
     def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
         """The queue's audit entries, oldest first, from ``since`` (epoch seconds) on."""
         ...

@@ -133,9 +133,26 @@ def encode_state(state: QueueState) -> Item:
         item[attribute] = to_attribute(getattr(state, name))
     if state.wake_at > 0:
         item[WAKE_UP_ATTRIBUTE] = WAKE_UP_KEY
-    if state.downstream is not None and indexable(state.downstream):
-        item[GROUP_ATTRIBUTE] = state.downstream
+    group = stored_downstream(state.downstream)
+    if group is not None:
+        item[GROUP_ATTRIBUTE] = group
     return item
+
+
+def stored_downstream(downstream: str | None) -> str | None:
+    """What a STATE item's ``Group`` holds for ``downstream``: the name, or none where none
+    is named or no index key can hold it (``indexable``)."""
+    return downstream if downstream is not None and indexable(downstream) else None
+
+
+def with_downstream(item: Mapping[str, Any], downstream: str | None) -> Item:
+    """A STATE item recording ``downstream`` and nothing else new (the twin's
+    ``record_downstream``; DynamoDB's is one UpdateItem)."""
+    recorded = {name: value for name, value in item.items() if name != GROUP_ATTRIBUTE}
+    group = stored_downstream(downstream)
+    if group is not None:
+        recorded[GROUP_ATTRIBUTE] = group
+    return recorded
 
 
 def members_listed(items: Iterable[Mapping[str, Any]]) -> list[str]:

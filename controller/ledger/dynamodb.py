@@ -127,6 +127,37 @@ class DynamoLedger:
             raise LedgerError(f"queue {state.queue}: commit: {failure}") from cause or failure
         return codec.decode_state(state_item, self._memory)
 
+    def record_downstream(self, queue: str, downstream: str | None, version: int) -> None:
+        """One UpdateItem conditioned on ``Version``; a failed condition is not retried."""
+        group = codec.stored_downstream(downstream)
+        names = {"#group": codec.GROUP_ATTRIBUTE, "#version": "Version"}
+        values: dict[str, Any] = {":version": {"N": str(version)}}
+        if group is None:
+            update = "REMOVE #group"
+        else:
+            update = "SET #group = :group"
+            values[":group"] = {"S": group}
+        try:
+            self._caller.call(
+                "update_item",
+                self._deadline(),
+                TableName=self.table_name,
+                Key=self._wire(codec.state_key(queue)),
+                UpdateExpression=update,
+                ConditionExpression="#version = :version",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except CallAbandoned as failure:
+            cause = failure.__cause__
+            if isinstance(cause, ClientError) and (
+                error_code(cause) == "ConditionalCheckFailedException"
+            ):
+                raise VersionConflict(
+                    f"queue {queue}: state is no longer at version {version}"
+                ) from cause
+            raise LedgerError(f"queue {queue}: record downstream: {failure}") from cause or failure
+
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         items = self._batch_get(codec.unique(queues), codec.CONFIG_SK)
         return {codec.queue_of(item): codec.decode_config(item) for item in items}

@@ -54,6 +54,14 @@ class InMemoryLedger:
             self._items[audit_key] = audit_item
         return codec.decode_state(state_item, self._memory)
 
+    def record_downstream(self, queue: str, downstream: str | None, version: int) -> None:
+        key = (codec.queue_key(queue), codec.STATE_SK)
+        with self._lock:
+            current = self._items.get(key)
+            if current is None or int(current["Version"]) != version:
+                raise VersionConflict(f"queue {queue}: state is no longer at version {version}")
+            self._items[key] = codec.with_downstream(current, downstream)
+
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         return {
             codec.queue_of(item): codec.decode_config(item)

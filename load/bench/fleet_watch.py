@@ -91,6 +91,10 @@ class TimedLedger:
             committed: QueueState = self._inner.commit(state, audit)
             return committed
 
+    def record_downstream(self, queue: str, downstream: str | None, version: int) -> None:
+        with self._watch.timing("ledger"):
+            self._inner.record_downstream(queue, downstream, version)
+
     def audit_trail(self, queue: str, since: float | None = None) -> list[AuditEntry]:
         with self._watch.timing("ledger"):
             return list(self._inner.audit_trail(queue, since))

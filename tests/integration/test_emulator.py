@@ -149,6 +149,10 @@ def test_the_deployed_table_answers_the_ticks_wake_up_query(
     named = QueueState("named", "esm-named", QueueStateName.HEALTHY, 2, 100, downstream="billing")
     ledger.commit(named, AuditEntry("named", 900.0, AuditEvent.TRANSITION, 100, 2, "PAUSE", "p"))
     assert ledger.group_members("billing") == ["named", "woken"]
+    # A downstream recorded without a transition moves the queue within the index.
+    ledger.record_downstream("named", "payments-api", 1)
+    assert ledger.group_members("billing") == ["woken"]
+    assert ledger.group_members("payments-api") == ["named"]
 
 
 def test_the_deployed_reducer_keys_a_config_group_from_the_deployed_ledger(

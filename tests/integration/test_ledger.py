@@ -333,6 +333,48 @@ def test_group_members_lists_the_queues_whose_state_names_the_group_as_downstrea
     assert ledger.group_members("reports-api") == []
 
 
+def test_a_recorded_downstream_changes_the_state_item_s_group_and_nothing_else(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    """A steady queue's telemetry naming a new downstream is recorded without a transition:
+    the STATE item's ``Group`` alone (no audit item, the version kept), so the index lists
+    the queue under it; none, or a name no index key takes, removes it."""
+    committed = ledger.commit(fresh_state(downstream="old-api"), audit())
+    ledger.record_downstream("orders", "payments-api", committed.version)
+    stored = ledger.get_states(["orders"])["orders"]
+    assert stored == committed.evolve(downstream="payments-api")
+    assert len(ledger.audit_trail("orders")) == 1
+    assert ledger.group_members("payments-api") == ["orders"]
+    assert ledger.group_members("old-api") == []
+    for unkeyable in (None, "", "é" * 1025):
+        ledger.record_downstream("orders", "payments-api", committed.version)
+        ledger.record_downstream("orders", unkeyable, committed.version)
+        assert ledger.get_states(["orders"])["orders"] == committed.evolve(downstream=None)
+        assert ledger.group_members("payments-api") == []
+    # A transition read before the record still commits on top, with its own downstream.
+    moved = ledger.commit(stored.evolve(concurrency=50), audit(at=T0 + 1))
+    assert (moved.version, ledger.get_states(["orders"])["orders"]) == (2, moved)
+
+
+def test_a_record_behind_a_transition_conflicts_and_leaves_the_transition_whole(
+    ledger: DynamoLedger | InMemoryLedger,
+) -> None:
+    """The record is conditioned on the version its writer read: a transition committed
+    since (which stores its own downstream) is never overwritten, nor a missing STATE item
+    made up."""
+    seen = ledger.commit(fresh_state(downstream="old-api"), audit())
+    other = ledger.commit(seen.evolve(concurrency=50, downstream="cold-api"), audit(at=T0 + 1))
+    with pytest.raises(VersionConflict):
+        ledger.record_downstream("orders", "payments-api", seen.version)
+    assert ledger.get_states(["orders"])["orders"] == other
+    assert ledger.group_members("payments-api") == []
+    for version in (0, 1):
+        with pytest.raises(VersionConflict):
+            ledger.record_downstream("refunds", "payments-api", version)
+    assert ledger.get_states(["refunds"]) == {}
+    assert ledger.group_members("payments-api") == []
+
+
 def test_put_config_replaces_the_previous_config(ledger: DynamoLedger | InMemoryLedger) -> None:
     ledger.put_config(QueueConfig(queue="orders", esm_uuid="esm-1", overrides={"t1": 0.1}))
     replacement = QueueConfig(queue="orders", esm_uuid="esm-9", mode=Mode.DRY_RUN)
@@ -514,6 +556,35 @@ def test_other_transaction_failures_are_ledger_errors_with_cause() -> None:
                 ledger.commit(fresh_state(), audit())
             assert not isinstance(caught.value, VersionConflict)
             assert caught.value.__cause__ is not None
+
+
+def test_a_record_is_one_conditional_update_a_failed_condition_a_conflict_not_retried() -> None:
+    ledger, stubber, sleeps = stubbed_ledger()
+    update = {
+        "TableName": "t",
+        "Key": {"PK": {"S": "QUEUE#orders"}, "SK": {"S": "STATE#CURRENT"}},
+        "UpdateExpression": "SET #group = :group",
+        "ConditionExpression": "#version = :version",
+        "ExpressionAttributeNames": {"#group": "Group", "#version": "Version"},
+        "ExpressionAttributeValues": {":version": {"N": "4"}, ":group": {"S": "payments-api"}},
+    }
+    stubber.add_response("update_item", {}, update)
+    stubber.add_client_error(
+        "update_item", service_error_code="ConditionalCheckFailedException", expected_params=update
+    )
+    stubber.add_client_error("update_item", service_error_code="ValidationException")
+
+    with stubber:
+        ledger.record_downstream("orders", "payments-api", 4)
+        with pytest.raises(VersionConflict) as conflict:
+            ledger.record_downstream("orders", "payments-api", 4)
+        with pytest.raises(LedgerError) as failure:
+            ledger.record_downstream("orders", "payments-api", 4)
+    assert isinstance(conflict.value.__cause__, ClientError)
+    assert not isinstance(failure.value, VersionConflict)
+    assert isinstance(failure.value.__cause__, ClientError)
+    assert sleeps == []
+    stubber.assert_no_pending_responses()
 
 
 def test_cancellation_named_only_in_the_message_is_a_conflict() -> None:

@@ -468,6 +468,18 @@ def test_ledger_table_indexes_match_the_local_table_and_are_granted(
     assert len(grants) == 1
 
 
+def test_the_controller_may_make_each_kind_of_write_its_ledger_makes(
+    resources: dict[str, Any],
+) -> None:
+    """A commit (a TransactWriteItems of two conditional Puts, which IAM authorizes as
+    PutItem) and the group items are PutItems; the wake-up sweep's repair and a downstream's
+    record are conditional UpdateItems. Nothing deletes."""
+    [ledger] = [s for s in statements(resources, "ControllerRole") if s["Sid"] == "UseLedger"]
+    actions = set(as_list(ledger["Action"]))
+    assert {"dynamodb:PutItem", "dynamodb:UpdateItem"} <= actions
+    assert "dynamodb:DeleteItem" not in actions
+
+
 # ------------------------------------------------------------------ example pipeline
 
 

@@ -19,11 +19,11 @@ from botocore.exceptions import ClientError
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
 from controller.constants import CONFIG_READ_TIMEOUT_S
-from controller.executor import DisplayExecutor
+from controller.executor import STEP_BUDGET_S, DisplayExecutor
 from controller.ledger import DynamoLedger, InMemoryLedger
 from controller.ledger.codec import encode_config, encode_state
 from controller.loop import ControlLoop
-from controller.model import Action, QueueState, Sample
+from controller.model import Action, AuditEntry, AuditEvent, QueueState, Sample
 from controller.planner import Plan
 from controller.policy import ALGORITHMS, memory_type
 from controller.policy.aimd import Aimd
@@ -230,18 +230,27 @@ START = 1000.0
 
 
 class ListingLedger(InMemoryLedger):
-    """The twin, counting its listings of a group's members; failing them while ``down``."""
+    """The twin, counting its listings of a group's members (failing them while ``down``)
+    and keeping each downstream recorded (failing the records of ``unrecordable`` queues)."""
 
     def __init__(self) -> None:
         super().__init__(memory_types=memory_type)
         self.listed: list[str] = []
         self.down = False
+        self.recorded: list[tuple[str, str | None]] = []
+        self.unrecordable: set[str] = set()
 
     def group_members(self, group: str) -> list[str]:
         self.listed.append(group)
         if self.down:
             raise LedgerError("injected")
         return super().group_members(group)
+
+    def record_downstream(self, queue: str, downstream: str | None, version: int) -> None:
+        if queue in self.unrecordable:
+            raise LedgerError("injected")
+        super().record_downstream(queue, downstream, version)
+        self.recorded.append((queue, downstream))
 
 
 def _billing(ledger: InMemoryLedger, actuator: InMemoryActuator) -> None:
@@ -412,19 +421,154 @@ def test_a_group_the_ledger_does_not_list_costs_only_itself(
     assert loop.counters["group_members_unread"] == 1
 
 
+def _steady(queue: str, at: float, downstream: str = "payments-api") -> list[Sample]:
+    """A second of ``queue`` at ease (three invocations, nothing refused), naming
+    ``downstream``."""
+    seconds = [sample(queue, at=at + 0.99, ok=10, invocation_ms=990) for _ in range(3)]
+    return _named(seconds, downstream)
+
+
+def _stored(ledger: InMemoryLedger, queue: str, concurrency: int, **changes: Any) -> None:
+    """``queue``'s STATE item at version 1 (or as ``changes`` say), its mapping beside it."""
+    state = QueueState.first(queue, f"esm-{queue}", concurrency, at=START - 60.0)
+    ledger.put_item(encode_state(state.evolve(**{"version": 1, **changes})))
+
+
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_a_steady_queue_writes_nothing_for_a_downstream_it_names_anew(algorithm: str) -> None:
-    """A STATE naming another downstream than the telemetry does now is rewritten with the
-    queue's next transition, never on its own."""
-    ledger, actuator = InMemoryLedger(memory_types=memory_type), InMemoryActuator()
+def test_a_steady_queue_records_a_downstream_it_names_anew_once_then_writes_nothing(
+    algorithm: str,
+) -> None:
+    """A STATE naming another downstream than the telemetry does now gets the new one with
+    the queue's first decision, alone (no transition, no audit item, its version kept), and
+    nothing more while the queue is steady."""
+    ledger, actuator = ListingLedger(), InMemoryActuator()
     _grouped(ledger, "orders", None)
     mapped(actuator, "orders", concurrency=100)
-    old = QueueState.first("orders", "esm-orders", 100, at=START - 60.0)
-    ledger.put_item(encode_state(old.evolve(version=1, downstream="old-api")))
+    _stored(ledger, "orders", 100, downstream="old-api")
     loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=ALGORITHMS[algorithm]())
     for second in range(300):
         at = START + second
-        samples = [sample(at=at + 0.99, ok=10, invocation_ms=990) for _ in range(3)]
-        loop.run_batch(_named(samples, "new-api"), now=at + 2)
+        loop.run_batch(_steady("orders", at, "new-api"), now=at + 2)
+    assert ledger.recorded == [("orders", "new-api")]
+    assert loop.counters["downstreams_recorded"] == 1
     assert ledger.audit_trail("orders") == []
-    assert ledger.get_states(["orders"])["orders"].downstream == "old-api"
+    stored = ledger.get_states(["orders"])["orders"]
+    assert (stored.version, stored.downstream) == (1, "new-api")
+    assert ledger.group_members("new-api") == ["orders"]
+    assert ledger.group_members("old-api") == []
+
+
+@pytest.mark.parametrize("stored", [None, "old-api"], ids=["item-before-group", "moved"])
+def test_a_cold_tick_decides_a_due_member_with_one_whose_downstream_was_recorded_alone(
+    stored: str | None,
+) -> None:
+    """``refunds``' STATE names no downstream (written before ``Group`` existed) or the one
+    its telemetry named before it moved, and ``refunds``, steady, makes no transition. The
+    warm container holding its telemetry records the downstream it names now, so a cold
+    container's tick at the paused ``orders``' wake-up decides it with ``refunds`` (main's
+    code: alone, until a transition of ``refunds``)."""
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    for queue, concurrency in (("orders", 4), ("refunds", 100)):
+        _grouped(ledger, queue, None)
+        mapped(actuator, queue, concurrency=concurrency)
+    _stored(ledger, "refunds", 100, downstream=stored)
+    warm = ControlLoop(ledger, actuator, PolicyParams())
+    for second in range(5):
+        at = START + second
+        assert warm.run_batch(_steady("refunds", at), now=at + 2).fault is None
+    assert ledger.audit_trail("refunds") == []
+    assert ledger.recorded == [("refunds", "payments-api")]
+    # ``orders``, paused by a transition, which stored the downstream its telemetry named.
+    _stored(
+        ledger,
+        "orders",
+        4,
+        version=2,
+        enabled=False,
+        paused_since=START,
+        wake_at=START + 60.0,
+        downstream="payments-api",
+    )
+    ledger.listed.clear()
+    _ticked_with_group(ledger, actuator, START + 60.5, "payments-api")
+
+
+def test_a_transition_that_came_first_is_not_overwritten_by_a_record() -> None:
+    """Another container commits a transition of ``refunds`` (a cold one: naming the stored
+    downstream) between this container's read of its state and its record: the record's
+    condition fails, counted, and the transition stands whole. The state is read again, and
+    the next decision records the downstream on top of that transition."""
+
+    class Racing(ListingLedger):
+        raced = False
+
+        def record_downstream(self, queue: str, downstream: str | None, version: int) -> None:
+            if not self.raced:
+                self.raced = True
+                seen = self.get_states([queue])[queue]
+                audit = AuditEntry(queue, START, AuditEvent.TRANSITION, 100, 100, "HOLD", "cold")
+                self.commit(seen.evolve(last_reason="cold", last_evaluated_at=START), audit)
+            super().record_downstream(queue, downstream, version)
+
+    ledger, actuator = Racing(), InMemoryActuator()
+    _grouped(ledger, "refunds", None)
+    mapped(actuator, "refunds", concurrency=100)
+    _stored(ledger, "refunds", 100, downstream="old-api")
+    warm = ControlLoop(ledger, actuator, PolicyParams())
+    assert warm.run_batch(_steady("refunds", START), now=START + 2).fault is None
+    assert warm.counters["downstream_conflicts"] == 1
+    assert ledger.recorded == []
+    raced = ledger.get_states(["refunds"])["refunds"]
+    assert (raced.version, raced.last_reason, raced.downstream) == (2, "cold", "old-api")
+    assert [entry.reason for entry in ledger.audit_trail("refunds")] == ["cold"]
+    for second in range(1, 5):
+        at = START + second
+        assert warm.run_batch(_steady("refunds", at), now=at + 2).fault is None
+    assert ledger.recorded == [("refunds", "payments-api")]
+    recorded = ledger.get_states(["refunds"])["refunds"]
+    assert recorded == raced.evolve(downstream="payments-api")
+
+
+def test_a_downstream_not_recorded_costs_only_its_queue_and_reaches_the_health_alarm() -> None:
+    """``refunds``' record fails: counted in ``GroupMemoryFailures`` (which
+    ControllerGroupMemoryFailuresAlarm watches), never the batch's failure; ``orders``' cut in
+    the same batch lands. Its STATE keeps the old downstream, and the next decision after the
+    ledger takes writes again records it, once."""
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    for queue in ("orders", "refunds"):
+        _grouped(ledger, queue, None)
+        mapped(actuator, queue, concurrency=100 if queue == "refunds" else 8)
+    _stored(ledger, "refunds", 100, downstream="old-api")
+    ledger.unrecordable = {"refunds"}
+    clock, emitted = Clock(), []
+    clock.now = START + 2.0
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
+    app = ControllerApp(loop, clock=clock, emit=emitted.append)
+    storm = [*_storm("orders", "orders-api"), *_steady("refunds", START - 1.0)]
+    assert app.handle(kinesis_event(storm), None) == {"batchItemFailures": []}
+    documents = [json.loads(line) for line in emitted]
+    assert health_count(documents, HealthMetric.GROUP_MEMORY_FAILURES) == 1
+    assert [entry.action for entry in ledger.audit_trail("orders")] == ["MULTIPLICATIVE_DECREASE"]
+    assert ledger.get_states(["refunds"])["refunds"].downstream == "old-api"
+    ledger.unrecordable.clear()
+    for second in range(1, 4):
+        at = START + second
+        assert loop.run_batch(_steady("refunds", at), now=at + 2).fault is None
+    assert ledger.recorded == [("refunds", "payments-api")]
+    assert loop.counters["downstreams_unrecorded"] == 1
+
+
+def test_a_record_waits_for_a_decision_with_a_steps_time_in_hand() -> None:
+    """Like every ledger write of a plan, a record is started only with ``STEP_BUDGET_S`` in
+    hand before the invocation's deadline; one left is counted and made with the queue's
+    next decision."""
+    ledger, actuator = ListingLedger(), InMemoryActuator()
+    _grouped(ledger, "orders", None)
+    mapped(actuator, "orders", concurrency=100)
+    _stored(ledger, "orders", 100)
+    loop = ControlLoop(ledger, actuator, PolicyParams(), monotonic=lambda: 0.0)
+    late = loop.run_batch(_steady("orders", START), now=START + 2, deadline=STEP_BUDGET_S - 0.1)
+    assert late.fault is None and [d.queue for d in late.done] == ["orders"]
+    assert ledger.recorded == [] and loop.counters["downstreams_unrecorded"] == 1
+    loop.run_batch(_steady("orders", START + 1), now=START + 3, deadline=STEP_BUDGET_S)
+    assert ledger.recorded == [("orders", "payments-api")]
