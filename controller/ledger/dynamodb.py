@@ -137,6 +137,19 @@ class DynamoLedger:
         else:
             update = "SET #group = :group"
             values[":group"] = {"S": group}
+        self._update_state(queue, "record downstream", update, "#version = :version", names, values)
+
+    def _update_state(
+        self,
+        queue: str,
+        what: str,
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> None:
+        """One conditional UpdateItem of ``queue``'s STATE item; ``VersionConflict``: the
+        condition failed (another writer got there first), never retried."""
         try:
             self._caller.call(
                 "update_item",
@@ -144,7 +157,7 @@ class DynamoLedger:
                 TableName=self.table_name,
                 Key=self._wire(codec.state_key(queue)),
                 UpdateExpression=update,
-                ConditionExpression="#version = :version",
+                ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
             )
@@ -153,10 +166,8 @@ class DynamoLedger:
             if isinstance(cause, ClientError) and (
                 error_code(cause) == "ConditionalCheckFailedException"
             ):
-                raise VersionConflict(
-                    f"queue {queue}: state is no longer at version {version}"
-                ) from cause
-            raise LedgerError(f"queue {queue}: record downstream: {failure}") from cause or failure
+                raise VersionConflict(f"queue {queue}: {what}: its condition failed") from cause
+            raise LedgerError(f"queue {queue}: {what}: {failure}") from cause or failure
 
     def get_configs(self, queues: Iterable[str]) -> dict[str, QueueConfig]:
         items = self._batch_get(codec.unique(queues), codec.CONFIG_SK)
@@ -268,24 +279,16 @@ class DynamoLedger:
             names["#memory"], names["#legacy_wake_at"] = "Memory", "wake_at"
             sets.append("#memory.#legacy_wake_at = :wake_at")
         try:
-            self._caller.call(
-                "update_item",
-                self._deadline(),
-                TableName=self.table_name,
-                Key=self._wire(codec.state_key(repair.state.queue)),
-                UpdateExpression="SET " + ", ".join(sets),
-                ConditionExpression="attribute_not_exists(#wake_up) AND #version = :version",
-                ExpressionAttributeNames=names,
-                ExpressionAttributeValues=values,
+            self._update_state(
+                repair.state.queue,
+                "wake-up repair",
+                "SET " + ", ".join(sets),
+                "attribute_not_exists(#wake_up) AND #version = :version",
+                names,
+                values,
             )
-        except CallAbandoned as failure:
-            cause = failure.__cause__
-            if isinstance(cause, ClientError) and (
-                error_code(cause) == "ConditionalCheckFailedException"
-            ):
-                return False
-            queue = repair.state.queue
-            raise LedgerError(f"queue {queue}: wake-up repair: {failure}") from cause or failure
+        except VersionConflict:
+            return False
         return True
 
     def put_config(self, config: QueueConfig) -> None:
