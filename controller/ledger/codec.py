@@ -133,10 +133,7 @@ def encode_state(state: QueueState) -> Item:
         item[attribute] = to_attribute(getattr(state, name))
     if state.wake_at > 0:
         item[WAKE_UP_ATTRIBUTE] = WAKE_UP_KEY
-    group = stored_downstream(state.downstream)
-    if group is not None:
-        item[GROUP_ATTRIBUTE] = group
-    return item
+    return with_downstream(item, state.downstream)
 
 
 def stored_downstream(downstream: str | None) -> str | None:
@@ -146,8 +143,9 @@ def stored_downstream(downstream: str | None) -> str | None:
 
 
 def with_downstream(item: Mapping[str, Any], downstream: str | None) -> Item:
-    """A STATE item recording ``downstream`` and nothing else new (the twin's
-    ``record_downstream``; DynamoDB's is one UpdateItem)."""
+    """``item`` with ``downstream`` as its ``Group`` (``stored_downstream``) and nothing else
+    new: what a commit writes, and the twin's ``record_downstream`` (DynamoDB's is one
+    UpdateItem)."""
     recorded = {name: value for name, value in item.items() if name != GROUP_ATTRIBUTE}
     group = stored_downstream(downstream)
     if group is not None:
