@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from controller.model import Action, Decision, QueueState, Sample
 from controller.policy import ALGORITHMS, decide
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
-from controller.policy.adaptive.sizing import newest_reports
 from controller.settings import PolicyParams
 from controller.window import QueueWindow
 from tests.factories import config, sample, state, waiting
@@ -696,53 +695,50 @@ def test_a_storms_first_reports_after_a_clean_history_are_cut_to_be_corrected() 
     assert memory_of(decision.new_state).cut_at == 991.0
 
 
-def after_first_reports(*history: Sample, refused: tuple[int, int] = (4, 5)) -> Decision:
+def after_first_reports(*history: Sample) -> Decision:
     """The verdict at a cap of 4 on ``history`` and then a storm's first reports: 9 calls in
-    the newest second and 8 in the one before, ``refused`` of them refused (9 of the 17)."""
-    older, newer = refused
+    the newest second, too few to size on, and 8 in the one before, 9 of the 17 refused."""
     documents = [
         *history,
-        sample(at=988.9, ok=8 - older, throttled=older, invocation_ms=800),
-        sample(at=989.9, ok=9 - newer, throttled=newer, invocation_ms=800),
+        sample(at=988.9, ok=4, throttled=4, invocation_ms=800),
+        sample(at=989.9, ok=4, throttled=5, invocation_ms=800),
     ]
     _, decision = run(attached(4, at=0.0), window_of(*documents), 991.0)
     return decision
 
 
-def test_a_storms_first_few_reports_are_cut_not_trimmed() -> None:
+def test_a_storms_first_few_reports_are_not_trimmed() -> None:
     # After 29 clean seconds at 4 invocations of 5 calls: 1.5% over the evidence, nothing
-    # before the newest two seconds. The newest reports, enough to size on (the newest second's
-    # 9 calls and the 28 of the one before), read 24.3%: a storm beginning, cut (in the live
-    # demo a trim 16 -> 15 as a storm began put its cut 5 s later, and 7.6% of the calls were
-    # refused), one invocation too many explaining that share so far, corrected once the rest
-    # report.
+    # before the newest two seconds, and 37 calls since the first second that met T1, too few
+    # to cut on (in the live demo a trim 16 -> 15 as a storm began put its cut 5 s later, and
+    # 7.6% of the calls were refused).
     decision = after_first_reports(*steady(960, 29, 4, ok=5))
-    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 3)
-    assert memory_of(decision.new_state).cut_at == 991.0
-    # With 10 calls an invocation in the history, 57 calls in those seconds, 15.8% refused.
+    assert (decision.action, decision.target) == (Action.HOLD, 4), decision.reason
+    assert "0.00% before the newest 2 seconds" in decision.reason
+    # With 10 calls an invocation in the history, 57 calls since then, 15.8% refused: a cut,
+    # one invocation too many explaining that share so far, corrected once the rest report.
     cut = after_first_reports(*steady(960, 29, 4, ok=10))
     assert (cut.action, cut.target) == (Action.MULTIPLICATIVE_DECREASE, 3), cut.reason
     assert memory_of(cut.new_state).cut_at == 991.0
 
 
 def test_a_level_over_the_capacity_since_before_the_newest_seconds_is_trimmed() -> None:
-    # 10 calls an invocation, the evidence before the newest two seconds at the trim's share
-    # (0.35%), and 2 of the newest 57 calls refused (3.5%, under T1): the level draws
-    # rejections steadily, not a storm beginning.
+    # The same, with the evidence before the newest two seconds at the trim's share too
+    # (0.35%): the level draws rejections steadily, not a storm beginning.
     steadily_refused = [
         sample(at=960.9 + second, ok=9, throttled=1, invocation_ms=800)
         for second in (3, 10, 17, 24)
     ]
-    decision = after_first_reports(*steady(960, 29, 4, ok=10), *steadily_refused, refused=(1, 1))
+    decision = after_first_reports(*steady(960, 29, 4, ok=10), *steadily_refused)
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 3)
     assert decision.reason.startswith("Trim"), decision.reason
 
 
 def test_rejections_after_too_short_a_clean_history_to_trim_on_are_trimmed() -> None:
-    # The same newest reports after only 9 clean seconds (360 calls, under the 400 a trim
-    # needs): too little to call the level clean before them, as after a probe committed a
-    # level just over the capacity.
-    decision = after_first_reports(*steady(979, 10, 4, ok=10), refused=(1, 1))
+    # The same first reports after only 9 clean seconds (360 calls, under the 400 a trim needs):
+    # too little to call the level clean before them, as after a probe committed a level just
+    # over the capacity.
+    decision = after_first_reports(*steady(979, 10, 4, ok=10))
     assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 3)
     assert decision.reason.startswith("Trim"), decision.reason
 
@@ -1298,50 +1294,3 @@ def test_the_probe_base_a_cut_to_cmin_keeps_decides_nothing(probe_base: int) -> 
     decisions = climb_from_cmin(cut_to_cmin)
     assert any(reason.startswith("Probe") for *_, reason in decisions)
     assert climb_from_cmin(cut_to_cmin.evolve(memory=other)) == decisions
-
-
-def test_a_storm_in_the_seconds_still_reporting_sizes_the_cut_whole() -> None:
-    # Throttling seed 100 draw 11 as the law saw it 20 s into a fall (reports 15-23 s late): 9
-    # invocations of one call, 18 a second; ten seconds whole and all but clean (3 of 185
-    # refused), then the storm's seconds, each with only the reports in so far (7 of 28
-    # refused, where the fall refuses 28% of every second). The whole evidence reads 5.1%, one
-    # invocation too many; the newest reports, enough of them to size on, read the storm.
-    reported = [
-        (1, 20), (0, 18), (0, 18), (1, 20), (0, 18), (0, 18), (0, 17), (1, 16), (0, 13), (0, 11),
-        (4, 13), (0, 6), (3, 5), (0, 3), (0, 1),
-    ]  # fmt: skip
-    documents = [
-        sample(at=968.9 + second, ok=int(call >= refused), throttled=int(call < refused))
-        for second, (refused, calls) in enumerate(reported)
-        for call in range(calls)
-    ]
-    _, decision = run(attached(9, at=966.0), window_of(*documents), 998.0)
-    assert decision.action is Action.MULTIPLICATIVE_DECREASE, decision.reason
-    # 9 x (1 - 20% - its margin): 6, where the 12.7 calls a second the API took fit 6.35.
-    assert decision.target == 6, decision.reason
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.integers(min_value=0, max_value=30), min_size=1, max_size=20),
-    st.integers(min_value=1, max_value=60),
-)
-def test_the_newest_reports_are_the_shortest_newest_span_holding_the_calls(
-    per_second: list[int], calls: int
-) -> None:
-    window = window_of(
-        *(
-            sample(at=960.9 + second, ok=1)
-            for second, count in enumerate(per_second)
-            for _ in range(count)
-        )
-    ).snapshot()
-    until = 960.0 + len(per_second)
-    reports = newest_reports(window, 960.0, until, calls)
-    held = [sum(per_second[start:]) for start in range(len(per_second))]
-    if held[0] < calls:
-        assert reports.requests == held[0]
-    else:
-        # The newest second from which on they hold the calls: no newer start holds them.
-        start = max(index for index, total in enumerate(held) if total >= calls)
-        assert reports.requests == held[start]

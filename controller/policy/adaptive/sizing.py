@@ -94,9 +94,8 @@ class Sizing(Pausing):
 
         A storm that began a moment ago shows there before it shows in the whole evidence's
         share: ``storm`` is that pressure when it is clear (enough calls, well above T1), else
-        0. ``sizing`` is the pressure of the newest reports, as many as half the calls the
-        evidence needs (``newest_reports``), to size a cut the whole evidence has already
-        called for, which the older, cleaner seconds would understate.
+        0. ``sizing`` is the same pressure on half the evidence, to size a cut the whole
+        evidence has already called for, which the older, cleaner seconds would understate.
         """
         stats, params = situation.stats, situation.params
         newest = newest_start(stats)
@@ -105,8 +104,7 @@ class Sizing(Pausing):
         since = max(stats.since, newest - self.latest_s + 1)
         latest = situation.window.stats(since, newest + 1)
         pressure = latest.pressure_rate
-        reports = newest_reports(situation.window, stats.since, newest + 1, params.min_samples / 2)
-        sizing = reports.pressure_rate if 2 * reports.requests >= params.min_samples else 0.0
+        sizing = pressure if 2 * latest.requests >= params.min_samples else 0.0
         clear = (
             latest.requests >= 2 * params.min_samples and pressure >= self.storm_factor * params.t1
         )
@@ -454,23 +452,6 @@ def newest_start(stats: WindowStats) -> int | None:
     if stats.newest_event_time is None:
         return None
     return math.floor(stats.newest_event_time - stats.mean_invocation_s)
-
-
-def newest_reports(window: WindowSnapshot, since: float, until: float, calls: float) -> WindowStats:
-    """The newest seconds of invocation starts in ``[since, until)``, from the newest back to
-    the first with which they hold ``calls`` calls (all of them where they hold fewer).
-
-    A second younger than the telemetry's delay holds only the reports in so far: with reports
-    15-23 s late the newest second of starts holds one or two calls, too few to size on, and
-    the storm the seconds before it show is left to the whole evidence's share, thinned by
-    the complete, clean seconds before the storm (throttling seed 100 draw 11: a level of 9
-    refused 28% for 20 s, read as 5.1%, stepped down one, then again, and again)."""
-    start, held = since, 0
-    for second, bucket in reversed(window.seconds(since, until)):
-        start, held = float(second), held + bucket.requests
-        if held >= calls:
-            break
-    return window.stats(start, until)
 
 
 def one_too_many(running: float, pressure: float) -> bool:

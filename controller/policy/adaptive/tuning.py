@@ -25,8 +25,7 @@ class Tuning:
     # The Lambda poller's scaling: concurrent batches at first, and added each second.
     poller_start: int = 5
     poller_ramp_per_s: float = 5.0
-    # The newest seconds of invocation starts whose pressure, over enough calls, shows a storm
-    # (a cut is sized on the newest reports, ``Sizing.newest_reports``).
+    # The newest seconds of invocation starts, whose pressure sizes a cut.
     latest_s: int = 1
     # How far above T1 the newest second's pressure must be to show a storm beginning.
     storm_factor: float = 2.0
