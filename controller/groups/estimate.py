@@ -12,10 +12,11 @@ refused beside the calls of the seconds before them, so that their 2xx are what 
 not what the downstream takes.
 While no second is refused the estimate is held; the group raises it (a probe of the whole
 downstream, not of each queue) only when its members want more than it allows, the span is
-clean, and no probe is being judged. A probe passes once its seconds are complete and clean
-(the next may follow at once); one that meets refusals goes back to what the downstream took
-in them (at least where it began) and doubles the wait before the next one
-(``PROBE_INTERVAL_S``), one that passes resets it.
+clean, and no probe is being judged. A probe passes once two seconds since it took more
+than the members were given before it (``UTILISATION`` of the estimate), nothing refused
+(the next may follow at once), or once its seconds are complete and clean; one that meets
+refusals goes back to what the downstream took in them (at least where it began) and
+doubles the wait before the next one (``PROBE_INTERVAL_S``), one that passes resets it.
 Near the rate that last broke (``ceiling_rps``) a probe grows the estimate gently, far below
 it fast; a probe that began at it or past it and passed expires it.
 
@@ -106,13 +107,14 @@ class Pooled:
     the complete span was refused; ``pressed``: the seconds too recent to be complete already
     show refusals; ``took_rps``: the mean 2xx calls of the refused complete seconds, however
     little refused (0: none), what a probe that met refusals found the downstream takes;
-    ``fresh_accepted_rps``: the complete span's calls a second times the share accepted in the
-    lower half of the newest seconds refused enough to measure (``None``: fewer than
-    ``REFUSED_SECONDS``), what the downstream takes if the group still sends as it did (those
-    seconds' reports are not all in, but the share accepted needs none missing);
-    ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls refused (0:
-    none in the span); ``measured_until``: the newest complete second refused enough to
-    measure (0: none).
+    ``peak_ok_rps``: the 2xx calls that two seconds since the probe being judged reached,
+    complete or not (0: no probe); ``fresh_accepted_rps``: the complete span's calls a second
+    times the share accepted in the lower half of the newest seconds refused enough to measure
+    (``None``: fewer than ``REFUSED_SECONDS``), what the downstream takes if the group still
+    sends as it did (those seconds' reports are not all in, but the share accepted needs none
+    missing); ``last_refused_at``: the newest second with ``REFUSED_SHARE`` of its calls
+    refused (0: none in the span); ``measured_until``: the newest complete second refused
+    enough to measure (0: none).
     """
 
     accepted_rps: float | None
@@ -121,13 +123,15 @@ class Pooled:
     clean: bool
     pressed: bool
     took_rps: float = 0.0
+    peak_ok_rps: float = 0.0
     fresh_accepted_rps: float | None = None
     last_refused_at: float = 0.0
     measured_until: float = 0.0
 
 
-def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
-    """The members' ``windows`` added up second by second, as of ``now``."""
+def pooled(windows: Iterable[WindowSnapshot], now: float, probed_at: float = 0.0) -> Pooled:
+    """The members' ``windows`` added up second by second, as of ``now``; ``probed_at``:
+    when the probe being judged began (0: none)."""
     complete_from, recent_from = now - LAG_S - SPAN_S, now - LAG_S
     calls: dict[int, int] = {}
     ok: dict[int, int] = {}
@@ -166,6 +170,8 @@ def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
         accepted = sum(ok[s] for s in top) / len(top)
         refused_sent = sum(calls[s] for s in top) / len(top)
     took = upper(refused_seconds)
+    # The 2xx calls two seconds since the probe reached (one second's bunching is no rise).
+    risen = sorted((ok[s] for s in ok if s >= probed_at), reverse=True)[:REFUSED_SECONDS]
     return Pooled(
         accepted_rps=accepted,
         refused_sent_rps=refused_sent,
@@ -173,6 +179,7 @@ def pooled(windows: Iterable[WindowSnapshot], now: float) -> Pooled:
         clean=len(refused_seconds) < REFUSED_SECONDS,
         pressed=recent_refused >= REFUSED_SHARE * recent_calls > 0,
         took_rps=sum(ok[s] for s in took) / len(took) if took else 0.0,
+        peak_ok_rps=float(risen[-1]) if probed_at and len(risen) == REFUSED_SECONDS else 0.0,
         fresh_accepted_rps=fresh_accepted,
         last_refused_at=max(refused_at, default=0.0),
         measured_until=max(measured, default=0.0),
@@ -238,13 +245,16 @@ def estimated(
         return replace(memory, next_probe_at=max(memory.next_probe_at, now + low))
     if pool.pressed:
         return memory
+    # Two seconds since the probe in which the downstream took more than the members were
+    # given before it, and nothing refused since: the probe passed, and its use is shown.
+    risen = probing and pool.peak_ok_rps > UTILISATION * memory.probed_from
     if probing:
-        if now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
+        if not risen and now - memory.probed_at < LAG_S + PROBE_JUDGED_AFTER_S:
             return memory
-        # The probe's seconds complete and none refused: the raised estimate holds, and the
-        # next probe may follow at once. A ceiling expires only under a probe that began at it
-        # or past it: one that merely reached it shows the rate that broke, read a little
-        # high (calls bunch within seconds), fits, not that more does.
+        # Risen, or the probe's seconds complete and none refused: the raised estimate
+        # holds, and the next probe may follow at once. A ceiling expires only under a probe
+        # that began at it or past it: one that merely reached it shows the rate that broke,
+        # read a little high (calls bunch within seconds), fits, not that more does.
         past_ceiling = memory.ceiling_rps and memory.probed_from >= memory.ceiling_rps
         memory = replace(
             memory,
@@ -253,7 +263,7 @@ def estimated(
             next_probe_at=now,
             ceiling_rps=0.0 if past_ceiling else memory.ceiling_rps,
         )
-    used = pool.sent_rps >= USED_SHARE * estimate
+    used = risen or pool.sent_rps >= USED_SHARE * estimate
     if not wanting or not used or now < memory.next_probe_at:
         return memory
     return replace(

@@ -85,7 +85,7 @@ class Governed:
 
 def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: float) -> Governed:
     """Decide ``members`` (queues sharing the downstream ``group``) together."""
-    pool = pooled((member.window for member in members), now)
+    pool = pooled((member.window for member in members), now, memory.probed_at)
     paces = _paces(members, now)
     claims = [_claim(member, paces[member.config.queue], memory, pool, now) for member in members]
     protected = _protected(claims)

@@ -190,6 +190,14 @@ class TestEstimate:
         assert pool.accepted_rps is None and not pool.clean
         assert pool.took_rps == pytest.approx(97.0)
 
+    def test_a_probes_peak_is_what_two_seconds_since_it_took(self) -> None:
+        steady = window("a", 60).snapshot()
+        burst = window("b", 100, seconds=range(int(NOW) - 3, int(NOW) - 2)).snapshot()
+        assert pooled([steady, burst], NOW, probed_at=NOW - 6).peak_ok_rps == 60.0
+        risen = window("b", 100, seconds=range(int(NOW) - 3, int(NOW) - 1)).snapshot()
+        assert pooled([steady, risen], NOW, probed_at=NOW - 6).peak_ok_rps == 160.0
+        assert pooled([steady, risen], NOW).peak_ok_rps == 0.0
+
     def test_nothing_refused_no_estimate(self) -> None:
         pool = pooled([window("a", 40).snapshot()], NOW)
         assert pool.accepted_rps is None and pool.clean
@@ -453,17 +461,17 @@ class TestOneProbe:
         refused = dataclasses.replace(self.clean, clean=False, took_rps=took)
         assert estimated(memory, refused, True, 10.0, NOW).capacity_rps == back
 
-    def test_a_probe_passes_once_its_seconds_are_complete_and_the_next_follows_at_once(
-        self,
-    ) -> None:
-        memory = GroupMemory(capacity_rps=150.0, probed_at=NOW - LAG_S - 2, probed_from=100.0)
-        assert estimated(memory, self.clean, True, 10.0, NOW) == memory
-        # Its complete seconds show the members using the raised estimate.
-        judged = dataclasses.replace(memory, probed_at=NOW - LAG_S - 4)
-        used = dataclasses.replace(self.clean, sent_rps=120.0)
-        probed = estimated(judged, used, wanting=True, step_rps=10.0, now=NOW)
+    def test_a_probe_whose_rise_is_seen_passes_and_the_next_follows_at_once(self) -> None:
+        # Two seconds since the probe took more than the members were given before it (95 of
+        # 100), none refused: no wait for its seconds to be complete (the complete span still
+        # sends the old rate).
+        memory = GroupMemory(capacity_rps=150.0, probed_at=NOW - 4, probed_from=100.0)
+        risen = dataclasses.replace(self.clean, sent_rps=95.0, peak_ok_rps=96.0)
+        probed = estimated(memory, risen, wanting=True, step_rps=10.0, now=NOW)
         assert probed.probed_at == NOW and probed.probed_from == 150.0
         assert probed.capacity_rps == pytest.approx(225.0)
+        unrisen = dataclasses.replace(risen, peak_ok_rps=95.0)
+        assert estimated(memory, unrisen, True, 10.0, NOW) == memory
 
     def test_a_probe_that_began_at_the_rate_that_broke_and_passed_expires_it(self) -> None:
         memory = GroupMemory(
@@ -480,14 +488,14 @@ class TestOneProbe:
         self,
     ) -> None:
         # The demo after its drop (docs/algorithms.md, "One probe per downstream"): refused at
-        # 32 calls/s sent (the capacity, 30, read high: calls bunch), the group probed 28 -> 32,
-        # clean. 32 fits; more need not: the next probe goes one invocation's calls past the
-        # ceiling (4 calls/s), not half as much again (48).
+        # 32 calls/s sent (the capacity, 30, read high: calls bunch), the group probed 28 -> 32
+        # and its rise was seen at once, clean. 32 fits; more need not: the next probe goes
+        # one invocation's calls past the ceiling (4 calls/s), not half as much again (48).
         memory = GroupMemory(
-            capacity_rps=32.0, ceiling_rps=32.0, probed_at=NOW - LAG_S - 4, probed_from=28.0
+            capacity_rps=32.0, ceiling_rps=32.0, probed_at=NOW - 6, probed_from=28.0
         )
-        passed = dataclasses.replace(self.clean, sent_rps=27.6)
-        probed = estimated(memory, passed, wanting=True, step_rps=4.0, now=NOW)
+        risen = dataclasses.replace(self.clean, sent_rps=27.6, peak_ok_rps=32.0)
+        probed = estimated(memory, risen, wanting=True, step_rps=4.0, now=NOW)
         assert probed.ceiling_rps == 32.0
         assert probed.probed_at == NOW and probed.probed_from == 32.0
         assert probed.capacity_rps == pytest.approx(36.0)
@@ -496,6 +504,7 @@ class TestOneProbe:
         ceiling=st.floats(1.0, 1000.0),
         below=st.floats(0.01, 1.0),
         raised=st.floats(1.0, 2.0),
+        peak=st.floats(0.0, 2000.0),
         judged_after=st.floats(0.0, 60.0),
         wanting=st.booleans(),
     )
@@ -504,11 +513,12 @@ class TestOneProbe:
         ceiling: float,
         below: float,
         raised: float,
+        peak: float,
         judged_after: float,
         wanting: bool,
     ) -> None:
-        # Whenever the probe is judged and whatever the group does next, a rate that broke is
-        # forgotten only past it.
+        # However the probe is judged (by its rise or by its complete seconds) and whatever the
+        # group does next, a rate that broke is forgotten only past it.
         start = ceiling * (1.0 - below)
         memory = GroupMemory(
             capacity_rps=start * raised,
@@ -516,7 +526,8 @@ class TestOneProbe:
             probed_at=NOW - judged_after,
             probed_from=start,
         )
-        after = estimated(memory, self.clean, wanting, step_rps=1.0, now=NOW)
+        pool = dataclasses.replace(self.clean, peak_ok_rps=peak)
+        after = estimated(memory, pool, wanting, step_rps=1.0, now=NOW)
         assert after.ceiling_rps == ceiling
 
     def test_near_the_rate_that_broke_a_probe_is_gentle(self) -> None:
