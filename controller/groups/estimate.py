@@ -5,11 +5,11 @@ The members' evidence is pooled second by second (invocation starts). A second i
 group's calls were refused (at least ``REFUSED_SHARE`` of them) says what the downstream
 accepted: its 2xx calls. The estimate is their mean over the complete seconds of the span (a
 second is complete once every invocation that started in it has reported: ``LAG_S`` later);
-outside a probe a reading below the estimate lowers it only while its refusals are fresh (the
-newest second it measured is among the span's newest ``FRESH_S``): a span sliding past the
-end of the refusals keeps only their last seconds, whose starts thinned after a cut and were
-refused beside the calls of the seconds before them, so that their 2xx are what they sent,
-not what the downstream takes.
+outside a probe a reading above the estimate moves it half way, one below it whole while its
+refusals are fresh (the newest second it measured is among the span's newest ``FRESH_S``),
+else not at all: a span sliding past the end of the refusals keeps only their last seconds,
+whose starts thinned after a cut and were refused beside the calls of the seconds before
+them, so that their 2xx are what they sent, not what the downstream takes.
 While no second is refused the estimate is held; the group raises it (a probe of the whole
 downstream, not of each queue) only when its members want more than it allows, the span is
 clean, and no probe is being judged. A probe passes once two seconds since it took more
@@ -213,11 +213,14 @@ def estimated(
     if pool.accepted_rps is not None:
         after = failed if probing else replace(memory, next_probe_at=now + memory.probe_interval_s)
         measured = pool.accepted_rps
-        fallen = memory.capacity_rps is not None and measured < memory.capacity_rps
-        if not probing and fallen and pool.measured_until < now - LAG_S - FRESH_S:
-            # Outside a probe a lower reading whose refusals are over reads their last
-            # seconds (the module says why): no fall, the estimate is held.
-            return after
+        if not probing and memory.capacity_rps is not None:
+            # Outside a probe a higher reading is mostly the upper half picking seconds whose
+            # bunched calls spilled into the next: it moves the estimate half way (a rise that
+            # holds is reached within a few batches); a lower one is taken whole, unless the
+            # refusals it read are over: then it reads their last seconds, and is no fall.
+            measured = min(measured, (measured + memory.capacity_rps) / 2)
+            if measured < memory.capacity_rps and pool.measured_until < now - LAG_S - FRESH_S:
+                return after
         return replace(
             after,
             capacity_rps=measured,

@@ -140,14 +140,16 @@ class TestEstimate:
         learned = estimated(GroupMemory(), pool, wanting=True, step_rps=10.0, now=NOW)
         assert learned.capacity_rps == pytest.approx(80.0)
 
-    def test_a_reading_outside_a_probe_is_taken_whole_up_or_down(self) -> None:
+    def test_a_reading_above_the_estimate_outside_a_probe_moves_it_half_way(self) -> None:
         # The demo's bunched seconds: a heavy second of starts (42 calls, 37 2xx: its calls
         # spilled into the next wall-clock second) beside a light one, the API taking 30.
         heavy = window("a", 37, 5, seconds=range(int(NOW) - 30, int(NOW), 2)).snapshot()
         light = window("a", 22, seconds=range(int(NOW) - 29, int(NOW), 2)).snapshot()
         pool = pooled([heavy, light], NOW)
         assert pool.accepted_rps == pytest.approx(37.0)
-        assert estimated(GroupMemory(capacity_rps=30.0), pool, True, 4.0, NOW).capacity_rps == 37.0
+        held = GroupMemory(capacity_rps=30.0)
+        assert estimated(held, pool, True, 4.0, NOW).capacity_rps == pytest.approx(33.5)
+        # A lower reading is taken whole: a fall costs no batch.
         assert estimated(GroupMemory(capacity_rps=45.0), pool, True, 4.0, NOW).capacity_rps == 37.0
 
     def test_a_lower_reading_lowers_the_estimate_only_while_its_refusals_are_fresh(
@@ -179,6 +181,14 @@ class TestEstimate:
         )
         assert going_on.accepted_rps == pytest.approx(20.0)
         assert estimated(held, going_on, True, 4.0, NOW).capacity_rps == 20.0
+
+    def test_a_rise_that_holds_is_reached_within_a_few_batches(self) -> None:
+        # The downstream took 40 where the group held 30, and goes on taking it.
+        pool = pooled([window("a", 40, 10).snapshot()], NOW)
+        memory = GroupMemory(capacity_rps=30.0)
+        for batch in range(6):
+            memory = estimated(memory, pool, True, 4.0, NOW + batch)
+        assert memory.capacity_rps == pytest.approx(40.0, abs=0.2)
 
     def test_a_probe_meeting_refusals_takes_the_reading_whole(self) -> None:
         pool = pooled([window("a", 40, 10).snapshot()], NOW)
