@@ -457,6 +457,7 @@ class ControlLoop:
                 self.params_for,
                 book.is_unsettled,
                 book.group_memory(),
+                backlogs,
             )
             book.remember_groups(planned.group_memory)
         if self.backlogs is not None:  # a raise that goes ahead is read for again next time

@@ -201,11 +201,13 @@ def governed(
     params_for: Callable[[QueueConfig], PolicyParams],
     unsettled: Callable[[str], bool],
     memory: Mapping[str, GroupMemory],
+    backlogs: Mapping[str, Backlog] | None = None,
 ) -> Plan:
     """``plan`` with the steps of the queues in ``groups`` (queue -> group, ``groups_of``)
     decided by their group's law (``controller.groups``) around each one's own decision, and
     what each group decided and remembers; in order of urgency again. A queue the operator
     disabled (paused, but not by the controller) stays out of its group."""
+    backlogs = backlogs or {}
     members: dict[str, list[Member]] = {}
     for step in plan.steps:
         group = groups.get(step.queue)
@@ -213,7 +215,14 @@ def governed(
         if group is None or (not state.enabled and state.paused_since == 0):
             continue
         window = windows[step.queue].snapshot()
-        member = Member(step.config, state, step.decision, params_for(step.config), window)
+        member = Member(
+            step.config,
+            state,
+            step.decision,
+            params_for(step.config),
+            window,
+            backlogs.get(step.queue),
+        )
         members.setdefault(group, []).append(member)
     changed: dict[str, Decision] = {}
     reports = []

@@ -44,7 +44,7 @@ from controller.groups.shares import (
     levels,
     running_set,
 )
-from controller.model import Decision, GroupReport, GroupShare, QueueConfig, QueueState
+from controller.model import Backlog, Decision, GroupReport, GroupShare, QueueConfig, QueueState
 from controller.model import QueueStateName as Name
 from controller.policy.base import Verdict
 from controller.policy.guards import decision_from
@@ -70,6 +70,7 @@ class Member:
     decision: Decision
     params: PolicyParams
     window: WindowSnapshot
+    backlog: Backlog | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,7 +183,8 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
         during = min(during, state.previous_concurrency)
     unjudged = not running or judged_s < JUDGED_AFTER_S
     idle = running and now - since >= LAG_S and not started
-    saturated = not idle and (unjudged or in_use >= SATURATED * during)
+    nothing_waiting = member.backlog is not None and member.backlog.visible == 0
+    saturated = not nothing_waiting and not idle and (unjudged or in_use >= SATURATED * during)
     if idle:
         sent = 0.0
     demand = params.cmax * pace if saturated else HEADROOM * sent
