@@ -533,26 +533,6 @@ def test_a_failed_probe_waits_in_proportion_to_what_it_cost() -> None:
     assert low <= backoff_after(1) < backoff_after(3) <= high
 
 
-def test_a_marginally_failed_probe_waits_twice_as_long_as_the_last() -> None:
-    # 1 call in 100 refused at 9: a level just over a capacity that has not moved. Its cost
-    # alone would allow another probe in 5 s, but each refused call comes back a visibility
-    # timeout later (a backlog's drain waits for the last of them): the wait doubles instead.
-    def backoff_after(throttled: int, last_wait: float) -> float:
-        current, window = pulsed_from_8_to_9(probe_backoff_s=last_wait)
-        for document in steady(992, 1, 9, ok=10):
-            window.add(document)
-        window.add(sample(at=992.9, ok=10 - throttled, throttled=throttled, invocation_ms=800))
-        current, verdict = run(current, window, PULSE_END + ALGORITHM.judge_after_s)
-        assert verdict.reason.startswith("Probe failed"), verdict.reason
-        return memory_of(current).probe_backoff_s
-
-    low, high = ALGORITHM.probe_backoff_s
-    assert backoff_after(throttled=1, last_wait=8.0) == 16.0
-    assert backoff_after(throttled=1, last_wait=20.0) == high
-    # 5 in 100 (over ``marginal_below``): a capacity that moved, waited for by its cost alone.
-    assert low <= backoff_after(throttled=5, last_wait=8.0) < 8.0
-
-
 def test_a_timeout_storm_is_quartered_not_cut_to_its_accepted_share() -> None:
     # Past a latency cliff every call times out: the accepted share (0) says nothing of the
     # level that fits; a quarter of what runs is kept.

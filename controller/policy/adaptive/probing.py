@@ -370,9 +370,6 @@ class Probing(Tuning):
         A failed pulse costs the calls it had rejected; spending at most ``probe_budget`` of
         the goodput on them gives the wait (within ``probe_backoff_s``): a queue far above one
         invocation's worth probes often (recovery is found within seconds), a small one rarely.
-        A marginal failure (see ``marginal``) waits at least twice as long as the last: each
-        refused call comes back a visibility timeout later, so a few refusals in the last
-        seconds of a backlog set its drain, however cheap they were.
         """
         state, memory, now = situation.state, situation.memory, situation.now
         params = situation.params
@@ -386,8 +383,6 @@ class Probing(Tuning):
             cost = pulse.pressure
             # A probe that cost nothing (too slow, or too little telemetry) may try again soon.
             wait = cost / (self.probe_budget * goodput) if goodput else (high if cost else low)
-            if self.marginal(pulse, params):
-                wait = max(wait, 2 * memory.probe_backoff_s)
             backoff = min(high, max(low, wait))
             next_probe_at = now + self.spread(situation, backoff)
         judged = pulse.requests >= params.min_samples
@@ -430,16 +425,6 @@ class Probing(Tuning):
             failed,
             pulse,
             wake_at=0.0,
-        )
-
-    def marginal(self, pulse: WindowStats, params: PolicyParams) -> bool:
-        """A pulse refused on enough evidence, but on fewer than ``marginal_below`` of its
-        calls: the probed level is just over a capacity that has not moved (one that came back
-        would take it; one far below would refuse far more)."""
-        return (
-            pulse.requests >= params.min_samples
-            and pulse.pressure > 0
-            and pulse.pressure_rate < self.marginal_below
         )
 
     def spread(self, situation: AdaptiveSituation, backoff_s: float) -> float:

@@ -53,10 +53,6 @@ class Tuning:
     # Where refused calls set the ceiling, a pulse's refused calls, were the capacity at its
     # base, stay within this share of the messages waiting (``Probing.affordable_step``).
     chain_refusal_share: float = 0.03
-    # A pulse that failed with fewer than this share of its calls refused found a
-    # level just over the capacity: its next wait doubles the last (within
-    # ``probe_backoff_s``) rather than following its small cost.
-    marginal_below: float = 0.02
     # Timeouts under T1 cut only where the latency moved with the concurrency: a correlation
     # of at least ``load_correlation`` over the last ``load_span_s`` seconds of invocation
     # starts, on at least ``latency_seconds`` of them (each with at least min_samples calls).
