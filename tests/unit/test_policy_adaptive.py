@@ -595,21 +595,6 @@ def test_a_pulse_passes_only_under_the_pressure_a_level_is_trimmed_at() -> None:
     assert (failed.action, failed.target) == (Action.HOLD, 8), failed.reason
 
 
-def test_a_pulse_fails_on_refusals_its_raise_pushed_onto_the_invocations_beside_it() -> None:
-    # A limiter refuses whichever calls come last in its window: the raised invocation's own
-    # calls went through, and the base level's, started just before the pulse and running
-    # through it, were refused.
-    def verdict_with(throttled: int) -> Decision:
-        beside = sample(at=992.5, ok=10 - throttled, throttled=throttled, invocation_ms=800)
-        return pulse_verdict(*steady(992, 1, 9, ok=10), *[beside] * 8)
-
-    passed = verdict_with(throttled=0)
-    assert passed.reason.startswith("Probe passed"), passed.reason
-    failed = verdict_with(throttled=1)
-    assert (failed.action, failed.target) == (Action.HOLD, 8), failed.reason
-    assert failed.reason.startswith("Probe failed"), failed.reason
-
-
 def test_a_failed_pulse_the_raise_explains_is_not_a_storm() -> None:
     # 10% pressure at 9 over a base of 8: the extra invocation's share, not a storm beneath.
     verdict = judged_pulse_from_8_to_9(ok=9, throttled=1)

@@ -52,7 +52,7 @@ from controller.policy.adaptive.memory import (
     hold,
     near_timeout,
 )
-from controller.policy.adaptive.probing import overload_beneath, pulse_stats, running_stats
+from controller.policy.adaptive.probing import overload_beneath, pulse_stats
 from controller.policy.adaptive.probing import refused as calls_refused
 from controller.policy.adaptive.sizing import settled_use
 from controller.policy.adaptive.tuning import Tuning
@@ -115,8 +115,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 return verdict
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
-        running = running_stats(memory, pulse, situation.window)
-        if self.passed(pulse, running, situation.stats, params) and not near_timeout(
+        if self.passed(pulse, situation.stats, params) and not near_timeout(
             memory, pulse, self.timeout_headroom
         ):
             return self.commit(situation, pulse)

@@ -270,18 +270,14 @@ class Probing(Tuning):
         patience = self.judge_patience_s + reporting_lag(situation)
         return pulse.requests < params.min_samples and waited < patience
 
-    def passed(
-        self, pulse: WindowStats, running: WindowStats, base: WindowStats, params: PolicyParams
-    ) -> bool:
-        """Clean at the probed level: the pulse's invocations, and all those that ran beside
-        them (``running_stats``), each under the share a level is trimmed at (a level committed
-        above it would be stepped down again); and the base level's own evidence since the
-        pulse ended clean too: a probe never commits a raise into an overload that began after
-        it."""
+    def passed(self, pulse: WindowStats, base: WindowStats, params: PolicyParams) -> bool:
+        """Clean at the probed level: the pulse's invocations under the share a level is trimmed
+        at (a level committed above it would be stepped down again); and the base level's own
+        evidence since the pulse ended clean too: a probe never commits a raise into an
+        overload that began after it."""
         return (
             pulse.requests >= params.min_samples
             and pulse.pressure_rate < self.trim_above
-            and running.pressure_rate < self.trim_above
             and base.pressure_rate < params.t1
         )
 
@@ -456,20 +452,6 @@ def pulse_stats(memory: AdaptiveMemory, window: WindowSnapshot) -> WindowStats:
     """Whole seconds from the pulse's start to its end: invocations started under the raised
     cap, and the base level running beside them."""
     return window.stats(math.floor(memory.probe_started_at), memory.probe_ended_at)
-
-
-def running_stats(
-    memory: AdaptiveMemory, pulse: WindowStats, window: WindowSnapshot
-) -> WindowStats:
-    """Every invocation that ran while the raised cap stood: the pulse's own and those that
-    started up to one invocation time before it.
-
-    A limiter refuses whichever calls come last in its window, so the calls a raise pushes
-    over the capacity are as often the running base level's as the raised invocations' own:
-    judged on the pulse's invocations alone, a pulse that drew refusals could pass.
-    """
-    since = math.floor(memory.probe_started_at - pulse.mean_invocation_s)
-    return window.stats(since, memory.probe_ended_at)
 
 
 def before_pulse(memory: AdaptiveMemory, window: WindowSnapshot) -> WindowStats:
