@@ -1,11 +1,11 @@
 """Probing: growing while clean, and pulse probes near the remembered ceiling.
 
 Far from any known ceiling the level grows by real steps. Near it, a pulse probe raises the cap
-by a step for about one invocation time and puts it back; only invocations that ran during the
-pulse are judged (those that started in it, and those running beside them), so a failed probe
-costs about one invocation per extra slot whatever the telemetry delay. A failed probe waits as
-long as its cost calls for (``back_off``); a passing one is the fresh evidence for its level
-and the next, a bigger step, starts at once. Clean above the level that broke, the ceiling
+by a step for about one invocation time and puts it back; only invocations that started during
+the pulse are judged (with the base level's own evidence since), so a failed probe costs
+about one invocation per extra slot whatever the telemetry delay. A failed probe waits as long
+as its cost calls for (``back_off``); a passing one is the fresh evidence for its level and the
+next, a bigger step, starts at once. Clean above the level that broke, the ceiling
 expires when timeouts set it (near a latency where they cut, every step is a pulse of its
 own); where the downstream refused calls (429, 503) pulses go on, each judged before the next,
 each step no bigger than the messages waiting can pay for in receives (``affordable_step``).
