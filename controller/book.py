@@ -58,6 +58,9 @@ class Count(StrEnum):
     # Paused queues' STATE items given the WakeUp they lacked (``ControlLoop.tick``'s sweep).
     WAKE_UPS_REPAIRED = "wake_ups_repaired"
     WAKE_UP_SWEEP_FAILURES = "wake_up_sweep_failures"
+    # Wake-ups the scheduler did not take (``WakeUpScheduler``): the scheduled tick wakes
+    # those queues instead, up to its period late.
+    WAKE_UPS_UNSCHEDULED = "wake_ups_unscheduled"
     # Backlogs (SQS GetQueueAttributes) that could not be read before a raise: the raise was
     # decided as without one.
     BACKLOG_READ_FAILURES = "backlog_read_failures"

@@ -50,6 +50,8 @@ from controller.ports import (
     Notice,
     QueueBacklog,
     VersionConflict,
+    WakeUpRequest,
+    WakeUpScheduler,
 )
 from controller.settings import PolicyParams, SettingsError
 from controller.window import Evidence
@@ -101,7 +103,8 @@ class ManualResult:
 class ControlLoop:
     """One warm container's controller: the book, the planner and an executor (AWS unless
     told otherwise: a ``DisplayExecutor`` makes it a dry run). Without ``backlog`` no queue's
-    backlog is ever known (replay: a recording has none)."""
+    backlog is ever known (replay: a recording has none). Without ``wake_ups`` a wake-up
+    waits for the scheduled tick (``tick``)."""
 
     def __init__(
         self,
@@ -116,6 +119,7 @@ class ControlLoop:
         monotonic: Callable[[], float] = time.monotonic,
         executor: Executor | None = None,
         backlog: QueueBacklog | None = None,
+        wake_ups: WakeUpScheduler | None = None,
     ) -> None:
         self.ledger = ledger
         self.actuator = actuator
@@ -125,6 +129,7 @@ class ControlLoop:
         self.book = QueueBook(capacity, retention_s)
         self.executor = executor or AwsExecutor(ledger, actuator, monotonic)
         self.group_reports = GroupReportWriter(capacity)
+        self.wake_ups = wake_ups
         self._config_ttl_s = config_ttl_s
         self._monotonic = monotonic
         # The wake-up sweep (``tick``): when the next one starts (a cold container's first
@@ -472,8 +477,34 @@ class ControlLoop:
         if execution.fault is not None:
             raise execution.fault
         if self.executor.carries_out:
+            self._schedule_wake_ups(execution.done, states, now, deadline)
             self._store_group_memories(deadline)
             self._write_group_reports(planned, deadline)
+
+    def _schedule_wake_ups(
+        self,
+        done: Iterable[Decision],
+        decided_from: Mapping[str, QueueState],
+        now: float,
+        deadline: float,
+    ) -> None:
+        """Ask for a run at each wake-up time a decision set anew (a pause's or a test's end),
+        so a paused queue is decided then, not at the next scheduled tick (up to its period
+        later, the test running on meanwhile). A wake-up already asked for is not asked again;
+        one the scheduler does not take is counted, and the tick still wakes its queue."""
+        if self.wake_ups is None:
+            return
+        requests = [
+            WakeUpRequest(decision.queue, wake_at)
+            for decision in done
+            if (wake_at := decision.new_state.wake_at) > now
+            and (before := decided_from.get(decision.queue)) is not None
+            and before.wake_at != wake_at
+        ]
+        if requests:
+            unscheduled = self.wake_ups.schedule(requests, now, deadline)
+            if unscheduled:
+                self.book.count(Count.WAKE_UPS_UNSCHEDULED, unscheduled)
 
     def _stored_downstreams(
         self,

@@ -249,6 +249,23 @@ class QueueBacklog(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class WakeUpRequest:
+    """A controller run wanted at ``wake_at`` (epoch s) for ``queue``: the end of a pause or
+    of a test pulse, which no telemetry of a paused mapping would come to announce."""
+
+    queue: str
+    wake_at: float
+
+
+class WakeUpScheduler(Protocol):
+    def schedule(self, requests: Sequence[WakeUpRequest], now: float, deadline: float) -> int:
+        """Ask for a controller run at each request's time (``now``: epoch s; ``deadline``: a
+        ``time.monotonic()`` value by which every retry must be over). Never raises: returns
+        how many could not be asked for, which the scheduled tick wakes in its time."""
+        ...
+
+
 class EventPublisher(Protocol):
     def publish(self, events: Sequence[BusEvent], deadline: float) -> Unpublished:
         """Put ``events`` on the bus before ``deadline`` (a ``time.monotonic()`` value).

@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 
 import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.backlog import REREAD_AFTER_S, InMemoryBacklog
-from controller.executor import STEP_BUDGET_S
+from controller.executor import STEP_BUDGET_S, DisplayExecutor
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.model import Action, AuditEvent, Decision, Mode, QueueStateName, Sample
-from controller.policy import ALGORITHMS, memory_type
+from controller.policy import ALGORITHMS, LimitAlgorithm, Situation, Verdict, memory_type
 from controller.policy.aimd import Aimd
-from controller.ports import ActuationError, BacklogUnavailable, MappingView
+from controller.policy.base import NoMemory
+from controller.ports import ActuationError, BacklogUnavailable, MappingView, WakeUpRequest
 from controller.settings import PolicyParams
 from tests.factories import config, mapped, registered, sample, waiting
 
@@ -391,3 +392,75 @@ def test_no_backlog_read_without_time_for_the_plan_after_it(ledger: InMemoryLedg
     loop.run_batch(healthy(100), now=110.0, deadline=STEP_BUDGET_S)
     assert backlog.reads == []
     assert loop.counters["backlog_read_failures"] == 0
+
+
+class Pauser(LimitAlgorithm[NoMemory]):
+    """Pauses every queue it decides until ``pause_s`` after the decision."""
+
+    name = "pauser"
+
+    def __init__(self, pause_s: float) -> None:
+        self.pause_s = pause_s
+
+    def decide(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+        state = situation.state
+        wake_at = state.wake_at if state.wake_at > situation.now else situation.now + self.pause_s
+        return Verdict(
+            state.concurrency,
+            QueueStateName.THROTTLED,
+            "Paused.",
+            situation.memory,
+            enabled=False,
+            wake_at=wake_at,
+        )
+
+
+class Scheduler:
+    """The wake-up scheduler's twin: what it was asked, refusing the first ``refuse``."""
+
+    def __init__(self, refuse: int = 0) -> None:
+        self.asked: list[WakeUpRequest] = []
+        self.refuse = refuse
+
+    def schedule(self, requests: Sequence[WakeUpRequest], now: float, deadline: float) -> int:
+        self.asked.extend(requests)
+        refused, self.refuse = min(self.refuse, len(requests)), 0
+        return refused
+
+
+def test_a_wake_up_set_anew_is_asked_for_once(
+    ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    scheduler = Scheduler()
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Pauser(30), wake_ups=scheduler)
+    loop.run_batch(storm(100), now=110.0)
+    assert scheduler.asked == [WakeUpRequest("orders", 140.0)]
+    assert not actuator.read("esm-orders", 0).enabled
+    # Decided again before its wake-up, the queue keeps it: nothing more is asked.
+    loop.run_batch(storm(110, seconds=2), now=113.0)
+    assert scheduler.asked == [WakeUpRequest("orders", 140.0)]
+    assert loop.counters["wake_ups_unscheduled"] == 0
+
+
+def test_a_wake_up_the_scheduler_refuses_is_counted_and_the_tick_still_wakes_it(
+    ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    scheduler = Scheduler(refuse=1)
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Pauser(30), wake_ups=scheduler)
+    loop.run_batch(storm(100), now=110.0)
+    assert loop.counters["wake_ups_unscheduled"] == 1
+    assert loop.tick(now=141.0).due == 1
+
+
+def test_a_dry_run_asks_for_no_wake_up(ledger: InMemoryLedger, actuator: InMemoryActuator) -> None:
+    scheduler = Scheduler()
+    loop = ControlLoop(
+        ledger,
+        actuator,
+        PolicyParams(),
+        algorithm=Pauser(30),
+        executor=DisplayExecutor(show=lambda line: None),
+        wake_ups=scheduler,
+    )
+    loop.run_batch(storm(100), now=110.0)
+    assert scheduler.asked == []
