@@ -100,6 +100,11 @@ TICK_CALLS_PER_S: Final = 2
 # stay at 12 in any second.
 CONTROL_PLANE_WINDOW_MARGIN_S: Final = 0.01
 
+# A wake-up (``controller.ports.WakeUpScheduler``) is a message on an SQS queue whose
+# DelaySeconds, a whole number of seconds from 0 to 900 (an SQS limit), holds it until due; a
+# wake-up further off is left to the scheduled tick, whose lateness is small beside it.
+WAKE_UP_MAX_DELAY_S: Final = 900
+
 # One AWS call attempt's worst case: connecting, then waiting for the answer. Short, so a
 # hanging call is cut off well inside a Lambda invocation; no attempt starts that could not end
 # before the invocation's deadline (controller/aws.py).
