@@ -129,7 +129,7 @@ class LambdaActuator:
 
     def pace(self, calls: int, window_s: float = 1.0) -> None:
         """From now on, at most ``calls`` calls in any ``window_s`` seconds: the share of the
-        account's quota of the invocation about to run (``lane_pace``, ``TICK_CALLS_PER_S``).
+        account's quota of the invocation about to run (``lane_pace``, ``tick_pace``).
         A container runs one invocation at a time, so the window starts afresh."""
         window = self._caller.window
         if window is not None and (window.calls, window.window_s) == (
@@ -196,9 +196,22 @@ def lane_pace(lanes: int) -> tuple[int, float]:
     """(calls, per seconds) one of ``lanes`` concurrent batch invocations may make, so that
     all of them and the tick keep to ``CONTROL_PLANE_CALLS_PER_S`` together: one lane alone
     paces 10 a second, two 5 each, four 2 every 0.8 s (2.5 a second), twenty 1 every 2 s."""
-    spare = CONTROL_PLANE_CALLS_PER_S - TICK_CALLS_PER_S
-    calls = max(1, spare // lanes)
-    return calls, calls * lanes / spare
+    return _even_share(CONTROL_PLANE_CALLS_PER_S - TICK_CALLS_PER_S, lanes)
+
+
+def tick_pace(runners: int) -> tuple[int, float]:
+    """(calls, per seconds) one of ``runners`` invocations that may run the tick at once may
+    make, so that together they keep to the tick's ``TICK_CALLS_PER_S``: the scheduled tick
+    alone paces 2 a second; beside the wake-up queue's invocations (the scheduled one and
+    ``WAKE_UP_CONCURRENCY`` = 2 of them), each 1 every 1.5 s."""
+    return _even_share(TICK_CALLS_PER_S, runners)
+
+
+def _even_share(calls_per_s: int, runners: int) -> tuple[int, float]:
+    """(calls, per seconds) each of ``runners`` may make so that all of them together keep to
+    ``calls_per_s``: whole calls, at least one, over a window stretched to fit."""
+    calls = max(1, calls_per_s // runners)
+    return calls, calls * runners / calls_per_s
 
 
 class UpdateCall(NamedTuple):

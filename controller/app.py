@@ -37,6 +37,7 @@ from controller.telemetry import (
     SkipReason,
     TelemetryDecoder,
 )
+from controller.wake_up_queue import WAKE_UP_UNREADABLE, is_wake_up_batch, read_wake_up
 
 # The controller's own health, one document per invocation without dimensions (the reasons
 # behind each are in its log lines): metric -> the loop's counts whose growth it reports. The
@@ -52,6 +53,7 @@ HEALTH_COUNTERS: Final[dict[HealthMetric, tuple[Count, ...]]] = {
     HealthMetric.VERSION_CONFLICTS: (Count.VERSION_CONFLICTS,),
     HealthMetric.BACKLOG_READ_FAILURES: (Count.BACKLOG_READ_FAILURES,),
     HealthMetric.GROUP_REPORTS_UNWRITTEN: (Count.GROUP_REPORTS_UNWRITTEN,),
+    HealthMetric.WAKE_UPS_UNSCHEDULED: (Count.WAKE_UPS_UNSCHEDULED,),
     # A conflict is two lanes deciding one group at once, resolved by the ledger: not a fault
     # (nor a downstream's record a transition made needless). A downstream not recorded is a
     # group's member the Groups index does not list under it.
@@ -151,6 +153,8 @@ class ControllerApp:
 
     def _dispatch(self, event: object, deadline: float) -> dict[str, Any]:
         if isinstance(event, Mapping):
+            if is_wake_up_batch(event):
+                return self.wake_up(event, deadline)
             if "Records" in event:
                 return dict(self.process_kinesis(event, deadline).response())
             if "queue" in event:
@@ -159,8 +163,9 @@ class ControllerApp:
                 outcome = self.tick(deadline)
                 return {"due": outcome.due, "decided": len(outcome.decisions)}
         raise ValueError(
-            "unrecognised event: expected a Kinesis batch ('Records'), a manual evaluation "
-            "('queue', 'error_rate', 'success_rate') or a scheduled tick"
+            "unrecognised event: expected a Kinesis batch ('Records'), a batch of the wake-up "
+            "queue, a manual evaluation ('queue', 'error_rate', 'success_rate') or a "
+            "scheduled tick"
         )
 
     def tick(self, deadline: float) -> BatchOutcome:
@@ -171,6 +176,36 @@ class ControllerApp:
         outcome = BatchOutcome(decisions=result.done, due=result.due)
         self._report(outcome, result.planned, result.groups)
         return outcome
+
+    def wake_up(self, event: Mapping[str, Any], deadline: float) -> dict[str, Any]:
+        """A batch of the wake-up queue: the tick, run when the earliest of its queues is due
+        rather than at the next scheduled one (it decides every queue due by now, whichever
+        asked). A message that is not a wake-up is skipped, counted and logged; the batch never
+        fails for it (the scheduled tick wakes what it might have meant). A ledger fault fails
+        the invocation as the scheduled tick's does: SQS delivers the batch again."""
+        wake_ups, unreadable = 0, 0
+        for record in event["Records"]:
+            try:
+                read_wake_up(record)
+            except ValueError as error:
+                unreadable += 1
+                self._logger.warning(
+                    "wake-up skipped",
+                    extra={"reason": str(error), "message_id": _message_id(record)},
+                )
+                continue
+            wake_ups += 1
+        if unreadable:
+            self._skipped[WAKE_UP_UNREADABLE] += unreadable
+        if not wake_ups:
+            return {"wake_ups": 0, "skipped": unreadable, "due": 0, "decided": 0}
+        outcome = self.tick(deadline)
+        return {
+            "wake_ups": wake_ups,
+            "skipped": unreadable,
+            "due": outcome.due,
+            "decided": len(outcome.decisions),
+        }
 
     def process_kinesis(self, event: Mapping[str, Any], deadline: float) -> BatchOutcome:
         """Decode, window and decide one Kinesis batch. Whatever its shape, nothing in it
@@ -364,6 +399,10 @@ class ControllerApp:
         if remaining is None:
             return math.inf
         return self._monotonic() + remaining() / 1000.0 - RESPONSE_MARGIN_S
+
+
+def _message_id(record: object) -> object:
+    return record.get("messageId") if isinstance(record, Mapping) else None
 
 
 def _manual_request(event: Mapping[str, Any]) -> tuple[str, float, float]:

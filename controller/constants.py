@@ -93,7 +93,8 @@ CONTROL_PLANE_CALLS_PER_S: Final = 12
 # the reduced stream (its shards times the mapping's parallelization factor), and the
 # scheduled tick beside them. Each paces its share, so that together they keep to
 # CONTROL_PLANE_CALLS_PER_S: the tick this many a second (it resumes paused queues), the lanes
-# the rest, split evenly (``controller.actuator.lane_pace``).
+# the rest, split evenly (``controller.actuator.lane_pace``). With a wake-up queue the tick
+# also runs in its invocations: they and the scheduled one share these (``tick_pace``).
 TICK_CALLS_PER_S: Final = 2
 # The actuator's window is a second and this much: the time from a call's slot to its request
 # leaving (serialization, signing, a busy scheduler), so that the requests, not only the slots,
@@ -104,6 +105,10 @@ CONTROL_PLANE_WINDOW_MARGIN_S: Final = 0.01
 # DelaySeconds, a whole number of seconds from 0 to 900 (an SQS limit), holds it until due; a
 # wake-up further off is left to the scheduled tick, whose lateness is small beside it.
 WAKE_UP_MAX_DELAY_S: Final = 900
+# The wake-up queue's event source mapping runs at most this many controller invocations at
+# once (its ScalingConfig MaximumConcurrency in template.yaml: the least an SQS mapping
+# accepts). Each runs the tick, so each paces a share of the tick's calls (``tick_pace``).
+WAKE_UP_CONCURRENCY: Final = 2
 
 # One AWS call attempt's worst case: connecting, then waiting for the answer. Short, so a
 # hanging call is cut off well inside a Lambda invocation; no attempt starts that could not end

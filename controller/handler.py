@@ -8,10 +8,10 @@ from typing import Any, Final
 
 from aws_lambda_powertools import Logger
 
-from controller.actuator import LambdaActuator, lane_pace
+from controller.actuator import LambdaActuator, lane_pace, tick_pace
 from controller.app import ControllerApp
 from controller.backlog import SqsBacklog
-from controller.constants import CONFIG_READ_TIMEOUT_S, TICK_CALLS_PER_S
+from controller.constants import CONFIG_READ_TIMEOUT_S, WAKE_UP_CONCURRENCY
 from controller.events import EventBridgePublisher, EventOutbox
 from controller.executor import AwsExecutor
 from controller.ledger import DynamoLedger
@@ -20,6 +20,7 @@ from controller.policy import ALGORITHM_VARIABLE, algorithm_name, algorithm_name
 from controller.reducer_app import ReducerApp
 from controller.settings import PolicyParams
 from controller.stream import REDUCED_STREAM_VARIABLE, KinesisHistory, KinesisSink
+from controller.wake_up_queue import WAKE_UP_QUEUE_VARIABLE, SqsWakeUpScheduler, is_wake_up_batch
 
 # The controller's concurrent batch invocations (template.yaml sets both): the reduced
 # stream's shards and its mapping's parallelization factor.
@@ -33,7 +34,9 @@ _reducer: ReducerApp | None = None
 
 def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
     """The controller as deployed: reading the reduced stream back when ``QUEUEMESH_REDUCED_STREAM``
-    names it (several containers share its shards)."""
+    names it (several containers share its shards), and asking for wake-ups on the queue
+    ``QUEUEMESH_WAKE_UP_QUEUE`` names (its URL; without it the scheduled tick wakes every
+    paused queue)."""
     env = dict(os.environ) if environ is None else environ
     table = env.get("QUEUEMESH_TABLE")
     if not table:
@@ -45,6 +48,7 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
     ledger, actuator = DynamoLedger(table, memory_types=memory_type), LambdaActuator()
     lanes(env)  # checked at the cold start; each invocation paces its share (handler)
     stream = env.get(REDUCED_STREAM_VARIABLE)
+    wake_up_queue = env.get(WAKE_UP_QUEUE_VARIABLE)
     events = EventOutbox(EventBridgePublisher())
     loop = ControlLoop(
         ledger,
@@ -53,6 +57,7 @@ def build_app(environ: dict[str, str] | None = None) -> ControllerApp:
         algorithm=algorithm,
         executor=AwsExecutor(ledger, actuator, on_commit=events.record),
         backlog=SqsBacklog(),
+        wake_ups=SqsWakeUpScheduler(wake_up_queue) if wake_up_queue else None,
     )
     return ControllerApp(
         loop, logger=logger, events=events, history=KinesisHistory(stream) if stream else None
@@ -82,11 +87,21 @@ def handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 def invocation_pace(event: object, env: Mapping[str, str]) -> tuple[int, float]:
-    """(calls, per seconds) of the control plane an invocation may spend: the scheduled
-    tick's share, or a batch lane's (docs/architecture.md, "Scaling out the controller")."""
-    if isinstance(event, Mapping) and event.get("detail-type") == "Scheduled Event":
-        return TICK_CALLS_PER_S, 1.0
+    """(calls, per seconds) of the control plane an invocation may spend: a tick's share
+    (the scheduled tick's, split with the wake-up queue's invocations where there is one), or
+    a batch lane's (docs/architecture.md, "Scaling out the controller")."""
+    if isinstance(event, Mapping) and (
+        event.get("detail-type") == "Scheduled Event" or is_wake_up_batch(event)
+    ):
+        return tick_pace(tick_runners(env))
     return lane_pace(lanes(env))
+
+
+def tick_runners(env: Mapping[str, str]) -> int:
+    """How many invocations may run the tick at once: the scheduled one, and those of the
+    wake-up queue's mapping (``WAKE_UP_CONCURRENCY``) where ``QUEUEMESH_WAKE_UP_QUEUE`` names
+    one."""
+    return 1 + (WAKE_UP_CONCURRENCY if env.get(WAKE_UP_QUEUE_VARIABLE) else 0)
 
 
 def build_reducer(environ: dict[str, str] | None = None) -> ReducerApp:

@@ -491,13 +491,20 @@ class ControlLoop:
         """Ask for a run at each wake-up time a decision set anew (a pause's or a test's end),
         so a paused queue is decided then, not at the next scheduled tick (up to its period
         later, the test running on meanwhile). A wake-up already asked for is not asked again;
-        one the scheduler does not take is counted, and the tick still wakes its queue."""
+        one the scheduler does not take is counted, and the tick still wakes its queue.
+
+        Only a queue the controller paused (its test pulses included) asks: a running queue's
+        wake-up (a probe's end) is its telemetry's to serve, batch by batch, and a tick run
+        for it decided it beside its lane's batch, in another container: a version conflict,
+        or the lane's claim, its mapping update still waiting for its pace, taken for a claim
+        never carried out (reconciled, then found drifted)."""
         if self.wake_ups is None:
             return
         requests = [
             WakeUpRequest(decision.queue, wake_at)
             for decision in done
             if (wake_at := decision.new_state.wake_at) > now
+            and decision.new_state.paused_since > 0
             and (before := decided_from.get(decision.queue)) is not None
             and before.wake_at != wake_at
         ]

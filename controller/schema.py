@@ -122,6 +122,9 @@ class HealthMetric(StrEnum):
     # Groups' reports (the ledger's GROUP items) that could not be written: ``queuemesh
     # status`` shows the last one written until a later one is.
     GROUP_REPORTS_UNWRITTEN = "GroupReportsUnwritten"
+    # Wake-ups (a pause's or a test pulse's end) the wake-up queue did not take: the scheduled
+    # tick wakes those queues instead, up to a minute late.
+    WAKE_UPS_UNSCHEDULED = "WakeUpsUnscheduled"
     # Groups' memories (the ledger's GROUP MEMORY items) not read back, not stored, or not
     # decodable, and CONFIG groups whose members the ledger did not list (the Groups index):
     # while they fail, containers deciding one group may decide it differently.

@@ -1,6 +1,6 @@
 """What a deployed stack holds, by physical name, as the local runtime needs it: the worker
-queues with their mappings, the streams, functions and log groups (``EmbeddedAws.deploy``
-finds them)."""
+queues with their mappings, the controller's wake-up queue, the streams, functions and log
+groups (``EmbeddedAws.deploy`` finds them)."""
 
 from __future__ import annotations
 
@@ -44,6 +44,8 @@ class Deployment:
     reducer_log_group: str
     reduced_stream_name: str
     reduced_stream_arn: str
+    # The controller's wake-up queue and its mapping, when the template has one.
+    wake_up_queue: QueueBinding | None = None
     created_through_api: tuple[str, ...] = ()
     not_created: tuple[str, ...] = ()
     resources: Mapping[str, str] = field(default_factory=dict)

@@ -289,16 +289,30 @@ class EmbeddedAws:
         lambda_client = self.client("lambda")
         sqs = self.client("sqs")
         mappings = lambda_client.list_event_source_mappings()["EventSourceMappings"]
-        queue_mappings = [m for m in mappings if m["EventSourceArn"].startswith("arn:aws:sqs:")]
         reducers, controllers, variables = stream_mappings(lambda_client, mappings)
-        if not queue_mappings or len(reducers) != 1 or len(controllers) != 1:
+        controller_functions = {arn_function_name(m["FunctionArn"]) for m in controllers}
+        # The controller's own SQS mapping is its wake-up queue's; the others feed workers.
+        sqs_mappings = [m for m in mappings if m["EventSourceArn"].startswith("arn:aws:sqs:")]
+        wake_up_mappings = [
+            m for m in sqs_mappings if arn_function_name(m["FunctionArn"]) in controller_functions
+        ]
+        queue_mappings = [m for m in sqs_mappings if m not in wake_up_mappings]
+        if (
+            not queue_mappings
+            or len(reducers) != 1
+            or len(controllers) != 1
+            or len(wake_up_mappings) > 1
+        ):
             raise CliError(
                 "the template must map at least one SQS queue to a worker function, the "
-                "telemetry stream to the reducer and the reduced stream to the controller; "
-                f"found {len(queue_mappings)} queue, {len(reducers)} reducer and "
-                f"{len(controllers)} controller stream mappings"
+                "telemetry stream to the reducer and the reduced stream to the controller, and "
+                "at most one queue (its wake-ups) to the controller; "
+                f"found {len(queue_mappings)} worker queue, {len(reducers)} reducer, "
+                f"{len(controllers)} controller stream and {len(wake_up_mappings)} controller "
+                "queue mappings"
             )
         queues = tuple(queue_binding(sqs, mapping) for mapping in queue_mappings)
+        wake_up_queue = queue_binding(sqs, wake_up_mappings[0]) if wake_up_mappings else None
         controller_esm, reducer_esm = controllers[0], reducers[0]
         controller = arn_function_name(controller_esm["FunctionArn"])
         reducer = arn_function_name(reducer_esm["FunctionArn"])
@@ -320,6 +334,7 @@ class EmbeddedAws:
             queues=queues,
             controller_function=controller,
             controller_esm_uuid=controller_esm["UUID"],
+            wake_up_queue=wake_up_queue,
             stream_name=stream_arn.rsplit("/", 1)[1],
             stream_arn=stream_arn,
             table_name=table,

@@ -38,7 +38,8 @@ def metric_of(counter: Count) -> str:
 # What an on-call engineer is paged for: telemetry the controller could not read, mapping
 # updates it gave up on, CONFIG items it cannot use, transitions that did not reach the event
 # bus, backlogs it cannot read, groups' reports and memories the ledger does not take or
-# give, and a queue paused longer than a threshold.
+# give, wake-ups the wake-up queue does not take (pauses end late), and a queue paused longer
+# than a threshold.
 PAGED = {
     HealthMetric.TELEMETRY_UNREADABLE,
     metric_of(Count.ACTUATION_FAILURES),
@@ -47,6 +48,7 @@ PAGED = {
     metric_of(Count.BACKLOG_READ_FAILURES),
     metric_of(Count.GROUP_REPORTS_UNWRITTEN),
     metric_of(Count.GROUP_MEMORIES_UNSTORED),
+    metric_of(Count.WAKE_UPS_UNSCHEDULED),
     HealthMetric.LONGEST_PAUSE,
 }
 # The alarm on a gauge, not a count: the longest pause reported in five minutes.
@@ -141,13 +143,14 @@ def test_a_count_alarm_past_its_first_occurrence_fires_at_the_operators_threshol
         metric_of(Count.BACKLOG_READ_FAILURES): 5,
         metric_of(Count.GROUP_REPORTS_UNWRITTEN): 3,
         metric_of(Count.GROUP_MEMORIES_UNSTORED): 5,
+        metric_of(Count.WAKE_UPS_UNSCHEDULED): 5,
         HealthMetric.LONGEST_PAUSE: 1800,
     }
 
 
 def test_every_alarm_has_a_runbook_entry(template: dict[str, Any]) -> None:
     runbook = RUNBOOK.read_text(encoding="utf-8").split("## Alarms: the runbook", 1)[1]
-    assert len(alarms(template)) == 12
+    assert len(alarms(template)) == 13
     for logical in alarms(template):
         assert f"| `{logical}` |" in runbook, logical
     for metric in PAGED:

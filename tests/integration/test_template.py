@@ -911,19 +911,64 @@ def test_controller_updates_only_event_source_mappings(resources: dict[str, Any]
 
 def test_controller_reads_queue_metadata_only(resources: dict[str, Any]) -> None:
     """The backlog read before a raise: the queue's URL and attributes of the account's
-    queues, no message read, sent or deleted beyond its own failure queue."""
+    queues, no message read, sent or deleted beyond its own failure and wake-up queues."""
     granted: dict[str, list[Any]] = {}
     for statement in statements(resources, "ControllerRole"):
         for action in as_list(statement["Action"]):
             granted.setdefault(action, []).extend(as_list(statement["Resource"]))
     queues = {"Fn::Sub": "arn:${AWS::Partition}:sqs:${AWS::Region}:${AWS::AccountId}:*"}
+    wake_ups = {"Fn::GetAtt": ["WakeUpQueue", "Arn"]}
     assert {action for action in granted if action.startswith("sqs:")} == {
         "sqs:GetQueueUrl",
         "sqs:GetQueueAttributes",
         "sqs:SendMessage",
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
     }
-    assert granted["sqs:GetQueueUrl"] == granted["sqs:GetQueueAttributes"] == [queues]
-    assert granted["sqs:SendMessage"] == [{"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]}]
+    assert granted["sqs:GetQueueUrl"] == [queues]
+    # The wake-up queue's mapping needs its attributes whatever the backlog reads are granted.
+    assert granted["sqs:GetQueueAttributes"] == [queues, wake_ups]
+    assert granted["sqs:SendMessage"] == [
+        {"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]},
+        wake_ups,
+    ]
+    assert granted["sqs:ReceiveMessage"] == granted["sqs:DeleteMessage"] == [wake_ups]
+
+
+def test_wake_ups_reach_the_controller_through_their_own_queue(
+    resources: dict[str, Any],
+) -> None:
+    """A paused queue's wake-up is a delayed message on an encrypted standard queue the
+    controller is told of, whose mapping runs the controller at the least concurrency an SQS
+    mapping takes (the share of the tick's pace each invocation keeps assumes it), batches
+    not waited for; a wake-up that keeps failing ends in the failure queue, never retried
+    for longer than an invocation can take."""
+    from controller.constants import WAKE_UP_CONCURRENCY, WAKE_UP_MAX_DELAY_S
+    from controller.wake_up_queue import WAKE_UP_QUEUE_VARIABLE
+
+    function = resources["ControllerFunction"]["Properties"]
+    assert function["Environment"]["Variables"][WAKE_UP_QUEUE_VARIABLE] == {"Ref": "WakeUpQueue"}
+    queue = resources["WakeUpQueue"]["Properties"]
+    assert queue["SqsManagedSseEnabled"] is True
+    assert "FifoQueue" not in queue  # DelaySeconds per message: standard queues only
+    assert function["Timeout"] <= queue["VisibilityTimeout"] <= 2 * function["Timeout"]
+    assert queue["MessageRetentionPeriod"] >= WAKE_UP_MAX_DELAY_S
+    redrive = queue["RedrivePolicy"]
+    assert redrive["deadLetterTargetArn"] == {"Fn::GetAtt": ["ControllerFailureQueue", "Arn"]}
+    assert 1 <= redrive["maxReceiveCount"] <= 5
+    [mapping] = [
+        m["Properties"]
+        for m in of_type(resources, "AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["WakeUpQueue", "Arn"]}
+    ]
+    assert mapping["FunctionName"] == {"Ref": "ControllerFunction"}
+    assert (
+        mapping["ScalingConfig"]
+        == {"MaximumConcurrency": WAKE_UP_CONCURRENCY}
+        == {"MaximumConcurrency": 2}
+    )
+    assert mapping["BatchSize"] <= 10
+    assert mapping["MaximumBatchingWindowInSeconds"] == 0
 
 
 def test_the_reducer_reads_telemetry_and_puts_only_to_the_reduced_stream(

@@ -452,6 +452,36 @@ def test_a_wake_up_the_scheduler_refuses_is_counted_and_the_tick_still_wakes_it(
     assert loop.tick(now=141.0).due == 1
 
 
+class Prober(LimitAlgorithm[NoMemory]):
+    """Raises every queue it decides for a pulse of ``pulse_s``, its mapping running."""
+
+    name = "prober"
+
+    def __init__(self, pulse_s: float) -> None:
+        self.pulse_s = pulse_s
+
+    def decide(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+        state = situation.state
+        return Verdict(
+            state.concurrency + 1,
+            QueueStateName.RECOVERING,
+            "Probing.",
+            situation.memory,
+            wake_at=situation.now + self.pulse_s,
+        )
+
+
+def test_a_running_queue_asks_for_no_wake_up_its_telemetry_serves_it(
+    ledger: InMemoryLedger, actuator: InMemoryActuator
+) -> None:
+    scheduler = Scheduler()
+    loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Prober(3), wake_ups=scheduler)
+    loop.run_batch(healthy(100), now=110.0)
+    assert ledger.get_states(["orders"])["orders"].wake_at == 113.0
+    assert actuator.read("esm-orders", 0).enabled
+    assert scheduler.asked == []
+
+
 def test_a_dry_run_asks_for_no_wake_up(ledger: InMemoryLedger, actuator: InMemoryActuator) -> None:
     scheduler = Scheduler()
     loop = ControlLoop(

@@ -6,9 +6,10 @@
   time, cold-started on demand and reused while warm, as Lambda's execution environments are.
 - ``logs``: each invocation's output goes to its function's log group with PutLogEvents, from
   where the emulator's subscription filter delivers it to Kinesis.
-- ``sqs_poller``: ``QueuePoller``, an SQS event source mapping (the workers); the event it
-  passes and the partial batch response it reads are ``sqs_event``'s, the log shipping and
-  deletes it hands off run on ``handoff``'s threads.
+- ``sqs_poller``: ``QueuePoller``, an SQS event source mapping (the workers, and the
+  controller on its wake-up queue); the event it passes and the partial batch response it
+  reads are ``sqs_event``'s, the log shipping and deletes it hands off run on ``handoff``'s
+  threads.
 - ``kinesis_poller``: ``StreamPoller``, a Kinesis event source mapping (the reducer on the
   telemetry stream, the controller on the reduced stream).
 - ``schedule``: ``ScheduleRunner``, EventBridge's ``rate(...)`` rules (the controller's tick).
@@ -71,6 +72,8 @@ class LocalRuntime:
         self._controller_log_group = deployment.controller_log_group
         self._pools: list[ContainerPool] = []
         self.queues: dict[str, QueuePoller] = {}
+        # The controller's poller on its wake-up queue, when the deployment has one.
+        self.wake_ups: QueuePoller | None = None
         # The reducer's poller (telemetry stream) and the controller's (reduced stream).
         self.telemetry: StreamPoller | None = None
         self.stream: StreamPoller | None = None
@@ -169,6 +172,16 @@ class LocalRuntime:
                 LogShipper(logs, deployment.worker_log_group, metrics),
                 on_error=self._on_error,
             ).start()
+        if deployment.wake_up_queue is not None:
+            # A wake-up is handed to the controller's containers, as its stream's batches and
+            # its scheduled tick are.
+            self.wake_ups = QueuePoller(
+                aws,
+                deployment.wake_up_queue,
+                self.stream.pool,
+                self.stream.shipper,
+                on_error=self._on_error,
+            ).start()
         self.schedules = ScheduleRunner(
             aws,
             {deployment.controller_function: self.stream.pool},
@@ -182,6 +195,8 @@ class LocalRuntime:
         """Stop polling, give invocations in progress a few seconds to finish, then stop every
         container (which ends any invocation still running) and join what is left."""
         pollers: list[QueuePoller | StreamPoller | ScheduleRunner] = list(self.queues.values())
+        if self.wake_ups is not None:
+            pollers.append(self.wake_ups)
         pollers += [poller for poller in (self.telemetry, self.stream) if poller is not None]
         if self.schedules is not None:
             pollers.append(self.schedules)
