@@ -31,11 +31,13 @@ QUOTA_WINDOW_S = 1.0
 
 @dataclass(frozen=True, slots=True)
 class ControllerRun:
-    """A controller invocation that took virtual time: when it ended (epoch), and the mapping
-    changes it made after it started, ``(epoch time, queue, setting)`` in time order."""
+    """A controller invocation that took virtual time or asked to be run again: when it ended
+    (epoch), the mapping changes it made after it started, ``(epoch time, queue, setting)`` in
+    time order, and the epoch times its wake-ups are delivered at (each a run of its own)."""
 
     ended_at: float
     later_changes: tuple[tuple[float, str, MappingSetting], ...] = ()
+    wake_ups: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

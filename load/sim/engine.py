@@ -38,7 +38,7 @@ ARRIVAL_STEP_S = 0.1
 # The status of a call the worker gave up on at its client timeout (no answer, no HTTP status).
 TIMED_OUT = 0
 
-_CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK, _MAPPING = range(8)
+_CALL, _END, _RETURN, _ARRIVALS, _SECOND, _CONTROL, _TICK, _MAPPING, _WAKE = range(9)
 
 # A queue's backlog now, by its name: what the controller's backlog read answers.
 BacklogNow = Callable[[str], Backlog]
@@ -59,7 +59,8 @@ class SimPolicy(Protocol):
         ...
 
     def on_tick(self, now: float) -> ControllerRun | None:
-        """One scheduled controller invocation (no records) at epoch time ``now``."""
+        """One scheduled controller invocation (no records) at epoch time ``now``, or one a
+        wake-up it asked for caused (``ControllerRun.wake_ups``)."""
         ...
 
     def mappings(self) -> Mapping[str, MappingSetting]: ...
@@ -203,6 +204,8 @@ class _Run:
                 self.control(now, payload)  # type: ignore[arg-type]
             elif kind == _TICK:
                 self.tick(now, payload)  # type: ignore[arg-type]
+            elif kind == _WAKE:
+                self.wake(now)
             else:
                 self.remap(now, payload)  # type: ignore[arg-type]
         # Samples still on their way (or held) when the run ends complete the telemetry (a
@@ -417,9 +420,16 @@ class _Run:
         self.after_controller(now, self.policy.on_tick(SIM_EPOCH + now))
         self.push((tick + 1) * self.scenario.controller_schedule_s, _TICK, tick + 1)
 
+    def wake(self, now: float) -> None:
+        """A wake-up's run: the tick's invocation, outside the schedule (no next one)."""
+        if now < self.busy_until:
+            self.push(self.busy_until, _WAKE, None)
+            return
+        self.after_controller(now, self.policy.on_tick(SIM_EPOCH + now))
+
     def after_controller(self, now: float, run: ControllerRun | None) -> None:
         """The mappings as the invocation left them; a change made later than ``now`` (its
-        call waited for the control plane) at its own time."""
+        call waited for the control plane) at its own time; a run at each wake-up it asked for."""
         later: set[str] = set()
         if run is not None:
             self.busy_until = run.ended_at - SIM_EPOCH
@@ -427,6 +437,8 @@ class _Run:
             for at, name, setting in run.later_changes:
                 later.add(name)
                 self.push(at - SIM_EPOCH, _MAPPING, (by_name[name], setting))
+            for at in run.wake_ups:
+                self.push(at - SIM_EPOCH, _WAKE, None)
         self.apply_mappings(now, later)
 
     def remap(self, now: float, change: tuple[SimQueue, MappingSetting]) -> None:

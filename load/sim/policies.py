@@ -17,8 +17,10 @@ from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.model import Backlog, Mode, QueueConfig, QueueState, QueueStateName, Sample
 from controller.policy import DEFAULT_ALGORITHM, algorithm_named, evaluate_manually, memory_type
+from controller.ports import WakeUpRequest
 from controller.registration import register_queue
 from controller.settings import PolicyParams
+from controller.wakeups import delay_s
 from load.oracle import invocation_pace
 from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
 from load.sim.engine import SIM_EPOCH, BacklogNow, SimPolicy
@@ -28,6 +30,10 @@ from load.sim.trace import MappingSetting
 # The controller's invocation deadline: its Timeout in template.yaml (the simulated invocation
 # makes its calls from the batch's time on, until this much later at most).
 CONTROLLER_DEADLINE_S = 120.0
+# From a wake-up message's visibility (its DelaySeconds over) to the controller's run: the
+# event source mapping's long poll returns a message as it becomes visible, and the poller's
+# receive and the Lambda's invoke take well under a second.
+WAKE_UP_DELIVERY_S = 0.5
 
 
 def queue_params(base: PolicyParams, max_concurrency: int, min_concurrency: int) -> PolicyParams:
@@ -158,6 +164,7 @@ class QueueMeshPolicy:
         self._control_plane = SimControlPlane(self._actuator, self._clock)
         self._ledger = InMemoryLedger(suffix=_counter_suffix(), memory_types=memory_type)
         self._controller: ControlLoop | None = None
+        self._wake_ups = SimulatedWakeUps(self._clock)
 
     @property
     def controller(self) -> ControlLoop:
@@ -211,6 +218,7 @@ class QueueMeshPolicy:
             algorithm=algorithm,
             monotonic=self._clock,
             backlog=SimulatedBacklog(backlog),
+            wake_ups=self._wake_ups,
         )
 
     def _clock(self) -> float:
@@ -233,14 +241,15 @@ class QueueMeshPolicy:
         self._deadline = now + CONTROLLER_DEADLINE_S
         done_before = len(self._actuator.calls)
         run()
-        if self._now == now:
+        wake_ups = self._wake_ups.take()
+        if self._now == now and not wake_ups:
             return None
         later = tuple(
             (call.time, self._queues[call.uuid], MappingSetting(call.value, call.enabled))
             for call in self._actuator.calls[done_before:]
             if call.time > now
         )
-        return ControllerRun(self._now, later)
+        return ControllerRun(self._now, later, wake_ups)
 
     def mappings(self) -> Mapping[str, MappingSetting]:
         settings = {}
@@ -256,6 +265,32 @@ class QueueMeshPolicy:
 
     def control_plane_use(self) -> ControlPlaneUse:
         return self._control_plane.use
+
+
+class SimulatedWakeUps:
+    """The controller's wake-up scheduler on the simulated clock, as the SQS one works: a
+    message sent with ``delay_s`` DelaySeconds at the invocation's time, whose delivery
+    (``WAKE_UP_DELIVERY_S`` after it turns visible) runs the controller's tick. One run per
+    delivery time (messages visible together come in one batch); a wake-up past SQS's longest
+    delay is not taken (the scheduled tick wakes its queue)."""
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._delivered_at: set[float] = set()
+
+    def schedule(self, requests: Sequence[WakeUpRequest], now: float, deadline: float) -> int:
+        sent_at = self._clock()
+        delays = [delay_s(request.wake_at, now) for request in requests]
+        self._delivered_at.update(
+            sent_at + delay + WAKE_UP_DELIVERY_S for delay in delays if delay is not None
+        )
+        return delays.count(None)
+
+    def take(self) -> tuple[float, ...]:
+        """The delivery times (epoch) asked for since the last take, in order."""
+        delivered_at = tuple(sorted(self._delivered_at))
+        self._delivered_at.clear()
+        return delivered_at
 
 
 class SimulatedBacklog:
@@ -336,7 +371,7 @@ class HindsightPolicy(QueueMeshPolicy):
         if invocation is None:
             return None
         later = tuple(c for c in invocation.later_changes if c[1] not in self._known)
-        return ControllerRun(invocation.ended_at, later)
+        return dataclasses.replace(invocation, later_changes=later)
 
     def esm_updates(self) -> Mapping[str, int]:
         return {
