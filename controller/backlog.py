@@ -17,7 +17,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError
 
-from controller.aws import CallAbandoned, Clock, Sleep, brief_caller
+from controller.aws import CallAbandoned, Clock, PacedCaller, Sleep, brief_caller
 from controller.cache import LruCache
 from controller.constants import CACHED_QUEUES
 from controller.model import Backlog
@@ -29,6 +29,29 @@ VISIBILITY_ATTRIBUTE = "VisibilityTimeout"
 BACKLOG_ATTRIBUTES = (VISIBLE_ATTRIBUTE, VISIBILITY_ATTRIBUTE)
 # SQS's answers worth one more try; any 5xx is retried too (controller.aws).
 RETRYABLE_CODES = frozenset({"RequestThrottled", "ThrottlingException", "ServiceUnavailable"})
+
+
+def sqs_caller(
+    client: Any,
+    *,
+    clock: Clock,
+    sleep: Sleep,
+    rng: random.Random | None,
+    max_attempts: int,
+) -> PacedCaller:
+    """The controller's SQS calls' caller (a backlog read, a wake-up sent): brief, since a read
+    only informs and a wake-up not sent is the scheduled tick's; ``client`` ``None`` for a new
+    one."""
+    return brief_caller(
+        "sqs",
+        client,
+        RETRYABLE_CODES,
+        cap_s=0.5,
+        max_attempts=max_attempts,
+        clock=clock,
+        sleep=sleep,
+        rng=rng,
+    )
 
 
 # How long a backlog read answers for its queue where the probe it was read for was held. A
@@ -97,15 +120,8 @@ class SqsBacklog:
         rng: random.Random | None = None,
         max_attempts: int = 2,
     ) -> None:
-        self._caller = brief_caller(
-            "sqs",
-            client,
-            RETRYABLE_CODES,
-            cap_s=0.5,
-            max_attempts=max_attempts,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
+        self._caller = sqs_caller(
+            client, clock=clock, sleep=sleep, rng=rng, max_attempts=max_attempts
         )
         self._urls: LruCache[str, str] = LruCache(CACHED_QUEUES)
 

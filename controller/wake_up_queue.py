@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError
 
-from controller.aws import CallAbandoned, Clock, Sleep, brief_caller
-from controller.backlog import RETRYABLE_CODES
+from controller.aws import CallAbandoned, Clock, Sleep
+from controller.backlog import sqs_caller
 from controller.constants import ATTEMPT_TIMEOUT_S, is_queue_name
 from controller.ports import WakeUpRequest
 from controller.wakeups import delay_s
@@ -96,15 +96,8 @@ class SqsWakeUpScheduler:
     ) -> None:
         self.queue_url = queue_url
         self._clock = clock
-        self._caller = brief_caller(
-            "sqs",
-            client,
-            RETRYABLE_CODES,
-            cap_s=0.5,
-            max_attempts=max_attempts,
-            clock=clock,
-            sleep=sleep,
-            rng=rng,
+        self._caller = sqs_caller(
+            client, clock=clock, sleep=sleep, rng=rng, max_attempts=max_attempts
         )
 
     def schedule(self, requests: Sequence[WakeUpRequest], now: float, deadline: float) -> int:
