@@ -37,7 +37,7 @@ from controller.telemetry import (
     SkipReason,
     TelemetryDecoder,
 )
-from controller.wake_up_queue import WAKE_UP_UNREADABLE, is_wake_up_batch, read_wake_up
+from controller.wakeups import WAKE_UP_UNREADABLE, is_wake_up_batch, read_wake_up
 
 # The controller's own health, one document per invocation without dimensions (the reasons
 # behind each are in its log lines): metric -> the loop's counts whose growth it reports. The

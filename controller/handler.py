@@ -20,7 +20,8 @@ from controller.policy import ALGORITHM_VARIABLE, algorithm_name, algorithm_name
 from controller.reducer_app import ReducerApp
 from controller.settings import PolicyParams
 from controller.stream import REDUCED_STREAM_VARIABLE, KinesisHistory, KinesisSink
-from controller.wake_up_queue import WAKE_UP_QUEUE_VARIABLE, SqsWakeUpScheduler, is_wake_up_batch
+from controller.wake_up_queue import WAKE_UP_QUEUE_VARIABLE, SqsWakeUpScheduler
+from controller.wakeups import is_wake_up_batch
 
 # The controller's concurrent batch invocations (template.yaml sets both): the reduced
 # stream's shards and its mapping's parallelization factor.

@@ -2,27 +2,24 @@
 until due, whose delivery runs the controller's tick (docs/architecture.md, "Wake-ups").
 
 ``SqsWakeUpScheduler`` is the ``WakeUpScheduler`` the Lambda handler wires when
-``WAKE_UP_QUEUE_VARIABLE`` names the queue; the message's body (``wake_up_body``) and its
-reading (``read_wake_up``) are spelled here, for the scheduler and for the application that
-receives them.
+``WAKE_UP_QUEUE_VARIABLE`` names the queue; the message it sends, and its delay, are
+``controller.wakeups``'s.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from botocore.exceptions import BotoCoreError
 
 from controller.aws import CallAbandoned, Clock, Sleep
 from controller.backlog import sqs_caller
-from controller.constants import ATTEMPT_TIMEOUT_S, is_queue_name
+from controller.constants import ATTEMPT_TIMEOUT_S
 from controller.ports import WakeUpRequest
-from controller.wakeups import delay_s
+from controller.wakeups import delay_s, wake_up_body
 
 # The controller's environment variable holding the wake-up queue's URL (template.yaml sets
 # it); without it no wake-up is scheduled and the scheduled tick wakes every queue.
@@ -32,49 +29,6 @@ MAX_ENTRIES_PER_CALL: Final = 10
 # The most a batch spends scheduling its wake-ups, inside whatever time it has left: an
 # attempt's worst case and a retry's. A wake-up not sent by then is the scheduled tick's.
 SCHEDULE_BUDGET_S: Final = 2 * ATTEMPT_TIMEOUT_S
-# What an SQS record says of its source (Lambda's SQS event); a Kinesis record says
-# "aws:kinesis".
-SQS_EVENT_SOURCE: Final = "aws:sqs"
-# The reason a message of the wake-up queue that is not a wake-up is skipped (the controller's
-# ``Skipped`` metric).
-WAKE_UP_UNREADABLE: Final = "wake_up_unreadable"
-
-
-def wake_up_body(request: WakeUpRequest) -> str:
-    """The message body of ``request``: ``{"queue": ..., "wake_at": ...}`` (epoch s)."""
-    return json.dumps({"queue": request.queue, "wake_at": request.wake_at}, separators=(",", ":"))
-
-
-def read_wake_up(record: object) -> WakeUpRequest:
-    """The wake-up an SQS record of Lambda's event carries; ``ValueError`` if it carries none
-    (a body that is not ``wake_up_body``'s)."""
-    body = record.get("body") if isinstance(record, Mapping) else None
-    try:
-        fields = json.loads(body) if isinstance(body, str) else None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON: {error}") from error
-    if not isinstance(fields, dict):
-        raise ValueError("not a JSON object with 'queue' and 'wake_at'")
-    queue, wake_at = fields.get("queue"), fields.get("wake_at")
-    if not is_queue_name(queue):
-        raise ValueError(f"'queue' is not a queue name: {queue!r}")
-    if isinstance(wake_at, bool) or not isinstance(wake_at, int | float):
-        raise ValueError(f"'wake_at' is not a time: {wake_at!r}")
-    if not math.isfinite(wake_at):
-        raise ValueError(f"'wake_at' is not a time: {wake_at!r}")
-    return WakeUpRequest(queue, float(wake_at))
-
-
-def is_wake_up_batch(event: Mapping[str, Any]) -> bool:
-    """Whether ``event`` is a batch of an SQS event source mapping (the wake-up queue's: the
-    controller reads no other queue), not a Kinesis batch."""
-    records = event.get("Records")
-    return (
-        isinstance(records, list)
-        and bool(records)
-        and isinstance(records[0], Mapping)
-        and records[0].get("eventSource") == SQS_EVENT_SOURCE
-    )
 
 
 class SqsWakeUpScheduler:

@@ -38,13 +38,15 @@ from controller.wake_up_queue import (
     MAX_ENTRIES_PER_CALL,
     SCHEDULE_BUDGET_S,
     WAKE_UP_QUEUE_VARIABLE,
-    WAKE_UP_UNREADABLE,
     SqsWakeUpScheduler,
+)
+from controller.wakeups import (
+    WAKE_UP_UNREADABLE,
+    delay_s,
     is_wake_up_batch,
     read_wake_up,
     wake_up_body,
 )
-from controller.wakeups import delay_s
 from tests.factories import config, health_count, mapped, state
 
 URL = "https://sqs.eu-west-1.amazonaws.com/111122223333/queuemesh-wake-ups"
