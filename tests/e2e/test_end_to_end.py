@@ -26,8 +26,9 @@ TABLE = "queuemesh-ledger"
 LOG_GROUP = "/aws/lambda/orders-worker"
 
 
-@pytest.fixture
-def aws(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def controller_on(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An emptied emulated AWS that every client (and the controller's handler, built afresh)
+    reaches through the environment, the ledger named ``TABLE``; its endpoint."""
     emulated_aws.reset()
     endpoint = emulated_aws.endpoint
     for key, value in {
@@ -39,7 +40,12 @@ def aws(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     }.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(controller_handler, "_app", None)
-    yield endpoint
+    return endpoint
+
+
+@pytest.fixture
+def aws(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    yield controller_on(emulated_aws, monkeypatch)
 
 
 def deploy_pipeline() -> tuple[str, str]:

@@ -18,7 +18,6 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
-from controller import handler as controller_handler
 from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.aws import client as aws_client
@@ -32,7 +31,7 @@ from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.local.emulator import EmbeddedAws
-from tests.e2e.test_end_to_end import REGION, TABLE, deploy_pipeline
+from tests.e2e.test_end_to_end import TABLE, controller_on, deploy_pipeline
 from tests.factories import kinesis_event, planning_groups, sample
 
 CALL_COST_S = 0.02  # virtual time one answered call takes
@@ -153,16 +152,7 @@ def hang(rig_time: VirtualTime) -> Callable[[], None]:
 
 @pytest.fixture
 def rig(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
-    emulated_aws.reset()
-    for key, value in {
-        "AWS_ENDPOINT_URL": emulated_aws.endpoint,
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "QUEUEMESH_TABLE": TABLE,
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setattr(controller_handler, "_app", None)
+    controller_on(emulated_aws, monkeypatch)
     esm, _ = deploy_pipeline()
     yield Rig(esm)
 

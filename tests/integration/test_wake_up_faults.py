@@ -27,7 +27,7 @@ from controller.schema import HealthMetric
 from controller.settings import PolicyParams
 from controller.wake_up_queue import SqsWakeUpScheduler
 from stack.local.emulator import EmbeddedAws
-from tests.e2e.test_end_to_end import REGION, TABLE, deploy_pipeline
+from tests.e2e.test_end_to_end import TABLE, controller_on, deploy_pipeline
 from tests.factories import health_count, kinesis_event
 from tests.integration.test_faults import CALL_COST_S, Context, VirtualTime, hang, service_error
 from tests.integration.test_wake_up_queue import storm_samples
@@ -94,15 +94,7 @@ class Rig:
 
 @pytest.fixture
 def rig(emulated_aws: EmbeddedAws, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
-    emulated_aws.reset()
-    for key, value in {
-        "AWS_ENDPOINT_URL": emulated_aws.endpoint,
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "QUEUEMESH_TABLE": TABLE,
-    }.items():
-        monkeypatch.setenv(key, value)
+    controller_on(emulated_aws, monkeypatch)
     esm, _ = deploy_pipeline()
     boto3.client("lambda").update_event_source_mapping(
         UUID=esm, ScalingConfig={"MaximumConcurrency": 2}
