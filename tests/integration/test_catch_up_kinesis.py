@@ -11,8 +11,8 @@ from controller.actuator import InMemoryActuator
 from controller.ledger import InMemoryLedger
 from controller.policy import memory_type
 from controller.stream import KinesisHistory, lambda_record
-from tests.factories import mapped, registered
-from tests.unit.test_catch_up import Clock, _batches, _container, _run
+from tests.factories import HandClock, mapped, registered
+from tests.unit.test_catch_up import START, _batches, _container, _run
 
 
 def test_containers_taking_a_shards_batches_in_turn_decide_as_one_does() -> None:
@@ -24,7 +24,7 @@ def test_containers_taking_a_shards_batches_in_turn_decide_as_one_does() -> None
         kinesis.create_stream(StreamName="reduced", ShardCount=2)
         ledger = registered(InMemoryLedger(memory_types=memory_type))
         actuator = mapped(InMemoryActuator())
-        clock = Clock()
+        clock = HandClock(START)
         apps = [
             _container(ledger, actuator, clock, history=KinesisHistory("reduced", kinesis))
             for _ in range(3)

@@ -32,20 +32,9 @@ from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from stack.local.emulator import EmbeddedAws
 from tests.e2e.test_end_to_end import TABLE, controller_on, deploy_pipeline
-from tests.factories import kinesis_event, planning_groups, sample
+from tests.factories import HandClock, kinesis_event, planning_groups, sample
 
 CALL_COST_S = 0.02  # virtual time one answered call takes
-
-
-class VirtualTime:
-    def __init__(self) -> None:
-        self.now = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 class Context:
@@ -61,7 +50,7 @@ class Rig:
 
     def __init__(self, esm: str) -> None:
         self.esm = esm
-        self.time = VirtualTime()
+        self.time = HandClock(5000.0)
         self.dynamodb = aws_client("dynamodb")
         self.lam = aws_client("lambda")
         self.sqs = aws_client("sqs")
@@ -140,7 +129,7 @@ def service_error(code: str, status: int = 400) -> Callable[[], None]:
     return fault
 
 
-def hang(rig_time: VirtualTime) -> Callable[[], None]:
+def hang(rig_time: HandClock) -> Callable[[], None]:
     """The server never answers: the client's read timeout passes, then it gives up."""
 
     def fault() -> None:

@@ -28,8 +28,8 @@ from controller.settings import PolicyParams
 from controller.wake_up_queue import SqsWakeUpScheduler
 from stack.local.emulator import EmbeddedAws
 from tests.e2e.test_end_to_end import TABLE, controller_on, deploy_pipeline
-from tests.factories import health_count, kinesis_event
-from tests.integration.test_faults import CALL_COST_S, Context, VirtualTime, hang, service_error
+from tests.factories import HandClock, health_count, kinesis_event
+from tests.integration.test_faults import CALL_COST_S, Context, hang, service_error
 from tests.integration.test_wake_up_queue import storm_samples
 from tests.integration.test_wakeups import SCHEDULED
 
@@ -41,7 +41,7 @@ class Rig:
     def __init__(self, esm: str, wake_up_url: str) -> None:
         self.esm = esm
         self.wake_up_url = wake_up_url
-        self.time = VirtualTime()
+        self.time = HandClock(5000.0)
         self.sqs = aws_client("sqs")
         self.faults: dict[str, list[Callable[[], None]]] = {}
         self.sqs.meta.events.register("before-call", self._before)

@@ -28,23 +28,10 @@ from controller.telemetry import reduced
 from load.recording import RecordedLine
 from load.recording import kinesis_event as recorded_event
 from load.sim.control_plane import SimControlPlane
-from tests.factories import mapped, registered, sample
+from tests.factories import HandClock, mapped, registered, sample
 
 SHARD = "shardId-000000000001"
 START = 1000.0
-
-
-class Clock:
-    """Virtual time for the containers, and for the ledger's retries (``sleep``)."""
-
-    def __init__(self) -> None:
-        self.now = START
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def _batches(seconds: int = 40) -> list[tuple[float, dict[str, Any]]]:
@@ -65,7 +52,7 @@ def _batches(seconds: int = 40) -> list[tuple[float, dict[str, Any]]]:
 
 
 def _container(
-    ledger: InMemoryLedger, actuator: InMemoryActuator, clock: Clock, **wiring: Any
+    ledger: InMemoryLedger, actuator: InMemoryActuator, clock: HandClock, **wiring: Any
 ) -> ControllerApp:
     loop = ControlLoop(ledger, actuator, PolicyParams())
     return ControllerApp(loop, clock=clock, emit=lambda _: None, **wiring)
@@ -76,7 +63,7 @@ def _run(containers: int, history: InMemoryHistory | None) -> list[tuple[float, 
     mapping; each decision as (time, action, target)."""
     ledger = registered(InMemoryLedger(memory_types=memory_type))
     actuator = mapped(InMemoryActuator())
-    clock = Clock()
+    clock = HandClock(START)
     wiring = {} if history is None else {"history": history}
     apps = [_container(ledger, actuator, clock, **wiring) for _ in range(containers)]
     decisions: list[Decision] = []
@@ -102,7 +89,7 @@ def test_a_queues_evidence_split_across_two_containers_decides_as_one_would() ->
 def test_a_shard_that_cannot_be_read_back_starts_its_queues_afresh() -> None:
     ledger = registered(InMemoryLedger(memory_types=memory_type))
     actuator = mapped(InMemoryActuator())
-    clock, history = Clock(), InMemoryHistory()
+    clock, history = HandClock(START), InMemoryHistory()
     first, second = (_container(ledger, actuator, clock, history=history) for _ in range(2))
     batches = _batches(6)
     for at, event in batches[:5]:
@@ -126,7 +113,7 @@ def test_a_shard_that_cannot_be_read_back_starts_its_queues_afresh() -> None:
 def test_history_other_containers_were_handed_is_windowed_not_decided_nor_counted() -> None:
     ledger = registered(registered(InMemoryLedger(memory_types=memory_type)), "invoices")
     actuator = mapped(mapped(InMemoryActuator()), "invoices")
-    clock, history = Clock(), InMemoryHistory()
+    clock, history = HandClock(START), InMemoryHistory()
     other, this = (_container(ledger, actuator, clock, history=history) for _ in range(2))
     [(at, orders)] = _batches(1)
     clock.now = at
@@ -201,7 +188,7 @@ def test_a_lane_count_that_is_not_a_whole_number_fails_the_cold_start_naming_it(
 
 
 def test_a_paced_actuator_keeps_to_its_share() -> None:
-    clock = Clock()
+    clock = HandClock(START)
 
     def sleep(seconds: float) -> None:
         clock.now += seconds

@@ -34,8 +34,7 @@ from controller.schema import HealthMetric
 from controller.settings import PolicyParams
 from controller.stream import InMemorySink
 from controller.telemetry import reduced
-from tests.factories import config, health_count, kinesis_event, mapped, sample
-from tests.unit.test_catch_up import Clock
+from tests.factories import HandClock, config, health_count, kinesis_event, mapped, sample
 
 
 class CountingLedger(InMemoryLedger):
@@ -133,7 +132,7 @@ def test_an_invalid_config_costs_only_its_queue() -> None:
     assert read.unread == ()
 
 
-def _failing_dynamo(clock: Clock) -> tuple[DynamoLedger, list[int]]:
+def _failing_dynamo(clock: HandClock) -> tuple[DynamoLedger, list[int]]:
     """The boto3 adapter whose every BatchGetItem DynamoDB answers with a 500, on virtual time
     (its retries pass no real time)."""
     client = boto3.client(
@@ -163,7 +162,7 @@ def _failing_dynamo(clock: Clock) -> tuple[DynamoLedger, list[int]]:
 def test_a_failed_read_costs_only_the_queues_it_was_for_and_is_tried_again() -> None:
     twin = CountingLedger()
     _grouped(twin, "orders", "billing")
-    clock = Clock()
+    clock = HandClock(START)
     failing, calls = _failing_dynamo(clock)
 
     class Flaky(InMemoryLedger):
@@ -301,7 +300,7 @@ def test_a_group_the_ledger_does_not_list_reaches_the_health_alarm() -> None:
     ledger, actuator = ListingLedger(), InMemoryActuator()
     _billing(ledger, actuator)
     ledger.down = True
-    clock, emitted = Clock(), []
+    clock, emitted = HandClock(START), []
     clock.now = START + 0.5
     app = ControllerApp(_cold_loop(ledger, actuator), clock=clock, emit=emitted.append)
     app.handle({"detail-type": "Scheduled Event"}, None)
@@ -540,7 +539,7 @@ def test_a_downstream_not_recorded_costs_only_its_queue_and_reaches_the_health_a
         mapped(actuator, queue, concurrency=100 if queue == "refunds" else 8)
     _stored(ledger, "refunds", 100, downstream="old-api")
     ledger.unrecordable = {"refunds"}
-    clock, emitted = Clock(), []
+    clock, emitted = HandClock(START), []
     clock.now = START + 2.0
     loop = ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd())
     app = ControllerApp(loop, clock=clock, emit=emitted.append)

@@ -40,8 +40,8 @@ from controller.stream import InMemoryHistory
 from controller.telemetry import reduced
 from load.recording import RecordedLine
 from load.recording import kinesis_event as recorded_event
-from tests.factories import health_count, mapped, registered
-from tests.unit.test_catch_up import START, Clock
+from tests.factories import HandClock, health_count, mapped, registered
+from tests.unit.test_catch_up import START
 
 SHARD = "shardId-000000000001"
 QUEUES = ("orders", "refunds")
@@ -103,7 +103,7 @@ def _shared() -> tuple[InMemoryLedger, InMemoryActuator]:
 def _container(
     ledger: Any,
     actuator: InMemoryActuator,
-    clock: Clock,
+    clock: HandClock,
     history: InMemoryHistory,
     emit: Callable[[str], None] = lambda _: None,
 ) -> ControllerApp:
@@ -131,7 +131,7 @@ def _run(containers: int, ledger: Any = None) -> tuple[list[Decided], list[Contr
         actuator = _shared()[1]
         for queue in QUEUES:
             registered(ledger, queue)
-    clock, history = Clock(), InMemoryHistory()
+    clock, history = HandClock(START), InMemoryHistory()
     apps = [_container(ledger, actuator, clock, history) for _ in range(containers)]
     decisions: list[Decision] = []
     for number, (at, event) in enumerate(_batches()):
@@ -193,7 +193,7 @@ def test_the_tick_in_a_third_container_decides_the_group_on_the_shared_estimate(
         actuator = _shared()[1]
         for queue in QUEUES:
             registered(ledger, queue)
-        clock, history = Clock(), InMemoryHistory()
+        clock, history = HandClock(START), InMemoryHistory()
         apps = [_container(ledger, actuator, clock, history) for _ in range(3)]
         for number, (at, event) in enumerate(_batches(60)):
             clock.now = at
@@ -227,7 +227,7 @@ def test_a_dry_run_stores_no_memory_and_no_report_and_decides_as_a_real_run() ->
     """A dry run (``queuemesh replay --dry-run``, also against a live stack's ledger) only
     reads: it decides the group on its own copy, as a container whose stores land would."""
     ledger, actuator = _shared()
-    clock, history = Clock(), InMemoryHistory()
+    clock, history = HandClock(START), InMemoryHistory()
     loop = ControlLoop(ledger, actuator, PolicyParams(), executor=DisplayExecutor(lambda _: None))
     dry = ControllerApp(loop, clock=clock, emit=lambda _: None, history=history)
     decisions: list[Decision] = []
@@ -259,7 +259,7 @@ class Interleaved:
 
 def test_two_containers_storing_from_the_same_version_one_lands_the_other_is_counted() -> None:
     ledger, actuator = _shared()
-    clock, history = Clock(), InMemoryHistory()
+    clock, history = HandClock(START), InMemoryHistory()
     racing = Interleaved(ledger)
     first = _container(ledger, actuator, clock, history)
     second = _container(racing, actuator, clock, history)
@@ -342,9 +342,9 @@ def test_an_old_or_hand_edited_item_is_learned_afresh() -> None:
 
 
 # -- the boto3 adapter ------------------------------------------------------------------------
-def _dynamo(clock: Clock | None = None) -> tuple[DynamoLedger, Any]:
+def _dynamo(clock: HandClock | None = None) -> tuple[DynamoLedger, Any]:
     """The boto3 adapter on a stubbed client, on virtual time (its retries pass no time)."""
-    clock = clock or Clock()
+    clock = clock or HandClock(START)
     client = boto3.client(
         "dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x"
     )
@@ -416,7 +416,7 @@ def test_a_ledger_fault_on_the_memory_write_is_counted_and_the_decisions_land() 
     actuator = _shared()[1]
     for queue in QUEUES:
         registered(twin, queue)
-    clock, history = Clock(), InMemoryHistory()
+    clock, history = HandClock(START), InMemoryHistory()
     emitted: list[str] = []
     app = _container(twin, actuator, clock, history, emitted.append)
     decisions: list[Decision] = []

@@ -16,21 +16,11 @@ from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPla
 from load.sim.engine import SIM_EPOCH, BacklogNow, simulate
 from load.sim.scenario import Scenario
 from load.sim.trace import MappingSetting
+from tests.factories import HandClock
 from tests.unit.test_sim import tiny
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def plane_with(mappings: int, clock: Clock) -> tuple[SimControlPlane, InMemoryActuator]:
+def plane_with(mappings: int, clock: HandClock) -> tuple[SimControlPlane, InMemoryActuator]:
     twin = InMemoryActuator(clock=clock)
     for index in range(mappings):
         twin.add_mapping(f"esm-{index}", 100)
@@ -38,7 +28,7 @@ def plane_with(mappings: int, clock: Clock) -> tuple[SimControlPlane, InMemoryAc
 
 
 def test_a_request_over_the_accounts_quota_is_refused_as_lambda_refuses_it() -> None:
-    clock = Clock()
+    clock = HandClock(100.0)
     plane, twin = plane_with(1, clock)
     for _ in range(CONTROL_PLANE_QUOTA_PER_S):
         plane.get_event_source_mapping(UUID="esm-0")
@@ -61,7 +51,7 @@ def test_a_request_over_the_accounts_quota_is_refused_as_lambda_refuses_it() -> 
 
 
 def test_the_plane_lists_in_pages_of_a_hundred_and_reports_a_missing_mapping() -> None:
-    plane, _ = plane_with(250, Clock())
+    plane, _ = plane_with(250, HandClock(100.0))
     first = plane.list_event_source_mappings(MaxItems=100)
     last = plane.list_event_source_mappings(MaxItems=100, Marker="200")
     assert (len(first["EventSourceMappings"]), first["NextMarker"]) == (100, "100")
@@ -73,7 +63,7 @@ def test_the_plane_lists_in_pages_of_a_hundred_and_reports_a_missing_mapping() -
 
 def test_an_actuator_paced_above_the_quota_is_refused_and_retries_on_virtual_time() -> None:
     """What the controller does with a refusal: back off (virtual sleep) and try again."""
-    clock = Clock()
+    clock = HandClock(100.0)
     plane, twin = plane_with(40, clock)
     eager = LambdaActuator(
         plane, calls_per_s=30, clock=clock, sleep=clock.sleep, rng=random.Random(1)

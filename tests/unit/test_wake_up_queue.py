@@ -47,7 +47,7 @@ from controller.wakeups import (
     read_wake_up,
     wake_up_body,
 )
-from tests.factories import config, health_count, mapped, state
+from tests.factories import HandClock, config, health_count, mapped, state
 
 URL = "https://sqs.eu-west-1.amazonaws.com/111122223333/queuemesh-wake-ups"
 NOW = 1_790_000_000.0
@@ -64,21 +64,8 @@ def sqs_client() -> Any:
     )
 
 
-class Clock:
-    """The scheduler's monotonic clock and sleep, moved by hand."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
-def scheduler(client: Any, clock: Clock | None = None) -> SqsWakeUpScheduler:
-    clock = clock or Clock()
+def scheduler(client: Any, clock: HandClock | None = None) -> SqsWakeUpScheduler:
+    clock = clock or HandClock(100.0)
     return SqsWakeUpScheduler(URL, client, clock=clock, sleep=clock.sleep)
 
 
@@ -172,7 +159,7 @@ def test_a_wake_up_past_the_longest_delay_is_not_sent_nor_counted() -> None:
 
 def test_without_time_for_an_attempt_nothing_is_sent_and_all_is_counted() -> None:
     client = sqs_client()
-    clock = Clock()
+    clock = HandClock(100.0)
     with Stubber(client) as stub:
         assert scheduler(client, clock).schedule(requests(12), NOW, clock.now + 1.0) == 12
         stub.assert_no_pending_responses()
@@ -187,7 +174,7 @@ class Unreachable:
         config=SimpleNamespace(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=READ_TIMEOUT_S)
     )
 
-    def __init__(self, fault: str, clock: Clock, took_s: float) -> None:
+    def __init__(self, fault: str, clock: HandClock, took_s: float) -> None:
         self.fault = fault
         self.clock = clock
         self.took_s = took_s
@@ -213,7 +200,7 @@ class Unreachable:
 def test_scheduling_never_raises_and_ends_within_its_budget(
     count: int, fault: str, took_s: float
 ) -> None:
-    clock = Clock()
+    clock = HandClock(100.0)
     started = clock.now
     client = Unreachable(fault, clock, took_s)
     assert scheduler(client, clock).schedule(requests(count), NOW, math.inf) == count
