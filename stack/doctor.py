@@ -139,6 +139,17 @@ class StateItemFacts:
 
 
 @dataclass(frozen=True, slots=True)
+class WakeUpQueueFacts:
+    """The queue the controller sends its wake-ups to (its ``QUEUEMESH_WAKE_UP_QUEUE``):
+    whether it exists, and the states of the controller's event source mappings that read it
+    (none: nothing delivers the wake-ups)."""
+
+    name: str
+    exists: bool
+    mapping_states: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class StackReport:
     """Everything the checks look at."""
 
@@ -151,6 +162,9 @@ class StackReport:
     invalid_configs: tuple[tuple[str, str], ...] = ()
     log_groups: tuple[LogGroupFacts, ...] = ()
     states: tuple[StateItemFacts, ...] = ()
+    controller: str = ""
+    # None: the controller has no wake-up queue (deployed from a template before it).
+    wake_up_queue: WakeUpQueueFacts | None = None
     # Sum of AWS/Kinesis WriteProvisionedThroughputExceeded over the last hour.
     throttled_writes: float = 0.0
 
@@ -366,6 +380,46 @@ def check_wake_ups(report: StackReport) -> list[Finding]:
     ]
 
 
+def check_wake_up_queue(report: StackReport) -> list[Finding]:
+    """The controller's wake-up queue exists and a polling mapping delivers it: else a paused
+    queue's pause and test end at the one-minute tick, not when the controller asked."""
+    subject = f"controller {report.controller}"
+    late = "a paused queue's pause and test end at the one-minute tick, not when it asked"
+    wake_ups = report.wake_up_queue
+    if wake_ups is None:
+        return [
+            Finding(
+                Severity.NOTE,
+                subject,
+                f"has no wake-up queue (QUEUEMESH_WAKE_UP_QUEUE): {late}",
+                "deploy the current template (its WakeUpQueue and WakeUpMessages)",
+            )
+        ]
+    if not wake_ups.exists:
+        return [
+            _problem(
+                subject,
+                f"sends its wake-ups to queue {wake_ups.name}, which does not exist: each is "
+                f"counted in WakeUpsUnscheduled, and {late}",
+                "redeploy the stack (its WakeUpQueue), or point QUEUEMESH_WAKE_UP_QUEUE at the "
+                "queue it creates",
+            )
+        ]
+    if not POLLING_STATES.intersection(wake_ups.mapping_states):
+        states = ", ".join(wake_ups.mapping_states) or "none"
+        return [
+            _problem(
+                subject,
+                f"no enabled event source mapping delivers its wake-up queue {wake_ups.name} "
+                f"to it (mappings: {states}): the wake-ups wait there until they expire, and "
+                f"{late}",
+                "enable the mapping (`aws lambda update-event-source-mapping --uuid U "
+                "--enabled`), or redeploy the stack (its WakeUpMessages)",
+            )
+        ]
+    return []
+
+
 def missing_wake_ups(report: StackReport) -> list[StateItemFacts]:
     """The STATE items ``queuemesh doctor --fix`` repairs (as the controller's sweep would)."""
     return [state for state in report.states if state.needs_wake_up]
@@ -387,6 +441,7 @@ CHECKS: tuple[Callable[[StackReport], list[Finding]], ...] = (
     check_subscriptions,
     check_stream,
     check_wake_ups,
+    check_wake_up_queue,
 )
 
 

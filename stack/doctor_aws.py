@@ -30,6 +30,7 @@ from controller.model import QueueConfig
 from controller.policy import memory_type
 from controller.ports import LedgerError
 from controller.settings import PolicyParams, SettingsError
+from controller.wake_up_queue import WAKE_UP_QUEUE_VARIABLE
 from stack.doctor import (
     THROTTLE_WINDOW_S,
     FunctionFacts,
@@ -40,6 +41,7 @@ from stack.doctor import (
     StackReport,
     StateItemFacts,
     Subscription,
+    WakeUpQueueFacts,
 )
 from stack.errors import CliError
 from stack.local.widgets import StackFacts
@@ -111,7 +113,9 @@ class StackReader:
         stack = self._stack(stack_name)
         table = table or _output(stack, TABLE_OUTPUT)
         stream_arn = _output(stack, STREAM_OUTPUT)
-        params = self._controller_policy(_output(stack, CONTROLLER_OUTPUT))
+        controller = _output(stack, CONTROLLER_OUTPUT)
+        environment = self._controller_environment(controller)
+        params = controller_policy(environment)
         configs, invalid, states = self._ledger(table, self._clock())
         paused = {state.queue for state in states if state.paused}
         mappings = self._mappings() if configs else {}
@@ -149,6 +153,8 @@ class StackReader:
             invalid_configs=invalid,
             log_groups=tuple(self._log_group(name) for name in sorted(groups)),
             states=tuple(states),
+            controller=controller,
+            wake_up_queue=self._wake_up_queue(controller, environment),
             throttled_writes=self._throttled_writes(stream_arn.rsplit("/", 1)[-1]),
         )
 
@@ -183,14 +189,40 @@ class StackReader:
                 "--endpoint-url)"
             ) from error
 
-    def _controller_policy(self, controller: str) -> PolicyParams | None:
-        """The policy defaults the controller runs with (its QUEUEMESH_* environment)."""
+    def _controller_environment(self, controller: str) -> Mapping[str, str]:
+        """The controller's environment variables (its QUEUEMESH_* settings)."""
         configuration = self._lambda_call("get_function_configuration", FunctionName=controller)
-        variables = (configuration.get("Environment") or {}).get("Variables") or {}
-        try:
-            return PolicyParams.from_env(variables)
-        except SettingsError:
+        return (configuration.get("Environment") or {}).get("Variables") or {}
+
+    def _wake_up_queue(
+        self, controller: str, environment: Mapping[str, str]
+    ) -> WakeUpQueueFacts | None:
+        """The queue the controller's environment names for its wake-ups, and the states of
+        the controller's mappings that read it (``None``: it names none)."""
+        from botocore.exceptions import ClientError
+
+        url = environment.get(WAKE_UP_QUEUE_VARIABLE)
+        if not url:
             return None
+        name = url.rstrip("/").rsplit("/", 1)[-1]
+        try:
+            attributes = self._sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+        except ClientError as error:
+            if _code(error) not in QUEUE_NOT_FOUND:
+                raise
+            return WakeUpQueueFacts(name, exists=False)
+        arn = attributes["Attributes"]["QueueArn"]
+        # A controller has two mappings (its stream and this queue): one page lists them.
+        page = self._lambda_call("list_event_source_mappings", FunctionName=controller)
+        return WakeUpQueueFacts(
+            name,
+            exists=True,
+            mapping_states=tuple(
+                str(mapping.get("State", ""))
+                for mapping in page.get("EventSourceMappings", [])
+                if mapping.get("EventSourceArn") == arn
+            ),
+        )
 
     def _ledger(
         self, table: str, now: float
@@ -352,6 +384,15 @@ def state_facts(item: Mapping[str, Any], now: float) -> StateItemFacts:
         paused=not state.enabled,
         needs_wake_up=wake_up_repair(item, memory, now) is not None,
     )
+
+
+def controller_policy(environment: Mapping[str, str]) -> PolicyParams | None:
+    """The policy defaults the controller runs with (``None``: its environment does not
+    validate)."""
+    try:
+        return PolicyParams.from_env(environment)
+    except SettingsError:
+        return None
 
 
 def policy_problem(params: PolicyParams | None, config: QueueConfig) -> str:

@@ -198,6 +198,22 @@ def test_a_mapping_whose_queue_was_deleted(aws: EmbeddedAws, doctor: Doctor) -> 
     doctor.one_problem(f"its mapping reads queue {binding.name}, which does not exist")
 
 
+def test_a_disabled_wake_up_mapping(aws: EmbeddedAws, doctor: Doctor) -> None:
+    wake_ups = doctor.stack.wake_up_queue
+    assert wake_ups is not None
+    aws.client("lambda").update_event_source_mapping(UUID=wake_ups.esm_uuid, Enabled=False)
+    line = doctor.one_problem("no enabled event source mapping delivers its wake-up queue")
+    assert line.startswith(f"problem: controller {doctor.stack.controller_function}: ")
+    assert f"{wake_ups.name} to it (mappings: Disabled)" in line
+
+
+def test_a_wake_up_queue_that_was_deleted(aws: EmbeddedAws, doctor: Doctor) -> None:
+    wake_ups = doctor.stack.wake_up_queue
+    assert wake_ups is not None
+    aws.client("sqs").delete_queue(QueueUrl=wake_ups.url)
+    doctor.one_problem(f"sends its wake-ups to queue {wake_ups.name}, which does not exist")
+
+
 def test_a_telemetry_stream_that_throttles_writes(aws: EmbeddedAws, doctor: Doctor) -> None:
     aws.client("cloudwatch").put_metric_data(
         Namespace="AWS/Kinesis",

@@ -936,7 +936,7 @@ def test_controller_reads_queue_metadata_only(resources: dict[str, Any]) -> None
 
 
 def test_wake_ups_reach_the_controller_through_their_own_queue(
-    resources: dict[str, Any],
+    cfn: dict[str, Any], resources: dict[str, Any]
 ) -> None:
     """A paused queue's wake-up is a delayed message on an encrypted standard queue the
     controller is told of, whose mapping runs the controller at the least concurrency an SQS
@@ -948,6 +948,7 @@ def test_wake_ups_reach_the_controller_through_their_own_queue(
 
     function = resources["ControllerFunction"]["Properties"]
     assert function["Environment"]["Variables"][WAKE_UP_QUEUE_VARIABLE] == {"Ref": "WakeUpQueue"}
+    assert cfn["Outputs"]["WakeUpQueueUrl"]["Value"] == {"Ref": "WakeUpQueue"}
     queue = resources["WakeUpQueue"]["Properties"]
     assert queue["SqsManagedSseEnabled"] is True
     assert "FifoQueue" not in queue  # DelaySeconds per message: standard queues only

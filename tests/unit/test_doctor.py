@@ -25,6 +25,7 @@ from stack.doctor import (
     StackReport,
     StateItemFacts,
     Subscription,
+    WakeUpQueueFacts,
     diagnose,
     has_problems,
     missing_wake_ups,
@@ -75,6 +76,8 @@ def healthy(**changes: Any) -> StackReport:
         queues=(healthy_queue(),),
         log_groups=(LogGroupFacts("/w", True, (Subscription(STREAM, PATTERN),)),),
         states=(state(),),
+        controller="queuemesh-controller",
+        wake_up_queue=WakeUpQueueFacts("wake-ups", exists=True, mapping_states=("Enabled",)),
     )
     return dataclasses.replace(report, **changes)
 
@@ -183,6 +186,26 @@ def test_a_paused_state_without_wake_up_and_its_repair() -> None:
     assert diagnose(with_wake_ups(report, ["orders"])) == []
     # Paused with its WakeUp, or running without one: nothing to fix.
     assert diagnose(healthy(states=(state(paused=True),))) == []
+
+
+def test_a_controller_without_a_wake_up_queue_is_a_note() -> None:
+    [finding] = diagnose(healthy(wake_up_queue=None))
+    assert finding.severity is Severity.NOTE
+    assert finding.subject == "controller queuemesh-controller"
+    assert "QUEUEMESH_WAKE_UP_QUEUE" in finding.problem and "WakeUpQueue" in finding.fix
+    assert not has_problems([finding])
+
+
+def test_a_wake_up_queue_that_is_gone_or_that_nothing_delivers() -> None:
+    gone = WakeUpQueueFacts("wake-ups", exists=False)
+    assert "queue wake-ups, which does not exist" in only_problem(healthy(wake_up_queue=gone))
+    for states, named in [((), "mappings: none"), (("Disabled",), "mappings: Disabled")]:
+        undelivered = WakeUpQueueFacts("wake-ups", exists=True, mapping_states=states)
+        problem = only_problem(healthy(wake_up_queue=undelivered))
+        assert "no enabled event source mapping delivers" in problem and named in problem
+    # One mapping polling is enough, whatever the others' states.
+    both = WakeUpQueueFacts("wake-ups", exists=True, mapping_states=("Disabled", "Enabling"))
+    assert diagnose(healthy(wake_up_queue=both)) == []
 
 
 def test_an_override_out_of_its_range() -> None:
