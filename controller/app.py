@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -168,9 +168,10 @@ class ControllerApp:
             "scheduled tick"
         )
 
-    def tick(self, deadline: float) -> BatchOutcome:
-        """The scheduled wake-up: decide queues that asked to be looked at again (paused ones)."""
-        result = self.loop.tick(self._clock(), deadline)
+    def tick(self, deadline: float, woken: Collection[str] = ()) -> BatchOutcome:
+        """The scheduled wake-up: decide queues that asked to be looked at again (paused ones);
+        ``woken``: those whose wake-up messages run it (``ControlLoop.tick``)."""
+        result = self.loop.tick(self._clock(), deadline, woken)
         if result.fault is not None:
             raise result.fault
         outcome = BatchOutcome(decisions=result.done, due=result.due)
@@ -183,10 +184,11 @@ class ControllerApp:
         asked). A message that is not a wake-up is skipped, counted and logged; the batch never
         fails for it (the scheduled tick wakes what it might have meant). A ledger fault fails
         the invocation as the scheduled tick's does: SQS delivers the batch again."""
+        woken: set[str] = set()
         wake_ups, unreadable = 0, 0
         for record in event["Records"]:
             try:
-                read_wake_up(record)
+                woken.add(read_wake_up(record).queue)
             except ValueError as error:
                 unreadable += 1
                 self._logger.warning(
@@ -199,7 +201,7 @@ class ControllerApp:
             self._skipped[WAKE_UP_UNREADABLE] += unreadable
         if not wake_ups:
             return {"wake_ups": 0, "skipped": unreadable, "due": 0, "decided": 0}
-        outcome = self.tick(deadline)
+        outcome = self.tick(deadline, woken)
         return {
             "wake_ups": wake_ups,
             "skipped": unreadable,

@@ -13,7 +13,7 @@ import math
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -180,15 +180,25 @@ class ControlLoop:
             result.fault = fault
         return result
 
-    def tick(self, now: float, deadline: float = math.inf) -> BatchResult:
+    def tick(
+        self, now: float, deadline: float = math.inf, woken: Collection[str] = ()
+    ) -> BatchResult:
         """The scheduled wake-up: learn the due states from the ledger and decide them with
         whatever else waits. A paused mapping sends no telemetry, so nothing else would wake
-        it; the tick lands in whatever container it lands in."""
+        it; the tick lands in whatever container it lands in.
+
+        ``woken``: the queues whose wake-up messages run this tick. Their states are read
+        too, consistently: the ``WakeUps`` index is eventually consistent, and a wake-up that
+        came a second after its state's commit would otherwise find the queue not due yet and
+        leave it to the next scheduled tick, a minute late."""
         result = BatchResult()
         try:
             self._sweep_wake_ups(now)
             for state in self.ledger.due_states(now):
                 self.book.learn(state)
+            if woken:
+                for state in self.ledger.get_states(woken).values():
+                    self.book.learn(state)
             result.due = len(self.book.due(now))
             self._decide(now, deadline, result)
         except LedgerError as fault:

@@ -29,6 +29,7 @@ from controller.constants import (
 )
 from controller.ledger import InMemoryLedger, encode_state
 from controller.loop import ControlLoop
+from controller.model import QueueState
 from controller.policy import algorithm_named, memory_type
 from controller.policy.adaptive import AdaptiveMemory
 from controller.ports import WakeUpRequest
@@ -247,10 +248,13 @@ def test_only_an_sqs_batch_is_a_wake_up_batch() -> None:
     assert not is_wake_up_batch({"detail-type": "Scheduled Event"})
 
 
-def paused_app(emitted: list[str], wake_at: float) -> tuple[ControllerApp, InMemoryActuator]:
-    """A controller whose ledger holds ``orders`` paused until ``wake_at``."""
+def paused_app(
+    emitted: list[str], wake_at: float, ledger: InMemoryLedger | None = None
+) -> tuple[ControllerApp, InMemoryActuator]:
+    """A controller whose ledger (``ledger``, else an in-memory one) holds ``orders`` paused
+    until ``wake_at``."""
     actuator = mapped(InMemoryActuator(), concurrency=2)
-    ledger = InMemoryLedger(memory_types=memory_type)
+    ledger = ledger or InMemoryLedger(memory_types=memory_type)
     ledger.put_config(config("orders"))
     paused = state(2).evolve(
         enabled=False,
@@ -272,6 +276,23 @@ def test_a_wake_up_runs_the_tick_and_resumes_the_due_queue() -> None:
     answer = app.handle({"Records": [sqs_record(body)]}, None)
     assert answer == {"wake_ups": 1, "skipped": 0, "due": 1, "decided": 1}
     assert actuator.read("esm-orders", math.inf).enabled  # the pause's test of Cmin
+
+
+def test_a_wake_up_resumes_its_queue_before_the_wake_ups_index_shows_it() -> None:
+    """The index is eventually consistent: the queue a wake-up names is read directly."""
+
+    class LaggingIndex(InMemoryLedger):
+        def due_states(self, now: float) -> list[QueueState]:
+            return []
+
+    emitted: list[str] = []
+    lagging = LaggingIndex(memory_types=memory_type)
+    app, actuator = paused_app(emitted, wake_at=NOW - 0.5, ledger=lagging)
+    assert app.tick(math.inf).due == 0  # the scheduled tick reads the index alone
+    body = wake_up_body(WakeUpRequest("orders", NOW - 0.5))
+    answer = app.handle({"Records": [sqs_record(body)]}, None)
+    assert answer == {"wake_ups": 1, "skipped": 0, "due": 1, "decided": 1}
+    assert actuator.read("esm-orders", math.inf).enabled
 
 
 def test_a_message_that_is_no_wake_up_is_skipped_counted_and_never_fails_the_batch() -> None:
