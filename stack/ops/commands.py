@@ -108,9 +108,7 @@ def status_table(rows: Sequence[StatusRow]) -> str:
             row.queue,
             row.mode,
             row.state,
-            "-"
-            if row.concurrency is None
-            else f"{row.concurrency}" + ("" if row.enabled is not False else " (paused)"),
+            _level(row),
             _percent(row.pressure_rate),
             iso_time(row.last_change) or "-",
             row.last_reason,
@@ -118,6 +116,16 @@ def status_table(rows: Sequence[StatusRow]) -> str:
         for row in rows
     ]
     return _table(header, body)
+
+
+def _level(row: StatusRow) -> str:
+    """The level, and a pause with when the controller looks at the queue again."""
+    if row.concurrency is None:
+        return "-"
+    if row.enabled is not False:
+        return str(row.concurrency)
+    until = iso_time(row.wake_at)
+    return f"{row.concurrency} (paused" + (f" until {until})" if until else ")")
 
 
 def group_tables(rows: Sequence[StatusRow]) -> str:

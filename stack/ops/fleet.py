@@ -102,6 +102,9 @@ class StatusRow:
     last_evaluated: float | None
     # Its part in its group's last report (None: in no group's report).
     group: GroupPart | None = None
+    # When the controller decides it again without telemetry (a paused mapping's pause or
+    # test end; None: it asked for no wake-up).
+    wake_at: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -117,6 +120,7 @@ class StatusRow:
             "last_change": iso_time(self.last_change),
             "last_evaluated": iso_time(self.last_evaluated),
             "group": None if self.group is None else self.group.to_json(),
+            "wake_at": iso_time(self.wake_at),
         }
 
 
@@ -190,6 +194,7 @@ class FleetOps:
             last_reason=state.last_reason,
             last_change=state.last_change_at or None,
             last_evaluated=state.last_evaluated_at or None,
+            wake_at=state.wake_at or None,
         )
 
     def audit(self, queue: str, since: float | None) -> list[AuditEntry]:

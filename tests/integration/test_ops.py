@@ -15,7 +15,7 @@ from controller.actuator import LambdaActuator
 from controller.app import ControllerApp
 from controller.ledger import DynamoLedger
 from controller.loop import ControlLoop
-from controller.model import GroupReport, GroupShare, Mode
+from controller.model import AuditEntry, AuditEvent, GroupReport, GroupShare, Mode
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -157,6 +157,28 @@ def test_status_lists_every_managed_queue(cli: Cli, fleet: LocalFleet) -> None:
     table = cli.ok("status").splitlines()
     assert table[0].split()[:5] == ["queue", "mode", "state", "concurrency", "pressure"]
     assert len(table) == 3
+
+
+def test_status_shows_when_a_paused_queue_is_looked_at_again(cli: Cli, fleet: LocalFleet) -> None:
+    cli.ok("register", "orders", "--esm", fleet.mappings["orders"])
+    ledger = _ledger(fleet)
+    registered = ledger.get_states(["orders"])["orders"]
+    wake_at = 1_790_000_000.0
+    paused = registered.evolve(
+        enabled=False, concurrency=2, paused_since=wake_at - 15, wake_at=wake_at
+    )
+    reason = "Overload at Cmin; pausing the mapping for 15s."
+    ledger.commit(
+        paused,
+        AuditEntry("orders", wake_at - 15, AuditEvent.TRANSITION, 100, 2, "DECREASE", reason),
+    )
+    [row] = json.loads(cli.ok("status", "--json"))
+    assert (row["concurrency"], row["enabled"], row["wake_at"]) == (
+        2,
+        False,
+        "2026-09-21T14:13:20Z",
+    )
+    assert "2 (paused until 2026-09-21T14:13:20Z)" in cli.ok("status")
 
 
 def test_register_puts_the_queue_in_its_group_and_pin_and_mode_keep_it(
