@@ -135,6 +135,23 @@ def pulsed_from_8_to_9(**memory: object) -> tuple[QueueState, QueueWindow]:
     return current, window
 
 
+def test_a_pulse_of_small_batches_stands_until_it_can_have_made_enough_calls_to_judge() -> None:
+    # Batches of 2 calls, 1.2 s an invocation: at 3, an invocation time's pulse makes about 10
+    # calls, too few to judge, and failed so again and again. 3 invocations make 20 in 4 s.
+    current = attached(2, ceiling=3)
+    window = window_of(
+        *[
+            sample(at=960 + second + 0.9, ok=2, invocation_ms=1200)
+            for second in range(30)
+            for _ in range(2)
+        ]
+    )
+    current, raised = run(current, window, 992.0)
+    assert (raised.action, raised.target) == (Action.ADDITIVE_INCREASE, 3), raised.reason
+    pulse = memory_of(current).probe_until - 992.0
+    assert pulse * 3 * 2 / 1.2 >= PARAMS.min_samples, raised.reason
+
+
 def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
     current, window = pulsed_from_8_to_9()
     for document in steady(992, 1, 11, ok=7, throttled=3):

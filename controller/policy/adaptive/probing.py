@@ -138,11 +138,19 @@ class Probing(Tuning):
     def pulse_length(self, situation: AdaptiveSituation, target: int, stats: WindowStats) -> float:
         """How long a pulse to ``target`` stands: about one invocation time (at least
         ``pulse_s`` and a margin past it), so that enough invocations start under the raised cap
-        to be judged; the poller adds a few invocations per second, so a bigger raise needs a
-        longer pulse."""
+        to be judged, and as long as ``target`` invocations take to make ``min_samples`` calls
+        at ``stats``' pace; the poller adds a few invocations per second, so a bigger raise
+        needs a longer pulse.
+
+        Small batches at a small level make few calls an invocation time: a pulse from 2 to 3
+        of 1.2 s, batches of 2, reported about 10 calls, failed for too little telemetry and was
+        tried again the same every 40 s, the level held at 2 for good (throttling seed 100
+        draw 56, undrained)."""
         shortest = self.pulse_s + self.pulse_margin_s
+        pace = stats.invocation_pace
+        judged = situation.params.min_samples / (target * pace) if pace else 0.0
         climb = (target - situation.state.concurrency - 1) / self.poller_ramp_per_s
-        return max(shortest, stats.mean_invocation_s) + climb
+        return max(shortest, stats.mean_invocation_s, judged) + climb
 
     def affordable_step(
         self,
