@@ -242,15 +242,14 @@ class Probing(Tuning):
             ends_probe=True,
         )
 
-    def awaiting_telemetry(
-        self, situation: AdaptiveSituation, pulse: WindowStats, *, judging_pulse: bool = False
-    ) -> bool:
+    def awaiting_telemetry(self, situation: AdaptiveSituation, pulse: WindowStats) -> bool:
         """The pulse's reports are still to come: the telemetry has not caught up with the
         pulse's last second (no report of an invocation that ended in it), or too few of its calls
         have reported, ``judge_patience_s`` past the time reports take to arrive
-        (``reporting_lag``), or, ``judging_pulse`` (not a test of Cmin) probing a level that
-        broke (``memory.broke_at``), its reports show less busy time than as many seconds of
-        the base level just before it (``before_pulse``); never longer than ``stale_after_s``.
+        (``reporting_lag``), or, probing a level that broke (``memory.broke_at``), its reports
+        show less busy time than as many seconds of the base level just before it
+        (``before_pulse``); never longer than ``stale_after_s``. (A test of Cmin waits for its
+        own reports: ``pausing.test_reported``.)
 
         Reports can take longer than any fixed wait (up to 40 s in the families): judged on
         the reports of its first second alone, a pulse that overloads from its second second
@@ -272,7 +271,7 @@ class Probing(Tuning):
         newest = newest_report(situation.window)
         if newest is not None and newest < memory.probe_ended_at - self.pulse_s:
             return True
-        retest = judging_pulse and 0 < memory.broke_at <= memory.probe_base + memory.probe_step
+        retest = 0 < memory.broke_at <= memory.probe_base + memory.probe_step
         if retest and pulse.busy_ms < before_pulse(memory, situation.window).busy_ms:
             return True
         patience = self.judge_patience_s + reporting_lag(situation)
