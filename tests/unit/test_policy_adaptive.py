@@ -135,6 +135,23 @@ def pulsed_from_8_to_9(**memory: object) -> tuple[QueueState, QueueWindow]:
     return current, window
 
 
+def test_a_pulse_of_small_batches_stands_until_it_can_have_made_enough_calls_to_judge() -> None:
+    # Batches of 2 calls, 1.2 s an invocation: at 3, an invocation time's pulse makes about 10
+    # calls, too few to judge, and failed so again and again. 3 invocations make 20 in 4 s.
+    current = attached(2, ceiling=3)
+    window = window_of(
+        *[
+            sample(at=960 + second + 0.9, ok=2, invocation_ms=1200)
+            for second in range(30)
+            for _ in range(2)
+        ]
+    )
+    current, raised = run(current, window, 992.0)
+    assert (raised.action, raised.target) == (Action.ADDITIVE_INCREASE, 3), raised.reason
+    pulse = memory_of(current).probe_until - 992.0
+    assert pulse * 3 * 2 / 1.2 >= PARAMS.min_samples, raised.reason
+
+
 def test_a_failed_probe_backs_off_and_remembers_the_ceiling() -> None:
     current, window = pulsed_from_8_to_9()
     for document in steady(992, 1, 11, ok=7, throttled=3):
@@ -256,9 +273,10 @@ def failed_test_periods(
     ok: int, throttled: int, tests: int = 4, test_s: float = TEST_S
 ) -> list[float]:
     """The pauses at the floor: the first, then one after each of ``tests`` failed tests whose
-    invocations (3 a second for 2 s) each met ``throttled`` 429s beside ``ok`` successes. Each
-    test ends ``test_s`` after it began, at the first telemetry batch (with telemetry that
-    trails, a test lasts until its own first report)."""
+    invocations (3 a second from its start past its end) each met ``throttled`` 429s beside
+    ``ok`` successes. Each test ends ``test_s`` after it began (at the first telemetry batch,
+    where no wake-up ended it: a test lasts until its own first report), judged once its
+    invocations have reported."""
     current = attached(2)
     storm = window_of(*steady(960, 30, 3, ok=2, throttled=8))
     current, _ = run(current, storm, 992.0)
@@ -267,7 +285,7 @@ def failed_test_periods(
         test_at = memory_of(current).paused_until
         current, _ = run(current, storm, test_at)
         current, _ = run(current, storm, test_at + test_s)
-        for document in steady(int(test_at), 2, 3, ok=ok, throttled=throttled):
+        for document in steady(int(test_at), int(test_s) + 1, 3, ok=ok, throttled=throttled):
             storm.add(document)
         judged_at = memory_of(current).judge_at
         current, failed = run(current, storm, judged_at)
@@ -1082,6 +1100,47 @@ def floor_test_begun() -> tuple[QueueState, QueueWindow, float]:
     current, _ = run(current, storm, test_at)
     assert current.enabled
     return current, storm, test_at
+
+
+def floor_test_judged_at() -> tuple[QueueState, QueueWindow, float]:
+    """A queue whose test of Cmin ran its pulse (woken on time at its end) and was paused to be
+    judged; the window, and when its judging is due."""
+    current, storm, test_at = floor_test_begun()
+    current, over = run(current, storm, test_at + ALGORITHM.pulse_s + 0.5)
+    assert not current.enabled and memory_of(current).judge_at > 0, over.reason
+    return current, storm, memory_of(current).judge_at
+
+
+def test_a_short_test_of_the_floor_is_judged_once_its_invocations_have_reported() -> None:
+    # A test of a second and a half at Cmin: its two invocations of 3.4 s (9 calls each) ran
+    # past its end, and 18 calls are all it sends, never min_samples. Their reports were
+    # waited for until stale_after_s, with no wake-up at the wait's end (the minute's tick
+    # judged it, 60-120 s after its reports).
+    current, storm, judge_at = floor_test_judged_at()
+    test_end = memory_of(current).probe_ended_at
+    storm.add(sample(at=test_end + 2.0, ok=9, invocation_ms=3400))
+    current, waiting = run(current, storm, judge_at + 5.0)
+    assert waiting.action is Action.HOLD and not current.enabled, waiting.reason
+    assert current.wake_at == judge_at + PARAMS.stale_after_s
+    storm.add(sample(at=test_end + 2.1, ok=9, invocation_ms=3400))
+    current, verdict = run(current, storm, judge_at + 8.0)
+    assert verdict.action is Action.RESUME and current.enabled, verdict.reason
+    assert verdict.reason.startswith("Pause test passed")
+
+
+def test_a_short_test_of_the_floor_does_not_pass_on_a_few_calls_refused_under_the_limit() -> None:
+    # 2 of 24 calls refused (8%, under the pausing pressure of 12%): a capacity just under
+    # what Cmin sends reads so on a test of a second as often as not, and, resumed, refused
+    # 15-25% of Cmin's calls until paused again (long-recovery). The same share over 480 calls
+    # is Cmin fitting.
+    for calls, verdict_starts in ((1, "Pause test failed"), (20, "Pause test passed")):
+        current, storm, judge_at = floor_test_judged_at()
+        test_end = memory_of(current).probe_ended_at
+        for _ in range(2 * calls):
+            storm.add(sample(at=test_end + 1.0, ok=11, throttled=1, invocation_ms=1000))
+        current, verdict = run(current, storm, judge_at)
+        assert verdict.reason.startswith(verdict_starts), verdict.reason
+        assert current.enabled is (calls == 20)
 
 
 def test_a_test_of_the_floor_reported_clean_climbs_on_without_pausing_again() -> None:

@@ -106,7 +106,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
     def _judge_probe(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
         state, memory, params = situation.state, situation.memory, situation.params
         pulse = pulse_stats(memory, situation.window)
-        if self.awaiting_telemetry(situation, pulse, judging_pulse=True):
+        if self.awaiting_telemetry(situation, pulse):
             # The base level's own evidence may show an overload meanwhile: cut it now, the
             # probe given up, rather than once the pulse's reports have all come in.
             given_up = replace(memory, judge_at=0.0, probe_step=0)

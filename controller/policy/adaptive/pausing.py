@@ -11,6 +11,7 @@ on until enough calls pass it, and the climb back starts at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from controller.model import QueueStateName
@@ -24,6 +25,7 @@ from controller.policy.adaptive.memory import (
 )
 from controller.policy.adaptive.probing import (
     Probing,
+    newest_report,
     pulse_span_s,
     pulse_stats,
 )
@@ -164,8 +166,19 @@ class Pausing(Probing):
         if now < memory.judge_at:
             return hold(state, "Paused; judging the test at Cmin.", memory)
         test = pulse_stats(memory, situation.window)
-        if self.awaiting_telemetry(situation, test):
-            return hold(state, "Paused; waiting for the test's telemetry.", memory, test)
+        params = situation.params
+        limit = self.pausing_pressure(params)
+        # Judged on its first reports only where enough of them fail it beyond their noise: a
+        # test's first 20 of 30 calls read clean where its last ones are refused.
+        least = share_bound(test.pressure_rate, test.requests, -self.pause_test_z)
+        failed = test.requests >= params.min_samples and least >= limit
+        waited_out = memory.judge_at + params.stale_after_s
+        if now < waited_out and not failed and not test_reported(situation, test):
+            # Woken when the wait ends: a paused mapping's telemetry is the test's alone, so
+            # once it has all come in, no more reports come to run the controller.
+            return hold(
+                state, "Paused; waiting for the test's telemetry.", memory, test, wake_at=waited_out
+            )
         if test.requests == 0:
             # Nothing to test with (every message waiting out a visibility timeout, often the
             # refused ones of the last test): no evidence that Cmin fits. Resumed on it, the
@@ -179,18 +192,21 @@ class Pausing(Probing):
                 test,
                 wake_at=now + period,
             )
-        limit = self.pausing_pressure(situation.params)
         # Invocations that started after the test's end (a mapping's disabling is not at once)
         # ran at Cmin too: refused there, the test was not clean, whatever its own seconds say.
         late = situation.stats
         if test.pressure_rate < self.trim_above and late.pressure_rate < self.trim_above:
             return self._climb_from_floor(situation, test)
-        if test.pressure_rate < limit:
+        # Passed only where its calls show Cmin under the limit beyond their noise: a test of a
+        # second or two reports 20-30 calls, and a capacity just under what Cmin sends refuses
+        # 2 of them as often as not (long-recovery: 7-10% read, 15-25% once resumed).
+        share = share_bound(test.pressure_rate, test.requests, self.pause_test_z)
+        if share < limit:
             return move(
                 state.concurrency,
                 QueueStateName.RECOVERING,
-                f"Pause test passed (pressure {test.pressure_rate:.1%} < {limit:.1%}); "
-                f"resuming at {state.concurrency}.",
+                f"Pause test passed (pressure {test.pressure_rate:.1%}, at most {share:.1%} "
+                f"< {limit:.1%}); resuming at {state.concurrency}.",
                 self._resumed_at_level(situation),
                 test,
                 enabled=True,
@@ -250,6 +266,26 @@ class Pausing(Probing):
         """
         enough = test.pressure_rate * pulse_span_s(memory) / self.pause_budget
         return max(self.pause_s[0], min(self.failed_test_pause_max_s, 2 * memory.pause_s, enough))
+
+
+def test_reported(situation: AdaptiveSituation, test: WindowStats) -> bool:
+    """The test's invocations (``test``) have reported, as far as telemetry can tell: at least
+    as many as its level runs at a time, and the telemetry has caught up past the test's end
+    (an invocation running when it ended has reported; those that ended before most often
+    reported sooner). A paused mapping runs nothing else. Waited for ``min_samples`` calls
+    (``awaiting_telemetry``), which a test of a second at Cmin most often never sends, a short
+    test was judged only at ``stale_after_s``; judged on them, a test of 30 calls passed on its
+    first 20 clean ones."""
+    newest = newest_report(situation.window)
+    caught_up = newest is not None and newest >= situation.memory.probe_ended_at
+    return caught_up and test.samples >= situation.state.concurrency
+
+
+def share_bound(share: float, calls: int, z: float) -> float:
+    """``share`` of ``calls`` (a rate of refusals) moved ``z`` standard errors, up (``z`` > 0:
+    the most it can be taken to be on so few calls) or down (the least), within 0..1."""
+    moved = share + z * math.sqrt(share * (1.0 - share) / max(1, calls))
+    return min(1.0, max(0.0, moved))
 
 
 def floor_pressure(fit: float, params: PolicyParams) -> float:

@@ -138,11 +138,19 @@ class Probing(Tuning):
     def pulse_length(self, situation: AdaptiveSituation, target: int, stats: WindowStats) -> float:
         """How long a pulse to ``target`` stands: about one invocation time (at least
         ``pulse_s`` and a margin past it), so that enough invocations start under the raised cap
-        to be judged; the poller adds a few invocations per second, so a bigger raise needs a
-        longer pulse."""
+        to be judged, and as long as ``target`` invocations take to make ``min_samples`` calls
+        at ``stats``' pace; the poller adds a few invocations per second, so a bigger raise
+        needs a longer pulse.
+
+        Small batches at a small level make few calls an invocation time: a pulse from 2 to 3
+        of 1.2 s, batches of 2, reported about 10 calls, failed for too little telemetry and was
+        tried again the same every 40 s, the level held at 2 for good (throttling seed 100
+        draw 56, undrained)."""
         shortest = self.pulse_s + self.pulse_margin_s
+        pace = stats.invocation_pace
+        judged = situation.params.min_samples / (target * pace) if pace else 0.0
         climb = (target - situation.state.concurrency - 1) / self.poller_ramp_per_s
-        return max(shortest, stats.mean_invocation_s) + climb
+        return max(shortest, stats.mean_invocation_s, judged) + climb
 
     def affordable_step(
         self,
@@ -234,15 +242,14 @@ class Probing(Tuning):
             ends_probe=True,
         )
 
-    def awaiting_telemetry(
-        self, situation: AdaptiveSituation, pulse: WindowStats, *, judging_pulse: bool = False
-    ) -> bool:
+    def awaiting_telemetry(self, situation: AdaptiveSituation, pulse: WindowStats) -> bool:
         """The pulse's reports are still to come: the telemetry has not caught up with the
         pulse's last second (no report of an invocation that ended in it), or too few of its calls
         have reported, ``judge_patience_s`` past the time reports take to arrive
-        (``reporting_lag``), or, ``judging_pulse`` (not a test of Cmin) probing a level that
-        broke (``memory.broke_at``), its reports show less busy time than as many seconds of
-        the base level just before it (``before_pulse``); never longer than ``stale_after_s``.
+        (``reporting_lag``), or, probing a level that broke (``memory.broke_at``), its reports
+        show less busy time than as many seconds of the base level just before it
+        (``before_pulse``); never longer than ``stale_after_s``. (A test of Cmin waits for its
+        own reports: ``pausing.test_reported``.)
 
         Reports can take longer than any fixed wait (up to 40 s in the families): judged on
         the reports of its first second alone, a pulse that overloads from its second second
@@ -264,7 +271,7 @@ class Probing(Tuning):
         newest = newest_report(situation.window)
         if newest is not None and newest < memory.probe_ended_at - self.pulse_s:
             return True
-        retest = judging_pulse and 0 < memory.broke_at <= memory.probe_base + memory.probe_step
+        retest = 0 < memory.broke_at <= memory.probe_base + memory.probe_step
         if retest and pulse.busy_ms < before_pulse(memory, situation.window).busy_ms:
             return True
         patience = self.judge_patience_s + reporting_lag(situation)

@@ -15,7 +15,7 @@ from controller.policy.adaptive.memory import (
     hold,
     move,
 )
-from controller.policy.adaptive.pausing import Pausing, floor_pressure
+from controller.policy.adaptive.pausing import Pausing, floor_pressure, share_bound
 from controller.policy.adaptive.probing import refused, reporting_lag
 from controller.policy.base import clamp
 from controller.policy.evidence import evidence_since
@@ -199,8 +199,7 @@ class Sizing(Pausing):
         (``sizing_z`` standard errors of ``pressure`` over ``requests`` calls): a decision on a
         few dozen calls would otherwise under-cut and need a second cut a settle period later,
         the storm going on meanwhile."""
-        margin = self.sizing_z * math.sqrt(pressure * (1.0 - pressure) / max(1, requests))
-        return running * (1.0 - min(1.0, pressure + margin))
+        return running * (1.0 - share_bound(pressure, requests, self.sizing_z))
 
     def _pause_far_below(
         self, situation: AdaptiveSituation, stats: WindowStats, running: float

@@ -73,6 +73,11 @@ class Tuning:
     failed_test_pause_max_s: float = 300.0
     pause_above: float = 0.12
     pause_budget: float = 0.02
+    # A test of Cmin passes only where its pressure, this many standard errors up, is under
+    # the pausing pressure: a test of a second reports 20-30 calls, and a capacity just under
+    # what Cmin sends refuses 2 of them as often as not (long-recovery, seeds 1-10: one
+    # standard error up, wasted 0.041; two, 0.038).
+    pause_test_z: float = 2.0
     # A cut whose fitting level (in use x the pessimistic accepted share) would leave Cmin at
     # least this pressure pauses at once: Cmin overloads far beyond doubt, and running it until
     # fresh evidence says so costs seconds of its calls.
