@@ -38,20 +38,6 @@ LedgerT = TypeVar("LedgerT", bound=InMemoryLedger)
 ActuatorT = TypeVar("ActuatorT", bound=InMemoryActuator)
 
 
-class HandClock:
-    """A monotonic clock moved by hand, and a ``sleep`` that moves it: the time an adapter's
-    retries and a container's deadlines read."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def sample(
     queue: str = "orders",
     at: float = 1000.0,

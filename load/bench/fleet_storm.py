@@ -41,6 +41,7 @@ from controller.telemetry import decode_kinesis_event
 from load.bench.fleet import DECODE_REPEATS, quiet_logger, storm_event, timed_planning
 from load.bench.fleet_watch import Stopwatch
 from load.bench.held import held_bytes
+from load.clock import HandClock
 from load.localfleet import START_CONCURRENCY
 from load.progress import ProgressCallback
 from load.sim.control_plane import SimControlPlane
@@ -54,19 +55,6 @@ MEMORY_SAMPLES_EVERY = 25
 MEMORY_BATCH_EVERY_S = 10.0
 
 
-class _VirtualClock:
-    """The account's clock: epoch seconds, moved on by the controller's own waits."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def measure(
     queue_count: int,
     storm: int,
@@ -78,7 +66,7 @@ def measure(
     notify = progress or (lambda done, total, what: None)
     queues = [f"fleet-{index:05d}" for index in range(queue_count)]
     storming, calm = queues[:storm], queues[storm:]
-    clock = _VirtualClock(1_767_225_600.0)
+    clock = HandClock(1_767_225_600.0)
     ledger = InMemoryLedger(memory_types=memory_type)
     mappings = InMemoryActuator(clock=clock)
     plane = SimControlPlane(mappings, clock)
@@ -193,7 +181,7 @@ def _memory_over_batches(
     app: ControllerApp,
     twins: tuple[object, ...],
     queues: list[str],
-    clock: _VirtualClock,
+    clock: HandClock,
     timeout_s: float,
     first_sequence: int,
     notify: ProgressCallback,

@@ -11,7 +11,8 @@ from controller.actuator import InMemoryActuator
 from controller.ledger import InMemoryLedger
 from controller.policy import memory_type
 from controller.stream import KinesisHistory, lambda_record
-from tests.factories import HandClock, mapped, registered
+from load.clock import HandClock
+from tests.factories import mapped, registered
 from tests.unit.test_catch_up import START, _batches, _container, _run
 
 

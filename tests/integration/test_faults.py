@@ -30,9 +30,10 @@ from controller.planner import Plan
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
+from load.clock import HandClock
 from stack.local.emulator import EmbeddedAws
 from tests.e2e.test_end_to_end import TABLE, controller_on, deploy_pipeline
-from tests.factories import HandClock, kinesis_event, planning_groups, sample
+from tests.factories import kinesis_event, planning_groups, sample
 
 CALL_COST_S = 0.02  # virtual time one answered call takes
 

@@ -26,9 +26,10 @@ from controller.policy import algorithm_named, memory_type
 from controller.schema import HealthMetric
 from controller.settings import PolicyParams
 from controller.wake_up_queue import SqsWakeUpScheduler
+from load.clock import HandClock
 from stack.local.emulator import EmbeddedAws
 from tests.e2e.test_end_to_end import TABLE, controller_on, deploy_pipeline
-from tests.factories import HandClock, health_count, kinesis_event
+from tests.factories import health_count, kinesis_event
 from tests.integration.test_faults import CALL_COST_S, Context, hang, service_error
 from tests.integration.test_wake_up_queue import storm_samples
 from tests.integration.test_wakeups import SCHEDULED

@@ -25,10 +25,11 @@ from controller.reduce import reduce_samples
 from controller.settings import PolicyParams
 from controller.stream import InMemoryHistory, KinesisHistory
 from controller.telemetry import reduced
+from load.clock import HandClock
 from load.recording import RecordedLine
 from load.recording import kinesis_event as recorded_event
 from load.sim.control_plane import SimControlPlane
-from tests.factories import HandClock, mapped, registered, sample
+from tests.factories import mapped, registered, sample
 
 SHARD = "shardId-000000000001"
 START = 1000.0

@@ -34,7 +34,8 @@ from controller.schema import HealthMetric
 from controller.settings import PolicyParams
 from controller.stream import InMemorySink
 from controller.telemetry import reduced
-from tests.factories import HandClock, config, health_count, kinesis_event, mapped, sample
+from load.clock import HandClock
+from tests.factories import config, health_count, kinesis_event, mapped, sample
 
 
 class CountingLedger(InMemoryLedger):

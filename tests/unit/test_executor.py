@@ -21,6 +21,7 @@ from controller.model import AuditEntry, AuditEvent, Sample
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
+from load.clock import HandClock
 from tests.factories import config, mapped, registered, sample, state
 
 UUID = "a1b2c3d4-0000-4000-8000-000000000001"
@@ -28,17 +29,6 @@ UUID = "a1b2c3d4-0000-4000-8000-000000000001"
 
 def storm(start: float) -> list[Sample]:
     return [sample(at=start + s + 0.9, ok=8, throttled=2, invocation_ms=500) for s in range(10)]
-
-
-class FakeTime:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def mapping(concurrency: int) -> dict[str, Any]:
@@ -51,7 +41,7 @@ def mapping(concurrency: int) -> dict[str, Any]:
     }
 
 
-def controller_on_lambda(time: FakeTime) -> tuple[ControlLoop, InMemoryLedger, Stubber]:
+def controller_on_lambda(time: HandClock) -> tuple[ControlLoop, InMemoryLedger, Stubber]:
     """The loop on the real ``LambdaActuator`` (a stubbed client with the controller's attempt
     timeouts), both on ``time``; ``orders`` known at 100."""
     client = boto3.client(
@@ -77,7 +67,7 @@ def controller_on_lambda(time: FakeTime) -> tuple[ControlLoop, InMemoryLedger, S
 @pytest.mark.parametrize("left_s", [3.5, 5.0, 6.5, 8.9])
 def test_a_step_whose_update_could_not_be_attempted_is_not_claimed(left_s: float) -> None:
     """Issue 32.7: with too little time for claim, update and revert, the step waits."""
-    time = FakeTime()
+    time = HandClock(1000.0)
     loop, ledger, stubber = controller_on_lambda(time)
     stubber.add_response("get_event_source_mapping", mapping(100), {"UUID": UUID})
     with stubber:
@@ -100,7 +90,7 @@ def test_a_step_whose_update_could_not_be_attempted_is_not_claimed(left_s: float
 
 
 def test_with_time_for_claim_update_and_revert_the_step_is_carried_out() -> None:
-    time = FakeTime()
+    time = HandClock(1000.0)
     loop, _, stubber = controller_on_lambda(time)
     stubber.add_response("get_event_source_mapping", mapping(100), {"UUID": UUID})
     update = {"UUID": UUID, "ScalingConfig": {"MaximumConcurrency": 50}, "Enabled": True}
@@ -150,7 +140,7 @@ def test_a_cut_lambda_keeps_refusing_is_put_back_before_the_deadline() -> None:
     """Issue 31.3, with the real boto3 client: TooManyRequestsException on every attempt.
     The actuator retries within the deadline, gives up, the ledger is put back to the mapping's
     value, the invocation returns in time and the next batch plans the cut again."""
-    time = FakeTime()
+    time = HandClock(1000.0)
     loop, ledger, stubber = controller_on_lambda(time)
     stubber.add_response("get_event_source_mapping", mapping(100), {"UUID": UUID})
     for _ in range(8):  # the actuator's attempts at most

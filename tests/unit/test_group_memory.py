@@ -38,9 +38,10 @@ from controller.schema import HealthMetric
 from controller.settings import PolicyParams
 from controller.stream import InMemoryHistory
 from controller.telemetry import reduced
+from load.clock import HandClock
 from load.recording import RecordedLine
 from load.recording import kinesis_event as recorded_event
-from tests.factories import HandClock, health_count, mapped, registered
+from tests.factories import health_count, mapped, registered
 from tests.unit.test_catch_up import START
 
 SHARD = "shardId-000000000001"

@@ -12,11 +12,11 @@ from botocore.exceptions import ClientError
 from controller.actuator import InMemoryActuator, LambdaActuator
 from controller.constants import CONTROL_PLANE_QUOTA_PER_S
 from controller.model import Sample
+from load.clock import HandClock
 from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
 from load.sim.engine import SIM_EPOCH, BacklogNow, simulate
 from load.sim.scenario import Scenario
 from load.sim.trace import MappingSetting
-from tests.factories import HandClock
 from tests.unit.test_sim import tiny
 
 

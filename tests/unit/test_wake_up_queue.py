@@ -48,7 +48,8 @@ from controller.wakeups import (
     read_wake_up,
     wake_up_body,
 )
-from tests.factories import HandClock, config, health_count, mapped, state
+from load.clock import HandClock
+from tests.factories import config, health_count, mapped, state
 
 URL = "https://sqs.eu-west-1.amazonaws.com/111122223333/queuemesh-wake-ups"
 NOW = 1_790_000_000.0
