@@ -19,7 +19,7 @@ from controller.aws import CallAbandoned, Clock, Sleep
 from controller.backlog import sqs_caller
 from controller.constants import ATTEMPT_TIMEOUT_S
 from controller.ports import WakeUpRequest
-from controller.wakeups import delay_s, wake_up_body
+from controller.wakeups import held_back, wake_up_body
 
 # The controller's environment variable holding the wake-up queue's URL (template.yaml sets
 # it); without it no wake-up is scheduled and the scheduled tick wakes every queue.
@@ -55,11 +55,7 @@ class SqsWakeUpScheduler:
         )
 
     def schedule(self, requests: Sequence[WakeUpRequest], now: float, deadline: float) -> int:
-        held = [
-            (request, delay)
-            for request in requests
-            if (delay := delay_s(request.wake_at, now)) is not None
-        ]
+        held = held_back(requests, now)
         deadline = min(deadline, self._clock() + SCHEDULE_BUDGET_S)
         unscheduled = 0
         for start in range(0, len(held), MAX_ENTRIES_PER_CALL):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from controller.constants import WAKE_UP_MAX_DELAY_S, is_queue_name
@@ -63,3 +63,14 @@ def delay_s(wake_at: float, now: float) -> int | None:
     scheduled tick."""
     wait = max(0, math.ceil(wake_at - now))
     return None if wait > WAKE_UP_MAX_DELAY_S else wait
+
+
+def held_back(requests: Sequence[WakeUpRequest], now: float) -> list[tuple[WakeUpRequest, int]]:
+    """The wake-ups of ``requests`` to send from ``now``, each with its ``delay_s``; one further
+    off than SQS can hold a message back is not sent, and not a failure: the scheduled tick
+    wakes its queue."""
+    return [
+        (request, delay)
+        for request in requests
+        if (delay := delay_s(request.wake_at, now)) is not None
+    ]

@@ -20,7 +20,7 @@ from controller.policy import DEFAULT_ALGORITHM, algorithm_named, evaluate_manua
 from controller.ports import WakeUpRequest
 from controller.registration import register_queue
 from controller.settings import PolicyParams
-from controller.wakeups import delay_s
+from controller.wakeups import held_back
 from load.oracle import invocation_pace
 from load.sim.control_plane import ControllerRun, ControlPlaneUse, SimControlPlane
 from load.sim.engine import SIM_EPOCH, BacklogNow, SimPolicy
@@ -272,7 +272,8 @@ class SimulatedWakeUps:
     message sent with ``delay_s`` DelaySeconds at the invocation's time, whose delivery
     (``WAKE_UP_DELIVERY_S`` after it turns visible) runs the controller's tick. One run per
     delivery time (messages visible together come in one batch); a wake-up past SQS's longest
-    delay is not taken (the scheduled tick wakes its queue)."""
+    delay is not sent (the scheduled tick wakes its queue), as the SQS one does not send it.
+    A simulated send never fails."""
 
     def __init__(self, clock: Callable[[], float]) -> None:
         self._clock = clock
@@ -280,11 +281,10 @@ class SimulatedWakeUps:
 
     def schedule(self, requests: Sequence[WakeUpRequest], now: float, deadline: float) -> int:
         sent_at = self._clock()
-        delays = [delay_s(request.wake_at, now) for request in requests]
         self._delivered_at.update(
-            sent_at + delay + WAKE_UP_DELIVERY_S for delay in delays if delay is not None
+            sent_at + delay + WAKE_UP_DELIVERY_S for _, delay in held_back(requests, now)
         )
-        return delays.count(None)
+        return 0
 
     def take(self) -> tuple[float, ...]:
         """The delivery times (epoch) asked for since the last take, in order."""

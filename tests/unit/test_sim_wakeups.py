@@ -70,7 +70,8 @@ def test_a_wake_up_past_the_longest_sqs_delay_is_left_to_the_tick() -> None:
         WakeUpRequest("beyond", 100 + WAKE_UP_MAX_DELAY_S + 1),
         WakeUpRequest("beside", 100.2),  # the same delivery: one run
     ]
-    assert wake_ups.schedule(requests, 100.0, math.inf) == 1
+    # Not sent, and no failure: the SQS scheduler does not send it either.
+    assert wake_ups.schedule(requests, 100.0, math.inf) == 0
     assert wake_ups.take() == (
         clock + 1 + WAKE_UP_DELIVERY_S,
         clock + WAKE_UP_MAX_DELAY_S + WAKE_UP_DELIVERY_S,
