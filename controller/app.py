@@ -75,6 +75,7 @@ SKIP_COUNTERS: Final = (
     Count.MAPPINGS_UNREADABLE,
     Count.STATES_DEFERRED,
     Count.STEPS_DEFERRED,
+    Count.CLAIMS_IN_FLIGHT,
 )
 # Counted with a batch's skips: the batch was failed for Lambda to retry (a ledger fault).
 BATCH_RETRIED = "batch_retried"

@@ -49,6 +49,10 @@ class Count(StrEnum):
     ESM_UPDATES = "esm_updates"
     ACTUATION_FAILURES = "actuation_failures"
     ACTUATIONS_RECONCILED = "actuations_reconciled"
+    # Steps that found their queue's mapping still where the ledger's last claim moved it from
+    # before the claim's end (``QueueState.apply_by``): another invocation's update still on
+    # its way, left to it; the queue is decided again with the next batch.
+    CLAIMS_IN_FLIGHT = "claims_in_flight"
     DRIFT_DETECTED = "drift_detected"
     VERSION_CONFLICTS = "version_conflicts"
     # Idle queues' windows forgotten because more queues had evidence than the book holds.

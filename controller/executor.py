@@ -2,17 +2,17 @@
 
 ``AwsExecutor`` claims each transition in the ledger with a conditional write, then moves the
 mapping; an operator's change to the mapping wins (drift adoption), a failed update is put back
-in the ledger, a deleted mapping's queue is set aside. ``DisplayExecutor`` does nothing but
-show the plan: the dry run. Both return an ``Execution``: the decisions that took effect and
-the effects for the book (:class:`controller.book.QueueBook`) to remember; neither changes the
-book itself.
+in the ledger, a claim another invocation is still carrying out is left to it, a deleted
+mapping's queue is set aside. ``DisplayExecutor`` does nothing but show the plan: the dry run.
+Both return an ``Execution``: the decisions that took effect and the effects for the book
+(:class:`controller.book.QueueBook`) to remember; neither changes the book itself.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from controller.book import (
@@ -48,6 +48,12 @@ STEP_BUDGET_S = 3.0
 # keeps the revert's back). With less, the update would be refused before any attempt: the
 # step waits for the next batch, unclaimed.
 CLAIM_BUDGET_S = 3 * ATTEMPT_TIMEOUT_S
+# A claim's end (``QueueState.apply_by``) is its claimant's deadline, and this much more for
+# the clocks of the containers that read it: Lambda hosts keep time to milliseconds.
+CLAIM_CLOCK_MARGIN_S = 1.0
+# The longest a Lambda invocation runs: what bounds a claimant given no deadline (the CLI,
+# tests; an invocation always has one).
+LONGEST_INVOCATION_S = 900.0
 
 
 @dataclass(slots=True)
@@ -98,7 +104,9 @@ class _OutOfTime(Exception):
 
 class AwsExecutor:
     """Carries out plans with the ledger and the actuator (see the module's docstring);
-    ``on_commit`` hears of every audit item it writes."""
+    ``on_commit`` hears of every audit item it writes. ``monotonic`` is the clock of the
+    deadlines, ``clock`` the epoch clock of the plans' and the ledger's times (a simulator's
+    virtual time for both)."""
 
     carries_out = True
 
@@ -107,11 +115,13 @@ class AwsExecutor:
         ledger: Ledger,
         actuator: Actuator,
         monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         on_commit: Callable[[AuditEntry], None] | None = None,
     ) -> None:
         self.ledger = ledger
         self.actuator = actuator
         self._monotonic = monotonic
+        self._clock = clock
         # Told of every audit item written (the events to publish: controller.events).
         self._on_commit = on_commit
 
@@ -189,6 +199,11 @@ class AwsExecutor:
                 view.max_concurrency != decision.previous
                 or view.enabled != decision.previous_enabled
             ):
+                if _claim_in_flight(step.decided_from, view, now):
+                    # Its claimant's update is on its way (waiting for its pace, say): judged
+                    # by the next batch, once it landed or was put back.
+                    effects += [Counted(Count.CLAIMS_IN_FLIGHT), _retry(step)]
+                    return False
                 self._commit(self._adopted(step, view, now, effects), execution)
                 return False
         if step.claim is None:
@@ -197,7 +212,7 @@ class AwsExecutor:
             return False
         if step.actuates and not self._fits(CLAIM_BUDGET_S, deadline):
             raise _OutOfTime
-        committed = self._commit(step.claim, execution)
+        committed = self._commit(self._with_end(step, step.claim, deadline), execution)
         if committed is None:
             return False
         if not step.actuates:
@@ -215,6 +230,20 @@ class AwsExecutor:
         effects.append(Counted(Count.ESM_UPDATES))
         execution.done.append(decision)
         return False
+
+    def _with_end(self, step: Step, claim: Transition, deadline: float) -> Transition:
+        """``claim`` with its end (``QueueState.apply_by``): for a step that moves the mapping,
+        the time by which this invocation has updated it or put the ledger back (both end by
+        ``deadline``); none (0) for a claim that only records."""
+        apply_by = 0.0
+        if step.actuates:
+            # The deadline is on the monotonic clock, the ledger's times on the epoch clock:
+            # the time left on the one, read now, from now on the other. Not from the plan's
+            # ``now``: taken before the plan was made (reads, earlier steps' paced updates),
+            # it would set the end early by all that time.
+            left_s = min(deadline - self._monotonic(), LONGEST_INVOCATION_S)
+            apply_by = self._clock() + left_s + CLAIM_CLOCK_MARGIN_S
+        return replace(claim, state=claim.state.evolve(apply_by=apply_by))
 
     def _hold(self, step: Step, book: BookView, deadline: float, execution: Execution) -> None:
         """A step that writes no transition: its decision's state is remembered. Where the
@@ -262,9 +291,10 @@ class AwsExecutor:
         """Documented rule: an operator's change to the mapping wins. The controller adopts the
         actual value, records the drift, and judges fresh evidence under it before acting.
 
-        A mapping still at the value the ledger's last claim moved from is that claim not
-        carried out (its update or revert failed, or its answer was lost): the same repair,
-        audited as ``ACTUATION_RECONCILED``, not as an operator's drift."""
+        A mapping still at the value the ledger's last claim moved from, once the claim's end
+        has passed (``_claim_in_flight``), is that claim not carried out (its update or revert
+        failed, or its answer was lost): the same repair, audited as ``ACTUATION_RECONCILED``,
+        not as an operator's drift."""
         decision, claimed = step.decision, step.decided_from
         value = decision.previous if view.max_concurrency is None else view.max_concurrency
         enabled = view.enabled
@@ -344,9 +374,26 @@ class AwsExecutor:
 def _holding(
     state: QueueState, now: float, event: AuditEvent, previous: int, reason: str
 ) -> Transition:
-    """A transition that records ``state`` without moving the mapping."""
+    """A transition that records ``state`` without moving the mapping: no claim in flight."""
     return Transition(
-        state, at=now, event=event, previous_value=previous, action=Action.HOLD.value, reason=reason
+        state.evolve(apply_by=0.0),
+        at=now,
+        event=event,
+        previous_value=previous,
+        action=Action.HOLD.value,
+        reason=reason,
+    )
+
+
+def _claim_in_flight(claimed: QueueState, view: MappingView, now: float) -> bool:
+    """Whether the ledger's last claim is still being carried out: its end not reached, the
+    mapping still at the value the claim moved from. The ledger keeps no enabled flag the
+    claim moved from, so either flag at that value waits: an operator's toggle meanwhile is
+    judged as drift once the end has passed, unless the claim's update overwrote it."""
+    return (
+        now < claimed.apply_by
+        and claimed.last_action is not Action.HOLD
+        and view.max_concurrency == claimed.previous_concurrency
     )
 
 

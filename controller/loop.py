@@ -104,7 +104,9 @@ class ControlLoop:
     """One warm container's controller: the book, the planner and an executor (AWS unless
     told otherwise: a ``DisplayExecutor`` makes it a dry run). Without ``backlog`` no queue's
     backlog is ever known (replay: a recording has none). Without ``wake_ups`` a wake-up
-    waits for the scheduled tick (``tick``)."""
+    waits for the scheduled tick (``tick``). ``monotonic`` is the clock of the deadlines,
+    ``clock`` the epoch clock the AWS executor dates its claims' ends by (``AwsExecutor``):
+    where ``now`` is virtual (a simulator), both are."""
 
     def __init__(
         self,
@@ -117,6 +119,7 @@ class ControlLoop:
         retention_s: float = WINDOW_RETENTION_S,
         capacity: int = CACHED_QUEUES,
         monotonic: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         executor: Executor | None = None,
         backlog: QueueBacklog | None = None,
         wake_ups: WakeUpScheduler | None = None,
@@ -127,7 +130,7 @@ class ControlLoop:
         self.params = params
         self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
         self.book = QueueBook(capacity, retention_s)
-        self.executor = executor or AwsExecutor(ledger, actuator, monotonic)
+        self.executor = executor or AwsExecutor(ledger, actuator, monotonic, clock)
         self.group_reports = GroupReportWriter(capacity)
         self.wake_ups = wake_ups
         self._config_ttl_s = config_ttl_s
@@ -506,8 +509,8 @@ class ControlLoop:
         Only a queue the controller paused (its test pulses included) asks: a running queue's
         wake-up (a probe's end) is its telemetry's to serve, batch by batch, and a tick run
         for it decided it beside its lane's batch, in another container: a version conflict,
-        or the lane's claim, its mapping update still waiting for its pace, taken for a claim
-        never carried out (reconciled, then found drifted)."""
+        or a step left undone while the lane's claim is in flight (its update waiting for its
+        pace: ``Count.CLAIMS_IN_FLIGHT``)."""
         if self.wake_ups is None:
             return
         requests = [

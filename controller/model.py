@@ -150,6 +150,10 @@ class QueueState:
     # When the controller's pause of the mapping began (the first disabling, its test pulses
     # included, until the queue runs free again); 0: not paused.
     paused_since: float = 0.0
+    # A claim's end (epoch s): by then its claimant has moved the mapping or put the ledger
+    # back, so until then a mapping still where the claim moved from is the claim waiting for
+    # its update (``controller.executor``), not one never carried out; 0: no claim in flight.
+    apply_by: float = 0.0
     algorithm: str = ""
     memory: object = None
     # The downstream the queue's telemetry named when it was last decided (``None``: none):

@@ -246,6 +246,7 @@ def record_operator_change(
             # telemetry decides it). A pinned queue is not decided: it wants none.
             wake_at=0.0 if config.mode is Mode.PINNED else current.wake_at,
             paused_since=0.0 if enabled_now else current.paused_since,
+            apply_by=0.0,  # the operator's write is no claim
         )
         transition = Transition(
             state,

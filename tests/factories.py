@@ -127,11 +127,25 @@ def storm_event() -> dict[str, object]:
     return kinesis_event(samples, first_sequence=7)
 
 
-def aimd_container(ledger: InMemoryLedger, actuator: InMemoryActuator) -> ControllerApp:
-    """A warm controller container running the original rule, its clock at 110 s."""
-    return ControllerApp(
-        ControlLoop(ledger, actuator, PolicyParams(), algorithm=Aimd()), clock=lambda: 110.0
+def aimd_container(
+    ledger: InMemoryLedger, actuator: InMemoryActuator, clock: Callable[[], float] = lambda: 110.0
+) -> ControllerApp:
+    """A warm controller container running the original rule, all its clocks ``clock`` (110 s
+    unless told)."""
+    loop = ControlLoop(
+        ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=clock, clock=clock
     )
+    return ControllerApp(loop, clock=clock, monotonic=clock)
+
+
+class Context:
+    """A Lambda invocation's context, ``remaining_s`` left of it."""
+
+    def __init__(self, remaining_s: float) -> None:
+        self.remaining_ms = int(remaining_s * 1000)
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
 
 
 # What ``queuemesh simulate --policy all`` runs, in its order: spelled out here (not read from

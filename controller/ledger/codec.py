@@ -81,6 +81,9 @@ GUARD_ATTRIBUTES = {
     "wake_at": "WakeAt",
     "paused_since": "PausedSince",
 }
+# A claim's end (``QueueState.apply_by``): written only on a claim in flight, so an item
+# without it (all others, and every item an older controller wrote) reads as none in flight.
+APPLY_BY_ATTRIBUTE = "ApplyBy"
 # Written by every STATE item since ``PausedSince`` was added, well after the ``WakeUps`` index:
 # such an item carries ``WakeUp`` whenever its queue wants one, so the wake-up sweep leaves it.
 UNSWEPT_MARK = GUARD_ATTRIBUTES["paused_since"]
@@ -133,6 +136,8 @@ def encode_state(state: QueueState) -> Item:
         item[attribute] = to_attribute(getattr(state, name))
     if state.wake_at > 0:
         item[WAKE_UP_ATTRIBUTE] = WAKE_UP_KEY
+    if state.apply_by > 0:
+        item[APPLY_BY_ATTRIBUTE] = to_number(state.apply_by)
     return with_downstream(item, state.downstream)
 
 
@@ -236,6 +241,7 @@ def decode_state(item: Mapping[str, Any], memory: MemoryCodec) -> QueueState:
         memory=record,
         # An index key: DynamoDB stores nothing but a non-empty string there.
         downstream=item.get(GROUP_ATTRIBUTE),
+        apply_by=float(item.get(APPLY_BY_ATTRIBUTE, 0)),
         **memory.fields(QueueState, stored_guards),  # type: ignore[arg-type]
     )
 

@@ -79,7 +79,7 @@ def measure(
         )
     mappings.calls.clear()  # registration set the mappings; the storm's cuts are what count
     actuator = LambdaActuator(plane, clock=clock, sleep=clock.sleep, rng=random.Random(0))
-    loop = ControlLoop(ledger, actuator, PolicyParams(), monotonic=clock)
+    loop = ControlLoop(ledger, actuator, PolicyParams(), monotonic=clock, clock=clock)
     app = ControllerApp(
         loop, clock=clock, monotonic=clock, emit=lambda _: None, logger=quiet_logger()
     )

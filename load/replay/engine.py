@@ -136,6 +136,7 @@ def replay(
         actuator,
         config.params,
         algorithm=algorithm_named(config.algorithm),
+        clock=clock,
         executor=DisplayExecutor(show) if dry_run else None,
     )
     # The controller's logs are for CloudWatch; here only its warnings matter, on stderr.

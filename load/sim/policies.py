@@ -217,6 +217,7 @@ class QueueMeshPolicy:
             self._params,
             algorithm=algorithm,
             monotonic=self._clock,
+            clock=self._clock,
             backlog=SimulatedBacklog(backlog),
             wake_ups=self._wake_ups,
         )

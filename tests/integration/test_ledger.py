@@ -111,6 +111,7 @@ def test_commit_round_trips_state_with_memory(ledger: DynamoLedger | InMemoryLed
         hold_until=T0 + 30.5,
         enabled=False,
         wake_at=T0 + 15.0,
+        apply_by=T0 + 59.5,
         algorithm="adaptive",
         memory=AdaptiveMemory(ceiling=51, broke_at=80, probe_step=2, probe_backoff_s=20.5),
     )
@@ -615,6 +616,7 @@ finite = st.floats(min_value=0, max_value=4e9, allow_nan=False)
     enabled=st.booleans(),
     version=st.integers(1, 10**9),
     downstream=st.none() | st.text(max_size=1024),
+    apply_by=finite,
 )
 def test_state_items_round_trip(
     concurrency: int,
@@ -625,6 +627,7 @@ def test_state_items_round_trip(
     enabled: bool,
     version: int,
     downstream: str | None,
+    apply_by: float,
 ) -> None:
     state = fresh_state(
         concurrency=concurrency,
@@ -635,6 +638,7 @@ def test_state_items_round_trip(
         enabled=enabled,
         version=version,
         downstream=downstream,
+        apply_by=apply_by,
     )
 
     item = encode_state(state)
@@ -645,6 +649,18 @@ def test_state_items_round_trip(
     assert decoded == state.evolve(downstream=downstream if keyable else None)
     assert item["Enabled"] is enabled
     assert isinstance(item["HoldUntil"], Decimal)
+    # Only a claim in flight carries its end.
+    assert ("ApplyBy" in item) is (apply_by > 0)
+
+
+def test_an_item_without_a_claims_end_has_none_in_flight() -> None:
+    """Items written before ``ApplyBy`` existed (and every item but a claim's) read as no
+    claim in flight."""
+    item = encode_state(fresh_state(version=1, apply_by=T0 + 60.0))
+    assert item["ApplyBy"] == Decimal(repr(T0 + 60.0))
+    del item["ApplyBy"]
+
+    assert decode_state(item, MemoryCodec(memory_type)).apply_by == 0.0
 
 
 def test_missing_fields_take_defaults_and_unknown_ones_are_ignored() -> None:

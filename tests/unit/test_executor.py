@@ -3,6 +3,7 @@ display-only dry run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -16,8 +17,8 @@ from controller.book import Count
 from controller.constants import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 from controller.executor import DisplayExecutor
 from controller.ledger import InMemoryLedger
-from controller.loop import ControlLoop
-from controller.model import AuditEntry, AuditEvent, Sample
+from controller.loop import BatchResult, ControlLoop
+from controller.model import Action, AuditEntry, AuditEvent, Sample
 from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
@@ -227,3 +228,106 @@ def test_while_a_cut_waits_no_raise_spends_the_control_plane_and_both_come_back(
     assert loop.counters[Count.ESM_UPDATES] == 2
     assert loop.counters[Count.SAMPLES_WINDOWED] == 20
     assert loop.counters[Count.STEPS_DEFERRED] == 1
+
+
+class PacedUpdates(InMemoryActuator):
+    """The twin, whose next update first waits for its pace: ``meanwhile`` (what another
+    invocation does while it waits) runs before it lands."""
+
+    meanwhile: Callable[[], None] | None = None
+
+    def apply(self, uuid: str, max_concurrency: int, enabled: bool, deadline: float) -> Any:
+        meanwhile, self.meanwhile = self.meanwhile, None
+        if meanwhile is not None:
+            meanwhile()
+        return super().apply(uuid, max_concurrency, enabled, deadline)
+
+
+def container(ledger: InMemoryLedger, actuator: InMemoryActuator, time: HandClock) -> ControlLoop:
+    """A controller container on ``time``: its deadlines and its claims' ends."""
+    return ControlLoop(
+        ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=time, clock=time
+    )
+
+
+def test_a_claim_whose_update_waits_for_its_pace_is_left_to_its_claimant() -> None:
+    """Two invocations (a lane's batch, and a tick or another lane) decide one queue: the
+    first claims its cut, and while its update waits for its pace the second finds the
+    mapping still at the claim's starting value. It leaves the claim to its claimant: no
+    reconciliation, no write; once the update landed, no drift either."""
+    time = HandClock(110.0)
+    ledger, actuator = InMemoryLedger(memory_types=memory_type), PacedUpdates()
+    ledger.put_config(config("orders"))
+    ledger.commit(state(), AuditEntry("orders", 90.0, AuditEvent.OPERATOR, 100, 100, "X", "x"))
+    actuator.add_mapping("esm-orders", 100)
+    lane, other = container(ledger, actuator, time), container(ledger, actuator, time)
+    meanwhile: list[BatchResult] = []
+    actuator.meanwhile = lambda: meanwhile.append(other.run_batch(storm(100), 110.5, time.now + 60))
+
+    [cut] = lane.run_batch(storm(100), 110.0, deadline=time.now + 60).done
+
+    [decided] = meanwhile
+    assert decided.done == [] and [d.queue for d in decided.planned] == ["orders"]
+    assert other.counters[Count.CLAIMS_IN_FLIGHT] == 1
+    assert other.counters[Count.ACTUATIONS_RECONCILED] == 0
+    assert (cut.previous, cut.target) == (100, 50)
+    assert actuator.read("esm-orders", 0).max_concurrency == 50
+    # The other invocation's next batch decides the queue again: ledger and mapping agree.
+    time.now = 111.0
+    [held] = other.run_batch([], 111.0, deadline=time.now + 60).done
+    assert held.previous == 50
+    events = [entry.event_type for entry in ledger.audit_trail("orders")]
+    assert events == [AuditEvent.OPERATOR, AuditEvent.TRANSITION]
+    assert ledger.get_states(["orders"])["orders"].concurrency == 50
+    assert other.counters[Count.DRIFT_DETECTED] == 0
+
+
+def claimed_cut(ledger: InMemoryLedger, apply_by: float) -> InMemoryLedger:
+    """``ledger`` holding the claim of a cut of ``orders`` from 100 to 50, ending at
+    ``apply_by``, that asked to be woken at 110 s (the tick decides it then)."""
+    ledger.put_config(config("orders"))
+    claim = state(50).evolve(
+        previous_concurrency=100,
+        last_action=Action.MULTIPLICATIVE_DECREASE,
+        apply_by=apply_by,
+        wake_at=110.0,
+    )
+    ledger.commit(claim, AuditEntry("orders", 100.0, AuditEvent.TRANSITION, 100, 50, "X", "x"))
+    return ledger
+
+
+@pytest.mark.parametrize(
+    ("apply_by", "reconciled"),
+    [(110.5, False), (110.0, True), (0.0, True)],
+    ids=["in-flight", "ended", "an-older-controller's"],
+)
+def test_a_claim_is_reconciled_once_its_end_has_passed(apply_by: float, reconciled: bool) -> None:
+    """A mapping still at the claim's starting value: before the claim's end its claimant may
+    still be updating it; from the end on (or for a claim stored without one) it is a claim
+    never carried out, reconciled as ever."""
+    time = HandClock(110.0)
+    ledger = claimed_cut(InMemoryLedger(memory_types=memory_type), apply_by)
+    loop = container(ledger, mapped(InMemoryActuator()), time)
+
+    loop.tick(110.0, deadline=time.now + 60, woken=["orders"])
+
+    events = [entry.event_type for entry in ledger.audit_trail("orders")]
+    assert (AuditEvent.ACTUATION_RECONCILED in events) is reconciled
+    assert loop.counters[Count.CLAIMS_IN_FLIGHT] == (not reconciled)
+    stored = ledger.get_states(["orders"])["orders"]
+    assert (stored.concurrency, stored.apply_by) == ((100, 0.0) if reconciled else (50, apply_by))
+
+
+def test_another_value_is_drift_while_a_claim_is_in_flight() -> None:
+    """Only the claim's starting value waits for its claimant: an operator's other one is
+    adopted at once."""
+    time = HandClock(110.0)
+    ledger = claimed_cut(InMemoryLedger(memory_types=memory_type), 170.0)
+    loop = container(ledger, mapped(InMemoryActuator(), concurrency=70), time)
+
+    loop.tick(110.0, deadline=time.now + 60, woken=["orders"])
+
+    events = [entry.event_type for entry in ledger.audit_trail("orders")]
+    assert events == [AuditEvent.TRANSITION, AuditEvent.DRIFT_DETECTED]
+    assert ledger.get_states(["orders"])["orders"].concurrency == 70
+    assert loop.counters[Count.CLAIMS_IN_FLIGHT] == 0

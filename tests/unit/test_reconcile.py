@@ -1,4 +1,5 @@
-"""A claim the mapping never got is repaired and audited as such (issue 11, item 3)."""
+"""A claim the mapping never got is repaired and audited as such (issue 11, item 3), once its
+end has passed: until then its claimant may still be updating the mapping."""
 
 from __future__ import annotations
 
@@ -6,17 +7,23 @@ import pytest
 
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
+from controller.book import Count
 from controller.ledger import InMemoryLedger
 from controller.model import AuditEntry, AuditEvent, Mode, QueueState
 from controller.policy import memory_type
 from controller.ports import ActuationError, LedgerError, MappingView
+from load.clock import HandClock
 from tests.factories import (
+    Context,
     aimd_container,
     config,
     mapped,
     registered,
     storm_event,
 )
+
+# Each invocation has a minute: a claim's end is that minute after the claim, and a margin.
+INVOCATION = Context(60.0)
 
 
 class FaultyCommits(InMemoryLedger):
@@ -57,6 +64,11 @@ def actuator() -> FailingUpdates:
     return mapped(FailingUpdates())
 
 
+@pytest.fixture
+def time() -> HandClock:
+    return HandClock(110.0)
+
+
 def events(ledger: InMemoryLedger) -> list[AuditEvent]:
     return [entry.event_type for entry in ledger.audit_trail("orders")]
 
@@ -65,11 +77,15 @@ def stored_concurrency(ledger: InMemoryLedger) -> int:
     return ledger.get_states(["orders"])["orders"].concurrency
 
 
+def claim_end(ledger: InMemoryLedger) -> float:
+    return ledger.get_states(["orders"])["orders"].apply_by
+
+
 def claim_stranded_by_a_failed_revert(
-    ledger: FaultyCommits, actuator: FailingUpdates
+    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
 ) -> ControllerApp:
     """The claim lands (100 -> 50), the update fails for good, the revert fails too."""
-    app = aimd_container(ledger, actuator)
+    app = aimd_container(ledger, actuator, time)
     actuator.down = True
     original_commit = ledger.commit
 
@@ -79,7 +95,7 @@ def claim_stranded_by_a_failed_revert(
         return committed
 
     ledger.commit = commit_then_go_down  # type: ignore[method-assign]
-    assert app.handle(storm_event(), None)["batchItemFailures"]
+    assert app.handle(storm_event(), INVOCATION)["batchItemFailures"]
     del ledger.commit
     actuator.down = False
     assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
@@ -87,43 +103,59 @@ def claim_stranded_by_a_failed_revert(
 
 
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
-def test_a_stranded_claim_is_reconciled_by_the_next_batch(
-    ledger: FaultyCommits, actuator: FailingUpdates, warm: bool
+def test_a_stranded_claim_is_reconciled_once_its_end_has_passed(
+    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock, warm: bool
 ) -> None:
-    app = claim_stranded_by_a_failed_revert(ledger, actuator)
-    # The redelivery, the ledger healthy again: in the same container, or a recycled one.
-    (app if warm else aimd_container(ledger, actuator)).handle(storm_event(), None)
+    app = claim_stranded_by_a_failed_revert(ledger, actuator, time)
+    # The redeliveries, the ledger healthy again: in the same container, or a recycled one.
+    container = app if warm else aimd_container(ledger, actuator, time)
+    # Before the claim's end, as far as this container can tell, its claimant is still at it.
+    container.handle(storm_event(), INVOCATION)
+    assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
+    assert container.loop.counters[Count.CLAIMS_IN_FLIGHT] == 1
+    assert AuditEvent.ACTUATION_RECONCILED not in events(ledger)
+
+    time.now = claim_end(ledger)
+    container.handle(storm_event(), INVOCATION)
     assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
     assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
     assert AuditEvent.DRIFT_DETECTED not in events(ledger)
+    assert claim_end(ledger) == 0.0
 
 
 def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
-    ledger: FaultyCommits, actuator: FailingUpdates
+    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
 ) -> None:
-    app = aimd_container(ledger, actuator)
+    app = aimd_container(ledger, actuator, time)
     ledger.lose = 1
-    assert app.handle(storm_event(), None)["batchItemFailures"]
+    assert app.handle(storm_event(), INVOCATION)["batchItemFailures"]
     # The claim landed, the mapping was never updated.
     assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
-    for _ in range(2):  # redeliveries: the first meets the claim as a version conflict
-        app.handle(storm_event(), None)
+    # Redeliveries: the first meets the claim as a version conflict, the second finds it in
+    # flight; the third, after the claim's end, repairs it.
+    for _ in range(2):
+        app.handle(storm_event(), INVOCATION)
+    assert app.loop.counters[Count.CLAIMS_IN_FLIGHT] == 1
+    time.now = claim_end(ledger)
+    app.handle(storm_event(), INVOCATION)
     assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
     assert events(ledger)[:2] == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_RECONCILED]
     assert AuditEvent.DRIFT_DETECTED not in events(ledger)
 
 
 def test_a_steady_queue_after_reconciliation_costs_no_writes(
-    ledger: FaultyCommits, actuator: FailingUpdates
+    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
 ) -> None:
-    app = aimd_container(ledger, actuator)
+    app = aimd_container(ledger, actuator, time)
     ledger.lose = 1
-    app.handle(storm_event(), None)
-    for _ in range(2):
-        app.handle(storm_event(), None)
+    for _ in range(3):  # the claim, then a version conflict, then the claim in flight
+        app.handle(storm_event(), INVOCATION)
+    time.now = claim_end(ledger)
+    app.handle(storm_event(), INVOCATION)
+    assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
     written = len(ledger.audit_trail("orders"))
     for _ in range(3):  # the same evidence again: nothing new to decide or write
-        assert app.handle(storm_event(), None) == {"batchItemFailures": []}
+        assert app.handle(storm_event(), INVOCATION) == {"batchItemFailures": []}
     assert len(ledger.audit_trail("orders")) == written
 
 
