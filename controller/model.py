@@ -195,6 +195,9 @@ class Decision:
     new_state: QueueState
     previous_enabled: bool = True
     enabled: bool = True
+    # The raise puts back a level the evidence shows fits (a cut's correction on the rest of
+    # its storm's reports): not a probe for capacity.
+    restores: bool = False
 
     @property
     def changes_mapping(self) -> bool:
@@ -202,9 +205,15 @@ class Decision:
 
     @property
     def probes(self) -> bool:
-        """Whether it raises a mapping that polls and keeps polling: a probe for capacity,
-        which only a queue with messages waiting can answer."""
-        return self.target > self.previous and self.previous_enabled and self.enabled
+        """Whether it raises a mapping that polls and keeps polling to a level no evidence
+        shows fits: a probe for capacity, which only a queue with messages waiting can
+        answer."""
+        return (
+            self.target > self.previous
+            and self.previous_enabled
+            and self.enabled
+            and not self.restores
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,7 +55,9 @@ class Verdict(Generic[M]):
     ``None`` leaves a field as the queue's state has it. ``wake_at`` asks to be decided again
     at that time without telemetry (0: no wake-up). The rates are what the verdict rests on,
     for the audit trail and the dashboard. ``ends_probe``: the verdict takes a probe's raised
-    level back to its base (recorded as ``Action.PROBE_END``, not as a cut).
+    level back to its base (recorded as ``Action.PROBE_END``, not as a cut). ``restores``: its
+    raise puts back a level the evidence shows fits, which is no probe
+    (``Decision.restores``).
     """
 
     target: int
@@ -68,6 +70,7 @@ class Verdict(Generic[M]):
     pressure_rate: float = 0.0
     success_rate: float = 0.0
     ends_probe: bool = False
+    restores: bool = False
 
 
 @dataclass(frozen=True, slots=True)

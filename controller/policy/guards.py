@@ -4,12 +4,13 @@ In order: the operator's mode (a pinned queue is held), the bounds (a mapping fo
 Cmin..Cmax is pulled inside before any algorithm runs), the evidence (only invocations that
 started after the last change settled, enough of them, not stale: ``evidence.py``), then the
 algorithm's verdict on the ``Situation`` built here, clamped to Cmin..Cmax, never raised
-before the Retry-After of the last cut, nor while the queue has nothing waiting (a raise is a
-probe for capacity, and an empty queue's probe learns nothing but may meet the next burst one
-level too high), and a cut made on evidence carrying Retry-After holds raises until it has
-passed. Dry-run is the engine's: it decides and records, and only the
-execution is skipped. The operator's manual evaluation (``evaluate_manually``) is decided here
-too, by the original rule.
+before the Retry-After of the last cut, nor, where it probes for capacity, while the queue has
+nothing waiting (an empty queue's probe learns nothing but may meet the next burst one level
+too high; a raise to a level the evidence shows fits, a cut's correction, is no probe: the
+messages its storm refused, invisible for their visibility timeout, come back to that level),
+and a cut made on evidence carrying Retry-After holds raises until it has passed. Dry-run is
+the engine's: it decides and records, and only the execution is skipped. The operator's manual
+evaluation (``evaluate_manually``) is decided here too, by the original rule.
 """
 
 from __future__ import annotations
@@ -171,6 +172,7 @@ def decision_from(
         new_state=new_state,
         previous_enabled=state.enabled,
         enabled=enabled,
+        restores=verdict.restores,
     )
 
 

@@ -270,6 +270,17 @@ def test_an_empty_queue_holds_any_algorithms_raise() -> None:
     assert not decision.probes
 
 
+def test_an_empty_queue_is_raised_where_the_raise_restores_a_level_that_fits() -> None:
+    class Restoring(Reckless):
+        def judge(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+            return dataclasses.replace(super().judge(situation), restores=True)
+
+    healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))
+    decision = decide(Restoring(80), state(50), config(), healthy, 110.0, PARAMS, waiting(0))
+    assert (decision.action, decision.target) == (Action.ADDITIVE_INCREASE, 80)
+    assert decision.restores and not decision.probes
+
+
 @pytest.mark.parametrize("visible", [None, 1, 5000])
 def test_a_queue_with_messages_waiting_or_unknown_is_raised(visible: int | None) -> None:
     healthy = window_of(*(sample(at=100 + s + 0.9, ok=10) for s in range(10)))

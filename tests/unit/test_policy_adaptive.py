@@ -493,6 +493,11 @@ def test_a_cut_the_storm_s_full_reports_show_landed_low_is_raised_to_what_they_f
     # not the law's to raise.
     _, shared = run(cut_to_3(ceiling=9), window, 1003.0)
     assert shared.target <= 3, shared.reason
+    # Nothing visible in the queue (the messages the storm refused wait out their visibility
+    # timeout) does not hold it: it is no probe, and they come back to the level it sets.
+    emptied = decide(ALGORITHM, cut_to_3(ceiling=4), config(), window, 1003.0, PARAMS, waiting(0))
+    assert (emptied.target, emptied.reason) == (decision.target, decision.reason)
+    assert emptied.restores and not emptied.probes
 
 
 def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_reports() -> None:

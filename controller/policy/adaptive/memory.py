@@ -95,6 +95,7 @@ def move(
     breaches: int | None = None,
     wake_at: float | None = None,
     ends_probe: bool = False,
+    restores: bool = False,
 ) -> AdaptiveVerdict:
     """A verdict resting on ``stats`` (its rates reported; none: 0)."""
     return Verdict(
@@ -108,6 +109,7 @@ def move(
         pressure_rate=stats.pressure_rate if stats else 0.0,
         success_rate=stats.success_rate if stats else 0.0,
         ends_probe=ends_probe,
+        restores=restores,
     )
 
 

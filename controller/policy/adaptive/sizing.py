@@ -309,6 +309,7 @@ class Sizing(Pausing):
                 before,
                 breaches=state.consecutive_breaches,
                 wake_at=0.0,
+                restores=True,
             )
         # A level the reports' own accepted share fits is kept: the margin ``fitting`` takes
         # is for a cut on a few dozen calls, and a level under what fits leaves capacity unused
