@@ -45,7 +45,8 @@ LATENCY = ["slow-database", "brownout"]
 # (the capacity known in hindsight): wasted <= 1.2 x its share + 0.005, drain <= 1.05 x its.
 ANNOUNCED = ["capacity-drop-announced", "flash-crowd-announced"]
 # Below the floor the bound never tests Cmin (it knows when the capacity returns); a law must,
-# at each scheduled tick, and each test costs a few seconds of Cmin's calls (docs/simulator.md).
+# at the end of each pause (woken on time), and each test costs a few seconds of Cmin's calls
+# (docs/simulator.md).
 BELOW_FLOOR_ANNOUNCED = "below-floor-announced"
 # Two queues sharing an announced quota: the demo announcing it. The bound knows no shared
 # downstream; the blind demo under the same law is the comparison.
