@@ -23,7 +23,7 @@ from controller.policy import memory_type
 from controller.policy.aimd import Aimd
 from controller.settings import PolicyParams
 from load.clock import HandClock
-from tests.factories import config, mapped, registered, sample, state
+from tests.factories import aimd_container, config, mapped, registered, sample, state
 
 UUID = "a1b2c3d4-0000-4000-8000-000000000001"
 
@@ -243,13 +243,6 @@ class PacedUpdates(InMemoryActuator):
         return super().apply(uuid, max_concurrency, enabled, deadline)
 
 
-def container(ledger: InMemoryLedger, actuator: InMemoryActuator, time: HandClock) -> ControlLoop:
-    """A controller container on ``time``: its deadlines and its claims' ends."""
-    return ControlLoop(
-        ledger, actuator, PolicyParams(), algorithm=Aimd(), monotonic=time, clock=time
-    )
-
-
 def test_a_claim_whose_update_waits_for_its_pace_is_left_to_its_claimant() -> None:
     """Two invocations (a lane's batch, and a tick or another lane) decide one queue: the
     first claims its cut, and while its update waits for its pace the second finds the
@@ -260,7 +253,8 @@ def test_a_claim_whose_update_waits_for_its_pace_is_left_to_its_claimant() -> No
     ledger.put_config(config("orders"))
     ledger.commit(state(), AuditEntry("orders", 90.0, AuditEvent.OPERATOR, 100, 100, "X", "x"))
     actuator.add_mapping("esm-orders", 100)
-    lane, other = container(ledger, actuator, time), container(ledger, actuator, time)
+    lane = aimd_container(ledger, actuator, time).loop
+    other = aimd_container(ledger, actuator, time).loop
     meanwhile: list[BatchResult] = []
     actuator.meanwhile = lambda: meanwhile.append(other.run_batch(storm(100), 110.5, time.now + 60))
 
@@ -307,7 +301,7 @@ def test_a_claim_is_reconciled_once_its_end_has_passed(apply_by: float, reconcil
     never carried out, reconciled as ever."""
     time = HandClock(110.0)
     ledger = claimed_cut(InMemoryLedger(memory_types=memory_type), apply_by)
-    loop = container(ledger, mapped(InMemoryActuator()), time)
+    loop = aimd_container(ledger, mapped(InMemoryActuator()), time).loop
 
     loop.tick(110.0, deadline=time.now + 60, woken=["orders"])
 
@@ -323,7 +317,7 @@ def test_another_value_is_drift_while_a_claim_is_in_flight() -> None:
     adopted at once."""
     time = HandClock(110.0)
     ledger = claimed_cut(InMemoryLedger(memory_types=memory_type), 170.0)
-    loop = container(ledger, mapped(InMemoryActuator(), concurrency=70), time)
+    loop = aimd_container(ledger, mapped(InMemoryActuator(), concurrency=70), time).loop
 
     loop.tick(110.0, deadline=time.now + 60, woken=["orders"])
 
