@@ -1,9 +1,10 @@
 """The book: everything a warm controller container remembers about its queues.
 
 Windows of evidence, cached configs and states, the queues waiting to be decided, configs
-reported broken, mappings found missing and claims that may be stranded: all of it lives here,
-behind typed methods, and nothing else holds per-queue memory. Deciding reads the book;
-executing returns effects (:mod:`controller.executor`) that the book applies.
+reported broken, mappings found missing, claims that may be stranded and claims this container
+gave up on: all of it lives here, behind typed methods, and nothing else holds per-queue memory.
+Deciding reads the book; executing returns effects (:mod:`controller.executor`) that the book
+applies.
 
 Memory is bounded by ``capacity`` queues per kind, least recently used forgotten first, with one
 exception: a queue waiting to be decided keeps its window until it has been planned, however
@@ -145,7 +146,16 @@ class Counted:
     times: int = 1
 
 
-Effect = Learned | Marked | MappingGone | Counted
+@dataclass(frozen=True, slots=True)
+class ClaimOver:
+    """This container's claim of the queue that ends at ``apply_by`` will not be carried out
+    (its invocation gave up on it): wherever the book holds that claim, it holds it as over."""
+
+    queue: str
+    apply_by: float
+
+
+Effect = Learned | Marked | MappingGone | Counted | ClaimOver
 
 
 class BookView(Protocol):
@@ -183,6 +193,9 @@ class QueueBook:
         # Queues whose last claim may disagree with their mapping (a ledger fault mid-step):
         # their next step reads the mapping, even a HOLD, and reconciles the ledger to it.
         self._unsettled: LruCache[str, bool] = LruCache(capacity)
+        # The end (``QueueState.apply_by``) of each queue's claim that this container made and
+        # gave up on: it is over here at once, not at its end, as it must be to others.
+        self._claims_over: LruCache[str, float] = LruCache(capacity)
         self._forgetting_reported = False
         # What the container learned of each group of queues sharing a downstream, and the
         # version of the ledger's copy it derives from.
@@ -404,19 +417,21 @@ class QueueBook:
     def state(self, queue: str) -> QueueState | None:
         return self._states.get(queue)
 
-    def learn(self, state: QueueState) -> None:
+    def learn(self, state: QueueState) -> QueueState:
         """Take a state read from the ledger, unless the book holds that version or a newer
-        one (equal versions: the book's is the same transition plus unwritten memory).
+        one (equal versions: the book's is the same transition plus unwritten memory); the
+        state as the book holds it.
 
         A state whose last write claimed a move may have been stranded by another container
         (its update or revert failed, or its answer was lost): its next step checks the
         mapping first."""
         cached = self._states.get(state.queue)
         if cached is not None and cached.version >= state.version:
-            return
+            return cached
         if state.last_action is not Action.HOLD:
             self._unsettled[state.queue] = True
-        self._states[state.queue] = state
+        learned = self._states[state.queue] = self._without_claim_over(state)
+        return learned
 
     def first_state(self, state: QueueState) -> None:
         """A state learned from the queue's mapping (never decided before): the mapping is
@@ -452,13 +467,27 @@ class QueueBook:
             match effect:
                 case Learned(state):
                     self._unsettled.pop(state.queue)
-                    self._states[state.queue] = state
+                    self._states[state.queue] = self._without_claim_over(state)
                 case Marked(queue, mark):
                     self._mark(queue, mark)
                 case MappingGone(queue, uuid, recheck_at):
                     self._mapping_gone(queue, uuid, recheck_at)
                 case Counted(count, times):
                     self.count(count, times)
+                case ClaimOver(queue, apply_by):
+                    self._claims_over[queue] = apply_by
+                    held = self._states.get(queue)
+                    if held is not None:
+                        self._states[queue] = self._without_claim_over(held)
+
+    def _without_claim_over(self, state: QueueState) -> QueueState:
+        """``state``, its claim's end cleared where the claim is one this container gave up
+        on: the mapping found at the value the claim moved from is then that claim not carried
+        out, reconciled at once (``controller.executor``), where another container waits for
+        the end in case its claimant is still at it."""
+        if state.apply_by and self._claims_over.get(state.queue) == state.apply_by:
+            return state.evolve(apply_by=0.0)
+        return state
 
     def _mark(self, queue: str, mark: Mark) -> None:
         if mark is Mark.CONFLICTED:

@@ -18,6 +18,7 @@ from typing import Protocol
 from controller.book import (
     MAPPING_RECHECK_S,
     BookView,
+    ClaimOver,
     Count,
     Counted,
     Effect,
@@ -212,21 +213,27 @@ class AwsExecutor:
             return False
         if step.actuates and not self._fits(CLAIM_BUDGET_S, deadline):
             raise _OutOfTime
-        committed = self._commit(self._with_end(step, step.claim, deadline), execution)
-        if committed is None:
-            return False
-        if not step.actuates:
-            execution.done.append(decision)
-            return False
+        claim = self._with_end(step, step.claim, deadline)
         try:
-            # Time for the revert's ledger write is kept back, should the update fail.
-            apply_by = deadline - ATTEMPT_TIMEOUT_S
-            self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, apply_by)
-        except ActuationError as error:
-            self._revert(step, committed, now, error, execution)
-            if isinstance(error, MappingNotFound):
-                raise
-            return True
+            committed = self._commit(claim, execution)
+            if committed is None:
+                _given_up(claim, effects)
+                return False
+            if not step.actuates:
+                execution.done.append(decision)
+                return False
+            try:
+                # Time for the revert's ledger write is kept back, should the update fail.
+                apply_by = deadline - ATTEMPT_TIMEOUT_S
+                self.actuator.apply(config.esm_uuid, decision.target, decision.enabled, apply_by)
+            except ActuationError as error:
+                self._revert(step, committed, now, error, execution)
+                if isinstance(error, MappingNotFound):
+                    raise
+                return True
+        except LedgerError:
+            _given_up(claim, effects)
+            raise
         effects.append(Counted(Count.ESM_UPDATES))
         execution.done.append(decision)
         return False
@@ -395,6 +402,18 @@ def _claim_in_flight(claimed: QueueState, view: MappingView, now: float) -> bool
         and claimed.last_action is not Action.HOLD
         and view.max_concurrency == claimed.previous_concurrency
     )
+
+
+def _given_up(claim: Transition, effects: list[Effect]) -> None:
+    """This invocation will not update the mapping for ``claim``, which may yet stand in the
+    ledger: its commit's answer was lost (the ledger's retry then meets it as a conflict, or
+    the retries ran out), or its update failed and so did the revert. Where the claim moves
+    the mapping, this container knows it is over and reconciles it with its next step,
+    without waiting for its end as other containers must (they cannot tell it from an update
+    waiting for its pace). A conflict with another writer's claim costs nothing: that claim's
+    end is another."""
+    if claim.state.apply_by:
+        effects.append(ClaimOver(claim.state.queue, claim.state.apply_by))
 
 
 def _retry(step: Step) -> Marked:

@@ -363,9 +363,10 @@ class ControlLoop:
         # mapping (a paced control-plane call each) because the book forgot it meanwhile.
         held = {config.queue: book.state(config.queue) for config in configs}
         missing = [queue for queue, state in held.items() if state is None]
-        stored = self.ledger.get_states(missing) if missing else {}
-        for read in stored.values():
-            book.learn(read)
+        stored = {
+            queue: book.learn(read)
+            for queue, read in (self.ledger.get_states(missing) if missing else {}).items()
+        }
         known: dict[str, QueueState] = {}
         for config in configs:
             state = (

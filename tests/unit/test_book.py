@@ -4,7 +4,7 @@ forgets (issue 31.2)."""
 from __future__ import annotations
 
 from controller.actuator import InMemoryActuator
-from controller.book import Count, Learned, MappingGone, Mark, Marked, QueueBook
+from controller.book import ClaimOver, Count, Learned, MappingGone, Mark, Marked, QueueBook
 from controller.ledger import InMemoryLedger
 from controller.loop import ControlLoop
 from controller.model import Action, AuditEntry, AuditEvent
@@ -134,3 +134,18 @@ def test_states_the_book_held_are_used_though_learning_others_forgets_them() -> 
 
     assert sorted((d.queue, d.target) for d in done) == [(queue, 50) for queue in QUEUES]
     assert actuator.reads == 0
+
+
+def test_a_claim_this_container_gave_up_on_is_held_as_over() -> None:
+    book = QueueBook()
+    claimed = state(concurrency=50).evolve(
+        last_action=Action.MULTIPLICATIVE_DECREASE, version=3, apply_by=170.0
+    )
+    book.apply([Learned(claimed), ClaimOver("orders", 170.0)])
+    assert book.state("orders") == claimed.evolve(apply_by=0.0)
+    # Read again from the ledger (after a conflict forgot it): still over here.
+    book.apply([Marked("orders", Mark.CONFLICTED)])
+    assert book.learn(claimed) == claimed.evolve(apply_by=0.0) == book.state("orders")
+    # Another claim (another end) is another container's, or a later one: in flight.
+    later = claimed.evolve(version=5, apply_by=230.0)
+    assert book.learn(later) == later

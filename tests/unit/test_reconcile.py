@@ -102,13 +102,12 @@ def claim_stranded_by_a_failed_revert(
     return app
 
 
-@pytest.mark.parametrize("warm", [True, False], ids=["warm", "cold"])
-def test_a_stranded_claim_is_reconciled_once_its_end_has_passed(
-    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock, warm: bool
+def test_a_claim_stranded_in_another_container_is_reconciled_once_its_end_has_passed(
+    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
 ) -> None:
-    app = claim_stranded_by_a_failed_revert(ledger, actuator, time)
-    # The redeliveries, the ledger healthy again: in the same container, or a recycled one.
-    container = app if warm else aimd_container(ledger, actuator, time)
+    claim_stranded_by_a_failed_revert(ledger, actuator, time)
+    # The redeliveries, the ledger healthy again, in a recycled container.
+    container = aimd_container(ledger, actuator, time)
     # Before the claim's end, as far as this container can tell, its claimant is still at it.
     container.handle(storm_event(), INVOCATION)
     assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
@@ -123,6 +122,20 @@ def test_a_stranded_claim_is_reconciled_once_its_end_has_passed(
     assert claim_end(ledger) == 0.0
 
 
+def test_the_claimant_s_own_container_reconciles_its_stranded_claim_at_once(
+    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
+) -> None:
+    """It gave up on the claim: nobody is still at it, whatever its end says."""
+    app = claim_stranded_by_a_failed_revert(ledger, actuator, time)
+    assert time.now < claim_end(ledger)
+    app.handle(storm_event(), INVOCATION)
+    assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
+    assert events(ledger)[-1] is AuditEvent.ACTUATION_RECONCILED
+    assert AuditEvent.DRIFT_DETECTED not in events(ledger)
+    assert app.loop.counters[Count.CLAIMS_IN_FLIGHT] == 0
+    assert claim_end(ledger) == 0.0
+
+
 def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
     ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
 ) -> None:
@@ -131,16 +144,33 @@ def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
     assert app.handle(storm_event(), INVOCATION)["batchItemFailures"]
     # The claim landed, the mapping was never updated.
     assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
-    # Redeliveries: the first meets the claim as a version conflict, the second finds it in
-    # flight; the third, after the claim's end, repairs it.
-    for _ in range(2):
-        app.handle(storm_event(), INVOCATION)
-    assert app.loop.counters[Count.CLAIMS_IN_FLIGHT] == 1
-    time.now = claim_end(ledger)
+    # Redeliveries: the first meets the claim as a version conflict; the second, before the
+    # claim's end, repairs it: this container knows it never sent the claim's update.
+    app.handle(storm_event(), INVOCATION)
+    assert stored_concurrency(ledger) == 50
+    assert time.now < claim_end(ledger)
     app.handle(storm_event(), INVOCATION)
     assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
     assert events(ledger)[:2] == [AuditEvent.TRANSITION, AuditEvent.ACTUATION_RECONCILED]
     assert AuditEvent.DRIFT_DETECTED not in events(ledger)
+    assert app.loop.counters[Count.CLAIMS_IN_FLIGHT] == 0
+
+
+def test_a_lost_commit_answer_waits_for_its_end_in_another_container(
+    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
+) -> None:
+    """Another container cannot tell a lost answer from an update waiting for its pace."""
+    app = aimd_container(ledger, actuator, time)
+    ledger.lose = 1
+    assert app.handle(storm_event(), INVOCATION)["batchItemFailures"]
+    other = aimd_container(ledger, actuator, time)
+    other.handle(storm_event(), INVOCATION)
+    assert other.loop.counters[Count.CLAIMS_IN_FLIGHT] == 1
+    assert stored_concurrency(ledger) == 50
+    time.now = claim_end(ledger)
+    other.handle(storm_event(), INVOCATION)
+    assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
+    assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
 
 
 def test_a_steady_queue_after_reconciliation_costs_no_writes(
@@ -148,10 +178,8 @@ def test_a_steady_queue_after_reconciliation_costs_no_writes(
 ) -> None:
     app = aimd_container(ledger, actuator, time)
     ledger.lose = 1
-    for _ in range(3):  # the claim, then a version conflict, then the claim in flight
+    for _ in range(3):  # the claim, then a version conflict, then the reconciliation
         app.handle(storm_event(), INVOCATION)
-    time.now = claim_end(ledger)
-    app.handle(storm_event(), INVOCATION)
     assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
     written = len(ledger.audit_trail("orders"))
     for _ in range(3):  # the same evidence again: nothing new to decide or write
