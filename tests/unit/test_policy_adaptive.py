@@ -1029,6 +1029,25 @@ def test_a_cut_on_timeouts_is_corrected_on_each_report_more_of_them() -> None:
     assert again.action is Action.HOLD, again.reason
 
 
+def test_a_cut_on_timeouts_at_the_quarter_is_corrected_on_to_their_accepted_share() -> None:
+    current, window = cut_on_first_timeouts()
+    for document in timing_out(1000, 10, ok=0, timed_out=10) + timing_out(1001, 20, 0, 10):
+        window.add(document)
+    current, corrected = run(current, window, 1003.0)
+    assert corrected.target == 5, corrected.reason
+    # More of the invocations from before the cut report, every call timed out (520 of 600):
+    # the level, at the quarter of what ran, goes on to their accepted share (2 of the 20,
+    # less the margin), rather than waiting a telemetry round trip of timeouts at 5.
+    for document in timing_out(1002, 20, ok=0, timed_out=10):
+        window.add(document)
+    current, deeper = run(current, window, 1004.0)
+    assert (deeper.action, deeper.target) == (Action.MULTIPLICATIVE_DECREASE, 2), deeper.reason
+    assert "past the quarter" in deeper.reason, deeper.reason
+    # No report more, no correction more.
+    _, again = run(current, window, 1005.0)
+    assert again.action is Action.HOLD, again.reason
+
+
 def at_latency(start: int, seconds: int, per_second: int, latency_ms: float) -> list[Sample]:
     """``steady``'s clean invocations of 10 calls, each call taking ``latency_ms``."""
     return [
