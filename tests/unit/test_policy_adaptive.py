@@ -464,6 +464,38 @@ def test_a_correction_keeps_a_level_the_storm_s_full_reports_say_fits() -> None:
     assert deeper.target == 5
 
 
+def test_a_second_storm_inside_a_correction_s_period_is_cut_at_once() -> None:
+    # Corrected to 20 at 1002 on 6,000 calls of a storm: 40 invocations in use, half their
+    # calls refused. The capacity falls again at 1000: the reports of seconds 1000 and 1001,
+    # among those from before the correction, show 90% refused, where about 3 fit. The
+    # correction waits for twice the calls it was sized on, the guards for invocations
+    # started after it, a telemetry round trip more of the storm; that second storm is cut
+    # now. One that fits more than half the level still waits for its evidence.
+    def corrected(ok: int) -> Decision:
+        current = attached(
+            20,
+            at=1002.0,
+            cut_at=1002.0,
+            cut_evidence_since=980.0,
+            cut_requests=6000,
+            cut_running=40.0,
+            ceiling=21,
+            broke_at=40,
+        )
+        window = window_of(*steady(980, 20, 40, ok=5, throttled=5))
+        for second in (1000, 1001):
+            for document in storm_seconds(second, 6, ok=ok, throttled=10 - ok):
+                window.add(document)
+        _, decision = run(current, window, 1004.0)
+        return decision
+
+    second_storm = corrected(ok=1)
+    assert second_storm.action is Action.MULTIPLICATIVE_DECREASE, second_storm.reason
+    assert second_storm.target <= 4 and second_storm.reason.startswith("Correcting the cut")
+    weaker = corrected(ok=3)
+    assert (weaker.action, weaker.target) == (Action.HOLD, 20), weaker.reason
+
+
 def test_a_cut_the_storm_s_full_reports_show_landed_low_is_raised_to_what_they_fit() -> None:
     # Cut from 16 to 3 on first reports that showed a few of the invocations in use. The rest
     # of them show 16 invocations a second, half their calls refused: about 6 fit, more than

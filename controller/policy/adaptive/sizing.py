@@ -251,8 +251,9 @@ class Sizing(Pausing):
         downstream still accepted: a cut on them falls short, and waiting for evidence from
         after it costs a settle period of the storm. The invocations that started before the
         cut keep reporting; once they hold ``correction_evidence`` times the calls the cut was
-        sized on, their accepted share sizes the cut again (``None``: none due, or the cut was
-        deep enough: the level is at or under the target, or within what their accepted share
+        sized on, their accepted share sizes the cut again; at once, before that, where it fits
+        under ``correction_at_once`` of the level (``None``: none due, or the cut was deep
+        enough: the level is at or under the target, or within what their accepted share
         fits).
         """
         state, memory, now = situation.state, situation.memory, situation.now
@@ -260,25 +261,42 @@ class Sizing(Pausing):
         if not self.correction_due(situation):
             return None
         before = window.stats(memory.cut_evidence_since, memory.cut_at)
-        if before.requests < self.correction_evidence * memory.cut_requests or not refused(before):
+        if not refused(before):
             return None
         # The storm at full strength: its first second straddles the onset.
-        pressure = max(
-            [before.pressure_rate]
-            + [
+        worst_second = max(
+            (
                 bucket.pressure_rate
                 for _, bucket in window.seconds(memory.cut_evidence_since, memory.cut_at)
                 if bucket.requests >= 2 * params.min_samples
-            ]
+            ),
+            default=0.0,
         )
+        pressure = max(before.pressure_rate, worst_second)
         # The reports that came since may show more invocations running than those the cut
         # was sized from (a poller still climbing when the first reports left).
         running = max(memory.cut_running, peak_concurrency(before, window) or 0.0)
+        current = state.concurrency
+        # A second storm (the capacity falling again) inside the correction's period reports
+        # among the evidence from before the cut, where the correction waits for twice the
+        # calls and the guards for invocations started after it (throttling seed 100 draw 185:
+        # corrected to 40 at 53 s, the cliff's seconds showed 95% refused at 55 s, cut at 68 s,
+        # 40 invocations refused 90% meanwhile). A level far over what its worst second fits
+        # is cut now, on reports that came since it (a storm's newest seconds, never the
+        # evidence it was sized on again).
+        settled = before.requests >= self.correction_evidence * memory.cut_requests
+        second_storm = (
+            before.requests > memory.cut_requests
+            and worst_second >= params.t1
+            and self.fitting(running, worst_second, before.requests)
+            < self.correction_at_once * current
+        )
+        if not settled and not second_storm:
+            return None
         paused = self._pause_far_below(situation, before, running)
         if paused is not None:
             return paused
         target = clamp(self.fitting_level(running, pressure, before.requests), params)
-        current = state.concurrency
         # A cut sized on a storm's first reports can land low (the newest seconds read few of
         # the invocations in use: throttling 1001 draw 150, 70 running read as 6.8 and cut to
         # 5, then 3, where 15 fit): where the rest of them fit more than one level over it,

@@ -35,6 +35,9 @@ class Tuning:
     # on timeouts: on every report more, ``Latency.correction``).
     correction_s: float = 8.0
     correction_evidence: float = 2.0
+    # A correction is made at once, whatever the evidence, where the storm's worst second
+    # fits under this share of the level (a second storm: ``Sizing.correction``).
+    correction_at_once: float = 0.5
     # Standard errors added to the pressure that sizes a cut.
     sizing_z: float = 1.0
     # Pulse probes: how long the raised cap stands, when and how patiently its invocations are
