@@ -3,6 +3,8 @@ end has passed: until then its claimant may still be updating the mapping."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from controller.actuator import InMemoryActuator
@@ -102,24 +104,16 @@ def claim_stranded_by_a_failed_revert(
     return app
 
 
-def test_a_claim_stranded_in_another_container_is_reconciled_once_its_end_has_passed(
+def claim_with_its_answer_lost(
     ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
-) -> None:
-    claim_stranded_by_a_failed_revert(ledger, actuator, time)
-    # The redeliveries, the ledger healthy again, in a recycled container.
-    container = aimd_container(ledger, actuator, time)
-    # Before the claim's end, as far as this container can tell, its claimant is still at it.
-    container.handle(storm_event(), INVOCATION)
+) -> ControllerApp:
+    """The claim lands (100 -> 50) but its commit answers with an error: the mapping is never
+    updated. Returns the claimant's container."""
+    app = aimd_container(ledger, actuator, time)
+    ledger.lose = 1
+    assert app.handle(storm_event(), INVOCATION)["batchItemFailures"]
     assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
-    assert container.loop.counters[Count.CLAIMS_IN_FLIGHT] == 1
-    assert AuditEvent.ACTUATION_RECONCILED not in events(ledger)
-
-    time.now = claim_end(ledger)
-    container.handle(storm_event(), INVOCATION)
-    assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
-    assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
-    assert AuditEvent.DRIFT_DETECTED not in events(ledger)
-    assert claim_end(ledger) == 0.0
+    return app
 
 
 def test_the_claimant_s_own_container_reconciles_its_stranded_claim_at_once(
@@ -139,11 +133,7 @@ def test_the_claimant_s_own_container_reconciles_its_stranded_claim_at_once(
 def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
     ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
 ) -> None:
-    app = aimd_container(ledger, actuator, time)
-    ledger.lose = 1
-    assert app.handle(storm_event(), INVOCATION)["batchItemFailures"]
-    # The claim landed, the mapping was never updated.
-    assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
+    app = claim_with_its_answer_lost(ledger, actuator, time)
     # Redeliveries: the first meets the claim as a version conflict; the second, before the
     # claim's end, repairs it: this container knows it never sent the claim's update.
     app.handle(storm_event(), INVOCATION)
@@ -156,29 +146,41 @@ def test_a_lost_commit_answer_is_reconciled_not_reported_as_drift(
     assert app.loop.counters[Count.CLAIMS_IN_FLIGHT] == 0
 
 
-def test_a_lost_commit_answer_waits_for_its_end_in_another_container(
-    ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
+@pytest.mark.parametrize(
+    "strand",
+    [claim_stranded_by_a_failed_revert, claim_with_its_answer_lost],
+    ids=["failed revert", "lost answer"],
+)
+def test_a_claim_stranded_in_another_container_is_reconciled_once_its_end_has_passed(
+    ledger: FaultyCommits,
+    actuator: FailingUpdates,
+    time: HandClock,
+    strand: Callable[[FaultyCommits, FailingUpdates, HandClock], ControllerApp],
 ) -> None:
-    """Another container cannot tell a lost answer from an update waiting for its pace."""
-    app = aimd_container(ledger, actuator, time)
-    ledger.lose = 1
-    assert app.handle(storm_event(), INVOCATION)["batchItemFailures"]
+    """Another container (a recycled one, another shard's) cannot tell a claim given up from
+    an update waiting for its pace."""
+    strand(ledger, actuator, time)
+    # The redeliveries, the ledger healthy again, in another container.
     other = aimd_container(ledger, actuator, time)
+    # Before the claim's end, as far as this container can tell, its claimant is still at it.
     other.handle(storm_event(), INVOCATION)
+    assert (stored_concurrency(ledger), actuator.read("esm-orders", 0).max_concurrency) == (50, 100)
     assert other.loop.counters[Count.CLAIMS_IN_FLIGHT] == 1
-    assert stored_concurrency(ledger) == 50
+    assert AuditEvent.ACTUATION_RECONCILED not in events(ledger)
+
     time.now = claim_end(ledger)
     other.handle(storm_event(), INVOCATION)
     assert stored_concurrency(ledger) == actuator.read("esm-orders", 0).max_concurrency
     assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
+    assert AuditEvent.DRIFT_DETECTED not in events(ledger)
+    assert claim_end(ledger) == 0.0
 
 
 def test_a_steady_queue_after_reconciliation_costs_no_writes(
     ledger: FaultyCommits, actuator: FailingUpdates, time: HandClock
 ) -> None:
-    app = aimd_container(ledger, actuator, time)
-    ledger.lose = 1
-    for _ in range(3):  # the claim, then a version conflict, then the reconciliation
+    app = claim_with_its_answer_lost(ledger, actuator, time)
+    for _ in range(2):  # a version conflict, then the reconciliation
         app.handle(storm_event(), INVOCATION)
     assert AuditEvent.ACTUATION_RECONCILED in events(ledger)
     written = len(ledger.audit_trail("orders"))
