@@ -26,6 +26,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from operator import itemgetter
 
 from controller.groups.estimate import (
     LAG_S,
@@ -59,6 +60,11 @@ HEADROOM = 1.2
 JUDGED_AFTER_S = 2.0
 # The seconds a member's pace (its calls per invocation-second) is measured on.
 PACE_SPAN_S = 120.0
+# A member that starts nothing still has work where this share of its newest calls (this many
+# at least) were refused (429s, 503s): their messages come back (5xx noise alone is far under
+# it; a member whose calls time out is decided on its timeouts' evidence, as before).
+RETURNING_SHARE = 0.5
+RETURNING_CALLS = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,12 +195,16 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
         sent = 0.0
     demand = params.cmax * pace if saturated else HEADROOM * sent
     floor = params.cmin * pace
+    # Refused messages come back a visibility timeout later: a member that starts nothing, most
+    # of its last calls refused, still has work (though nothing shows waiting), and runs at its
+    # floor when they are back. Where the floors do not fit, it waits its turn for them.
+    claims_floor = saturated or (idle and _last_calls_refused(member.window))
     return Claim(
         queue=queue,
         priority=member.config.priority,
         weight=member.config.weight,
-        floor_rps=floor if saturated else min(floor, demand),
-        demand_rps=max(demand, floor if saturated else 0.0),
+        floor_rps=floor if claims_floor else min(floor, demand),
+        demand_rps=max(demand, floor if claims_floor else 0.0),
         pace=pace,
         cmin=params.cmin,
         cmax=params.cmax,
@@ -202,6 +212,19 @@ def _claim(member: Member, pace: float, memory: GroupMemory, pool: Pooled, now: 
         since=since,
         paused_since=paused_since,
     )
+
+
+def _last_calls_refused(window: WindowSnapshot) -> bool:
+    """Whether at least ``RETURNING_SHARE`` of the newest ``RETURNING_CALLS`` calls the window
+    holds (whole seconds of starts, newest first) were refused by the downstream (timeouts
+    are the client's)."""
+    calls = refused = 0
+    for _, stats in sorted(window.buckets, key=itemgetter(0), reverse=True):
+        calls += stats.requests
+        refused += stats.pressure - stats.timed_out
+        if calls >= RETURNING_CALLS:
+            break
+    return calls >= RETURNING_CALLS and refused >= RETURNING_SHARE * calls
 
 
 def _since(window: WindowSnapshot, since: float, until: float) -> tuple[int, float, bool]:

@@ -329,6 +329,28 @@ class TestTimeSharing:
             decision = decided.decisions[queue]
             assert not decision.enabled and decision.new_state.wake_at > NOW
 
+    @pytest.mark.parametrize("refused", [0, 15])
+    def test_a_member_whose_last_calls_were_refused_waits_its_turn_for_their_return(
+        self, refused: int
+    ) -> None:
+        # shared seed 300 draw 24: below the floor, a member whose refused messages were all
+        # out of sight started nothing for a while; read as having no work, it ran beside the
+        # member whose turn it was each time they came back, 85-92% of its calls refused, and
+        # lost 260 messages to the dead-letter queue. Its last calls clean, it has no work.
+        busy = member("busy", 5, 15, concurrency=2)
+        quiet = member("quiet", 20 - refused, refused, concurrency=2, seconds=range(940, 985))
+        memory = GroupMemory(
+            capacity_rps=30.0, next_probe_at=NOW + 60, running_since={"busy": NOW - 5}
+        )
+        decided = govern("api", [busy, quiet], memory, NOW)
+        waiting = {share.queue for share in decided.report.members if share.paused}
+        if refused:
+            assert waiting == {"quiet"}
+            assert not decided.decisions["quiet"].enabled
+        else:
+            assert waiting == set()
+            assert "quiet" not in decided.decisions or decided.decisions["quiet"].enabled
+
     @settings(max_examples=30)
     @given(
         members=st.integers(3, 30),
