@@ -48,10 +48,11 @@ def window(
     seconds: range | None = None,
     downstream: str = "api",
     invocations: int = 1,
+    timed_out: int = 0,
 ) -> QueueWindow:
-    """A queue's window: ``invocations`` of ``ok + refused`` calls starting each second of
-    ``seconds`` (the last 30 s by default), each taking one second (a pace of ``ok +
-    refused``)."""
+    """A queue's window: ``invocations`` of ``ok + refused + timed_out`` calls starting each
+    second of ``seconds`` (the last 30 s by default), each taking one second (a pace of as
+    many calls)."""
     kept = QueueWindow()
     for second in seconds or range(int(NOW) - 30, int(NOW)):
         for _ in range(invocations):
@@ -59,9 +60,10 @@ def window(
                 Sample(
                     queue=queue,
                     event_time=second + 1.0,
-                    requests=ok + refused,
+                    requests=ok + refused + timed_out,
                     ok=ok,
                     throttled=refused,
+                    timed_out=timed_out,
                     invocation_ms=1000.0,
                     downstream=downstream,
                 )
@@ -81,6 +83,7 @@ def member(
     paused_since: float = 0.0,
     cmax: int = 10,
     seconds: range | None = None,
+    timed_out: int = 0,
 ) -> Member:
     """A member decided alone to hold at ``concurrency``, every invocation of it in use."""
     params = PolicyParams(cmin=2, cmax=cmax)
@@ -98,7 +101,9 @@ def member(
         Aimd(),
         lambda _: params,
     ).steps
-    snapshot = window(queue, ok, refused, seconds=seconds, invocations=concurrency).snapshot()
+    snapshot = window(
+        queue, ok, refused, seconds=seconds, invocations=concurrency, timed_out=timed_out
+    ).snapshot()
     return Member(config, held, step.decision, params, snapshot)
 
 
@@ -329,16 +334,24 @@ class TestTimeSharing:
             decision = decided.decisions[queue]
             assert not decision.enabled and decision.new_state.wake_at > NOW
 
-    @pytest.mark.parametrize("refused", [0, 15])
+    @pytest.mark.parametrize(("refused", "timed_out"), [(15, 0), (0, 0), (0, 15)])
     def test_a_member_whose_last_calls_were_refused_waits_its_turn_for_their_return(
-        self, refused: int
+        self, refused: int, timed_out: int
     ) -> None:
         # shared seed 300 draw 24: below the floor, a member whose refused messages were all
         # out of sight started nothing for a while; read as having no work, it ran beside the
         # member whose turn it was each time they came back, 85-92% of its calls refused, and
-        # lost 260 messages to the dead-letter queue. Its last calls clean, it has no work.
+        # lost 260 messages to the dead-letter queue. Its last calls clean, or timed out (the
+        # client's, not the downstream's refusal), it has no work.
         busy = member("busy", 5, 15, concurrency=2)
-        quiet = member("quiet", 20 - refused, refused, concurrency=2, seconds=range(940, 985))
+        quiet = member(
+            "quiet",
+            20 - refused - timed_out,
+            refused,
+            concurrency=2,
+            seconds=range(940, 985),
+            timed_out=timed_out,
+        )
         memory = GroupMemory(
             capacity_rps=30.0, next_probe_at=NOW + 60, running_since={"busy": NOW - 5}
         )
