@@ -23,10 +23,10 @@ Pure: the members' decisions, windows and the group's memory in, decisions and m
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from operator import itemgetter
 
 from controller.groups.estimate import (
     LAG_S,
@@ -219,7 +219,7 @@ def _last_calls_refused(window: WindowSnapshot) -> bool:
     holds (whole seconds of starts, newest first) were refused by the downstream (timeouts
     are the client's)."""
     calls = refused = 0
-    for _, stats in sorted(window.buckets, key=itemgetter(0), reverse=True):
+    for _, stats in reversed(window.seconds(-math.inf, math.inf)):
         calls += stats.requests
         refused += stats.pressure - stats.timed_out
         if calls >= RETURNING_CALLS:
