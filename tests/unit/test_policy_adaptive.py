@@ -636,14 +636,14 @@ def test_a_storm_met_by_a_pulse_is_cut_on_the_pulse_evidence() -> None:
     assert verdict.target <= 3
 
 
-def test_a_pulse_passes_only_under_the_pressure_a_level_is_trimmed_at() -> None:
-    # A level just over the capacity draws a few refusals in a thousand: a probe committing it
-    # would be trimmed back a few hundred calls later, and probe it again.
+def test_a_pulse_passes_only_under_the_clean_share() -> None:
+    # A level just over the capacity draws a few refusals in a thousand: committed by a probe,
+    # it would go on drawing them under T1, each message back a visibility timeout later.
     def verdict_with(throttled: int) -> Decision:
         late = sample(at=992.9, ok=100 - throttled, throttled=throttled, invocation_ms=800)
         return pulse_verdict(*steady(992, 1, 9, ok=100), late)
 
-    # 1 and 4 refused calls in 1,000: under and over the trim's share (0.25%).
+    # 1 and 4 refused calls in 1,000: under and over the clean share (0.25%).
     passed = verdict_with(throttled=1)
     assert passed.reason.startswith("Probe passed"), passed.reason
     failed = verdict_with(throttled=4)
@@ -695,10 +695,12 @@ def test_the_level_that_fits_is_under_the_running_and_within_their_accepted_shar
         assert level <= running * (1.0 - pressure)
 
 
-def test_a_level_just_over_the_capacity_is_trimmed_by_one() -> None:
+def test_a_level_drawing_refusals_under_t1_holds_in_the_band() -> None:
+    # No step down on a few refusals: stepping down and probing back drew more refused calls
+    # than the level does (docs/measurements.md, "Rules the families do not need (stop 56)").
     decision = just_over(16)
-    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 15)
-    assert decision.reason.startswith("Trim"), decision.reason
+    assert (decision.action, decision.target) == (Action.HOLD, 16), decision.reason
+    assert decision.reason.startswith("Within band"), decision.reason
 
 
 def test_a_storms_first_reports_after_a_clean_history_are_cut_to_be_corrected() -> None:
@@ -727,47 +729,17 @@ def after_first_reports(*history: Sample) -> Decision:
     return decision
 
 
-def test_a_storms_first_few_reports_are_not_trimmed() -> None:
-    # After 29 clean seconds at 4 invocations of 5 calls: 1.5% over the evidence, nothing
-    # before the newest two seconds, and 37 calls since the first second that met T1, too few
-    # to cut on (in the live demo a trim 16 -> 15 as a storm began put its cut 5 s later, and
-    # 7.6% of the calls were refused).
+def test_a_storms_first_few_reports_wait_for_enough_calls_to_cut_on() -> None:
+    # After 29 clean seconds at 4 invocations of 5 calls: 1.5% over the evidence and 37 calls
+    # since the first second that met T1, too few to cut on.
     decision = after_first_reports(*steady(960, 29, 4, ok=5))
     assert (decision.action, decision.target) == (Action.HOLD, 4), decision.reason
-    assert "0.00% before the newest 2 seconds" in decision.reason
+    assert decision.reason.startswith("Within band"), decision.reason
     # With 10 calls an invocation in the history, 57 calls since then, 15.8% refused: a cut,
     # one invocation too many explaining that share so far, corrected once the rest report.
     cut = after_first_reports(*steady(960, 29, 4, ok=10))
     assert (cut.action, cut.target) == (Action.MULTIPLICATIVE_DECREASE, 3), cut.reason
     assert memory_of(cut.new_state).cut_at == 991.0
-
-
-def test_a_level_over_the_capacity_since_before_the_newest_seconds_is_trimmed() -> None:
-    # The same, with the evidence before the newest two seconds at the trim's share too
-    # (0.35%): the level draws rejections steadily, not a storm beginning.
-    steadily_refused = [
-        sample(at=960.9 + second, ok=9, throttled=1, invocation_ms=800)
-        for second in (3, 10, 17, 24)
-    ]
-    decision = after_first_reports(*steady(960, 29, 4, ok=10), *steadily_refused)
-    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 3)
-    assert decision.reason.startswith("Trim"), decision.reason
-
-
-def test_rejections_after_too_short_a_clean_history_to_trim_on_are_trimmed() -> None:
-    # The same first reports after only 9 clean seconds (360 calls, under the 400 a trim needs):
-    # too little to call the level clean before them, as after a probe committed a level just
-    # over the capacity.
-    decision = after_first_reports(*steady(979, 10, 4, ok=10))
-    assert (decision.action, decision.target) == (Action.MULTIPLICATIVE_DECREASE, 3)
-    assert decision.reason.startswith("Trim"), decision.reason
-
-
-def test_a_poller_climbing_well_under_the_cap_is_not_trimmed() -> None:
-    # A cap of 100 with 16 running: a cap of 99 would not lower what runs, and the change
-    # would restart the evidence a storm's cut waits for (flash-crowd: 5 s of its first storm).
-    decision = just_over(100)
-    assert (decision.action, decision.target) == (Action.HOLD, 100), decision.reason
 
 
 def test_a_level_used_whole_grows_though_its_newest_reports_still_trail() -> None:
@@ -1228,22 +1200,6 @@ def test_a_test_of_the_floor_with_few_clean_reports_goes_on_and_a_refusal_ends_i
     current, verdict = run(current, storm, test_at + 26.0)
     assert verdict.action is Action.PAUSE and not current.enabled, verdict.reason
     assert memory_of(current).judge_at == test_at + 26.0 + ALGORITHM.judge_after_s
-
-
-def test_a_big_step_refused_in_part_is_sized_on_the_pulse_s_accepted_share() -> None:
-    # Three passes in a row: the next step is the whole level, 8 -> 16, and a quarter of the
-    # pulse's calls are refused: about 12 of its 16 fit.
-    current = attached(8, ceiling=9, probe_streak=8)
-    window = window_of(*steady(960, 30, 10, ok=10))
-    current, raised = run(current, window, 992.0)
-    assert raised.target == 16, raised.reason
-    current, _ = run(current, window, memory_of(current).probe_until)
-    for document in steady(992, 3, 16, ok=6, throttled=2):
-        window.add(document)
-    current, verdict = run(current, window, memory_of(current).judge_at)
-    assert 8 < verdict.target < 16, verdict.reason
-    assert memory_of(current).ceiling == verdict.target + 1
-    assert memory_of(current).broke_at == 16
 
 
 def chained_pulse(current: QueueState, visible: int, params: PolicyParams = PARAMS) -> Decision:

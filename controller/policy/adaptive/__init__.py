@@ -12,12 +12,13 @@ Built from where rejected calls come from (docs/simulator.md, docs/algorithms.md
   on the seconds since the storm's onset; the cut is corrected on the rest of them.
 - **Judge only fresh evidence.** Every verdict on the queue's telemetry uses the shared guards'
   vetted evidence: invocations that started after the last change (plus the settle margin).
-- **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``
-  and the allowance actually in use, and then keeps up with the poller's ramp (at most
-  doubling a step). Near the remembered ceiling growth is by pulse probes, which judge only the
-  invocations that ran during the pulse, paid for from a budget of the goodput; clean
-  above the level that broke, a ceiling set by latency or timeouts expires and growth returns
-  to full speed, and past one set by refused calls growth goes on by pulses.
+- **Grow only when used and clean** (``probing``). Growth needs pressure under ``grow_below``,
+  refused calls under ``clean_below`` (a level refusing under T1 holds, neither grown nor
+  stepped down), and the allowance actually in use, and then keeps up with the poller's ramp
+  (at most doubling a step). Near the remembered ceiling growth is by pulse probes, which
+  judge only the invocations that ran during the pulse, paid for from a budget of the goodput;
+  clean above the level that broke, a ceiling set by latency or timeouts expires and growth
+  returns to full speed, and past one set by refused calls growth goes on by pulses.
 - **Announced limits first** (``announced``). Where the downstream announces its quota, the
   level it sustains caps the mapping before the first 429, a rise of it is raised to without a
   probe, and a quota below the floor pauses until its reset; the blind phases decide within it.
@@ -120,8 +121,6 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         ):
             return self.commit(situation, pulse)
         failed = self.back_off(situation, pulse)
-        if failed.target > state.concurrency:
-            return failed
         # A failed probe may have met a real overload at the base level: judge the base's own
         # evidence now rather than a batch later, or, while none is fresh yet, the pulse's
         # when it shows more pressure than the raise explains.
@@ -140,8 +139,8 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         return self._judge(situation)
 
     def _judge(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
-        """The queue's own evidence, in order: overload (cut, or pause at Cmin), a level just
-        over the capacity (trim), the band between, then growth while clean and used."""
+        """The queue's own evidence, in order: overload (cut, or pause at Cmin), the band under
+        T1, then growth while clean and used."""
         state, stats, params = situation.state, situation.stats, situation.params
         current, pressure = state.concurrency, stats.pressure_rate
         memory = situation.memory
@@ -151,7 +150,7 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         # A few rejections over the whole evidence with a burst in its newest second, or all
         # in the seconds since a clean history, are the first reports of a storm, not a level
         # just over the capacity.
-        beginning = pressure >= self.trim_above and (
+        beginning = pressure >= self.clean_below and (
             sizing_pressure >= self.storm_factor * params.t1 or surge >= params.t1
         )
         timeout_cut = self.timeout_cut(situation)
@@ -171,19 +170,15 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
             )
         if memory.judge_at > 0:
             return hold(state, f"Judging a probe; holding at {current}.", memory, stats)
-        # Timeouts under T1 cut only as load-driven (above); a few rejections trim.
-        if (
-            pressure >= self.trim_above
-            and stats.requests >= self.trim_evidence
-            and calls_refused(stats)
-            and current > params.cmin
-        ):
-            return self.trim(situation, sizing_pressure)
-        if pressure >= self.grow_below:
+        # Timeouts under T1 cut only as load-driven (above). A level refusing calls under T1
+        # holds: grown, it would refuse more; stepped down and probed back, it refused more
+        # than it does (docs/measurements.md, "Rules the families do not need (stop 56)").
+        clean = self.clean_below if calls_refused(stats) else self.grow_below
+        if pressure >= clean:
             return hold(
                 state,
                 f"Within band: pressure {pressure:.1%} < T1 ({params.t1:.1%}) but not under "
-                f"{self.grow_below:.1%}; holding at {current}.",
+                f"{clean * 100:g}%; holding at {current}.",
                 memory,
                 stats,
             )

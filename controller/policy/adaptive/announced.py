@@ -26,7 +26,7 @@ its quota comes back, so neither needs a probe (``Situation.quota``, the newest 
   so that a pace measured a little differently does not move it), the mapping goes to it at
   once: no blind probe.
 - **Within it, the blind law.** At or below the announced level the blind phases decide (a cut
-  on 429s the quota does not explain, trims, latency), a cut no deeper than the level's
+  on 429s the quota does not explain, latency), a cut no deeper than the level's
   accepted share; where they would grow or probe (clean, the allowance in use) the mapping
   goes to the announced level itself, and at it they hold.
 - **A concurrency limit is not a quota.** A 429 that names a concurrency limit (Stripe's

@@ -140,7 +140,7 @@ class Pausing(Probing):
         ended = replace(memory, probe_until=0.0, probe_ended_at=now)
         test = pulse_stats(ended, situation.window)
         params = situation.params
-        if test.requests >= params.min_samples and test.pressure_rate < self.trim_above:
+        if test.requests >= params.min_samples and test.pressure_rate < self.clean_below:
             return self._climb_from_floor(replace(situation, memory=ended), test)
         reporting = test.requests > 0 and test.pressure == 0
         if reporting and now - memory.probe_started_at < params.stale_after_s:
@@ -192,10 +192,7 @@ class Pausing(Probing):
                 test,
                 wake_at=now + period,
             )
-        # Invocations that started after the test's end (a mapping's disabling is not at once)
-        # ran at Cmin too: refused there, the test was not clean, whatever its own seconds say.
-        late = situation.stats
-        if test.pressure_rate < self.trim_above and late.pressure_rate < self.trim_above:
+        if test.pressure_rate < self.clean_below:
             return self._climb_from_floor(situation, test)
         # Passed only where its calls show Cmin under the limit beyond their noise: a test of a
         # second or two reports 20-30 calls, and a capacity just under what Cmin sends refuses

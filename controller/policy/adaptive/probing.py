@@ -258,13 +258,13 @@ class Probing(Tuning):
         held for good. A level that broke is most often just over a capacity that has not
         moved: its few refusals fall anywhere among the pulse's calls, so its first reports pass
         it clean (35 of some 210 calls, ``throttling`` seed 100 draw 26), and committed it
-        draws refusals until a trim, each message back a visibility timeout later (issue 29's
+        draws refusals under T1, each message back a visibility timeout later (issue 29's
         tails). Where the poller does not fill ``base``, the wait ends at ``stale_after_s``.
         A climb's pulse under every level that broke is judged on its first reports: an
         overload there is no few calls."""
         memory, params = situation.memory, situation.params
         waited = situation.now - memory.judge_at
-        failed = pulse.requests >= params.min_samples and pulse.pressure_rate >= self.trim_above
+        failed = pulse.requests >= params.min_samples and pulse.pressure_rate >= self.clean_below
         if failed or waited >= params.stale_after_s:
             # More reports could not make a failed pulse pass.
             return False
@@ -278,13 +278,13 @@ class Probing(Tuning):
         return pulse.requests < params.min_samples and waited < patience
 
     def passed(self, pulse: WindowStats, base: WindowStats, params: PolicyParams) -> bool:
-        """Clean at the probed level: the pulse's invocations under the share a level is trimmed
-        at (a level committed above it would be stepped down again); and the base level's own
+        """Clean at the probed level: the pulse's invocations under ``clean_below`` (a level
+        committed above it would go on drawing refusals under T1); and the base level's own
         evidence since the pulse ended clean too: a probe never commits a raise into an
         overload that began after it."""
         return (
             pulse.requests >= params.min_samples
-            and pulse.pressure_rate < self.trim_above
+            and pulse.pressure_rate < self.clean_below
             and base.pressure_rate < params.t1
         )
 
@@ -400,27 +400,13 @@ class Probing(Tuning):
             memory,
             ceiling=ceiling,
             broke_at=broke_at,
-            ceiling_refused=pulse.pressure_rate >= self.trim_above and refused(pulse),
+            ceiling_refused=pulse.pressure_rate >= self.clean_below and refused(pulse),
             probe_backoff_s=backoff,
             probe_streak=0,
             next_probe_at=next_probe_at,
             judge_at=0.0,
             probe_step=0,
         )
-        fit = min(pulse_fit(memory, pulse, params), probed - 1)
-        if memory.probe_step > 1 and fit > memory.probe_base:
-            # A big step refused in part: the capacity lies between the base and the probed
-            # level, where the pulse's own accepted share puts it; pulses go on from there.
-            return move(
-                fit,
-                rising(fit, params),
-                f"Probe failed ({verdict}); its accepted share fits {fit}. Scaled from "
-                f"{state.concurrency} -> {fit}.",
-                replace(failed, ceiling=ceiling_above(fit)),
-                pulse,
-                breaches=0,
-                wake_at=0.0,
-            )
         return hold(
             state,
             f"Probe failed ({verdict}); next probe in {next_probe_at - now:.0f}s. Holding at "
@@ -474,17 +460,6 @@ def before_pulse(memory: AdaptiveMemory, window: WindowSnapshot) -> WindowStats:
 def pulse_span_s(memory: AdaptiveMemory) -> float:
     """How long the evidence ``pulse_stats`` reads lasts (at least a second)."""
     return max(1.0, memory.probe_ended_at - math.floor(memory.probe_started_at))
-
-
-def pulse_fit(memory: AdaptiveMemory, pulse: WindowStats, params: PolicyParams) -> int:
-    """The level a pulse's calls show the downstream took, when it refused them (429, 503):
-    the invocations that started in it, by Little's law (their busy time over its span),
-    times their accepted share (0: too little evidence, or not refused). The calls accepted
-    in a pulse are at most what the capacity takes, so this never overshoots it."""
-    if pulse.requests < params.min_samples or not pulse.pressure or not refused(pulse):
-        return 0
-    in_use = pulse.busy_ms / 1000.0 / pulse_span_s(memory)
-    return math.floor(in_use * (1.0 - pulse.pressure_rate))
 
 
 def overload_beneath(memory: AdaptiveMemory, pulse: WindowStats, params: PolicyParams) -> bool:

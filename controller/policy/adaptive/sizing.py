@@ -12,7 +12,6 @@ from controller.policy.adaptive.memory import (
     AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
-    hold,
     move,
 )
 from controller.policy.adaptive.pausing import Pausing, floor_pressure, share_bound
@@ -24,8 +23,8 @@ from controller.window import Second, WindowSnapshot, WindowStats
 
 
 class Sizing(Pausing):
-    """Cuts in proportion, their correction and trims, built on pausing (a cut that would
-    leave Cmin hard overloaded pauses instead)."""
+    """Cuts in proportion and their correction, built on pausing (a cut that would leave Cmin
+    hard overloaded pauses instead)."""
 
     def in_use(self, situation: AdaptiveSituation) -> float:
         """Invocations really running, from their durations (the busiest pair of seconds); the
@@ -42,17 +41,14 @@ class Sizing(Pausing):
         seen = _paired_busy(window.seconds(since, stats.until))
         estimate = max((busy for _, busy in seen), default=None)
         if estimate is not None and estimate >= self.saturated_share * state.concurrency:
-            return self._reachable(situation, float(state.concurrency))
+            return float(state.concurrency)
         started = self.ramp_start(window, since, stats.until)
         if started is None or stats.newest_event_time is None:
             # One second of evidence is no pair to read the concurrency from: the cap, unless
             # the poller's start is in view (below), which bounds what it can run by now.
-            return self._reachable(
-                situation, float(state.concurrency) if estimate is None else estimate
-            )
+            return float(state.concurrency) if estimate is None else estimate
         climbed = self.poller_start + self.poller_ramp_per_s * (stats.newest_event_time - started)
-        estimate = max(estimate or 0.0, min(climbed, float(state.concurrency)))
-        return self._reachable(situation, estimate)
+        return max(estimate or 0.0, min(climbed, float(state.concurrency)))
 
     def ramp_start(self, window: WindowSnapshot, since: float, until: float) -> float | None:
         """The newest second in ``[since, until)`` before the busiest one in which the queue ran
@@ -79,16 +75,6 @@ class Sizing(Pausing):
                 return second
         return None
 
-    def _reachable(self, situation: AdaptiveSituation, estimate: float) -> float:
-        # After a raise the poller climbs a few invocations per second: the newest evidence
-        # cannot have run more than that ramp allows.
-        state, newest = situation.state, situation.stats.newest_event_time
-        if state.previous_concurrency < state.concurrency and newest is not None:
-            ramp_s = max(0.0, newest - state.last_change_at)
-            reachable = state.previous_concurrency + self.poller_ramp_per_s * ramp_s
-            estimate = min(estimate, reachable)
-        return estimate
-
     def latest_pressure(self, situation: AdaptiveSituation) -> tuple[float, float]:
         """The pressure among the newest second of invocation starts, as (storm, sizing).
 
@@ -112,9 +98,9 @@ class Sizing(Pausing):
 
     def surge_pressure(self, situation: AdaptiveSituation) -> float:
         """The pressure since the storm's onset (the first second whose invocations met T1),
-        when the evidence before it is clean: enough calls for a trim, under its share. A
-        storm's first seconds of reports, thinned in the whole evidence by the clean history
-        before them (0.0: no onset after a clean history, or too few calls since)."""
+        when the evidence before it is clean (``clean_history``): a storm's first seconds of
+        reports, thinned in the whole evidence by the clean history before them (0.0: no onset
+        after a clean history, or too few calls since)."""
         stats, window, params = situation.stats, situation.window, situation.params
         onset = storm_onset(stats, window, params)
         if not self.clean_history(window.stats(stats.since, onset)):
@@ -123,10 +109,11 @@ class Sizing(Pausing):
         return since.pressure_rate if since.requests >= 2 * params.min_samples else 0.0
 
     def clean_history(self, history: WindowStats) -> bool:
-        """``history`` holds enough calls for a trim on its own and stays under the trim's
-        share: rejections after it are a storm's first reports, not a level just over the
-        capacity."""
-        return history.requests >= self.trim_evidence and history.pressure_rate < self.trim_above
+        """``history`` holds ``clean_history_calls`` calls or more and stays under
+        ``clean_below``: rejections after it are a storm's first reports, not a level just
+        over the capacity."""
+        calls = history.requests >= self.clean_history_calls
+        return calls and history.pressure_rate < self.clean_below
 
     def cut(self, situation: AdaptiveSituation, latest_pressure: float) -> AdaptiveVerdict:
         """Cut to the accepted share of the invocations in use, and remember the level above
@@ -356,61 +343,6 @@ class Sizing(Pausing):
             memory.cut_at > 0
             and state.last_change_at == memory.cut_at
             and situation.now - memory.cut_at <= self.correction_s + reporting_lag(situation)
-        )
-
-    def trim(self, situation: AdaptiveSituation, newest_pressure: float) -> AdaptiveVerdict:
-        """A level that keeps drawing a few rejections is just over the capacity: each rejected
-        message comes back a visibility timeout later, which is what a drain waits for at the
-        end. Step down one and remember the level.
-
-        Not while the poller is still climbing well below the cap: a lower cap would not lower
-        what runs, and the change would only restart the evidence a storm's cut waits for. Nor
-        while the newest invocations (``newest_pressure``, see ``latest_pressure``) draw T1 or
-        more, nor while the evidence before the newest ``trim_recent_s`` seconds, enough for a
-        trim on its own, stays under the trim's share: those are a storm's first reports,
-        thinned by the clean evidence before them (the live demo's first few came before their
-        second had enough calls to size on)."""
-        state, memory, stats = situation.state, situation.memory, situation.stats
-        params = situation.params
-        current = state.concurrency
-        newest = newest_start(stats)
-        until = stats.since if newest is None else newest - self.trim_recent_s + 1
-        before = situation.window.stats(stats.since, until)
-        if newest_pressure >= params.t1 or self.clean_history(before):
-            return hold(
-                state,
-                f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls, "
-                f"{before.pressure_rate:.2%} before the newest {self.trim_recent_s} seconds "
-                f"of invocations and {newest_pressure:.1%} in the newest: waiting for their "
-                f"evidence; holding at {current}.",
-                memory,
-                stats,
-            )
-        used = busy_concurrency(stats, self.estimate_span_s)
-        if used is not None and used < self.saturated_share * current:
-            return hold(
-                state,
-                f"Pressure {stats.pressure_rate:.2%} over {stats.requests} calls with about "
-                f"{used:.1f} of {current} in use: a lower cap would not lower it; holding.",
-                memory,
-                stats,
-            )
-        target = current - 1
-        return move(
-            target,
-            state.state,
-            f"Trim: pressure {stats.pressure_rate:.2%} over {stats.requests} calls stays above "
-            f"{self.trim_above:.2%} (under T1 {params.t1:.1%}). Scaled from {current} -> "
-            f"{target}.",
-            replace(
-                memory,
-                ceiling=current,
-                broke_at=current,
-                ceiling_refused=refused(stats),
-                next_probe_at=situation.now + self.spread(situation, memory.probe_backoff_s),
-                probe_streak=0,
-            ),
-            stats,
         )
 
 

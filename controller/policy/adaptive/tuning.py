@@ -14,14 +14,12 @@ class Tuning:
     probe_growth: float = 0.5
     # Growth needs the pressure under this share.
     grow_below: float = 0.005
-    # A level drawing at least this share of rejections over ``trim_evidence`` calls is just
-    # over the capacity: step down one. A pulse probe passes only under it (a level a probe
-    # committed above it would be trimmed back, and the cycle would repeat).
-    trim_above: float = 0.0025
-    trim_evidence: int = 400
-    # The newest seconds of invocation starts a trim never rests on alone: rejections only
-    # there are a storm's first reports.
-    trim_recent_s: int = 2
+    # Calls are clean under this share of pressure: a pulse probe or a test of Cmin passes
+    # only under it (a level committed above it would go on drawing refused calls under T1,
+    # each message back a visibility timeout later). A history of ``clean_history_calls``
+    # under it makes refusals after it a storm's first reports (``Sizing.surge_pressure``).
+    clean_below: float = 0.0025
+    clean_history_calls: int = 400
     # The Lambda poller's scaling: concurrent batches at first, and added each second.
     poller_start: int = 5
     poller_ramp_per_s: float = 5.0
@@ -45,7 +43,7 @@ class Tuning:
     # probes may cost. A probe's shortest pulse ends ``pulse_margin_s`` past the poller's
     # scaling step, not at it: a cap put back as the poller steps may never have run the raised
     # level, and its pulse would pass on the base level's calls (a level 2.5% over the
-    # capacity, committed on a clean pulse that never ran it, refused calls until trimmed).
+    # capacity, committed on a clean pulse that never ran it, went on refusing calls).
     pulse_s: float = 1.0
     pulse_margin_s: float = 0.1
     judge_after_s: float = 3.0
