@@ -705,10 +705,10 @@ def test_a_level_drawing_refusals_under_t1_holds_in_the_band() -> None:
 
 def test_a_storms_first_reports_after_a_clean_history_are_cut_to_be_corrected() -> None:
     # 29 clean seconds at 16, then 4 of the newest second's 20 invocations with 4 of their 10
-    # calls refused: 0.27% over the evidence (a trim's share), 8% since the first second that
-    # met T1, after 5,800 clean calls (under the 10% the newest second alone cuts on). Not a
-    # trim, which would restart the evidence the storm's cut waits for (the live demo: cut
-    # 4-5 s late): a cut on those seconds, which the rest of the storm's reports correct.
+    # calls refused: 0.27% over the evidence (over the clean share, under T1), 8% since the
+    # first second that met T1, after 5,800 clean calls (under the 10% the newest second alone
+    # cuts on). Not held in the band, where the whole evidence's 0.27% puts the level: a cut
+    # on those seconds, which the rest of the storm's reports correct.
     documents = steady(960, 29, 20, ok=10) + steady(989, 1, 16, ok=10)
     documents += steady(989, 1, 4, ok=6, throttled=4)
     _, decision = run(attached(16, at=0.0), window_of(*documents), 991.0)
@@ -936,11 +936,11 @@ class TestTelemetryThatTrails:
     def test_a_pulse_retesting_a_level_that_broke_waits_for_what_the_base_level_ran(
         self, broke_at: int
     ) -> None:
-        # 9 broke before (a trim, or a failed probe): a few refusals in a hundred calls there.
+        # 9 broke before (a cut, or a failed probe): a few refusals in a hundred calls there.
         # The pulse's first reports are clean and enough calls, but they show under a third
         # of the busy time the base level's two seconds before it do (10 invocations of 800
-        # ms a second): committed on them, 9 drew its refusals for a trim's worth of calls,
-        # and each refused message came back a visibility timeout later (issue 29's tails).
+        # ms a second): committed on them, 9 drew refusals under T1, and each refused
+        # message came back a visibility timeout later (issue 29's tails).
         # A climb's pulse to a level that never broke is judged on them, as before.
         current, window = pulsed_from_8_to_9(broke_at=broke_at)
         for document in [*steady(990, 2, 10, ok=10), *steady(992, 1, 6, ok=10)]:

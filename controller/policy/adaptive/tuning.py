@@ -16,7 +16,8 @@ class Tuning:
     grow_below: float = 0.005
     # Calls are clean under this share of pressure: a pulse probe or a test of Cmin passes
     # only under it (a level committed above it would go on drawing refused calls under T1,
-    # each message back a visibility timeout later). A history of ``clean_history_calls``
+    # each message back a visibility timeout later), and a level whose refused calls reach it
+    # holds, neither grown nor stepped down. A history of ``clean_history_calls``
     # under it makes refusals after it a storm's first reports (``Sizing.surge_pressure``).
     clean_below: float = 0.0025
     clean_history_calls: int = 400
