@@ -277,11 +277,18 @@ class WindowSnapshot:
         """Totals of the one-second buckets starting in ``[since, until)``."""
         return _span(self.buckets, since, until)
 
+    def newest_event_time(self, since: float = -math.inf, until: float = math.inf) -> float | None:
+        """The event time of the newest report among the buckets starting in ``[since,
+        until)`` (``None``: none): their stats' ``newest_event_time``, without adding every
+        other count up."""
+        times = [stats.newest_event_time for key, stats in self.buckets if since <= key < until]
+        return max((time for time in times if time is not None), default=None)
+
     def seconds(self, since: float, until: float) -> tuple[Second, ...]:
         """The one-second buckets starting in ``[since, until)`` with their seconds, oldest
         first."""
-        ordered = sorted(self.buckets, key=itemgetter(0))
-        return tuple(bucket for bucket in ordered if since <= bucket[0] < until)
+        within = [bucket for bucket in self.buckets if since <= bucket[0] < until]
+        return tuple(sorted(within, key=itemgetter(0)))
 
 
 def _span(buckets: Iterable[Second], since: float, until: float) -> WindowStats:

@@ -79,6 +79,12 @@ def test_a_snapshot_reads_as_the_window_did_when_it_was_taken(
     assert seconds == sorted(seconds) and len(seconds) == len(window)
     for second, bucket in snapshot.seconds(-1e9, 1e9):
         assert bucket == window.stats(second, second + 1)
+    start, end = 100 + since, 100 + since + span
+    every = snapshot.seconds(-1e9, 1e9)
+    assert snapshot.seconds(start, end) == tuple(b for b in every if start <= b[0] < end)
+    # The newest report, read without adding every bucket up.
+    assert snapshot.newest_event_time() == window.stats(-1e9, 1e9).newest_event_time
+    assert snapshot.newest_event_time(start, end) == window.stats(start, end).newest_event_time
     window.add(sample(at=100 + span, ok=0, throttled=10))
     assert snapshot.stats(-1e9, 1e9).requests == 9 * len(found)
     assert window.stats(-1e9, 1e9).requests == 9 * len(found) + 10

@@ -236,7 +236,7 @@ def lagging_evidence(situation: AdaptiveSituation) -> AdaptiveSituation:
     reported = [second for second, _ in window.seconds(settled, situation.now + 1.0)]
     if not reported:
         return situation
-    newest = window.stats(settled, situation.now + 1.0).newest_event_time
+    newest = window.newest_event_time(settled, situation.now + 1.0)
     if newest is None or situation.now - newest > params.stale_after_s:
         return situation
     stats, refusal = vetted_evidence(state, window, min(reported[-1] + 1.0, situation.now), params)

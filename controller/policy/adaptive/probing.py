@@ -431,7 +431,7 @@ class Probing(Tuning):
 
 def newest_report(window: WindowSnapshot) -> float | None:
     """The event time of the newest report the window holds (``None``: none)."""
-    return window.stats(-math.inf, math.inf).newest_event_time
+    return window.newest_event_time()
 
 
 def reporting_lag(situation: AdaptiveSituation) -> float:

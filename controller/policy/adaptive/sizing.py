@@ -262,7 +262,9 @@ class Sizing(Pausing):
         pressure = max(before.pressure_rate, worst_second)
         # The reports that came since may show more invocations running than those the cut
         # was sized from (a poller still climbing when the first reports left).
-        running = max(memory.cut_running, peak_concurrency(before, window) or 0.0)
+        running = max(
+            memory.cut_running, peak_concurrency(window, before.since, before.until) or 0.0
+        )
         current = state.concurrency
         # A second storm (the capacity falling again) inside the correction's period reports
         # among the evidence from before the cut, where the correction waits for twice the
@@ -373,19 +375,20 @@ def settled_use(situation: AdaptiveSituation, min_span_s: float) -> float | None
         return None
     state, window = situation.state, situation.window
     since = evidence_since(state, state.last_change_at, situation.params)
-    peak = peak_concurrency(window.stats(since, situation.now + 1.0), window)
+    peak = peak_concurrency(window, since, situation.now + 1.0)
     return max(averaged, peak or 0.0)
 
 
-def peak_concurrency(stats: WindowStats, window: WindowSnapshot) -> float | None:
-    """The most invocations running at once over the evidence, by Little's law per second.
+def peak_concurrency(window: WindowSnapshot, since: float, until: float) -> float | None:
+    """The most invocations running at once over the invocations started in ``[since,
+    until)``, by Little's law per second.
 
     Invocations started in one second, times their durations, are the concurrency of that
     second (``busy_ms`` of its bucket). Taken over pairs of seconds (start times fall unevenly
     between seconds) and the highest pair: the newest seconds are still being reported and
     read low, and a poller still ramping runs more now than on average over the evidence.
     """
-    pairs = _paired_busy(window.seconds(stats.since, stats.until))
+    pairs = _paired_busy(window.seconds(since, until))
     return max(busy for _, busy in pairs) if pairs else None
 
 
