@@ -23,12 +23,7 @@ from controller.policy.adaptive.memory import (
     hold,
     move,
 )
-from controller.policy.adaptive.probing import (
-    Probing,
-    newest_report,
-    pulse_span_s,
-    pulse_stats,
-)
+from controller.policy.adaptive.probing import Probing, pulse_span_s, pulse_stats
 from controller.settings import PolicyParams
 from controller.window import WindowStats
 
@@ -273,7 +268,7 @@ def test_reported(situation: AdaptiveSituation, test: WindowStats) -> bool:
     (``awaiting_telemetry``), which a test of a second at Cmin most often never sends, a short
     test was judged only at ``stale_after_s``; judged on them, a test of 30 calls passed on its
     first 20 clean ones."""
-    newest = newest_report(situation.window)
+    newest = situation.window.newest_event_time()
     caught_up = newest is not None and newest >= situation.memory.probe_ended_at
     return caught_up and test.samples >= situation.state.concurrency
 

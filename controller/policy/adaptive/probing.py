@@ -268,7 +268,7 @@ class Probing(Tuning):
         if failed or waited >= params.stale_after_s:
             # More reports could not make a failed pulse pass.
             return False
-        newest = newest_report(situation.window)
+        newest = situation.window.newest_event_time()
         if newest is not None and newest < memory.probe_ended_at - self.pulse_s:
             return True
         retest = 0 < memory.broke_at <= memory.probe_base + memory.probe_step
@@ -429,15 +429,10 @@ class Probing(Tuning):
         return base * (1.0 + self.probe_jitter * unit)
 
 
-def newest_report(window: WindowSnapshot) -> float | None:
-    """The event time of the newest report the window holds (``None``: none)."""
-    return window.newest_event_time()
-
-
 def reporting_lag(situation: AdaptiveSituation) -> float:
     """How far the telemetry trails the decision: now less the newest report's event time
     (0: nothing reported). About the shortest telemetry delay while the queue runs."""
-    newest = newest_report(situation.window)
+    newest = situation.window.newest_event_time()
     return 0.0 if newest is None else max(0.0, situation.now - newest)
 
 
