@@ -550,6 +550,37 @@ def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_rep
     assert decision.target >= 30, decision.reason
 
 
+def test_a_correction_reads_the_invocations_a_climbing_poller_ran_in_the_storm() -> None:
+    # A mapping at 100 the poller climbs (5 more a second from 980) into a storm from 988: a
+    # cut on its first reports read 35 running and cut to 21. The rest of the storm's reports
+    # show 40% of the calls refused, from a third of each second's invocations so far: their
+    # busy time reads about 12 running where the ramp had reached 45-60. The correction sizes
+    # on what ran in the worst second (55 at 991: about 31 fit), not on the 35 read before.
+    current = attached(
+        21,
+        at=992.0,
+        cut_at=992.0,
+        cut_evidence_since=988.0,
+        cut_requests=100,
+        cut_running=35.0,
+        broke_at=100,
+        ceiling=22,
+        ceiling_refused=True,
+    )
+    documents = [
+        sample(at=980 + second + 0.9, ok=10, invocation_ms=800)
+        for second in range(8)
+        for _ in range(5 + 5 * second)
+    ]
+    window = window_of(*documents)
+    for second in range(988, 992):
+        for document in storm_seconds(second, 15, ok=6, throttled=4):
+            window.add(document)
+    _, corrected = run(current, window, 995.0)
+    assert corrected.reason.startswith("Correcting the cut up"), corrected.reason
+    assert corrected.target > 21
+
+
 def test_a_storm_in_a_new_queue_s_first_second_of_reports_is_cut_from_the_poller_s_ramp() -> None:
     # A mapping at 100 never decided: its first reports, from one second (no pair of seconds
     # to read the concurrency from), show 3 invocations with a fifth of their calls rejected.

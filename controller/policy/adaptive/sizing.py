@@ -42,13 +42,24 @@ class Sizing(Pausing):
         estimate = max((busy for _, busy in seen), default=None)
         if estimate is not None and estimate >= self.saturated_share * state.concurrency:
             return float(state.concurrency)
-        started = self.ramp_start(window, since, stats.until)
-        if started is None or stats.newest_event_time is None:
+        newest = stats.newest_event_time
+        cap = float(state.concurrency)
+        climbed = None if newest is None else self.climbed(window, since, stats.until, newest, cap)
+        if climbed is None:
             # One second of evidence is no pair to read the concurrency from: the cap, unless
             # the poller's start is in view (below), which bounds what it can run by now.
-            return float(state.concurrency) if estimate is None else estimate
-        climbed = self.poller_start + self.poller_ramp_per_s * (stats.newest_event_time - started)
-        return max(estimate or 0.0, min(climbed, float(state.concurrency)))
+            return cap if estimate is None else estimate
+        return max(estimate or 0.0, climbed)
+
+    def climbed(
+        self, window: WindowSnapshot, since: float, until: float, at: float, cap: float
+    ) -> float | None:
+        """The invocations a poller climbing from its start in ``[since, until)``
+        (``ramp_start``) runs at ``at``, at most ``cap`` (``None``: no climb in view)."""
+        started = self.ramp_start(window, since, until)
+        if started is None:
+            return None
+        return min(self.poller_start + self.poller_ramp_per_s * (at - started), cap)
 
     def ramp_start(self, window: WindowSnapshot, since: float, until: float) -> float | None:
         """The newest second in ``[since, until)`` before the busiest one in which the queue ran
@@ -251,20 +262,28 @@ class Sizing(Pausing):
         if not refused(before):
             return None
         # The storm at full strength: its first second straddles the onset.
-        worst_second = max(
+        worst_second, worst_at = max(
             (
-                bucket.pressure_rate
-                for _, bucket in window.seconds(memory.cut_evidence_since, memory.cut_at)
+                (bucket.pressure_rate, second)
+                for second, bucket in window.seconds(memory.cut_evidence_since, memory.cut_at)
                 if bucket.requests >= 2 * params.min_samples
             ),
-            default=0.0,
+            default=(0.0, None),
         )
         pressure = max(before.pressure_rate, worst_second)
         # The reports that came since may show more invocations running than those the cut
-        # was sized from (a poller still climbing when the first reports left).
+        # was sized from (a poller still climbing when the first reports left). A poller
+        # climbing into the storm ran, in its worst second, what its ramp had reached there,
+        # under the level that broke: the busy time reported so far reads less while the
+        # reports trail (throttling seed 7 draw 45: 75 ran, read as 49.7 and 54.1, corrected
+        # to 29 where 45 fit).
         running = max(
             memory.cut_running, peak_concurrency(window, before.since, before.until) or 0.0
         )
+        if worst_at is not None and memory.broke_at:
+            since = before.since - params.window_s
+            reached = self.climbed(window, since, before.until, worst_at, memory.broke_at)
+            running = max(running, reached or 0.0)
         current = state.concurrency
         # A second storm (the capacity falling again) inside the correction's period reports
         # among the evidence from before the cut, where the correction waits for twice the
