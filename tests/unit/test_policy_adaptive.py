@@ -532,17 +532,22 @@ def test_a_cut_the_storm_s_full_reports_show_landed_low_is_raised_to_what_they_f
     assert emptied.restores and not emptied.probes
 
 
+def poller_climb(start: int, seconds: int) -> list[Sample]:
+    """Clean invocations of 800 ms started by a poller climbing from ``start``: 5 in its
+    first second, 5 more in each one after, for ``seconds`` seconds."""
+    return [
+        sample(at=start + second + 0.9, ok=10, invocation_ms=800)
+        for second in range(seconds)
+        for _ in range(5 + 5 * second)
+    ]
+
+
 def test_the_first_cut_counts_the_invocations_the_poller_has_added_since_its_reports() -> None:
     # A mapping at 100 the poller is still climbing (5 more a second): the reports show about
     # 25 running on average, the poller runs 50 or more by now. The cut starts from what runs
     # (the reports' average would cut to about 17).
     current = attached(100, at=0.0)
-    documents = [
-        sample(at=980 + second + 0.9, ok=10, invocation_ms=800)
-        for second in range(10)
-        for _ in range(5 + 5 * second)
-    ]
-    window = window_of(*documents)
+    window = window_of(*poller_climb(980, 10))
     for document in storm_seconds(990, 20, ok=7, throttled=3):
         window.add(document)
     _, decision = run(current, window, 992.0)
@@ -567,12 +572,7 @@ def test_a_correction_reads_the_invocations_a_climbing_poller_ran_in_the_storm()
         ceiling=22,
         ceiling_refused=True,
     )
-    documents = [
-        sample(at=980 + second + 0.9, ok=10, invocation_ms=800)
-        for second in range(8)
-        for _ in range(5 + 5 * second)
-    ]
-    window = window_of(*documents)
+    window = window_of(*poller_climb(980, 8))
     for second in range(988, 992):
         for document in storm_seconds(second, 15, ok=6, throttled=4):
             window.add(document)
