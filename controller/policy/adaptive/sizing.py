@@ -38,12 +38,11 @@ class Sizing(Pausing):
         """
         state, stats, window = situation.state, situation.stats, situation.window
         since = stats.since - situation.params.window_s
-        seen = _paired_busy(window.seconds(since, stats.until))
-        estimate = max((busy for _, busy in seen), default=None)
-        if estimate is not None and estimate >= self.saturated_share * state.concurrency:
-            return float(state.concurrency)
-        newest = stats.newest_event_time
+        estimate = peak_concurrency(window, since, stats.until)
         cap = float(state.concurrency)
+        if estimate is not None and estimate >= self.saturated_share * cap:
+            return cap
+        newest = stats.newest_event_time
         climbed = None if newest is None else self.climbed(window, since, stats.until, newest, cap)
         if climbed is None:
             # One second of evidence is no pair to read the concurrency from: the cap, unless
