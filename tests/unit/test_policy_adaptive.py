@@ -885,6 +885,23 @@ class TestLatencyIsLoadOnlyWhereTheLoadMovesIt:
         decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
         assert 50 < decision.target <= 53, decision.reason
 
+    @pytest.mark.parametrize(("cut_from", "probed"), [(40.6, True), (5.0, False)])
+    def test_a_latency_near_the_timeout_far_under_the_cut_s_level_is_probed(
+        self, cut_from: float, probed: bool
+    ) -> None:
+        # Timeouts cut a queue at 356 ms from about 40.6 invocations in use to Cmin; there its
+        # calls still take 291 ms (over 0.8 x 356), nothing timing out: on a load line through
+        # the origin 2 invocations explain at most a twentieth of it, the rest is the
+        # downstream's, and a pulse tests the next level. Just under a level of 5 the latency
+        # may be the load's: held.
+        current = attached(2, at=0.0, timeout_latency_ms=356.0, cut_running=cut_from, ceiling=3)
+        window = seconds_of(940, [2.0] * self.SPAN, [291.0] * self.SPAN, [0] * self.SPAN)
+        decision = decide(ALGORITHM, current, config(), window, self.NOW, PARAMS)
+        assert (decision.target == 3) is probed, decision.reason
+        assert (memory_of(decision.new_state).probe_until > 0) is probed
+        if not probed:
+            assert "near where calls timed out" in decision.reason
+
     @settings(max_examples=60)
     @given(
         level=st.integers(5, 90),
@@ -1120,6 +1137,29 @@ def test_a_probe_past_timeouts_chains_only_far_from_the_timeout(
     assert verdict.reason.startswith("Probe passed"), verdict.reason
     assert verdict.target == (11 if chained else 9), verdict.reason
     assert (memory_of(current).probe_until > 0) is chained
+
+
+@pytest.mark.parametrize(("pulse_latency_ms", "passed"), [(294.0, True), (345.0, False)])
+def test_a_pulse_from_a_level_slowed_past_the_headroom_is_judged_on_the_margin_left(
+    pulse_latency_ms: float, passed: bool
+) -> None:
+    # Timeouts cut at 356 ms; the base level of 2 runs at 291 ms, past 0.8 x 356 already
+    # (the downstream's latency, not its load's). A pulse to 3 at 294 ms passes: it took the
+    # latency little of the way to the timeout. One at 345 ms took it past 0.8 of that way
+    # (291 + 0.8 x 65 = 343): it fails, though no call timed out.
+    current = attached(2, at=0.0, timeout_latency_ms=356.0, cut_running=40.6, ceiling=3)
+    window = window_of(*at_latency(960, 30, 10, 291.0))
+    current, raised = run(current, window, 992.0)
+    assert raised.target == 3, raised.reason
+    for document in at_latency(992, 2, 10, pulse_latency_ms):
+        window.add(document)
+    for document in at_latency(994, 10, 10, 291.0):
+        window.add(document)
+    now = memory_of(current).probe_until
+    current, _ = run(current, window, now)
+    current, verdict = run(current, window, now + 8.0)
+    assert verdict.reason.startswith("Probe passed") is passed, verdict.reason
+    assert verdict.target == (3 if passed else 2), verdict.reason
 
 
 def test_passed_pulses_raise_by_a_growing_share_and_halve_the_gap_to_a_level_that_broke() -> None:

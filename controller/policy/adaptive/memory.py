@@ -74,14 +74,30 @@ def ceiling_above(level: int) -> int:
 
 
 def near_timeout(
-    memory: AdaptiveMemory, stats: WindowStats, headroom: float, growth: float = 1.0
+    memory: AdaptiveMemory,
+    stats: WindowStats,
+    headroom: float,
+    growth: float = 1.0,
+    *,
+    raised_from: WindowStats | None = None,
 ) -> bool:
     """``stats``' calls as a whole, their latency grown ``growth`` times (with as many times
     the invocations, at most, on a load line), are within ``headroom`` of the latency at which
-    timeouts last cut: no growth, and a probe fails or is not chained."""
+    timeouts last cut: no growth, and a probe fails or is not chained.
+
+    ``raised_from``: the evidence of the level ``stats`` were raised from (a pulse's base).
+    Where that level's latency is within the headroom already (the law probes there only far
+    under the invocations its last cut was sized from: the downstream's latency, not the
+    queue's load's), the raise is near only where it took the latency ``headroom`` of the way
+    from that level's to the timeout's."""
     mean = stats.mean_latency_ms
+    if mean is None or memory.timeout_latency_ms <= 0:
+        return False
     limit = headroom * memory.timeout_latency_ms
-    return mean is not None and memory.timeout_latency_ms > 0 and mean * growth >= limit
+    floor = raised_from.mean_latency_ms if raised_from is not None else None
+    if floor is not None and floor >= limit:
+        limit = floor + headroom * (memory.timeout_latency_ms - floor)
+    return mean * growth >= limit
 
 
 def move(
