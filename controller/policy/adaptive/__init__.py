@@ -116,8 +116,9 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 return verdict
             reason = f"Waiting for the probe's telemetry ({pulse.requests} calls so far)."
             return hold(state, reason, memory, pulse)
+        raised_from = situation.stats if self.slowed_downstream(situation) else None
         if self.passed(pulse, situation.stats, params) and not near_timeout(
-            memory, pulse, self.timeout_headroom, raised_from=situation.stats
+            memory, pulse, self.timeout_headroom, raised_from=raised_from
         ):
             return self.commit(situation, pulse)
         failed = self.back_off(situation, pulse)
@@ -183,14 +184,11 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 stats,
             )
         if near_timeout(memory, stats, self.timeout_headroom):
-            if current <= (1.0 - self.timeout_headroom) * memory.cut_running:
-                # This far under the invocations the last cut was sized from, the queue's own
-                # load explains at most the headroom's margin of the latency (on a load line
-                # through the origin, the steepest): the rest is the downstream's, which no
-                # hold lowers. Held, a queue cut to Cmin by a slowdown's timeouts stayed there
-                # at the slowed latency (mixed seed 7 draw 16: 250 s, 18,000 messages waiting,
-                # 442 calls/s of capacity); pulses, each judged on its own timeouts and
-                # latency (``near_timeout``'s ``raised_from``), find what fits.
+            if self.slowed_downstream(situation):
+                # Held, a queue cut to Cmin by a slowdown's timeouts stayed there at the slowed
+                # latency (mixed seed 7 draw 16: 250 s, 18,000 messages waiting, 442 calls/s
+                # of capacity); pulses, each judged on the margin its base left to the
+                # timeout's latency (``near_timeout``'s ``raised_from``), find what fits.
                 return self.probe(situation)
             return hold(
                 state,

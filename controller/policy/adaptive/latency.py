@@ -70,6 +70,14 @@ class Latency(Sizing):
             return None
         return LoadLine(intercept, slope, max(latency))
 
+    def slowed_downstream(self, situation: AdaptiveSituation) -> bool:
+        """The level is at most the headroom's margin (``1 - timeout_headroom``) of the
+        invocations the last cut was sized from: there the queue's own load explains at most
+        that margin of a latency near the one timeouts cut at (on a load line through the
+        origin, the steepest), and the rest is the downstream's, which no hold lowers."""
+        running = situation.memory.cut_running
+        return situation.state.concurrency <= (1.0 - self.timeout_headroom) * running
+
     def timeout_cut(self, situation: AdaptiveSituation) -> AdaptiveVerdict | None:
         """A cut when calls time out (rather than being refused) and the latency moved with the
         concurrency: to the level whose latency, on the load line, stays ``timeout_headroom``

@@ -85,11 +85,10 @@ def near_timeout(
     the invocations, at most, on a load line), are within ``headroom`` of the latency at which
     timeouts last cut: no growth, and a probe fails or is not chained.
 
-    ``raised_from``: the evidence of the level ``stats`` were raised from (a pulse's base).
-    Where that level's latency is within the headroom already (the law probes there only far
-    under the invocations its last cut was sized from: the downstream's latency, not the
-    queue's load's), the raise is near only where it took the latency ``headroom`` of the way
-    from that level's to the timeout's."""
+    ``raised_from``: the evidence of the level ``stats`` were raised from (a pulse's base),
+    given where that level's latency is the downstream's (``Latency.slowed_downstream``).
+    Where it is within the headroom already, the raise is near only where it took the latency
+    ``headroom`` of the way from that level's to the timeout's."""
     mean = stats.mean_latency_ms
     if mean is None or memory.timeout_latency_ms <= 0:
         return False
