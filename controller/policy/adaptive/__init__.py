@@ -189,7 +189,13 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
                 # latency (mixed seed 7 draw 16: 250 s, 18,000 messages waiting, 442 calls/s
                 # of capacity); pulses, each judged on the margin its base left to the
                 # timeout's latency (``near_timeout``'s ``raised_from``), find what fits.
-                return self.probe(situation)
+                return self.probe(
+                    situation,
+                    f"latency {stats.mean_latency_ms:.0f} ms near where calls timed out "
+                    f"({memory.timeout_latency_ms:.0f} ms) but the downstream's, not its load's, "
+                    f"this far under the {memory.cut_running:.1f} invocations the last cut was "
+                    "sized from",
+                )
             return hold(
                 state,
                 f"Latency {stats.mean_latency_ms:.0f} ms, near where calls timed out "

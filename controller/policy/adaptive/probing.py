@@ -72,8 +72,9 @@ class Probing(Tuning):
             breaches=0,
         )
 
-    def probe(self, situation: AdaptiveSituation) -> AdaptiveVerdict:
-        """Near the ceiling: a pulse probe once the backoff has passed (``probe_step``)."""
+    def probe(self, situation: AdaptiveSituation, because: str = "") -> AdaptiveVerdict:
+        """Near the ceiling: a pulse probe once the backoff has passed (``probe_step``);
+        ``because``: why it probes where the law would otherwise hold, for the audit trail."""
         state, memory, stats = situation.state, situation.memory, situation.stats
         now = situation.now
         current, ceiling = state.concurrency, memory.ceiling
@@ -96,6 +97,8 @@ class Probing(Tuning):
                 stats,
             )
         why = f"Probe: clean at {current} (pressure {stats.pressure_rate:.1%}), ceiling {ceiling}"
+        if because:
+            why += f", {because}"
         return self.start_pulse(situation, memory, current, why, stats)
 
     def start_pulse(
