@@ -326,7 +326,8 @@ def _run_telemetry(args: argparse.Namespace) -> int:
         for key, move in report["outcome_moves"].items():
             lines.append(
                 f"  {key} moves on average {move['aggregated']} with aggregated telemetry, "
-                f"{move['other_delays']} with other telemetry delays"
+                f"{move['other_delays']} with other telemetry delays (the difference's "
+                f"standard error {move['excess_se']})"
             )
         lines.append(
             f"  at {telemetry.TARGET_RATE:.0f}/s: {report['bytes_per_invocation']} bytes per "

@@ -52,12 +52,34 @@ def test_aggregation_is_judged_against_the_delays_own_noise() -> None:
     # Aggregation moves the figures by 0.2 and 0.0 (mean 0.1); other delays by 0.1 and 0.3
     # (mean 0.2): within the noise. A run without a value (no reaction) is left out.
     quiet = [_run(1.0, 1.2, 1.1), _run(2.0, 2.0, 2.3), _run(None, 1.0, 1.0)]
-    assert outcome_moves(quiet)["wasted_ratio"] == {"aggregated": 0.1, "other_delays": 0.2}
+    assert outcome_moves(quiet)["wasted_ratio"] == {
+        "aggregated": 0.1,
+        "other_delays": 0.2,
+        "excess_se": 0.2,  # the paired differences 0.1 and -0.3
+    }
     assert within_delay_noise(outcome_moves(quiet))
-    # Aggregation moves a figure further than the delays do: not within the noise.
-    loud = [_run(1.0, 1.5, 1.1), _run(2.0, 2.0, 2.3)]
-    assert outcome_moves(loud)["drain_ratio"] == {"aggregated": 0.25, "other_delays": 0.2}
+    # Aggregation moves a figure further than the delays do, every run by the same 0.1: no
+    # chance explains it (a standard error of 0), so not within the noise.
+    loud = [_run(1.0, 1.5, 1.4), _run(2.0, 2.2, 2.1)]
+    assert outcome_moves(loud)["drain_ratio"] == {
+        "aggregated": 0.35,
+        "other_delays": 0.25,
+        "excess_se": 0.0,
+    }
     assert not within_delay_noise(outcome_moves(loud))
+
+
+def test_a_move_further_than_the_delays_by_chance_is_within_the_noise() -> None:
+    # Paired differences 0.5 and -0.3: aggregation moves 0.1 further on average, within two
+    # standard errors (0.4 each) of a difference that swings both ways from run to run.
+    swinging = [_run(1.0, 1.6, 1.1), _run(2.0, 2.0, 2.3)]
+    moves = outcome_moves(swinging)
+    assert moves["goodput_share"]["aggregated"] > moves["goodput_share"]["other_delays"]
+    assert moves["goodput_share"]["excess_se"] == 0.4
+    assert within_delay_noise(moves)
+    # One run measures no noise: the comparison is strict.
+    assert not within_delay_noise(outcome_moves(swinging[:1]))
+    assert outcome_moves(swinging[:1])["goodput_share"]["excess_se"] is None
 
 
 def test_both_encodings_decide_alike_where_the_first_reports_say_the_same() -> None:
