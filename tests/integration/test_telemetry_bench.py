@@ -71,7 +71,7 @@ def test_aggregation_is_judged_against_the_delays_own_noise() -> None:
 
 def test_a_move_further_than_the_delays_by_chance_is_within_the_noise() -> None:
     # Paired differences 0.5 and -0.3: aggregation moves 0.1 further on average, within two
-    # standard errors (0.4 each) of a difference that swings both ways from run to run.
+    # standard errors (one is 0.4) of a difference that swings both ways from run to run.
     swinging = [_run(1.0, 1.6, 1.1), _run(2.0, 2.0, 2.3)]
     moves = outcome_moves(swinging)
     assert moves["goodput_share"]["aggregated"] > moves["goodput_share"]["other_delays"]
