@@ -6,8 +6,11 @@ outside the rule (docs/simulator.md, "The family scorecard"): the capacity's sha
 telemetry delay, the 5xx noise, the law's and the bound's wasted share and drain ratio, the
 limit missed (waste, drain or both), and what the two runs say of the cause: how much later the
 law drains (``lag_s``), how many messages it had left to do when the bound had drained
-(``behind``), its cap against the bound's then, and a cause read from when the law fell behind
-(``load.bound_misses.cause``). Then the misses by shape, by limit and by cause. The runs are
+(``behind``), its cap against the bound's then, a cause read from when the law fell behind
+(``load.bound_misses.cause``), and whether the bound that learns a rise only a report later
+(``hindsight-lagged``) is outside the rule on the draw too (``lagged``: ``out``; then the
+telemetry round trip alone costs the draw, not the law's climb). Then the misses by shape, by
+limit and by cause, and the lagged bound's count within the rule. The runs are
 ``queuemesh simulate --family``'s own, so the count within the rule is the scorecard's
 ``draws_within_bound_rule``. Runs go to a pool of two processes, as that command's do.
 """
@@ -27,10 +30,12 @@ from load.dead_letters import shape
 from load.scorecard import bound_limits_missed, scorecard
 from load.sim.engine import simulate
 from load.sim.families import draw_scenario
-from load.sim.policies import HindsightPolicy
+from load.sim.policies import HindsightPolicy, LaggedHindsightPolicy
 from load.sim.scenario import Schedule
 from load.simulate import SEED_WORKERS, make_policy
 
+# Each bounded draw's runs: the law, the bound, and the bound that learns a rise a report later.
+COMPARED_POLICIES = ("queuemesh", HindsightPolicy.name, LaggedHindsightPolicy.name)
 # A law behind the bound by fewer messages than this when the bound has drained is a tail: its
 # last refusals and noise failures come back a visibility timeout later, in both runs alike.
 TAIL_MESSAGES = 500
@@ -111,25 +116,33 @@ def _at(series: Sequence[int], second: int) -> int:
     return series[min(second, len(series) - 1)] if series else 0
 
 
-def classify(family: str, seed: int, draws: int) -> tuple[int, list[dict[str, Any]]]:
-    """How many of ``family``'s draws 1..``draws`` the bound applies to, and a row per such draw
-    where the law is outside the bound rule."""
+@dataclass(frozen=True, slots=True)
+class Misses:
+    """How many of a family's draws the bound applies to (``bounded``), on how many of them the
+    lagged bound is within the rule, and a row per draw where the law is outside it."""
+
+    bounded: int
+    lagged_within: int
+    rows: list[dict[str, Any]]
+
+
+def classify(family: str, seed: int, draws: int) -> Misses:
+    """The law's and the lagged bound's standing against the bound rule on ``family``'s draws
+    1..``draws`` that the bound applies to."""
     bounded = [
         draw
         for draw in range(1, draws + 1)
         if HindsightPolicy.knows(draw_scenario(family, seed, draw))
     ]
-    jobs = [
-        (family, seed, draw, policy) for draw in bounded for policy in ("queuemesh", "hindsight")
-    ]
+    jobs = [(family, seed, draw, policy) for draw in bounded for policy in COMPARED_POLICIES]
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
         runs = dict(zip(jobs, pool.map(run, jobs), strict=True))
     rows = []
+    lagged_within = 0
     for draw in bounded:
-        law, bound = (
-            runs[(family, seed, draw, "queuemesh")],
-            runs[(family, seed, draw, "hindsight")],
-        )
+        law, bound, lagged = (runs[(family, seed, draw, policy)] for policy in COMPARED_POLICIES)
+        lagged_missed = bool(bound_limits_missed(lagged.totals, bound.totals))
+        lagged_within += not lagged_missed
         missed = bound_limits_missed(law.totals, bound.totals)
         if not missed:
             continue
@@ -146,15 +159,17 @@ def classify(family: str, seed: int, draws: int) -> tuple[int, list[dict[str, An
                 "bound_drain": bound.totals["drain_ratio"],
                 "missed": "both" if len(missed) == 2 else missed[0],
                 **cause(law, bound),
+                "lagged": "out" if lagged_missed else "in",
             }
         )
-    return len(bounded), rows
+    return Misses(len(bounded), lagged_within, rows)
 
 
 def render(rows: Sequence[dict[str, Any]]) -> str:
     head = (
         f"{'draw':>4} {'shape':<12} {'delay_s':>11} {'noise':>6} {'wasted':>6} {'bound':>6} "
-        f"{'drain':>6} {'bound':>6} {'misses':<6} {'lag_s':>6} {'behind':>6} {'caps':>7} cause"
+        f"{'drain':>6} {'bound':>6} {'misses':<6} {'lag_s':>6} {'behind':>6} {'caps':>7} "
+        f"{'cause':<13} lagged"
     )
     lines = [head]
     for row in rows:
@@ -163,7 +178,7 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['draw']:>4} {row['shape']:<12} {delay:>11} {row['noise']:>6.3f} "
             f"{row['wasted']:>6.3f} {row['bound_wasted']:>6.3f} {_ratio(row['drain']):>6} "
             f"{_ratio(row['bound_drain']):>6} {row['missed']:<6} {_number(row['lag_s']):>6} "
-            f"{_number(row['behind']):>6} {row['caps']:>7} {row['cause']}"
+            f"{_number(row['behind']):>6} {row['caps']:>7} {row['cause']:<13} {row['lagged']}"
         )
     return "\n".join(lines)
 
@@ -176,9 +191,10 @@ def _number(value: float | None) -> str:
     return "-" if value is None else f"{value:g}"
 
 
-def summary(bounded: int, rows: Sequence[dict[str, Any]]) -> str:
+def summary(misses: Misses) -> str:
     """The count within the rule (the scorecard's), then the misses by shape (and limit), by
-    limit and by cause (the drain misses')."""
+    limit and by cause (the drain misses'), then the lagged bound's count within the rule."""
+    bounded, rows = misses.bounded, misses.rows
 
     def counted(values: Sequence[str]) -> str:
         return ", ".join(f"{name} {count}" for name, count in sorted(Counter(values).items()))
@@ -196,6 +212,9 @@ def summary(bounded: int, rows: Sequence[dict[str, Any]]) -> str:
             f"by limit: {counted([row['missed'] for row in rows])}",
             f"by cause (drain alone): "
             f"{counted([row['cause'] for row in rows if row['missed'] == 'drain'])}",
+            f"the bound a report late on rises (hindsight-lagged) within the rule: "
+            f"{misses.lagged_within} of {bounded}; outside it on "
+            f"{sum(row['lagged'] == 'out' for row in rows)} of the law's {len(rows)} misses",
         ]
     )
 
@@ -203,13 +222,13 @@ def summary(bounded: int, rows: Sequence[dict[str, Any]]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = draw_parser("load.bound_misses", __doc__, family="throttling", seed=1001, draws=200)
     args = parse_draws(parser, argv)
-    bounded, rows = classify(args.family, args.seed, args.draws)
+    misses = classify(args.family, args.seed, args.draws)
     print(
-        f"family {args.family}, seed {args.seed}, draws 1-{args.draws}: {len(rows)} of the "
-        f"{bounded} draws the bound applies to outside the bound rule under queuemesh"
+        f"family {args.family}, seed {args.seed}, draws 1-{args.draws}: {len(misses.rows)} of "
+        f"the {misses.bounded} draws the bound applies to outside the bound rule under queuemesh"
     )
-    print(render(rows))
-    print(summary(bounded, rows))
+    print(render(misses.rows))
+    print(summary(misses))
     return 0
 
 

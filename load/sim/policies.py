@@ -1,6 +1,6 @@
 """The policies the simulator compares: none, the original rule, and the real controller (with
-the default algorithm, or a peer's: load/simulate.py PEER_POLICIES); and a bound, the levels
-that fit a capacity known in hindsight."""
+the default algorithm, or a peer's: load/simulate.py PEER_POLICIES); and two bounds, the levels
+that fit a capacity known in hindsight, a rise at once or a telemetry delay late."""
 
 from __future__ import annotations
 
@@ -323,6 +323,8 @@ class HindsightPolicy(QueueMeshPolicy):
     """
 
     name = "hindsight"
+    # Whether a rise of the capacity is known at once (else as a fall is: a report later).
+    rises_known_at_once = True
 
     def __init__(self) -> None:
         super().__init__(name=self.name)
@@ -348,7 +350,7 @@ class HindsightPolicy(QueueMeshPolicy):
         super().start(scenario, backlog)
         for spec in scenario.queues:
             self._registered[spec.name] = spec.max_concurrency
-            self._fits[spec.name] = _fitting_levels(scenario, spec)
+            self._fits[spec.name] = _fitting_levels(scenario, spec, self.rises_known_at_once)
 
     def mappings(self) -> Mapping[str, MappingSetting]:
         settings = dict(super().mappings())
@@ -382,13 +384,15 @@ class HindsightPolicy(QueueMeshPolicy):
 
 
 def _fitting_levels(
-    scenario: Scenario, spec: QueueSpec
+    scenario: Scenario, spec: QueueSpec, rises_known_at_once: bool
 ) -> Callable[[float], MappingSetting] | None:
     """``spec``'s fitting mapping at a time of the run (``None``: no pace, or a shared
     downstream).
 
-    A capacity that rose is known at once; one that fell only once the first report of a call
-    it refused could have arrived (the shortest telemetry delay later): no law knows sooner.
+    A capacity that fell is known only once the first report of a call it refused could have
+    arrived (the shortest telemetry delay later): no law knows sooner. One that rose is known
+    at once where ``rises_known_at_once``, else as a fall is, once a call it let through could
+    have reported.
     """
     pace = invocation_pace(scenario, spec)
     if pace is None or _unknown_because(scenario, spec) is not None:
@@ -397,16 +401,31 @@ def _fitting_levels(
     lag = scenario.telemetry_delay_s[0]
 
     def fitting(t: float) -> MappingSetting:
-        known = max(
-            [value_at(capacity.capacity_rps, t - lag)]
-            + [rate for start, rate in capacity.capacity_rps if t - lag < start <= t]
-        )
+        known = value_at(capacity.capacity_rps, t - lag)
+        if rises_known_at_once:
+            known = max(
+                [known] + [rate for start, rate in capacity.capacity_rps if t - lag < start <= t]
+            )
         level = min(spec.max_concurrency, math.floor(known / pace))
         if level < spec.min_concurrency:
             return MappingSetting(spec.min_concurrency, enabled=False)
         return MappingSetting(level)
 
     return fitting
+
+
+class LaggedHindsightPolicy(HindsightPolicy):
+    """The bound of a law that learns the capacity only from its reports: the hindsight bound,
+    but a rise known, as a fall is, only once a call it let through could have reported.
+
+    Still generous to any such law: it learns the new capacity whole from one report, where a
+    law running under it learns only that its own level fits, and never pays a probe. What it
+    leaves between itself and ``hindsight`` is the part of the bound rule no law acting on its
+    reports can close (issue 29's ``throttling`` target; docs/simulator.md).
+    """
+
+    name = "hindsight-lagged"
+    rises_known_at_once = False
 
 
 def _unknown_because(scenario: Scenario, spec: QueueSpec) -> str | None:
@@ -437,4 +456,5 @@ POLICIES: dict[str, Callable[[], SimPolicy]] = {
     SeedPolicy.name: SeedPolicy,
     QueueMeshPolicy.name: QueueMeshPolicy,
     HindsightPolicy.name: HindsightPolicy,
+    LaggedHindsightPolicy.name: LaggedHindsightPolicy,
 }

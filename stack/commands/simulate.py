@@ -76,8 +76,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         choices=(*POLICY_NAMES, *BOUND_POLICIES, "all"),
         default="all",
         help=(
-            "which policy to run (default: all, every one but the bound 'hindsight': the "
-            "levels that fit the capacity, known from the controller's first cut on)"
+            "which policy to run (default: all, every one but the bounds 'hindsight': the "
+            "levels that fit the capacity, known from the controller's first cut on, and "
+            "'hindsight-lagged': the same, a rise known only a report later)"
         ),
     )
     parser.add_argument(

@@ -20,7 +20,13 @@ from load.oracle import ideal_drain_times, invocation_pace, paced_drain_time
 from load.plot import policy_colours
 from load.scorecard import scorecard
 from load.sim.engine import ARRIVAL_STEP_S, SIM_EPOCH, BacklogNow, simulate
-from load.sim.policies import HindsightPolicy, QueueMeshPolicy, SeedPolicy, StaticPolicy
+from load.sim.policies import (
+    HindsightPolicy,
+    LaggedHindsightPolicy,
+    QueueMeshPolicy,
+    SeedPolicy,
+    StaticPolicy,
+)
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
 from load.sim.services import POLLER_START, POLLER_STEP_PER_S, Arrivals, arrived_by
 from load.simulate import make_policy
@@ -283,6 +289,20 @@ def test_hindsight_runs_the_controller_until_its_first_cut_then_the_level_the_ca
     assert trace.calls_rejected < law.queues["q"].calls_rejected
     # One mapping update a level: the controller's cut, then 7, 2 and 7.
     assert result.esm_updates == {"q": 4}
+
+
+def test_the_lagged_bound_knows_a_rise_as_late_as_a_fall() -> None:
+    # The scenario above: the fall at 30 s known at 31 s, as hindsight knows it; the rise at
+    # 45 s only at 46 s, once a call it let through could have reported.
+    scenario = tiny(backlog=20000, capacity_rps=[[0, 150], [30, 50], [45, 150]])
+    bound = simulate(scenario, HindsightPolicy()).queues["q"]
+    lagged = simulate(scenario, LaggedHindsightPolicy()).queues["q"]
+    assert lagged.cap_per_s[:45] == bound.cap_per_s[:45]
+    assert lagged.cap_per_s[45] == 2
+    assert set(lagged.cap_per_s[46:]) == {7}
+    # A second at 2 where 7 fit: fewer calls done by the end of 45 s, none refused for it.
+    assert sum(lagged.ok_per_s[:46]) < sum(bound.ok_per_s[:46])
+    assert lagged.calls_rejected == bound.calls_rejected
 
 
 def test_hindsight_pauses_where_even_cmin_sends_more_until_the_capacity_returns() -> None:
