@@ -10,18 +10,27 @@ law drains (``lag_s``), how many messages it had left to do when the bound had d
 (``load.bound_misses.cause``), and whether the bound that learns a rise only a report later
 (``hindsight-lagged``) is outside the rule on the draw too (``lagged``: ``out``; then the
 telemetry round trip alone costs the draw, not the law's climb). Then the misses by shape, by
-limit and by cause, and the lagged bound's count within the rule. The runs are
+limit and by cause, and the lagged bound's count within the rule.
+
+A draw is one realization of its scenario: its seed draws the 5xx noise, the order the queue
+hands messages out and the telemetry delays, call after call, so two policies' runs meet other
+luck once their calls part. ``--realizations K`` runs the law and the bound again on each
+draw with the scenario's seed moved by 1..K (every drawn parameter kept) and says, per miss,
+on how many of them the law misses again (``again``), and in all how many draws the law
+misses on every realization and how often the bound under other dice falls outside the rule
+judged against its own first run: the share of the verdicts that is chance. The runs are
 ``queuemesh simulate --family``'s own, so the count within the rule is the scorecard's
 ``draws_within_bound_rule``. Runs go to a pool of two processes, as that command's do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from typing import Any
 
@@ -31,7 +40,7 @@ from load.scorecard import bound_limits_missed, scorecard
 from load.sim.engine import simulate
 from load.sim.families import draw_scenario
 from load.sim.policies import HindsightPolicy, LaggedHindsightPolicy
-from load.sim.scenario import Schedule
+from load.sim.scenario import Scenario, Schedule
 from load.simulate import SEED_WORKERS, make_policy
 
 # Each bounded draw's runs: the law, the bound, and the bound that learns a rise a report later.
@@ -39,6 +48,8 @@ COMPARED_POLICIES = ("queuemesh", HindsightPolicy.name, LaggedHindsightPolicy.na
 # A law behind the bound by fewer messages than this when the bound has drained is a tail: its
 # last refusals and noise failures come back a visibility timeout later, in both runs alike.
 TAIL_MESSAGES = 500
+# At most this many other realizations a draw: each costs two more runs of every bounded draw.
+MAX_REALIZATIONS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +64,18 @@ class Run:
     capacity: Schedule
 
 
-def run(job: tuple[str, int, int, str]) -> Run:
-    """One (family, seed, draw, policy) run, as ``queuemesh simulate --family`` runs it."""
-    family, seed, draw, policy = job
+def realization(family: str, seed: int, draw: int, shift: int) -> Scenario:
+    """The draw's scenario with its own seed moved by ``shift`` (0: the draw as the family
+    scorecard runs it): the same parameters, other dice."""
     scenario = draw_scenario(family, seed, draw)
+    return replace(scenario, seed=scenario.seed + shift) if shift else scenario
+
+
+def run(job: tuple[str, int, int, str, int]) -> Run:
+    """One (family, seed, draw, policy, realization) run; realization 0 as ``queuemesh
+    simulate --family`` runs it."""
+    family, seed, draw, policy, shift = job
+    scenario = realization(family, seed, draw, shift)
     result = simulate(scenario, make_policy(policy, "adaptive"))
     traces = list(result.queues.values())
     seconds = max(len(trace.ok_per_s) for trace in traces)
@@ -124,23 +143,42 @@ class Misses:
     bounded: int
     lagged_within: int
     rows: list[dict[str, Any]]
+    # With other realizations (``classify``'s ``realizations``), per realization 1..K: the
+    # draws the law is within the rule on, and those the bound is outside it on, judged against
+    # its own first run; and the draws the law misses on every realization, the first too.
+    law_within_again: list[int] = dataclasses.field(default_factory=list)
+    bound_outside_again: list[int] = dataclasses.field(default_factory=list)
+    missed_on_every: int = 0
 
 
-def classify(family: str, seed: int, draws: int) -> Misses:
+def classify(family: str, seed: int, draws: int, realizations: int = 0) -> Misses:
     """The law's and the lagged bound's standing against the bound rule on ``family``'s draws
-    1..``draws`` that the bound applies to."""
+    1..``draws`` that the bound applies to, and where ``realizations`` (K), the law's and the
+    bound's on the draws' other realizations 1..K."""
     bounded = [
         draw
         for draw in range(1, draws + 1)
         if HindsightPolicy.knows(draw_scenario(family, seed, draw))
     ]
-    jobs = [(family, seed, draw, policy) for draw in bounded for policy in COMPARED_POLICIES]
+    jobs = [(family, seed, draw, policy, 0) for draw in bounded for policy in COMPARED_POLICIES]
+    jobs += [
+        (family, seed, draw, policy, shift)
+        for shift in range(1, realizations + 1)
+        for draw in bounded
+        for policy in COMPARED_POLICIES[:2]
+    ]
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
         runs = dict(zip(jobs, pool.map(run, jobs), strict=True))
+
+    def law_misses(draw: int, shift: int) -> bool:
+        law, bound = (runs[(family, seed, draw, policy, shift)] for policy in COMPARED_POLICIES[:2])
+        return bool(bound_limits_missed(law.totals, bound.totals))
+
+    shifts = range(1, realizations + 1)
     rows = []
     lagged_within = 0
     for draw in bounded:
-        law, bound, lagged = (runs[(family, seed, draw, policy)] for policy in COMPARED_POLICIES)
+        law, bound, lagged = (runs[(family, seed, draw, policy, 0)] for policy in COMPARED_POLICIES)
         lagged_missed = bool(bound_limits_missed(lagged.totals, bound.totals))
         lagged_within += not lagged_missed
         missed = bound_limits_missed(law.totals, bound.totals)
@@ -160,16 +198,38 @@ def classify(family: str, seed: int, draws: int) -> Misses:
                 "missed": "both" if len(missed) == 2 else missed[0],
                 **cause(law, bound),
                 "lagged": "out" if lagged_missed else "in",
+                "again": sum(law_misses(draw, shift) for shift in shifts) if shifts else None,
             }
         )
-    return Misses(len(bounded), lagged_within, rows)
+    if not realizations:
+        return Misses(len(bounded), lagged_within, rows)
+    first = {draw: runs[(family, seed, draw, HindsightPolicy.name, 0)] for draw in bounded}
+    return Misses(
+        len(bounded),
+        lagged_within,
+        rows,
+        law_within_again=[sum(not law_misses(draw, shift) for draw in bounded) for shift in shifts],
+        bound_outside_again=[
+            sum(
+                bool(
+                    bound_limits_missed(
+                        runs[(family, seed, draw, HindsightPolicy.name, shift)].totals,
+                        first[draw].totals,
+                    )
+                )
+                for draw in bounded
+            )
+            for shift in shifts
+        ],
+        missed_on_every=sum(row["again"] == realizations for row in rows),
+    )
 
 
 def render(rows: Sequence[dict[str, Any]]) -> str:
     head = (
         f"{'draw':>4} {'shape':<12} {'delay_s':>11} {'noise':>6} {'wasted':>6} {'bound':>6} "
         f"{'drain':>6} {'bound':>6} {'misses':<6} {'lag_s':>6} {'behind':>6} {'caps':>7} "
-        f"{'cause':<13} lagged"
+        f"{'cause':<13} lagged again"
     )
     lines = [head]
     for row in rows:
@@ -178,7 +238,8 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['draw']:>4} {row['shape']:<12} {delay:>11} {row['noise']:>6.3f} "
             f"{row['wasted']:>6.3f} {row['bound_wasted']:>6.3f} {_ratio(row['drain']):>6} "
             f"{_ratio(row['bound_drain']):>6} {row['missed']:<6} {_number(row['lag_s']):>6} "
-            f"{_number(row['behind']):>6} {row['caps']:>7} {row['cause']:<13} {row['lagged']}"
+            f"{_number(row['behind']):>6} {row['caps']:>7} {row['cause']:<13} "
+            f"{row['lagged']:<6} {_number(row['again'])}"
         )
     return "\n".join(lines)
 
@@ -215,14 +276,39 @@ def summary(misses: Misses) -> str:
             f"the bound a report late on rises (hindsight-lagged) within the rule: "
             f"{misses.lagged_within} of {bounded}; outside it on "
             f"{sum(row['lagged'] == 'out' for row in rows)} of the law's {len(rows)} misses",
+            *_realizations(misses),
         ]
     )
 
 
+def _realizations(misses: Misses) -> list[str]:
+    """The summary's lines on the other realizations (none where there were none)."""
+    count = len(misses.law_within_again)
+    if not count:
+        return []
+    return [
+        f"under {count} other realization{'s' if count > 1 else ''} of each draw (its "
+        f"scenario's seed {'+1' if count == 1 else f'+1..+{count}'}): the law within the rule on "
+        f"{', '.join(map(str, misses.law_within_again))}; outside it on every realization on "
+        f"{misses.missed_on_every} draws; the bound outside the rule judged against its own "
+        f"first run on {', '.join(map(str, misses.bound_outside_again))}"
+    ]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = draw_parser("load.bound_misses", __doc__, family="throttling", seed=1001, draws=200)
+    parser.add_argument(
+        "--realizations",
+        type=int,
+        default=0,
+        help=f"0 to {MAX_REALIZATIONS}: other realizations of each draw to rerun (default 0)",
+    )
     args = parse_draws(parser, argv)
-    misses = classify(args.family, args.seed, args.draws)
+    if not 0 <= args.realizations <= MAX_REALIZATIONS:
+        parser.error(
+            f"--realizations {args.realizations}: give 0 to {MAX_REALIZATIONS} other realizations"
+        )
+    misses = classify(args.family, args.seed, args.draws, args.realizations)
     print(
         f"family {args.family}, seed {args.seed}, draws 1-{args.draws}: {len(misses.rows)} of "
         f"the {misses.bounded} draws the bound applies to outside the bound rule under queuemesh"

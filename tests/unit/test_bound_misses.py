@@ -3,6 +3,8 @@ outside the bound rule, and its cause reads where the law fell behind the bound.
 
 from __future__ import annotations
 
+import dataclasses
+
 from load import bound_misses as bm
 from load.simulate import run_family
 
@@ -35,13 +37,32 @@ def test_the_lines_and_the_summary_are_the_scorecards_count() -> None:
     ]
 
 
+def test_other_realizations_say_which_misses_are_the_dice() -> None:
+    # The same four draws, each again with its scenario's seed moved by one: the law misses
+    # draws 3 and 4 there too, and the bound on the other dice stays within its own rule.
+    misses = bm.classify(FAMILY, SEED, DRAWS, realizations=1)
+    assert [(row["draw"], row["again"]) for row in misses.rows] == [(3, 1), (4, 1)]
+    assert (misses.law_within_again, misses.bound_outside_again) == ([2], [0])
+    assert misses.missed_on_every == 2
+    assert bm.summary(misses).splitlines()[-1] == (
+        "under 1 other realization of each draw (its scenario's seed +1): the law within the "
+        "rule on 2; outside it on every realization on 2 draws; the bound outside the rule "
+        "judged against its own first run on 0"
+    )
+    # Other dice, the same draw: only the seed moved.
+    scenario, other = (bm.realization(FAMILY, SEED, 3, shift) for shift in (0, 1))
+    assert other.seed == scenario.seed + 1
+    assert dataclasses.replace(other, seed=scenario.seed) == scenario
+
+
 def test_a_miss_the_lagged_bound_shares_is_marked_out() -> None:
     row = {
         "draw": 9, "shape": "drop", "delay_s": (20, 30), "noise": 0.0, "wasted": 0.1,
         "bound_wasted": 0.05, "drain": 1.5, "bound_drain": 1.2, "missed": "drain",
         "lag_s": 40.0, "behind": 900, "caps": "3/9", "cause": "slow climb", "lagged": "out",
+        "again": None,
     }  # fmt: skip
-    assert bm.render([row]).splitlines()[1].endswith("slow climb    out")
+    assert bm.render([row]).splitlines()[1].endswith("slow climb    out    -")
     assert bm.summary(bm.Misses(5, 3, [row])).splitlines()[-1] == (
         "the bound a report late on rises (hindsight-lagged) within the rule: 3 of 5; outside "
         "it on 1 of the law's 1 misses"

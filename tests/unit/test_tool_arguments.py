@@ -54,6 +54,21 @@ def test_dead_letters_names_an_unknown_peer(capsys: pytest.CaptureFixture[str]) 
     assert "--peers: unknown peer 'nope'" in line
 
 
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--realizations", "-1"], "--realizations -1: give 0 to 5 other realizations"),
+        (["--realizations", "6"], "--realizations 6: give 0 to 5 other realizations"),
+        (["--realizations", "two"], "invalid int value: 'two'"),
+    ],
+)
+def test_bound_misses_refuses_a_bad_realization_count_in_one_line(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = _one_line_refusal(bound_misses.main, argv, capsys)
+    assert says in line
+
+
 @pytest.mark.parametrize("argv", [["--inputs", "0"], ["--inputs", "many"]])
 def test_fuzz_refuses_a_bad_input_count_in_one_line(
     argv: list[str], capsys: pytest.CaptureFixture[str]
