@@ -170,11 +170,16 @@ def fabricated_result() -> dict[str, Any]:
 
 def summary_with_cards(scenario_name: str) -> tuple[dict[str, Any], str]:
     """The fabricated result with the simulator's cards for the scenario, and its summary."""
-    from stack.local.demo.summary import bound_not_shown, print_summary, simulated_cards
+    from stack.local.demo.summary import (
+        bound_not_shown,
+        print_summary,
+        simulated_cards,
+        simulated_runs,
+    )
 
     scenario, _ = demo_scenario(scenario_name)
     result = fabricated_result()
-    result["simulated"] = simulated_cards(scenario, "adaptive")
+    result["simulated"] = simulated_cards(simulated_runs(scenario, "adaptive"))
     result["bound_not_shown"] = bound_not_shown(scenario)
     out = io.StringIO()
     print_summary(result, out)
@@ -229,11 +234,11 @@ def test_the_cards_end_with_the_bound_where_it_knows_the_capacity() -> None:
 
 def test_the_cards_are_the_simulators_scorecard_for_the_same_scenario() -> None:
     from load.simulate import run_policies
-    from stack.local.demo.summary import simulated_cards
+    from stack.local.demo.summary import simulated_cards, simulated_runs
 
     scenario, _ = demo_scenario("slow-database")
     (seed,) = run_policies([scenario], ["seed"], "adaptive", seed=None)
-    assert simulated_cards(scenario, "adaptive")["seed"] == seed.card["totals"]
+    assert simulated_cards(simulated_runs(scenario, "adaptive"))["seed"] == seed.card["totals"]
 
 
 def test_a_shipped_name_with_a_demo_variant_runs_the_variant_and_others_run_as_named() -> None:

@@ -6,7 +6,13 @@ import io
 from typing import Any
 
 from load.sim.scenario import load_scenario
-from stack.local.demo.summary import FIRST_SHOWN, LAST_SHOWN, bound_not_shown, print_summary
+from stack.local.demo.summary import (
+    FIRST_SHOWN,
+    LAST_SHOWN,
+    bound_not_shown,
+    demo_figure,
+    print_summary,
+)
 
 TOTALS = {
     "messages_total": 100,
@@ -119,3 +125,45 @@ def test_cards_without_a_bound_say_why() -> None:
     result = demo_result(simulated={"static": card, "queuemesh": card}, bound_not_shown=why)
     assert f"no bound card (the capacity known): {why}" in printed(result)
     assert bound_not_shown(load_scenario("capacity-drop")) is None
+
+
+def plot_result() -> dict[str, Any]:
+    """A live run's result as the plot reads it: two queues over five seconds."""
+    queue = {"max_concurrency": [16] * 5, "in_flight": [3] * 5, "backlog": [9] * 5}
+    return {
+        "scenario": "demo",
+        "timeline": {
+            "t": [0.0, 1.0, 2.0, 3.0, 4.0],
+            "capacity_rps": [68.0, 68.0, 30.0, 30.0, 30.0],
+            "ok_per_s": [60, 60, 30, 30, 30],
+            "rejected_per_s": [0, 0, 9, 2, 0],
+            "queues": {
+                "orders": {**queue, "dead_lettered": [0] * 5},
+                "refunds": {**queue, "dead_lettered": [0] * 5},
+            },
+        },
+    }
+
+
+def test_the_plot_shows_the_storm_the_static_cap_would_have_made() -> None:
+    from matplotlib import pyplot
+
+    from load.sim.engine import simulate
+    from load.sim.policies import StaticPolicy
+
+    static = simulate(load_scenario("demo"), StaticPolicy())
+    figure = demo_figure(plot_result(), static)
+    lines = {line.get_label(): line for axis in figure.axes for line in axis.get_lines()}
+    orders, refunds = static.queues["orders"], static.queues["refunds"]
+    dead = orders.dlq_messages + refunds.dlq_messages
+    assert dead > 0
+    refused = list(lines[f"rejected /s, static cap, simulated ({dead} dead-lettered)"].get_ydata())
+    assert refused[25] == orders.rejected_per_s[25] + refunds.rejected_per_s[25] > 0
+    assert sum(refused) == orders.calls_rejected + refunds.calls_rejected
+    # The live run's lines beside it, every queue's.
+    assert "orders backlog" in lines and "refunds backlog" in lines
+    # Without the simulated run, the live run's lines alone.
+    alone = demo_figure(plot_result())
+    labels = [line.get_label() for axis in alone.axes for line in axis.get_lines()]
+    assert labels and not any("simulated" in label for label in labels)
+    pyplot.close("all")

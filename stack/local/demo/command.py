@@ -20,6 +20,7 @@ from stack.local.demo.summary import (
     bound_not_shown,
     print_summary,
     simulated_cards,
+    simulated_runs,
     write_plot,
 )
 from stack.local.demo.view import LiveView
@@ -154,10 +155,11 @@ def run(args: argparse.Namespace) -> int:
 
     def report(result: dict[str, Any]) -> None:
         # QueueMesh's card runs the algorithm the live controller ran.
-        result["simulated"] = simulated_cards(scenario, result["policy"].removeprefix("queuemesh-"))
+        runs = simulated_runs(scenario, result["policy"].removeprefix("queuemesh-"))
+        result["simulated"] = simulated_cards(runs)
         result["bound_not_shown"] = bound_not_shown(scenario)
         if plot is not None:
-            result["plot"] = str(write_plot(result, plot))
+            result["plot"] = str(write_plot(result, plot, runs["static"].result))
         if args.json:
             print(json.dumps(result, indent=2, default=str), flush=True)
         else:

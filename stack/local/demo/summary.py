@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from load.sim.trace import SimResult
+    from load.simulate import PolicyRun
 
 # The simulator's cards in the summary: the static cap, the original rule, QueueMesh; then,
 # where it knows the scenario's capacity, the bound (load/sim/policies.py HindsightPolicy).
@@ -118,9 +124,9 @@ def _pace_lines(pace: Mapping[str, Any] | None) -> list[str]:
     ]
 
 
-def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:
-    """The simulator's totals for the static cap, the original rule and QueueMesh (running
-    ``algorithm``) on the demo's scenario, and the bound where it knows the scenario's
+def simulated_runs(scenario: Any, algorithm: str) -> dict[str, PolicyRun]:
+    """The simulator's runs of the static cap, the original rule and QueueMesh (running
+    ``algorithm``) on the demo's scenario, and of the bound where it knows the scenario's
     capacity, a second or so in all: what the live run is to be read against."""
     from load.sim.policies import HindsightPolicy
     from load.simulate import run_policies
@@ -128,7 +134,12 @@ def simulated_cards(scenario: Any, algorithm: str) -> dict[str, dict[str, Any]]:
     bound = (HindsightPolicy.name,) if HindsightPolicy.knows(scenario) else ()
     policies = (*SIMULATED_POLICIES, *bound)
     runs = run_policies([scenario], policies, algorithm, seed=None)
-    return {name: run.card["totals"] for name, run in zip(policies, runs, strict=True)}
+    return dict(zip(policies, runs, strict=True))
+
+
+def simulated_cards(runs: Mapping[str, PolicyRun]) -> dict[str, dict[str, Any]]:
+    """The summary's cards: each of ``simulated_runs``' totals."""
+    return {name: run.card["totals"] for name, run in runs.items()}
 
 
 def bound_not_shown(scenario: Any) -> str | None:
@@ -150,7 +161,26 @@ def _seconds(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} s"
 
 
-def write_plot(result: Mapping[str, Any], path: Path) -> Path:
+def write_plot(result: Mapping[str, Any], path: Path, static: SimResult | None = None) -> Path:
+    """The run's plot (``demo_figure``) written to ``path``."""
+    from matplotlib import pyplot
+
+    figure = demo_figure(result, static)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=100)
+    pyplot.close(figure)
+    return path
+
+
+def demo_figure(result: Mapping[str, Any], static: SimResult | None = None) -> Figure:
+    """The live run over its seconds: the downstream's calls against its capacity, each
+    queue's MaximumConcurrency and invocations in flight, and each backlog; and, where
+    ``static`` (the simulator's static-cap run of the same scenario) is given, dotted beside
+    the live run's refusals, the storm it was spared: the calls that cap had refused each
+    second, and in its label the messages it had dead-lettered. The live run alone shows the
+    cure, not what it cured. (That run's backlog is not drawn: drained at the capacity's pace
+    as the cure's is, its line reads as good as the cure's, and its dead letters, a few dozen
+    beside thousands waiting, do not show.)"""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -167,7 +197,6 @@ def write_plot(result: Mapping[str, Any], path: Path) -> Path:
         seconds, timeline["rejected_per_s"], label="rejected (429 or timed out) /s", color="tab:red"
     )
     calls.set_ylabel("downstream calls /s")
-    calls.legend(loc="upper right")
     calls.set_title(f"QueueMesh demo: {result['scenario']} (embedded AWS)")
     # The first queue (the storm's and the cure's) in full lines, the others dashed beside it.
     for index, (name, queue) in enumerate(timeline["queues"].items()):
@@ -184,12 +213,29 @@ def write_plot(result: Mapping[str, Any], path: Path) -> Path:
         )
         backlog.plot(timeline["t"], queue["backlog"], label=f"{name} backlog", **style)
         backlog.plot(timeline["t"], queue["dead_lettered"], label=f"{name} dead-lettered", **style)
+    if static is not None:
+        _draw_static(static, calls)
+    calls.legend(loc="upper right")
     concurrency.set_ylabel("concurrency")
     concurrency.legend(loc="upper right")
     backlog.set_ylabel("messages")
     backlog.set_xlabel("seconds")
     backlog.legend(loc="upper right")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=100)
-    pyplot.close(figure)
-    return path
+    return figure
+
+
+def _draw_static(static: SimResult, calls: Any) -> None:
+    traces = list(static.queues.values())
+    seconds = max(len(trace.rejected_per_s) for trace in traces)
+    refused = [
+        sum(trace.rejected_per_s[s] for trace in traces if s < len(trace.rejected_per_s))
+        for s in range(seconds)
+    ]
+    dead = sum(trace.dlq_messages for trace in traces)
+    calls.plot(
+        range(seconds),
+        refused,
+        label=f"rejected /s, static cap, simulated ({dead} dead-lettered)",
+        color="tab:red",
+        linestyle=":",
+    )
