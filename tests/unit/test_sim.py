@@ -29,7 +29,7 @@ from load.sim.policies import (
 )
 from load.sim.scenario import Scenario, load_scenario, parse_scenario
 from load.sim.services import POLLER_START, POLLER_STEP_PER_S, Arrivals, arrived_by
-from load.simulate import make_policy
+from load.simulate import BOUND_POLICIES, make_policy
 from stack.cli import main
 from tests.factories import SIMULATED_POLICIES
 
@@ -478,9 +478,11 @@ def test_simulate_json_lists_one_scorecard_per_policy(
     assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "seed"]) == 0
     single = json.loads(capsys.readouterr().out)
     assert single["policy"] == "seed" and single == cards[1]
-    # The bound runs only when named.
-    assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", "hindsight"]) == 0
-    assert json.loads(capsys.readouterr().out)["policy"] == "hindsight"
+    # The bounds run only when named.
+    for bound in BOUND_POLICIES:
+        assert main(["simulate", "--scenario", str(tiny_file), "--json", "--policy", bound]) == 0
+        assert json.loads(capsys.readouterr().out)["policy"] == bound
+    assert not set(BOUND_POLICIES) & {card["policy"] for card in cards}
 
 
 @pytest.mark.parametrize("peer", ["vector-arc", "envoy-gradient"])
