@@ -160,30 +160,37 @@ def classify(family: str, seed: int, draws: int, realizations: int = 0) -> Misse
         for draw in range(1, draws + 1)
         if HindsightPolicy.knows(draw_scenario(family, seed, draw))
     ]
+    law_name, bound_name, lagged_name = COMPARED_POLICIES
+    shifts = range(1, realizations + 1)
     jobs = [(family, seed, draw, policy, 0) for draw in bounded for policy in COMPARED_POLICIES]
     jobs += [
         (family, seed, draw, policy, shift)
-        for shift in range(1, realizations + 1)
+        for shift in shifts
         for draw in bounded
-        for policy in COMPARED_POLICIES[:2]
+        for policy in (law_name, bound_name)
     ]
     with ProcessPoolExecutor(max_workers=SEED_WORKERS) as pool:
         runs = dict(zip(jobs, pool.map(run, jobs), strict=True))
 
-    def law_misses(draw: int, shift: int) -> bool:
-        law, bound = (runs[(family, seed, draw, policy, shift)] for policy in COMPARED_POLICIES[:2])
-        return bool(bound_limits_missed(law.totals, bound.totals))
+    def missed(
+        policy: str, draw: int, shift: int = 0, bound_shift: int | None = None
+    ) -> tuple[str, ...]:
+        """The limits ``policy`` misses on the draw's realization ``shift``, judged against the
+        bound on realization ``bound_shift`` (the same one where ``None``)."""
+        bound = runs[
+            (family, seed, draw, bound_name, shift if bound_shift is None else bound_shift)
+        ]
+        return bound_limits_missed(runs[(family, seed, draw, policy, shift)].totals, bound.totals)
 
-    shifts = range(1, realizations + 1)
     rows = []
-    lagged_within = 0
     for draw in bounded:
-        law, bound, lagged = (runs[(family, seed, draw, policy, 0)] for policy in COMPARED_POLICIES)
-        lagged_missed = bool(bound_limits_missed(lagged.totals, bound.totals))
-        lagged_within += not lagged_missed
-        missed = bound_limits_missed(law.totals, bound.totals)
-        if not missed:
+        limits = missed(law_name, draw)
+        if not limits:
             continue
+        law, bound = (
+            runs[(family, seed, draw, law_name, 0)],
+            runs[(family, seed, draw, bound_name, 0)],
+        )
         described = shape(family, seed, draw)
         rows.append(
             {
@@ -195,33 +202,28 @@ def classify(family: str, seed: int, draws: int, realizations: int = 0) -> Misse
                 "bound_wasted": bound.totals["wasted_ratio"],
                 "drain": law.totals["drain_ratio"],
                 "bound_drain": bound.totals["drain_ratio"],
-                "missed": "both" if len(missed) == 2 else missed[0],
+                "missed": "both" if len(limits) == 2 else limits[0],
                 **cause(law, bound),
-                "lagged": "out" if lagged_missed else "in",
-                "again": sum(law_misses(draw, shift) for shift in shifts) if shifts else None,
+                "lagged": "out" if missed(lagged_name, draw) else "in",
+                "again": (
+                    sum(bool(missed(law_name, draw, shift)) for shift in shifts)
+                    if realizations
+                    else None
+                ),
             }
         )
-    if not realizations:
-        return Misses(len(bounded), lagged_within, rows)
-    first = {draw: runs[(family, seed, draw, HindsightPolicy.name, 0)] for draw in bounded}
     return Misses(
         len(bounded),
-        lagged_within,
+        sum(not missed(lagged_name, draw) for draw in bounded),
         rows,
-        law_within_again=[sum(not law_misses(draw, shift) for draw in bounded) for shift in shifts],
+        law_within_again=[
+            sum(not missed(law_name, draw, shift) for draw in bounded) for shift in shifts
+        ],
         bound_outside_again=[
-            sum(
-                bool(
-                    bound_limits_missed(
-                        runs[(family, seed, draw, HindsightPolicy.name, shift)].totals,
-                        first[draw].totals,
-                    )
-                )
-                for draw in bounded
-            )
+            sum(bool(missed(bound_name, draw, shift, bound_shift=0)) for draw in bounded)
             for shift in shifts
         ],
-        missed_on_every=sum(row["again"] == realizations for row in rows),
+        missed_on_every=sum(row["again"] == realizations for row in rows if realizations),
     )
 
 
