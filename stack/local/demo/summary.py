@@ -163,9 +163,9 @@ def _seconds(value: float | None) -> str:
 
 def write_plot(result: Mapping[str, Any], path: Path, static: SimResult | None = None) -> Path:
     """The run's plot (``demo_figure``) written to ``path``."""
+    figure = demo_figure(result, static)  # selects the headless backend before pyplot loads
     from matplotlib import pyplot
 
-    figure = demo_figure(result, static)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=100)
     pyplot.close(figure)
