@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from controller.groups import GroupMemory, Member, govern
 from controller.groups.estimate import (
     LAG_S,
+    PROBE_INTERVAL_S,
     PROTECTING_PROBE_INTERVAL_S,
     SPAN_S,
     Pooled,
@@ -489,6 +490,18 @@ class TestOneProbe:
     def test_no_probe_while_nobody_wants_more(self) -> None:
         memory = GroupMemory(capacity_rps=100.0)
         assert estimated(memory, self.clean, False, 10.0, NOW) == memory
+
+    def test_refusals_too_few_to_measure_hold_the_estimate_and_the_next_probe(self) -> None:
+        # Outside a probe they move no estimate, and the next probe waits the shortest
+        # interval past the last batch that saw them (sparse refusals most often mean a
+        # capacity that has not moved: measurements.md, "Tried at stop 61").
+        memory = GroupMemory(capacity_rps=100.0)
+        refused = dataclasses.replace(self.clean, clean=False)
+        held = estimated(memory, refused, wanting=True, step_rps=10.0, now=NOW)
+        assert held.capacity_rps == 100.0 and held.probed_at == 0.0
+        assert estimated(held, self.clean, True, 10.0, NOW + 1) == held
+        later = NOW + PROBE_INTERVAL_S[0]
+        assert estimated(held, self.clean, True, 10.0, later).probed_at == later
 
     def test_a_probe_refused_a_little_goes_back_and_waits_longer(self) -> None:
         memory = GroupMemory(capacity_rps=110.0, probed_at=NOW - 5, probed_from=100.0)
