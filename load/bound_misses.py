@@ -7,10 +7,12 @@ telemetry delay, the 5xx noise, the law's and the bound's wasted share and drain
 limit missed (waste, drain or both), and what the two runs say of the cause: how much later the
 law drains (``lag_s``), how many messages it had left to do when the bound had drained
 (``behind``), its cap against the bound's then, a cause read from when the law fell behind
-(``load.bound_misses.cause``), and whether the bound that learns a rise only a report later
-(``hindsight-lagged``) is outside the rule on the draw too (``lagged``: ``out``; then the
-telemetry round trip alone costs the draw, not the law's climb). Then the misses by shape, by
-limit and by cause, and the lagged bound's count within the rule.
+(``load.bound_misses.cause``), and whether the two bounds that learn a rise later are
+outside the rule on the draw too: ``hindsight-lagged``, a report later (``lagged``: ``out``;
+then the telemetry round trip alone costs the draw, not the law's climb), and
+``hindsight-climbing``, by doubling a level a round trip from there (``climbing``: ``out``;
+then a law that climbs as it learns misses the draw however well it climbs). Then the misses
+by shape, by limit and by cause, and each of those bounds' count within the rule.
 
 A draw is one realization of its scenario: its seed draws the 5xx noise, the order the queue
 hands messages out and the telemetry delays, call after call, so two policies' runs meet other
@@ -39,12 +41,18 @@ from load.dead_letters import shape
 from load.scorecard import bound_limits_missed, scorecard
 from load.sim.engine import simulate
 from load.sim.families import draw_scenario
-from load.sim.policies import HindsightPolicy, LaggedHindsightPolicy
+from load.sim.policies import ClimbingHindsightPolicy, HindsightPolicy, LaggedHindsightPolicy
 from load.sim.scenario import Scenario, Schedule
 from load.simulate import SEED_WORKERS, make_policy
 
-# Each bounded draw's runs: the law, the bound, and the bound that learns a rise a report later.
-COMPARED_POLICIES = ("queuemesh", HindsightPolicy.name, LaggedHindsightPolicy.name)
+# The bounds that learn a rise later than ``hindsight``: each one's column and summary words.
+LATER_BOUNDS = {
+    LaggedHindsightPolicy.name: ("lagged", "the bound a report late on rises"),
+    ClimbingHindsightPolicy.name: ("climbing", "the bound that learns a rise by doubling"),
+}
+LATER_COLUMNS = tuple(column for column, _ in LATER_BOUNDS.values())
+# Each bounded draw's runs: the law, the bound, and the bounds that learn a rise later.
+COMPARED_POLICIES = ("queuemesh", HindsightPolicy.name, *LATER_BOUNDS)
 # A law behind the bound by fewer messages than this when the bound has drained is a tail: its
 # last refusals and noise failures come back a visibility timeout later, in both runs alike.
 TAIL_MESSAGES = 500
@@ -137,11 +145,12 @@ def _at(series: Sequence[int], second: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Misses:
-    """How many of a family's draws the bound applies to (``bounded``), on how many of them the
-    lagged bound is within the rule, and a row per draw where the law is outside it."""
+    """How many of a family's draws the bound applies to (``bounded``), on how many of them each
+    bound that learns a rise later is within the rule (``later_within``, by its column name),
+    and a row per draw where the law is outside it."""
 
     bounded: int
-    lagged_within: int
+    later_within: dict[str, int]
     rows: list[dict[str, Any]]
     # With other realizations (``classify``'s ``realizations``), per realization 1..K: the
     # draws the law is within the rule on, and those the bound is outside it on, judged against
@@ -152,7 +161,7 @@ class Misses:
 
 
 def classify(family: str, seed: int, draws: int, realizations: int = 0) -> Misses:
-    """The law's and the lagged bound's standing against the bound rule on ``family``'s draws
+    """The law's and the later bounds' standing against the bound rule on ``family``'s draws
     1..``draws`` that the bound applies to, and where ``realizations`` (K), the law's and the
     bound's on the draws' other realizations 1..K."""
     bounded = [
@@ -160,7 +169,7 @@ def classify(family: str, seed: int, draws: int, realizations: int = 0) -> Misse
         for draw in range(1, draws + 1)
         if HindsightPolicy.knows(draw_scenario(family, seed, draw))
     ]
-    law_name, bound_name, lagged_name = COMPARED_POLICIES
+    law_name, bound_name = COMPARED_POLICIES[:2]
     shifts = range(1, realizations + 1)
     jobs = [(family, seed, draw, policy, 0) for draw in bounded for policy in COMPARED_POLICIES]
     jobs += [
@@ -204,7 +213,10 @@ def classify(family: str, seed: int, draws: int, realizations: int = 0) -> Misse
                 "bound_drain": bound.totals["drain_ratio"],
                 "missed": "both" if len(limits) == 2 else limits[0],
                 **cause(law, bound),
-                "lagged": "out" if missed(lagged_name, draw) else "in",
+                **{
+                    column: "out" if missed(later, draw) else "in"
+                    for later, (column, _) in LATER_BOUNDS.items()
+                },
                 "again": (
                     sum(bool(missed(law_name, draw, shift)) for shift in shifts)
                     if realizations
@@ -214,7 +226,10 @@ def classify(family: str, seed: int, draws: int, realizations: int = 0) -> Misse
         )
     return Misses(
         len(bounded),
-        sum(not missed(lagged_name, draw) for draw in bounded),
+        {
+            column: sum(not missed(later, draw) for draw in bounded)
+            for later, (column, _) in LATER_BOUNDS.items()
+        },
         rows,
         law_within_again=[
             sum(not missed(law_name, draw, shift) for draw in bounded) for shift in shifts
@@ -231,7 +246,7 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
     head = (
         f"{'draw':>4} {'shape':<12} {'delay_s':>11} {'noise':>6} {'wasted':>6} {'bound':>6} "
         f"{'drain':>6} {'bound':>6} {'misses':<6} {'lag_s':>6} {'behind':>6} {'caps':>7} "
-        f"{'cause':<13} lagged again"
+        f"{'cause':<13} {' '.join(LATER_COLUMNS)} again"
     )
     lines = [head]
     for row in rows:
@@ -241,7 +256,8 @@ def render(rows: Sequence[dict[str, Any]]) -> str:
             f"{row['wasted']:>6.3f} {row['bound_wasted']:>6.3f} {_ratio(row['drain']):>6} "
             f"{_ratio(row['bound_drain']):>6} {row['missed']:<6} {_number(row['lag_s']):>6} "
             f"{_number(row['behind']):>6} {row['caps']:>7} {row['cause']:<13} "
-            f"{row['lagged']:<6} {_number(row['again'])}"
+            f"{' '.join(f'{row[column]:<{len(column)}}' for column in LATER_COLUMNS)} "
+            f"{_number(row['again'])}"
         )
     return "\n".join(lines)
 
@@ -256,7 +272,7 @@ def _number(value: float | None) -> str:
 
 def summary(misses: Misses) -> str:
     """The count within the rule (the scorecard's), then the misses by shape (and limit), by
-    limit and by cause (the drain misses'), then the lagged bound's count within the rule."""
+    limit and by cause (the drain misses'), then each later bound's count within the rule."""
     bounded, rows = misses.bounded, misses.rows
 
     def counted(values: Sequence[str]) -> str:
@@ -275,9 +291,12 @@ def summary(misses: Misses) -> str:
             f"by limit: {counted([row['missed'] for row in rows])}",
             f"by cause (drain alone): "
             f"{counted([row['cause'] for row in rows if row['missed'] == 'drain'])}",
-            f"the bound a report late on rises (hindsight-lagged) within the rule: "
-            f"{misses.lagged_within} of {bounded}; outside it on "
-            f"{sum(row['lagged'] == 'out' for row in rows)} of the law's {len(rows)} misses",
+            *(
+                f"{words} ({later}) within the rule: {misses.later_within[column]} of {bounded}; "
+                f"outside it on {sum(row[column] == 'out' for row in rows)} of the law's "
+                f"{len(rows)} misses"
+                for later, (column, words) in LATER_BOUNDS.items()
+            ),
             *_realizations(misses),
         ]
     )

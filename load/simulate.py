@@ -21,7 +21,7 @@ PEER_POLICIES = ("netflix-aimd", "vegas", "gradient2", "vector-arc", "envoy-grad
 POLICY_NAMES = ("static", "seed", "queuemesh", *PEER_POLICIES)
 # Bounds, not policies to deploy: each run when named, never by "all"
 # (load/sim/policies.py HindsightPolicy).
-BOUND_POLICIES = ("hindsight", "hindsight-lagged")
+BOUND_POLICIES = ("hindsight", "hindsight-lagged", "hindsight-climbing")
 # Seeds run in a small process pool: the simulator is CPU-bound, one run per core.
 SEED_WORKERS = 2
 MAX_SEEDS = 100

@@ -10,6 +10,7 @@ import math
 import random
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
 
 from controller.actuator import InMemoryActuator, LambdaActuator
 from controller.constants import MAX_CONCURRENCY
@@ -304,6 +305,18 @@ class SimulatedBacklog:
         return self._backlog(queue)
 
 
+class Rises(Enum):
+    """How a bound learns that its queue's capacity rose (a fall it knows a report later)."""
+
+    # At once, whole: no law can.
+    AT_ONCE = "at once"
+    # Whole, once a call it let through could have reported.
+    A_REPORT_LATER = "a report later"
+    # A report later, and then only as a law running under it learns it: a level that ran
+    # clean may double once its own calls could have reported (a round trip a step).
+    DOUBLING = "doubling"
+
+
 class HindsightPolicy(QueueMeshPolicy):
     """A bound, not a controller: what a law that knew the downstream's capacity could reach.
 
@@ -323,8 +336,7 @@ class HindsightPolicy(QueueMeshPolicy):
     """
 
     name = "hindsight"
-    # Whether a rise of the capacity is known at once (else as a fall is: a report later).
-    rises_known_at_once = True
+    rises: Rises = Rises.AT_ONCE
 
     def __init__(self) -> None:
         super().__init__(name=self.name)
@@ -350,7 +362,7 @@ class HindsightPolicy(QueueMeshPolicy):
         super().start(scenario, backlog)
         for spec in scenario.queues:
             self._registered[spec.name] = spec.max_concurrency
-            self._fits[spec.name] = _fitting_levels(scenario, spec, self.rises_known_at_once)
+            self._fits[spec.name] = _fitting_levels(scenario, spec, self.rises)
 
     def mappings(self) -> Mapping[str, MappingSetting]:
         settings = dict(super().mappings())
@@ -384,29 +396,50 @@ class HindsightPolicy(QueueMeshPolicy):
 
 
 def _fitting_levels(
-    scenario: Scenario, spec: QueueSpec, rises_known_at_once: bool
+    scenario: Scenario, spec: QueueSpec, rises: Rises
 ) -> Callable[[float], MappingSetting] | None:
     """``spec``'s fitting mapping at a time of the run (``None``: no pace, or a shared
-    downstream).
+    downstream), asked at times that never go back.
 
     A capacity that fell is known only once the first report of a call it refused could have
     arrived (the shortest telemetry delay later): no law knows sooner. One that rose is known
-    at once where ``rises_known_at_once``, else as a fall is, once a call it let through could
-    have reported.
+    as ``rises`` says: at once; as a fall is, once a call it let through could have reported;
+    or, from there, by doubling: a paused queue resumes at Cmin, and a level may at most
+    double once the shortest telemetry delay has passed since it was set, never past the
+    level that fits.
     """
     pace = invocation_pace(scenario, spec)
     if pace is None or _unknown_because(scenario, spec) is not None:
         return None
     capacity = scenario.downstream(spec.downstream)
     lag = scenario.telemetry_delay_s[0]
+    # Doubling: the level set last (under Cmin: paused; ``None``: none yet) and when.
+    climb: list[tuple[int | None, float]] = [(None, -math.inf)]
 
-    def fitting(t: float) -> MappingSetting:
+    def fits(t: float) -> int:
         known = value_at(capacity.capacity_rps, t - lag)
-        if rises_known_at_once:
+        if rises is Rises.AT_ONCE:
             known = max(
                 [known] + [rate for start, rate in capacity.capacity_rps if t - lag < start <= t]
             )
-        level = min(spec.max_concurrency, math.floor(known / pace))
+        return min(spec.max_concurrency, math.floor(known / pace))
+
+    def climbed(t: float, fit: int) -> int:
+        level, set_at = climb[0]
+        if level is None or fit <= level or fit < spec.min_concurrency:
+            climbed_to = fit
+        elif level < spec.min_concurrency:
+            climbed_to = spec.min_concurrency
+        elif t - set_at >= lag:
+            climbed_to = min(fit, 2 * level)
+        else:
+            climbed_to = level
+        if climbed_to != level:
+            climb[0] = (climbed_to, t)
+        return climbed_to
+
+    def fitting(t: float) -> MappingSetting:
+        level = climbed(t, fits(t)) if rises is Rises.DOUBLING else fits(t)
         if level < spec.min_concurrency:
             return MappingSetting(spec.min_concurrency, enabled=False)
         return MappingSetting(level)
@@ -425,7 +458,22 @@ class LaggedHindsightPolicy(HindsightPolicy):
     """
 
     name = "hindsight-lagged"
-    rises_known_at_once = False
+    rises = Rises.A_REPORT_LATER
+
+
+class ClimbingHindsightPolicy(HindsightPolicy):
+    """The bound of a law that learns a rise only as its own level runs clean: the lagged
+    bound, but a level raised at most twice over a telemetry round trip (the shortest delay),
+    from Cmin where the queue was paused (``Rises.DOUBLING``).
+
+    Still generous: it doubles from its first report, never pays a probe that fails, and stops
+    at the level that fits without overshooting it, where a law's doublings learn that level
+    only by passing it. What it leaves between itself and ``hindsight-lagged`` is the cost of
+    not knowing how far a capacity rose.
+    """
+
+    name = "hindsight-climbing"
+    rises = Rises.DOUBLING
 
 
 def _unknown_because(scenario: Scenario, spec: QueueSpec) -> str | None:
@@ -457,4 +505,5 @@ POLICIES: dict[str, Callable[[], SimPolicy]] = {
     QueueMeshPolicy.name: QueueMeshPolicy,
     HindsightPolicy.name: HindsightPolicy,
     LaggedHindsightPolicy.name: LaggedHindsightPolicy,
+    ClimbingHindsightPolicy.name: ClimbingHindsightPolicy,
 }

@@ -77,8 +77,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         default="all",
         help=(
             "which policy to run (default: all, every one but the bounds 'hindsight': the "
-            "levels that fit the capacity, known from the controller's first cut on, and "
-            "'hindsight-lagged': the same, a rise known only a report later)"
+            "levels that fit the capacity, known from the controller's first cut on, "
+            "'hindsight-lagged': the same, a rise known only a report later, and "
+            "'hindsight-climbing': the same, a rise then climbed by doubling a report apart)"
         ),
     )
     parser.add_argument(

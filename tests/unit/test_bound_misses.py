@@ -11,19 +11,25 @@ from load.simulate import run_family
 # throttling seed 7, draws 1-4: the bound applies to all four; the law misses on drain alone on
 # draw 3 (below the floor, then back: a slow climb) and draw 4 (a drop, 39 messages behind).
 # Knowing the return a report late costs draw 3 alone too (the lagged bound drains 1.361 where
-# the bound drains 1.203).
+# the bound drains 1.203), and so does learning it by doubling.
 FAMILY, SEED, DRAWS = "throttling", 7, 4
 
 
 def test_the_lines_and_the_summary_are_the_scorecards_count() -> None:
     misses = bm.classify(FAMILY, SEED, DRAWS)
     bounded, rows = misses.bounded, misses.rows
-    law, lagged = run_family(FAMILY, SEED, DRAWS, ["queuemesh", "hindsight-lagged"], "adaptive")
+    law, lagged, climbing = run_family(
+        FAMILY, SEED, DRAWS, ["queuemesh", "hindsight-lagged", "hindsight-climbing"], "adaptive"
+    )
     assert bounded - len(rows) == law["draws_within_bound_rule"] == 2
-    assert misses.lagged_within == lagged["draws_within_bound_rule"] == 3
-    assert [(row["draw"], row["missed"], row["cause"], row["lagged"]) for row in rows] == [
-        (3, "drain", "slow climb", "out"),
-        (4, "drain", "tail", "in"),
+    within = {bound["policy"]: bound["draws_within_bound_rule"] for bound in (lagged, climbing)}
+    assert within == {"hindsight-lagged": 3, "hindsight-climbing": 3}
+    assert misses.later_within == {"lagged": 3, "climbing": 3}
+    assert [
+        (row["draw"], row["missed"], row["cause"], row["lagged"], row["climbing"]) for row in rows
+    ] == [
+        (3, "drain", "slow climb", "out", "out"),
+        (4, "drain", "tail", "in", "in"),
     ]
     assert all(row["drain"] > 1.1 * row["bound_drain"] for row in rows)
     assert len(bm.render(rows).splitlines()) == 1 + len(rows)
@@ -34,6 +40,8 @@ def test_the_lines_and_the_summary_are_the_scorecards_count() -> None:
         "by cause (drain alone): slow climb 1, tail 1",
         "the bound a report late on rises (hindsight-lagged) within the rule: 3 of 4; outside "
         "it on 1 of the law's 2 misses",
+        "the bound that learns a rise by doubling (hindsight-climbing) within the rule: 3 of 4; "
+        "outside it on 1 of the law's 2 misses",
     ]
 
 
@@ -55,18 +63,21 @@ def test_other_realizations_say_which_misses_are_the_dice() -> None:
     assert dataclasses.replace(other, seed=scenario.seed) == scenario
 
 
-def test_a_miss_the_lagged_bound_shares_is_marked_out() -> None:
+def test_a_miss_a_later_bound_shares_is_marked_out_in_its_column() -> None:
     row = {
         "draw": 9, "shape": "drop", "delay_s": (20, 30), "noise": 0.0, "wasted": 0.1,
         "bound_wasted": 0.05, "drain": 1.5, "bound_drain": 1.2, "missed": "drain",
-        "lag_s": 40.0, "behind": 900, "caps": "3/9", "cause": "slow climb", "lagged": "out",
-        "again": None,
+        "lag_s": 40.0, "behind": 900, "caps": "3/9", "cause": "slow climb", "lagged": "in",
+        "climbing": "out", "again": None,
     }  # fmt: skip
-    assert bm.render([row]).splitlines()[1].endswith("slow climb    out    -")
-    assert bm.summary(bm.Misses(5, 3, [row])).splitlines()[-1] == (
-        "the bound a report late on rises (hindsight-lagged) within the rule: 3 of 5; outside "
-        "it on 1 of the law's 1 misses"
-    )
+    assert bm.render([row]).splitlines()[1].endswith("slow climb    in     out      -")
+    within = {"lagged": 4, "climbing": 3}
+    assert bm.summary(bm.Misses(5, within, [row])).splitlines()[-2:] == [
+        "the bound a report late on rises (hindsight-lagged) within the rule: 4 of 5; outside "
+        "it on 0 of the law's 1 misses",
+        "the bound that learns a rise by doubling (hindsight-climbing) within the rule: 3 of 5; "
+        "outside it on 1 of the law's 1 misses",
+    ]
 
 
 def _run(ok_per_s: list[int], drain_s: float, caps: list[int]) -> bm.Run:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 from collections.abc import Sequence
@@ -21,6 +22,7 @@ from load.plot import policy_colours
 from load.scorecard import scorecard
 from load.sim.engine import ARRIVAL_STEP_S, SIM_EPOCH, BacklogNow, simulate
 from load.sim.policies import (
+    ClimbingHindsightPolicy,
     HindsightPolicy,
     LaggedHindsightPolicy,
     QueueMeshPolicy,
@@ -303,6 +305,30 @@ def test_the_lagged_bound_knows_a_rise_as_late_as_a_fall() -> None:
     # A second at 2 where 7 fit: fewer calls done by the end of 45 s, none refused for it.
     assert sum(lagged.ok_per_s[:46]) < sum(bound.ok_per_s[:46])
     assert lagged.calls_rejected == bound.calls_rejected
+
+
+def test_the_climbing_bound_learns_a_rise_by_doubling_from_its_level_or_from_cmin() -> None:
+    # The fall at 30 s known at 31 s, as every bound knows it; the rise at 45 s a report later,
+    # as the lagged bound knows it, and then only by doubling a level a report apart: 2, 4, 7.
+    scenario = tiny(backlog=20000, capacity_rps=[[0, 150], [30, 50], [45, 150]])
+    lagged = simulate(scenario, LaggedHindsightPolicy()).queues["q"]
+    climbing = simulate(scenario, ClimbingHindsightPolicy()).queues["q"]
+    assert climbing.cap_per_s[:46] == lagged.cap_per_s[:46]
+    assert climbing.cap_per_s[46:48] == [4, 7]
+    assert set(climbing.cap_per_s[48:]) == {7}
+    assert climbing.calls_rejected == lagged.calls_rejected
+    # Paused where even Cmin sends more: resumed when the lagged bound is, at Cmin, and
+    # doubled from there.
+    paused = tiny(backlog=3000, capacity_rps=[[0, 2], [120, 300]], duration_s=400)
+    lagged = simulate(paused, LaggedHindsightPolicy()).queues["q"]
+    climbing = simulate(paused, ClimbingHindsightPolicy()).queues["q"]
+    resumed = lagged.enabled_per_s.index(True, 100)
+    assert climbing.enabled_per_s.index(True, 100) == resumed
+    assert lagged.cap_per_s[resumed] == 15
+    climb = climbing.cap_per_s[resumed : resumed + 6]
+    assert climb[0] == 2 and climb[-1] == 15
+    assert all(b in (a, min(15, 2 * a)) for a, b in itertools.pairwise(climb))
+    assert climbing.last_done_at > lagged.last_done_at
 
 
 def test_hindsight_pauses_where_even_cmin_sends_more_until_the_capacity_returns() -> None:
