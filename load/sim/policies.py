@@ -463,8 +463,8 @@ class LaggedHindsightPolicy(HindsightPolicy):
 
 class ClimbingHindsightPolicy(HindsightPolicy):
     """The bound of a law that learns a rise only as its own level runs clean: the lagged
-    bound, but a level raised at most twice over a telemetry round trip (the shortest delay),
-    from Cmin where the queue was paused (``Rises.DOUBLING``).
+    bound, but from the rise it would know, a level at most doubled each telemetry round trip
+    (the shortest delay), from Cmin where the queue was paused (``Rises.DOUBLING``).
 
     Still generous: it doubles from its first report, never pays a probe that fails, and stops
     at the level that fits without overshooting it, where a law's doublings learn that level
