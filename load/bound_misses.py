@@ -43,6 +43,7 @@ from load.sim.engine import simulate
 from load.sim.families import draw_scenario
 from load.sim.policies import ClimbingHindsightPolicy, HindsightPolicy, LaggedHindsightPolicy
 from load.sim.scenario import Scenario, Schedule
+from load.sim.trace import summed_per_second
 from load.simulate import SEED_WORKERS, make_policy
 
 # The bounds that learn a rise later than ``hindsight``: each one's column and summary words.
@@ -86,14 +87,9 @@ def run(job: tuple[str, int, int, str, int]) -> Run:
     scenario = realization(family, seed, draw, shift)
     result = simulate(scenario, make_policy(policy, "adaptive"))
     traces = list(result.queues.values())
-    seconds = max(len(trace.ok_per_s) for trace in traces)
-    ok = tuple(
-        sum(trace.ok_per_s[second] for trace in traces if second < len(trace.ok_per_s))
-        for second in range(seconds)
-    )
     return Run(
         scorecard(result)["totals"],
-        ok,
+        tuple(summed_per_second(trace.ok_per_s for trace in traces)),
         tuple(traces[0].cap_per_s),
         scenario.downstreams[0].capacity_rps,
     )

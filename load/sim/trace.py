@@ -4,7 +4,9 @@ the scorecard, the plots and the demo's comparison read them)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import zip_longest
 
 from controller.model import Sample
 from load.sim.control_plane import ControlPlaneUse
@@ -58,6 +60,12 @@ class QueueTrace:
     @property
     def dlq_messages(self) -> int:
         return len(self.dead_lettered_at)
+
+
+def summed_per_second(series: Iterable[Sequence[int]]) -> list[int]:
+    """Per-second series (one a queue) added up second by second, each a zero past its end:
+    what every queue together sent, had refused, ... in each second."""
+    return [sum(second) for second in zip_longest(*series, fillvalue=0)]
 
 
 @dataclass(slots=True)

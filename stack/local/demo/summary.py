@@ -225,15 +225,13 @@ def demo_figure(result: Mapping[str, Any], static: SimResult | None = None) -> F
 
 
 def _draw_static(static: SimResult, calls: Any) -> None:
+    from load.sim.trace import summed_per_second
+
     traces = list(static.queues.values())
-    seconds = max(len(trace.rejected_per_s) for trace in traces)
-    refused = [
-        sum(trace.rejected_per_s[s] for trace in traces if s < len(trace.rejected_per_s))
-        for s in range(seconds)
-    ]
+    refused = summed_per_second(trace.rejected_per_s for trace in traces)
     dead = sum(trace.dlq_messages for trace in traces)
     calls.plot(
-        range(seconds),
+        range(len(refused)),
         refused,
         label=f"rejected /s, static cap, simulated ({dead} dead-lettered)",
         color="tab:red",
