@@ -11,6 +11,8 @@ adjusts the members' decisions, as Netflix's ``WindowedLimit`` wraps a limit:
   down; any other keeps its own decision, capped at its level. A cut the algorithm makes on
   its own evidence goes through at once (the group's estimate learns a fall only once its
   seconds are complete), and while the newest seconds show refusals the group raises nobody.
+  Outside its own probe, it does not raise a member making most of the group's calls back to
+  a level that member's refused calls just cut it from.
 - Below the group's floor the members the group does not run are paused, the others resumed
   at their level; a pause or resume the algorithm asks for gives way to the group's (a pause
   the group does not carry out leaves the algorithm's memory as it was).
@@ -123,7 +125,9 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
         share = shares.get(queue, 0.0)
         level = levels_of.get(queue, member.state.concurrency)
         standing = (queue in running, queue in shielded)
-        decision = _decided(member, claim, level, share, standing, estimate, pool, now)
+        decision = _decided(
+            member, claim, level, share, standing, estimate, pool, now, memory.probed_at > 0
+        )
         if decision is not member.decision:
             decisions[queue] = decision
         reported.append(GroupShare(queue, round(share, 3), level, queue not in running))
@@ -250,13 +254,14 @@ def _decided(
     estimate: float,
     pool: Pooled,
     now: float,
+    probing: bool,
 ) -> Decision:
     """``member``'s decision under the group's: the algorithm's where it stands, else one
     that carries out the group's level, pause or resume. ``standing``: whether the group runs
     it, and whether it shields it (protected while a lower priority runs): a shielded member
     is cut by nobody, its level goes up to its share or its algorithm's, never down (the lower
     priorities are cut instead; its calls are bounded by its work, and counted in its
-    claim)."""
+    claim). ``probing``: the group is probing the downstream."""
     state, alone = member.state, member.decision
     runs, shielded = standing
     current = state.concurrency
@@ -282,7 +287,19 @@ def _decided(
     if wanted < current:
         target = min(wanted, level)
     elif claim.demand_rps >= claim.cmax * claim.pace and not pool.pressed:
-        target = level
+        # Outside the group's probe, a member making most of the group's calls is not raised
+        # back to a level its own calls were just refused at: those calls are most of what
+        # the estimate reads, and the estimate reads high (its upper half of bunched seconds;
+        # the README demo's `orders` went 7 -> 8 on 36 calls/s where 30 fit, was refused and
+        # cut back, about every 15 s). A member making fewer saw its part of a refused second
+        # only, and the estimate, read on every member's seconds, says more (a fleet's).
+        # The group's probe raises every member.
+        refused_there = (
+            not probing
+            and _makes_most_calls(member, pool, now)
+            and _just_cut_from(member, level, now)
+        )
+        target = min(wanted, level) if refused_there else level
     else:
         target = min(wanted, level)
     if shielded:
@@ -300,6 +317,28 @@ def _decided(
     reason = f"{why}; {share_text}: {direction} {current} -> {target}."
     name = Name.THROTTLED if target < current else Name.RECOVERING
     return _carried(member, target, True, name, reason, None, now)
+
+
+def _just_cut_from(member: Member, level: int, now: float) -> bool:
+    """Whether ``member``'s last change, less than ``LAG_S`` and ``SPAN_S`` ago (the span the
+    estimate reads), cut it from ``level`` or above where the downstream refused its calls (at
+    least T1 of them, 429s and 503s, in the ``SPAN_S`` of starts before the change; timeouts
+    are its client's, which the estimate does not read)."""
+    state = member.state
+    if not state.concurrency < level <= state.previous_concurrency:
+        return False
+    if now - state.last_change_at >= LAG_S + SPAN_S:
+        return False
+    before = member.window.stats(state.last_change_at - SPAN_S, state.last_change_at)
+    refused = before.pressure - before.timed_out
+    return before.requests > 0 and refused >= member.params.t1 * before.requests
+
+
+def _makes_most_calls(member: Member, pool: Pooled, now: float) -> bool:
+    """Whether ``member`` made at least half of the group's calls over the complete seconds
+    the estimate reads (``pool``'s)."""
+    own = member.window.stats(now - LAG_S - SPAN_S, now - LAG_S).requests / SPAN_S
+    return own > 0 and own >= pool.sent_rps / 2
 
 
 def _overruled(member: Member, target: int, why: str, now: float) -> Decision:

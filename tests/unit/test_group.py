@@ -265,6 +265,76 @@ class TestShares:
         assert sorted(d.target for d in decided.decisions.values()) == [2, 3]
 
 
+class TestTheMembersOwnRefusals:
+    """Rule 1, the members' decisions: outside a probe the group does not raise a member
+    making most of the group's calls back above its own decision to a level its own refused
+    calls have just cut it from."""
+
+    @staticmethod
+    def _cut_from_eight(cut_ago_s: float) -> list[Member]:
+        """``orders`` cut 8 -> 7 ``cut_ago_s`` ago on its own calls (10% refused in the 8 s of
+        starts before the cut, clean since), and ``refunds`` at its floor of 2; the estimate,
+        110 calls/s, fits 8 for ``orders``."""
+        cut_at = NOW - cut_ago_s
+        kept = QueueWindow()
+        for second in range(int(NOW) - 40, int(NOW)):
+            refused = 1 if cut_at - 8 <= second < cut_at else 0
+            for _ in range(7):
+                kept.add(
+                    Sample(
+                        queue="orders",
+                        event_time=second + 1.0,
+                        requests=10,
+                        ok=10 - refused,
+                        throttled=refused,
+                        invocation_ms=1000.0,
+                        downstream="api",
+                    )
+                )
+        orders = member("orders", concurrency=7)
+        cut = dataclasses.replace(orders.state, previous_concurrency=8, last_change_at=cut_at)
+        orders = dataclasses.replace(orders, state=cut, window=kept.snapshot())
+        return [orders, member("refunds", concurrency=2, cmax=2)]
+
+    def _level(self, members: list[Member], memory: GroupMemory) -> int:
+        decided = govern("api", members, memory, NOW)
+        assert decided.memory.capacity_rps == pytest.approx(memory.capacity_rps)
+        [orders] = [share for share in decided.report.members if share.queue == "orders"]
+        assert orders.level == 8
+        decision = decided.decisions.get("orders", members[0].decision)
+        return decision.target
+
+    def test_a_level_just_refused_is_not_raised_back_to_on_the_estimate(self) -> None:
+        # Cut 17 s ago, within the span the group reads its refusals on, and making 70 of the
+        # group's 90 calls a second: its own decision (hold at 7) stands, though the
+        # estimate's share fits 8 (the estimate reads high:
+        # the README demo's `orders` was raised 7 -> 8 on 36 calls/s where 30 fit, refused,
+        # and cut back, about every 15 s).
+        held = GroupMemory(capacity_rps=110.0, next_probe_at=NOW + 100)
+        assert self._level(self._cut_from_eight(17.0), held) == 7
+
+    def test_the_groups_probe_raises_it(self) -> None:
+        # The group's own probe of the downstream still raises every member to its level.
+        probing = GroupMemory(
+            capacity_rps=110.0, next_probe_at=NOW + 100, probed_at=NOW - 1, probed_from=100.0
+        )
+        assert self._level(self._cut_from_eight(17.0), probing) == 8
+
+    def test_a_cut_older_than_the_groups_span_is_no_evidence_against_it(self) -> None:
+        held = GroupMemory(capacity_rps=110.0, next_probe_at=NOW + 100)
+        assert self._level(self._cut_from_eight(LAG_S + SPAN_S + 1), held) == 8
+
+    def test_a_member_making_fewer_than_half_the_calls_is_raised_on_the_estimate(self) -> None:
+        # Three more members at their floor of 2 make 60 calls a second beside `refunds`' 20
+        # and `orders`' 70: `orders`' refused calls were its part of the group's seconds, and
+        # the estimate, read on all of them, raises it (170 calls/s fit 8 for it).
+        fleet = self._cut_from_eight(17.0) + [
+            member(f"tenant-{index}", concurrency=2, cmax=2) for index in range(3)
+        ]
+        held = GroupMemory(capacity_rps=170.0, next_probe_at=NOW + 100)
+        assert self._level(fleet, held) == 8
+
+
 class TestTimeSharing:
     """Rule 2: below the group's floor a rotating subset runs, the priority and the longest
     wait first, and nobody waits paused past its bound."""
