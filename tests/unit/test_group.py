@@ -50,11 +50,12 @@ def window(
     downstream: str = "api",
     invocations: int = 1,
     timed_out: int = 0,
+    into: QueueWindow | None = None,
 ) -> QueueWindow:
     """A queue's window: ``invocations`` of ``ok + refused + timed_out`` calls starting each
     second of ``seconds`` (the last 30 s by default), each taking one second (a pace of as
-    many calls)."""
-    kept = QueueWindow()
+    many calls); added to ``into`` where given."""
+    kept = QueueWindow() if into is None else into
     for second in seconds or range(int(NOW) - 30, int(NOW)):
         for _ in range(invocations):
             kept.add(
@@ -276,21 +277,10 @@ class TestTheMembersOwnRefusals:
         starts before the cut, clean since), and ``refunds`` at its floor of 2; the estimate,
         110 calls/s, fits 8 for ``orders``."""
         cut_at = NOW - cut_ago_s
-        kept = QueueWindow()
-        for second in range(int(NOW) - 40, int(NOW)):
-            refused = 1 if cut_at - 8 <= second < cut_at else 0
-            for _ in range(7):
-                kept.add(
-                    Sample(
-                        queue="orders",
-                        event_time=second + 1.0,
-                        requests=10,
-                        ok=10 - refused,
-                        throttled=refused,
-                        invocation_ms=1000.0,
-                        downstream="api",
-                    )
-                )
+        refused_from, clean_from = math.ceil(cut_at - 8), math.ceil(cut_at)
+        kept = window("orders", 10, seconds=range(int(NOW) - 40, refused_from), invocations=7)
+        window("orders", 9, 1, seconds=range(refused_from, clean_from), invocations=7, into=kept)
+        window("orders", 10, seconds=range(clean_from, int(NOW)), invocations=7, into=kept)
         orders = member("orders", concurrency=7)
         cut = dataclasses.replace(orders.state, previous_concurrency=8, last_change_at=cut_at)
         orders = dataclasses.replace(orders, state=cut, window=kept.snapshot())
