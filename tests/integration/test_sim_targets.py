@@ -116,7 +116,8 @@ def test_the_demo_shows_the_storm_and_the_cure(
     static, mesh = cards[("demo", "static")], cards[("demo", "queuemesh")]
     # Issue 12 asks for either; the scenario sized for the local stack shows both (docs/demo.md).
     # Its two queues on one API are decided as a group (issue 30's widgets drawn), whose law
-    # wastes more there than the one queue's did (0.060 at seed 1 against 0.036 alone).
+    # wastes more there than the one queue's did (0.045 at its seed since stop 62, 0.060 when
+    # the group law was new, against 0.036 alone).
     assert static["wasted_ratio"] >= 0.3 and static["dlq_messages"] > 0
     assert mesh["wasted_ratio"] <= 0.065 and mesh["dlq_messages"] == 0
     assert mesh["drain_ratio"] is not None and mesh["drain_ratio"] <= 1.1
