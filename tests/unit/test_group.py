@@ -297,9 +297,8 @@ class TestTheMembersOwnRefusals:
     def test_a_level_just_refused_is_not_raised_back_to_on_the_estimate(self) -> None:
         # Cut 17 s ago, within the span the group reads its refusals on, and making 70 of the
         # group's 90 calls a second: its own decision (hold at 7) stands, though the
-        # estimate's share fits 8 (the estimate reads high:
-        # the README demo's `orders` was raised 7 -> 8 on 36 calls/s where 30 fit, refused,
-        # and cut back, about every 15 s).
+        # estimate's share fits 8 (the estimate reads high: the README demo's `orders` was
+        # raised 7 -> 8 on 36 calls/s where 30 fit, refused, and cut back, about every 15 s).
         held = GroupMemory(capacity_rps=110.0, next_probe_at=NOW + 100)
         assert self._level(self._cut_from_eight(17.0), held) == 7
 
