@@ -296,8 +296,8 @@ def _decided(
         # The group's probe raises every member.
         refused_there = (
             not probing
-            and _makes_most_calls(member, pool, now)
             and _just_cut_from(member, level, now)
+            and _makes_most_calls(member, pool, now)
         )
         target = min(wanted, level) if refused_there else level
     else:
@@ -337,8 +337,14 @@ def _just_cut_from(member: Member, level: int, now: float) -> bool:
 def _makes_most_calls(member: Member, pool: Pooled, now: float) -> bool:
     """Whether ``member`` made at least half of the group's calls over the complete seconds
     the estimate reads (``pool``'s)."""
-    own = member.window.stats(now - LAG_S - SPAN_S, now - LAG_S).requests / SPAN_S
+    own = _sent_rps(member, now)
     return own > 0 and own >= pool.sent_rps / 2
+
+
+def _sent_rps(member: Member, now: float) -> float:
+    """``member``'s calls a second over the complete seconds the estimate reads (the span of
+    ``Pooled.sent_rps``, the group's)."""
+    return member.window.stats(now - LAG_S - SPAN_S, now - LAG_S).requests / SPAN_S
 
 
 def _overruled(member: Member, target: int, why: str, now: float) -> Decision:
@@ -401,9 +407,8 @@ def _carried(
 def _measured(member: Member, now: float) -> GroupShare:
     """A member's line in a report with no estimate: the calls a second it sends, at the level
     it was decided alone."""
-    span = member.window.stats(now - LAG_S - SPAN_S, now - LAG_S)
     decision = member.decision
-    sent = round(span.requests / SPAN_S, 3)
+    sent = round(_sent_rps(member, now), 3)
     return GroupShare(member.config.queue, sent, decision.target, not decision.enabled)
 
 
