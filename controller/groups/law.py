@@ -12,7 +12,8 @@ adjusts the members' decisions, as Netflix's ``WindowedLimit`` wraps a limit:
   its own evidence goes through at once (the group's estimate learns a fall only once its
   seconds are complete), and while the newest seconds show refusals the group raises nobody.
   Outside its own probe, it does not raise a member making most of the group's calls back to
-  a level that member's refused calls just cut it from.
+  a level that member's refused calls just cut it from. It does not probe where the members'
+  known backlogs drain before a probe could pay (``_backlogs_end_first``).
 - Below the group's floor the members the group does not run are paused, the others resumed
   at their level; a pause or resume the algorithm asks for gives way to the group's (a pause
   the group does not carry out leaves the algorithm's memory as it was).
@@ -32,6 +33,7 @@ from dataclasses import dataclass, replace
 
 from controller.groups.estimate import (
     LAG_S,
+    PROBE_JUDGED_AFTER_S,
     SPAN_S,
     UTILISATION,
     GroupMemory,
@@ -98,7 +100,11 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
     claims = [_claim(member, paces[member.config.queue], memory, pool, now) for member in members]
     protected = _protected(claims)
     estimate = memory.capacity_rps
-    wanting = estimate is not None and sum(c.demand_rps for c in claims) > UTILISATION * estimate
+    wanting = (
+        estimate is not None
+        and sum(c.demand_rps for c in claims) > UTILISATION * estimate
+        and not _backlogs_end_first(members, pool, now)
+    )
     # A probe smaller than one invocation's calls would move no level.
     step_rps = min(claim.pace for claim in claims)
     memory = estimated(memory, pool, wanting, step_rps, now, protecting=bool(protected))
@@ -134,6 +140,26 @@ def govern(group: str, members: Sequence[Member], memory: GroupMemory, now: floa
     runs, waits, resumed = _standing(claims, running, now)
     memory = replace(memory, running_since=runs, paused_since=waits, resumed_from=resumed)
     return Governed(decisions, GroupReport(group, now, round(estimate, 3), tuple(reported)), memory)
+
+
+def _backlogs_end_first(members: Sequence[Member], pool: Pooled, now: float) -> bool:
+    """Whether the members whose backlogs are known (read before their own raises), making at
+    least half of the group's calls, would drain them at the calls they make before a group
+    probe could pay: before it is judged, or before a message it had refused would come back
+    (their visibility timeouts). Never while a member waits its turn paused: the group's work
+    is then more than what runs."""
+    if not all(member.state.enabled for member in members):
+        return False
+    verdict_s = LAG_S + PROBE_JUDGED_AFTER_S
+    # Per known member: its messages waiting, its calls a second, the wait a probe must pay.
+    known = [
+        (m.backlog.visible, _sent_rps(m, now), max(verdict_s, m.backlog.visibility_timeout_s))
+        for m in members
+        if m.backlog is not None
+    ]
+    if not known or sum(rate for _, rate, _ in known) < pool.sent_rps / 2:
+        return False
+    return sum(visible for visible, _, _ in known) < sum(rate * wait for _, rate, wait in known)
 
 
 def _protected(claims: Sequence[Claim]) -> set[str]:

@@ -30,7 +30,7 @@ from controller.groups.shares import (
     levels,
     running_set,
 )
-from controller.model import Action, Mode, QueueConfig, QueueState, Sample
+from controller.model import Action, Backlog, Mode, QueueConfig, QueueState, Sample
 from controller.planner import Plan, governed, groups_of, plan
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.policy.aimd import Aimd
@@ -651,6 +651,44 @@ class TestOneProbe:
         memory = GroupMemory(capacity_rps=100.0, ceiling_rps=104.0)
         probed = estimated(memory, self.clean, True, 1.0, NOW)
         assert probed.capacity_rps == pytest.approx(105.0)
+
+
+class TestBacklogsEndingFirst:
+    """Rule 3's hold: the group does not probe where the members whose backlogs are known,
+    making at least half of its calls, drain them at the calls they make before a probe could
+    pay (judged, or a refused message back after its visibility timeout), unless a member
+    waits its turn paused."""
+
+    @staticmethod
+    def probed(*members: Member) -> bool:
+        # The estimate the running members fill (20 calls a second for two): used, wanted.
+        memory = GroupMemory(capacity_rps=10.0 * sum(m.state.enabled for m in members))
+        return govern("api", list(members), memory, NOW).memory.probed_at == NOW
+
+    @staticmethod
+    def waiting(queue: str, visible: int) -> Member:
+        # A member making 10 calls a second, filling its level (it wants more), with
+        # ``visible`` messages waiting behind a 30 s visibility timeout.
+        return dataclasses.replace(member(queue, ok=10), backlog=Backlog(visible, 30.0))
+
+    def test_no_probe_where_the_backlogs_drain_within_a_visibility_timeout(self) -> None:
+        # 250 waiting each at 10 calls a second: drained in 25 s, sooner than a refused
+        # message would come back.
+        assert not self.probed(self.waiting("a", 250), self.waiting("b", 250))
+
+    def test_a_probe_where_the_backlogs_outlast_it(self) -> None:
+        assert self.probed(self.waiting("a", 350), self.waiting("b", 350))
+
+    def test_a_probe_where_no_backlog_is_known(self) -> None:
+        assert self.probed(member("a", ok=10), member("b", ok=10))
+
+    def test_a_probe_where_the_known_backlogs_make_under_half_of_the_calls(self) -> None:
+        # The others' work, not read, may outlast any probe.
+        assert self.probed(self.waiting("a", 0), member("b", ok=10), member("c", ok=10))
+
+    def test_a_probe_while_a_member_waits_its_turn_paused(self) -> None:
+        paused = member("c", ok=0, enabled=False, paused_since=NOW - 5)
+        assert self.probed(self.waiting("a", 250), self.waiting("b", 250), paused)
 
 
 class TestPriorityProtection:
