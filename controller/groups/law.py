@@ -157,7 +157,7 @@ def _backlogs_end_first(members: Sequence[Member], pool: Pooled, now: float) -> 
         for m in members
         if m.backlog is not None
     ]
-    if not known or sum(rate for _, rate, _ in known) < pool.sent_rps / 2:
+    if not _most_of_the_calls(sum(rate for _, rate, _ in known), pool):
         return False
     return sum(visible for visible, _, _ in known) < sum(rate * wait for _, rate, wait in known)
 
@@ -363,8 +363,13 @@ def _just_cut_from(member: Member, level: int, now: float) -> bool:
 def _makes_most_calls(member: Member, pool: Pooled, now: float) -> bool:
     """Whether ``member`` made at least half of the group's calls over the complete seconds
     the estimate reads (``pool``'s)."""
-    own = _sent_rps(member, now)
-    return own > 0 and own >= pool.sent_rps / 2
+    return _most_of_the_calls(_sent_rps(member, now), pool)
+
+
+def _most_of_the_calls(sent_rps: float, pool: Pooled) -> bool:
+    """Whether ``sent_rps`` calls a second (over the span of ``Pooled.sent_rps``) are at least
+    half of the group's."""
+    return sent_rps > 0 and sent_rps >= pool.sent_rps / 2
 
 
 def _sent_rps(member: Member, now: float) -> float:
