@@ -19,6 +19,7 @@ from typing import Any
 
 from controller.backlog import BacklogReadings
 from controller.book import Count, QueueBook
+from controller.cache import LruCache
 from controller.constants import (
     CACHED_QUEUES,
     CONFIG_TTL_S,
@@ -128,6 +129,10 @@ class ControlLoop:
         self.actuator = actuator
         self.backlogs = None if backlog is None else BacklogReadings(backlog)
         self.params = params
+        # A queue's parameters are read several times a batch; its overrides rarely change.
+        self._params_by_overrides: LruCache[tuple[tuple[str, float], ...], PolicyParams] = LruCache(
+            capacity
+        )
         self.algorithm = algorithm or algorithm_named(DEFAULT_ALGORITHM)
         self.book = QueueBook(capacity, retention_s)
         self.executor = executor or AwsExecutor(ledger, actuator, monotonic, clock)
@@ -344,7 +349,16 @@ class ControlLoop:
         return InvalidConfig(config.queue, problem, repr(config))
 
     def params_for(self, config: QueueConfig) -> PolicyParams:
-        return self.params.with_overrides(config.overrides) if config.overrides else self.params
+        """The policy parameters of ``config``'s queue: the defaults with its overrides (which
+        raise ``SettingsError`` where they do not validate)."""
+        if not config.overrides:
+            return self.params
+        key = tuple(sorted(config.overrides.items()))
+        params = self._params_by_overrides.get(key)
+        if params is None:
+            params = self.params.with_overrides(config.overrides)
+            self._params_by_overrides[key] = params
+        return params
 
     def states(
         self, configs: Iterable[QueueConfig], now: float, deadline: float = math.inf

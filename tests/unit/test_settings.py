@@ -201,6 +201,22 @@ def test_cmin_and_cmax_from_the_environment_are_checked_together() -> None:
         PolicyParams.from_env({"QUEUEMESH_CMIN": "200"})
 
 
+def test_a_queue_is_decided_under_its_newest_overrides() -> None:
+    """A warm controller keeps the parameters per set of overrides, never per queue: a CONFIG
+    read again with another Cmax is decided under the new one, and queues with the same
+    overrides share one set."""
+    controller = ControlLoop(
+        InMemoryLedger(memory_types=memory_type), InMemoryActuator(), PolicyParams()
+    )
+
+    first = controller.params_for(config("orders", cmax=40))
+    assert first.cmax == 40
+    assert controller.params_for(config("orders", cmax=80, cmin=3)).cmax == 80
+    assert controller.params_for(config("orders", cmin=3, cmax=80)).cmin == 3
+    assert controller.params_for(config("payments", cmax=40)) is first
+    assert controller.params_for(config("orders")) is controller.params
+
+
 # --- where a value out of range stops: its queue, or the controller's cold start --------------
 
 SILENT_OFF_SWITCHES = {
