@@ -37,6 +37,7 @@ from controller.planner import (
     groups_of,
     plan,
     probing,
+    reading_backlog,
     revised,
     step_for,
 )
@@ -464,13 +465,13 @@ class ControlLoop:
             )
 
         planned = planned_for(queues)
-        # A raise is decided again once its queue's backlog is known (one SQS read each, kept
-        # while it holds the raise: ``BacklogReadings``).
+        # A raise, or a hold that asks for it, is decided again once its queue's backlog is
+        # known (one SQS read each, kept while it holds: ``BacklogReadings``).
         # With less than a step's time left none is read: the plan's execution comes first.
         read_by = deadline - STEP_BUDGET_S
         backlogs: dict[str, Backlog] = {}
         if self.backlogs is not None and self._monotonic() < read_by:
-            backlogs, failed = self.backlogs.read(probing(planned), now, read_by)
+            backlogs, failed = self.backlogs.read(reading_backlog(planned), now, read_by)
             if failed:
                 book.count(Count.BACKLOG_READ_FAILURES, failed)
             if backlogs:

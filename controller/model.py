@@ -198,6 +198,9 @@ class Decision:
     # The raise puts back a level the evidence shows fits (a cut's correction on the rest of
     # its storm's reports): not a probe for capacity.
     restores: bool = False
+    # A hold that the queue's backlog, once read, may turn into a step down: decided again
+    # with it (``planner.reading_backlog``).
+    asks_backlog: bool = False
 
     @property
     def changes_mapping(self) -> bool:

@@ -158,9 +158,14 @@ def plan(
 
 
 def probing(plan: Plan) -> list[str]:
-    """The queues whose planned decision probes (raises a polling mapping): those whose
-    backlog the decision should know."""
+    """The queues whose planned decision probes (raises a polling mapping)."""
     return [step.queue for step in plan.steps if step.decision.probes]
+
+
+def reading_backlog(plan: Plan) -> list[str]:
+    """The queues whose planned decision should know their backlog: those that probe, and
+    those whose hold asks for it (``Decision.asks_backlog``)."""
+    return [step.queue for step in plan.steps if step.decision.probes or step.decision.asks_backlog]
 
 
 def revised(plan: Plan, revisions: Plan) -> Plan:

@@ -57,7 +57,8 @@ class Verdict(Generic[M]):
     for the audit trail and the dashboard. ``ends_probe``: the verdict takes a probe's raised
     level back to its base (recorded as ``Action.PROBE_END``, not as a cut). ``restores``: its
     raise puts back a level the evidence shows fits, which is no probe
-    (``Decision.restores``).
+    (``Decision.restores``). ``asks_backlog``: a hold the queue's backlog, once read, may turn
+    into a step down (``Decision.asks_backlog``).
     """
 
     target: int
@@ -71,6 +72,7 @@ class Verdict(Generic[M]):
     success_rate: float = 0.0
     ends_probe: bool = False
     restores: bool = False
+    asks_backlog: bool = False
 
 
 @dataclass(frozen=True, slots=True)

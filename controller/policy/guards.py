@@ -173,6 +173,7 @@ def decision_from(
         previous_enabled=state.enabled,
         enabled=enabled,
         restores=verdict.restores,
+        asks_backlog=verdict.asks_backlog,
     )
 
 

@@ -309,7 +309,7 @@ def test_manual_evaluation_follows_the_original_sequence(controller: ControlLoop
     ]
 
 
-# -- the backlog: read before a probe, never for anything else ------------------------------
+# -- the backlog: read before a probe or for a hold that asks, never for anything else -------
 
 
 def backlogged(ledger: InMemoryLedger, backlog: InMemoryBacklog) -> ControlLoop:
@@ -369,6 +369,38 @@ def test_the_backlog_is_read_only_before_a_raise(ledger: InMemoryLedger) -> None
     [cut] = loop.run_batch(storm(100), now=110.0).done
     assert cut.action is Action.MULTIPLICATIVE_DECREASE
     assert backlog.reads == []
+
+
+class NearTheEnd(LimitAlgorithm[NoMemory]):
+    """Holds asking for the backlog; steps down one once it is read and ends soon."""
+
+    name = "near-the-end"
+
+    def decide(self, situation: Situation[NoMemory]) -> Verdict[NoMemory]:
+        state, backlog = situation.state, situation.backlog
+        if backlog is None:
+            return Verdict(
+                state.concurrency, state.state, "Asking.", situation.memory, asks_backlog=True
+            )
+        target = state.concurrency - 1 if backlog.visible < 100 else state.concurrency
+        return Verdict(target, QueueStateName.THROTTLED, "Read.", situation.memory)
+
+
+def test_a_hold_that_asks_for_the_backlog_is_decided_again_with_it(
+    ledger: InMemoryLedger,
+) -> None:
+    backlog = InMemoryBacklog(orders=12)
+    loop = ControlLoop(
+        ledger,
+        mapped(InMemoryActuator(), concurrency=50),
+        PolicyParams(),
+        algorithm=NearTheEnd(),
+        backlog=backlog,
+    )
+    [decision] = loop.run_batch(healthy(100), now=110.0).done
+    assert (decision.target, decision.reason) == (49, "Read.")
+    assert backlog.reads == ["orders"]
+    assert loop.actuator.read("esm-orders", 0).max_concurrency == 49
 
 
 def test_a_failed_read_is_counted_and_the_probe_goes_on(ledger: InMemoryLedger) -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controller.model import Action, Decision, QueueState, Sample
+from controller.model import Action, Backlog, Decision, QueueState, Sample
 from controller.policy import ALGORITHMS, decide
 from controller.policy.adaptive import AdaptiveLimit, AdaptiveMemory
 from controller.settings import PolicyParams
@@ -687,15 +687,20 @@ def test_a_failed_pulse_the_raise_explains_is_not_a_storm() -> None:
     assert (verdict.action, verdict.target) == (Action.HOLD, 8), verdict.reason
 
 
-def just_over(concurrency: int) -> Decision:
-    """About 16 invocations running (20 of 800 ms a second) and 0.4% of their calls refused:
-    a level just over the capacity, under a cap of ``concurrency``."""
+def just_over_documents() -> list[Sample]:
+    """About 16 invocations running (20 of 800 ms a second from 960) and 0.4% of their calls
+    refused, every second: a level just over the capacity."""
     documents = steady(960, 30, 20, ok=10)
     documents += [
         sample(at=960 + second + 0.9, ok=9, throttled=1, invocation_ms=800)
         for second in range(0, 30, 1)
     ]
-    _, decision = run(attached(concurrency, at=0.0), window_of(*documents), 991.0)
+    return documents
+
+
+def just_over(concurrency: int) -> Decision:
+    """``just_over_documents`` under a cap of ``concurrency``."""
+    _, decision = run(attached(concurrency, at=0.0), window_of(*just_over_documents()), 991.0)
     return decision
 
 
@@ -732,6 +737,60 @@ def test_a_level_drawing_refusals_under_t1_holds_in_the_band() -> None:
     decision = just_over(16)
     assert (decision.action, decision.target) == (Action.HOLD, 16), decision.reason
     assert decision.reason.startswith("Within band"), decision.reason
+
+
+def refusing_steadily(current: QueueState, backlog: Backlog | None) -> Decision:
+    """``just_over_documents`` (200 calls a second) decided at 991 with ``backlog``."""
+    window = window_of(*just_over_documents())
+    return decide(ALGORITHM, current, config(), window, 991.0, PARAMS, backlog=backlog)
+
+
+def test_a_level_refusing_in_the_band_steps_down_one_near_the_backlogs_end() -> None:
+    # Refused calls set the ceiling: each refused message comes back a visibility timeout
+    # (30 s) later, after a backlog that drains first (2,000 at 200 calls a second: 10 s).
+    current = attached(16, at=0.0, ceiling=17, ceiling_refused=True)
+    asking = refusing_steadily(current, None)
+    assert (asking.action, asking.target, asking.asks_backlog) == (Action.HOLD, 16, True)
+    assert asking.reason.startswith("Within band"), asking.reason
+    stepped = refusing_steadily(current, waiting(2000))
+    assert (stepped.action, stepped.target) == (Action.MULTIPLICATIVE_DECREASE, 15)
+    assert stepped.reason.startswith("Near the backlog's end"), stepped.reason
+    memory = memory_of(stepped.new_state)
+    assert (memory.ceiling, memory.cut_at, memory.ceiling_refused) == (16, 991.0, True)
+    # A backlog that outlasts the visibility timeout (100 s of it): the refused messages come
+    # back while it drains, and the level holds.
+    held = refusing_steadily(current, waiting(20_000))
+    assert (held.action, held.target, held.asks_backlog) == (Action.HOLD, 16, False)
+    # Where timeouts or latency set the ceiling, or none is known, no backlog is asked for.
+    for unrefused in (attached(16, at=0.0, ceiling=17), attached(16, at=0.0)):
+        assert not refusing_steadily(unrefused, None).asks_backlog
+
+
+def test_refusals_in_the_newest_seconds_alone_ask_for_no_step() -> None:
+    # A fall's first reports: the band's pressure, but all of it in the newest seconds.
+    current = attached(16, at=0.0, ceiling=17, ceiling_refused=True)
+    documents = steady(960, 30, 20, ok=10)
+    documents += [
+        sample(at=985 + second + 0.9, ok=5, throttled=5, invocation_ms=800) for second in range(5)
+    ]
+    window = window_of(*documents)
+    for backlog in (None, waiting(2000)):
+        decision = decide(ALGORITHM, current, config(), window, 991.0, PARAMS, backlog=backlog)
+        assert (decision.action, decision.target) == (Action.HOLD, 16), decision.reason
+        assert not decision.asks_backlog
+
+
+def test_a_step_down_near_the_end_is_corrected_by_the_reports_from_before_it() -> None:
+    # The step was taken on the first reports of a fall: the invocations that started before
+    # it go on reporting, most of their calls refused, and size a cut as a storm's would.
+    current = attached(16, at=0.0, ceiling=17, ceiling_refused=True)
+    stepped = refusing_steadily(current, waiting(2000)).new_state
+    fall = steady(986, 5, 20, ok=2, throttled=8)
+    window = window_of(*just_over_documents(), *fall)
+    corrected = decide(ALGORITHM, stepped, config(), window, 996.0, PARAMS)
+    assert corrected.action is Action.MULTIPLICATIVE_DECREASE, corrected.reason
+    assert corrected.target < 10, corrected.reason
+    assert corrected.reason.startswith("Correcting the cut"), corrected.reason
 
 
 def test_a_storms_first_reports_after_a_clean_history_are_cut_to_be_corrected() -> None:

@@ -176,6 +176,9 @@ class AdaptiveLimit(Announced, Latency, LimitAlgorithm[AdaptiveMemory]):
         # than it does (docs/measurements.md, "Rules the families do not need (stop 56)").
         clean = self.clean_below if calls_refused(stats) else self.grow_below
         if pressure >= clean:
+            near_end = self.step_down_near_end(situation, stats)
+            if near_end is not None:
+                return near_end
             return hold(
                 state,
                 f"Within band: pressure {pressure:.1%} < T1 ({params.t1:.1%}) but not under "

@@ -12,6 +12,7 @@ from controller.policy.adaptive.memory import (
     AdaptiveSituation,
     AdaptiveVerdict,
     ceiling_above,
+    hold,
     move,
 )
 from controller.policy.adaptive.pausing import Pausing, floor_pressure, share_bound
@@ -241,6 +242,61 @@ class Sizing(Pausing):
         )
         return move(target, name, reason, remembered, stats, breaches=breaches, wake_at=0.0)
 
+    def step_down_near_end(
+        self, situation: AdaptiveSituation, stats: WindowStats
+    ) -> AdaptiveVerdict | None:
+        """A level whose calls the downstream refuses in the band (under T1), steadily (in
+        both halves of the seconds reported), where refused calls set the ceiling: one level
+        down once the backlog is known to drain before a refused message would come back
+        (``backlog_ends_first``); until it is known, the hold asks for it (``None``: neither).
+
+        Each refused message comes back a visibility timeout later, after everything else
+        near the end (issue 29's tails; throttling seed 100 draw 54: a probe to 20 passed
+        clean, and 20 then refused 1% of its calls for the backlog's last 45 s, each message
+        back 57 s later). The step is a cut of its own, corrected like one on the reports
+        still coming from before it: a fall's first refusals read as a level just over the
+        capacity, and the step would otherwise restart the evidence the storm's cut is sized
+        on (seed 300 draw 12: a step on one refused call in 181 at 131 s held 22 invocations
+        in a fall to 2.5 calls a second for a telemetry round trip).
+        """
+        current, params, memory = situation.state.concurrency, situation.params, situation.memory
+        if current <= params.cmin or not memory.ceiling_refused or not refused(stats):
+            return None
+        if not steady_refusals(situation.window, stats, self.clean_below):
+            return None
+        if situation.backlog is None:
+            return replace(
+                hold(
+                    situation.state,
+                    f"Within band: pressure {stats.pressure_rate:.1%} < T1 "
+                    f"({params.t1:.1%}), refused steadily; holding at {current}, its backlog "
+                    "to be read.",
+                    memory,
+                    stats,
+                ),
+                asks_backlog=True,
+            )
+        if not self.backlog_ends_first(situation, stats):
+            return None
+        correctable = replace(
+            memory,
+            cut_at=situation.now,
+            cut_evidence_since=stats.since,
+            cut_requests=stats.requests,
+            cut_running=self.in_use(situation),
+        )
+        return self.cut_verdict(
+            situation,
+            correctable,
+            stats,
+            current - 1,
+            f"Near the backlog's end: pressure {stats.pressure_rate:.1%} < T1 "
+            f"({params.t1:.1%}) but {situation.backlog.visible} messages waiting drain before a "
+            f"refused one would come back ({situation.backlog.visibility_timeout_s:.0f}s "
+            f"visibility timeout); stepping down {current} -> {current - 1}.",
+            by_refusals=True,
+        )
+
     def correction(self, situation: AdaptiveSituation) -> AdaptiveVerdict | None:
         """A cut sized on a storm's first reports, made again on all of them.
 
@@ -423,6 +479,18 @@ def newest_start(stats: WindowStats) -> int | None:
     if stats.newest_event_time is None:
         return None
     return math.floor(stats.newest_event_time - stats.mean_invocation_s)
+
+
+def steady_refusals(window: WindowSnapshot, stats: WindowStats, share: float) -> bool:
+    """Calls refused under ``stats`` in both halves of the seconds it has reports of, at
+    least ``share`` of each half's: a level over the capacity, not the first reports of a fall
+    (which come in its newest seconds alone)."""
+    seconds = window.seconds(stats.since, stats.until)
+    if len(seconds) < 2:
+        return False
+    middle = (seconds[0][0] + seconds[-1][0] + 1) / 2
+    halves = (window.stats(stats.since, middle), window.stats(middle, stats.until))
+    return all(half.pressure > 0 and half.pressure_rate >= share for half in halves)
 
 
 def one_too_many(running: float, pressure: float) -> bool:
