@@ -766,6 +766,16 @@ def test_a_level_refusing_in_the_band_steps_down_one_near_the_backlogs_end() -> 
         assert not refusing_steadily(unrefused, None).asks_backlog
 
 
+def test_a_level_refusing_steadily_with_no_durations_reported_asks_for_no_backlog() -> None:
+    # Workers whose documents carry no invocation durations give no pace to drain a backlog
+    # at: the backlog could not be judged, so reading it would be a wasted SQS call.
+    current = attached(16, at=0.0, ceiling=17, ceiling_refused=True)
+    documents = [dataclasses.replace(d, invocation_ms=None) for d in just_over_documents()]
+    decision = decide(ALGORITHM, current, config(), window_of(*documents), 991.0, PARAMS)
+    assert (decision.action, decision.target, decision.asks_backlog) == (Action.HOLD, 16, False)
+    assert decision.reason.startswith("Within band"), decision.reason
+
+
 def test_refusals_in_the_newest_seconds_alone_ask_for_no_step() -> None:
     # A fall's first reports: the band's pressure, but all of it in the newest seconds.
     current = attached(16, at=0.0, ceiling=17, ceiling_refused=True)

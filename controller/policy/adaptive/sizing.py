@@ -151,16 +151,9 @@ class Sizing(Pausing):
             proportional = self.timeout_level(running, pressure, stats.requests, params)
             sized = "cut to the accepted share, to a quarter at most"
         target = clamp(min(current - 1, proportional), params)
-        correctable = replace(
-            situation.memory,
-            cut_at=situation.now,
-            cut_evidence_since=onset,
-            cut_requests=situation.window.stats(onset, stats.until).requests,
-            cut_running=running,
-        )
         return self.cut_verdict(
             situation,
-            correctable,
+            correctable(situation, onset, running),
             stats,
             target,
             f"Overload: {'newest ' if fresh else ''}pressure {pressure:.1%} >= T1 "
@@ -262,6 +255,10 @@ class Sizing(Pausing):
         current, params, memory = situation.state.concurrency, situation.params, situation.memory
         if current <= params.cmin or not memory.ceiling_refused or not refused(stats):
             return None
+        if not stats.timed_samples:
+            # No invocation reported its duration: no pace to drain the backlog at, so
+            # ``backlog_ends_first`` could not use the backlog a read would bring.
+            return None
         if not steady_refusals(situation.window, stats, self.clean_below):
             return None
         if situation.backlog is None:
@@ -278,16 +275,9 @@ class Sizing(Pausing):
             )
         if not self.backlog_ends_first(situation, stats):
             return None
-        correctable = replace(
-            memory,
-            cut_at=situation.now,
-            cut_evidence_since=stats.since,
-            cut_requests=stats.requests,
-            cut_running=self.in_use(situation),
-        )
         return self.cut_verdict(
             situation,
-            correctable,
+            correctable(situation, stats.since, self.in_use(situation)),
             stats,
             current - 1,
             f"Near the backlog's end: pressure {stats.pressure_rate:.1%} < T1 "
@@ -451,6 +441,19 @@ def settled_use(situation: AdaptiveSituation, min_span_s: float) -> float | None
     since = evidence_since(state, state.last_change_at, situation.params)
     peak = peak_concurrency(window, since, situation.now + 1.0)
     return max(averaged, peak or 0.0)
+
+
+def correctable(situation: AdaptiveSituation, since: float, running: float) -> AdaptiveMemory:
+    """The memory of a cut made now on the evidence from ``since``, sized from ``running``
+    invocations in use: what ``Sizing.correction`` reads the reports still coming from before
+    the cut against."""
+    return replace(
+        situation.memory,
+        cut_at=situation.now,
+        cut_evidence_since=since,
+        cut_requests=situation.window.stats(since, situation.stats.until).requests,
+        cut_running=running,
+    )
 
 
 def peak_concurrency(window: WindowSnapshot, since: float, until: float) -> float | None:
