@@ -312,9 +312,19 @@ def test_manual_evaluation_follows_the_original_sequence(controller: ControlLoop
 # -- the backlog: read before a probe or for a hold that asks, never for anything else -------
 
 
-def backlogged(ledger: InMemoryLedger, backlog: InMemoryBacklog) -> ControlLoop:
+def backlogged(
+    ledger: InMemoryLedger,
+    backlog: InMemoryBacklog,
+    algorithm: LimitAlgorithm[NoMemory] | None = None,
+) -> ControlLoop:
+    """A loop over one mapping at 50 reading ``backlog``, deciding with ``algorithm`` (the
+    default one: ``None``)."""
     return ControlLoop(
-        ledger, mapped(InMemoryActuator(), concurrency=50), PolicyParams(), backlog=backlog
+        ledger,
+        mapped(InMemoryActuator(), concurrency=50),
+        PolicyParams(),
+        algorithm=algorithm,
+        backlog=backlog,
     )
 
 
@@ -390,13 +400,7 @@ def test_a_hold_that_asks_for_the_backlog_is_decided_again_with_it(
     ledger: InMemoryLedger,
 ) -> None:
     backlog = InMemoryBacklog(orders=12)
-    loop = ControlLoop(
-        ledger,
-        mapped(InMemoryActuator(), concurrency=50),
-        PolicyParams(),
-        algorithm=NearTheEnd(),
-        backlog=backlog,
-    )
+    loop = backlogged(ledger, backlog, NearTheEnd())
     [decision] = loop.run_batch(healthy(100), now=110.0).done
     assert (decision.target, decision.reason) == (49, "Read.")
     assert backlog.reads == ["orders"]
