@@ -222,7 +222,7 @@ class Probing(Tuning):
         later). Elsewhere a probe refuses nothing: held, it kept a healthy queue of bursts
         under its cap into the next burst (healthy 1001 draw 163: p99 age 1.08x)."""
         backlog = situation.backlog
-        if not situation.memory.ceiling_refused or backlog is None or not stats.timed_samples:
+        if backlog is None or not backlog_decides(situation.memory, stats):
             return False
         invocation_s = stats.mean_invocation_s
         calls_per_s = situation.state.concurrency * stats.requests / stats.samples / invocation_s
@@ -430,6 +430,13 @@ class Probing(Tuning):
         digest = zlib.crc32(f"{situation.state.queue}:{situation.now:.3f}".encode())
         unit = digest / 0xFFFFFFFF * 2.0 - 1.0
         return base * (1.0 + self.probe_jitter * unit)
+
+
+def backlog_decides(memory: AdaptiveMemory, stats: WindowStats) -> bool:
+    """Whether the messages waiting can decide ``Probing.backlog_ends_first`` on ``stats``:
+    refused calls set the ceiling (each refusal sends a message back a visibility timeout
+    later), and some invocation reported its duration (the pace the backlog drains at)."""
+    return memory.ceiling_refused and stats.timed_samples > 0
 
 
 def reporting_lag(situation: AdaptiveSituation) -> float:

@@ -16,7 +16,7 @@ from controller.policy.adaptive.memory import (
     move,
 )
 from controller.policy.adaptive.pausing import Pausing, floor_pressure, share_bound
-from controller.policy.adaptive.probing import refused, reporting_lag
+from controller.policy.adaptive.probing import backlog_decides, refused, reporting_lag
 from controller.policy.base import clamp
 from controller.policy.evidence import evidence_since
 from controller.settings import PolicyParams
@@ -253,11 +253,10 @@ class Sizing(Pausing):
         in a fall to 2.5 calls a second for a telemetry round trip).
         """
         current, params, memory = situation.state.concurrency, situation.params, situation.memory
-        if current <= params.cmin or not memory.ceiling_refused or not refused(stats):
+        if current <= params.cmin or not refused(stats):
             return None
-        if not stats.timed_samples:
-            # No invocation reported its duration: no pace to drain the backlog at, so
-            # ``backlog_ends_first`` could not use the backlog a read would bring.
+        if not backlog_decides(memory, stats):
+            # The backlog a read would bring could not decide ``backlog_ends_first``.
             return None
         if not steady_refusals(situation.window, stats, self.clean_below):
             return None
