@@ -36,7 +36,7 @@ from controller.policy.adaptive.memory import (
     move,
 )
 from controller.policy.adaptive.probing import refused
-from controller.policy.adaptive.sizing import Sizing
+from controller.policy.adaptive.sizing import Sizing, correctable
 from controller.policy.base import clamp
 from controller.window import WindowStats
 
@@ -98,7 +98,10 @@ class Latency(Sizing):
         target = clamp(min(current - 1, math.floor(max(fitting, running * params.beta))), params)
         return self.cut_verdict(
             situation,
-            replace(self.correctable(situation, running), timeout_latency_ms=line.slowest_ms),
+            replace(
+                correctable(situation, self.timeouts_onset(situation), running),
+                timeout_latency_ms=line.slowest_ms,
+            ),
             stats,
             target,
             f"Load-driven timeouts: {share:.1%} of calls timed out with about {running:.1f} "
@@ -136,26 +139,18 @@ class Latency(Sizing):
             situation, memory, stats, target, reason, by_refusals=by_refusals
         )
 
-    def correctable(self, situation: AdaptiveSituation, running: float) -> AdaptiveMemory:
-        """The memory with a cut on the first timeouts made now from ``running`` invocations,
-        for its correction: its evidence begins at the first second whose calls timed out (a
-        load-driven cut may rest on a few among a clean history, none of them a second at
-        T1)."""
-        stats, window = situation.stats, situation.window
-        onset = next(
+    def timeouts_onset(self, situation: AdaptiveSituation) -> float:
+        """Where the evidence of a cut on the first timeouts begins, for its correction: the
+        first second whose calls timed out (a load-driven cut may rest on a few among a clean
+        history, none of them a second at T1)."""
+        stats = situation.stats
+        return next(
             (
                 float(second)
-                for second, bucket in window.seconds(stats.since, stats.until)
+                for second, bucket in situation.window.seconds(stats.since, stats.until)
                 if bucket.timed_out
             ),
             stats.since,
-        )
-        return replace(
-            situation.memory,
-            cut_at=situation.now,
-            cut_evidence_since=onset,
-            cut_requests=window.stats(onset, stats.until).requests,
-            cut_running=running,
         )
 
     def correction(self, situation: AdaptiveSituation) -> AdaptiveVerdict | None:
