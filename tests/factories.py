@@ -12,6 +12,7 @@ import pytest
 from controller import loop as control_loop
 from controller.actuator import InMemoryActuator
 from controller.app import ControllerApp
+from controller.backlog import InMemoryBacklog
 from controller.events import EventOutbox
 from controller.executor import AwsExecutor
 from controller.ledger import InMemoryLedger
@@ -27,8 +28,9 @@ from controller.model import (
     Sample,
 )
 from controller.planner import Plan
-from controller.policy import ALGORITHMS, memory_type
+from controller.policy import ALGORITHMS, LimitAlgorithm, memory_type
 from controller.policy.aimd import Aimd
+from controller.policy.base import NoMemory
 from controller.ports import EventPublisher, MappingView
 from controller.settings import PolicyParams
 from load import recording
@@ -119,6 +121,22 @@ def mapped(actuator: ActuatorT, queue: str = "orders", concurrency: int = 100) -
     """``actuator`` holding ``queue``'s mapping ``esm-<queue>`` at ``concurrency``."""
     actuator.add_mapping(f"esm-{queue}", concurrency)
     return actuator
+
+
+def backlogged(
+    ledger: InMemoryLedger,
+    backlog: InMemoryBacklog,
+    algorithm: LimitAlgorithm[NoMemory] | None = None,
+) -> ControlLoop:
+    """A loop over one mapping at 50 reading ``backlog``, deciding with ``algorithm`` (the
+    default one: ``None``)."""
+    return ControlLoop(
+        ledger,
+        mapped(InMemoryActuator(), concurrency=50),
+        PolicyParams(),
+        algorithm=algorithm,
+        backlog=backlog,
+    )
 
 
 def storm_event() -> dict[str, object]:

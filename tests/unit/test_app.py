@@ -28,7 +28,15 @@ from controller.policy.aimd import Aimd
 from controller.ports import BacklogUnavailable, ConfigRead, LedgerError, VersionConflict
 from controller.settings import PolicyParams
 from load.recording import emf_line
-from tests.factories import config, kinesis_event, mapped, registered, sample, state
+from tests.factories import (
+    backlogged,
+    config,
+    kinesis_event,
+    mapped,
+    registered,
+    sample,
+    state,
+)
 
 
 class FlakyLedger(InMemoryLedger):
@@ -285,14 +293,9 @@ def test_a_failed_backlog_read_is_in_the_health_document(
     # A calm queue at 50: the raise reads its backlog first, and SQS does not answer.
     backlog = InMemoryBacklog(orders=0)
     backlog.fail_next(BacklogUnavailable("throttled"))
-    loop = ControlLoop(
-        ledger,
-        mapped(InMemoryActuator(), concurrency=50),
-        PolicyParams(),
-        algorithm=Aimd(),
-        backlog=backlog,
+    app = ControllerApp(
+        backlogged(ledger, backlog, Aimd()), clock=Clock(110.0), emit=emitted.append
     )
-    app = ControllerApp(loop, clock=Clock(110.0), emit=emitted.append)
     calm = [sample(at=100.0 + s + 0.9, ok=10, invocation_ms=500) for s in range(10)]
     app.handle(kinesis_event(calm), None)
     [document] = health(emitted)

@@ -18,7 +18,7 @@ from controller.policy.aimd import Aimd
 from controller.policy.base import NoMemory
 from controller.ports import ActuationError, BacklogUnavailable, MappingView, WakeUpRequest
 from controller.settings import PolicyParams
-from tests.factories import config, mapped, registered, sample, waiting
+from tests.factories import backlogged, config, mapped, registered, sample, waiting
 
 
 def storm(start: float, seconds: int = 10, queue: str = "orders") -> list[Sample]:
@@ -310,22 +310,6 @@ def test_manual_evaluation_follows_the_original_sequence(controller: ControlLoop
 
 
 # -- the backlog: read before a probe or for a hold that asks, never for anything else -------
-
-
-def backlogged(
-    ledger: InMemoryLedger,
-    backlog: InMemoryBacklog,
-    algorithm: LimitAlgorithm[NoMemory] | None = None,
-) -> ControlLoop:
-    """A loop over one mapping at 50 reading ``backlog``, deciding with ``algorithm`` (the
-    default one: ``None``)."""
-    return ControlLoop(
-        ledger,
-        mapped(InMemoryActuator(), concurrency=50),
-        PolicyParams(),
-        algorithm=algorithm,
-        backlog=backlog,
-    )
 
 
 def test_a_queue_with_nothing_waiting_is_not_probed(ledger: InMemoryLedger) -> None:
