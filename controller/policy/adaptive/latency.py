@@ -99,7 +99,7 @@ class Latency(Sizing):
         return self.cut_verdict(
             situation,
             replace(
-                correctable(situation, self.timeouts_onset(situation), running),
+                correctable(situation, timeouts_onset(situation), running),
                 timeout_latency_ms=line.slowest_ms,
             ),
             stats,
@@ -137,20 +137,6 @@ class Latency(Sizing):
             memory = replace(memory, timeout_latency_ms=max(memory.timeout_latency_ms, slowest))
         return super().cut_verdict(
             situation, memory, stats, target, reason, by_refusals=by_refusals
-        )
-
-    def timeouts_onset(self, situation: AdaptiveSituation) -> float:
-        """Where the evidence of a cut on the first timeouts begins, for its correction: the
-        first second whose calls timed out (a load-driven cut may rest on a few among a clean
-        history, none of them a second at T1)."""
-        stats = situation.stats
-        return next(
-            (
-                float(second)
-                for second, bucket in situation.window.seconds(stats.since, stats.until)
-                if bucket.timed_out
-            ),
-            stats.since,
         )
 
     def correction(self, situation: AdaptiveSituation) -> AdaptiveVerdict | None:
@@ -208,6 +194,21 @@ class Latency(Sizing):
             breaches=state.consecutive_breaches + 1,
             wake_at=0.0,
         )
+
+
+def timeouts_onset(situation: AdaptiveSituation) -> float:
+    """Where the evidence of a cut on the first timeouts begins, for its correction: the
+    first second whose calls timed out (a load-driven cut may rest on a few among a clean
+    history, none of them a second at T1)."""
+    stats = situation.stats
+    return next(
+        (
+            float(second)
+            for second, bucket in situation.window.seconds(stats.since, stats.until)
+            if bucket.timed_out
+        ),
+        stats.since,
+    )
 
 
 @dataclass(frozen=True, slots=True)
